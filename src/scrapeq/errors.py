@@ -1,0 +1,108 @@
+"""The one error tree of scrapeq.
+
+Every exception the library raises on purpose derives from :class:`ScrapeqError`::
+
+    ScrapeqError
+    ├── ConfigError            a setting has a bad value (names the setting)
+    ├── InvalidURL             a URL refused at enqueue (names the reason)
+    ├── RedisUnavailable       no Redis to talk to (unreachable, or no binary to embed)
+    ├── ScriptError            a Lua script answered with an unexpected error code
+    ├── StaleLease             a token no longer matches the job's lease (fencing)
+    ├── NotFound               a job, dead letter or domain that does not exist
+    └── HandlerSignal          control flow raised by a user handler
+        ├── Retry              retry this job (optionally after ``delay`` seconds)
+        └── Permanent          fail this job now, no retry (``reason``)
+
+Control-flow signals live under the same root so ``except ScrapeqError`` in user code
+never swallows a plain bug, and a bug never masquerades as a signal.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "HandlerSignal",
+    "InvalidURL",
+    "NotFound",
+    "Permanent",
+    "RedisUnavailable",
+    "Retry",
+    "ScrapeqError",
+    "ScriptError",
+    "StaleLease",
+]
+
+
+class ScrapeqError(Exception):
+    """Root of every error scrapeq raises on purpose."""
+
+
+class ConfigError(ScrapeqError, ValueError):
+    """A setting has a bad value.
+
+    Args:
+        name: the setting's name as INTERFACE.md spells it (``breaker_cooldown``).
+        message: what is wrong with it.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(f"setting {name!r}: {message}")
+
+
+class InvalidURL(ScrapeqError, ValueError):
+    """A URL that is refused at enqueue; it never reaches Redis."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        shown = url if len(url) <= 120 else url[:117] + "..."
+        super().__init__(f"{shown}: {reason}")
+
+
+class RedisUnavailable(ScrapeqError):
+    """Redis cannot be reached, or no redis-server binary exists to embed."""
+
+
+class ScriptError(ScrapeqError):
+    """A Lua script returned an error code the client does not expect."""
+
+
+class StaleLease(ScrapeqError):
+    """The lease token presented no longer owns the job: another attempt does."""
+
+
+class NotFound(ScrapeqError, LookupError):
+    """A job, dead letter or domain that does not exist."""
+
+
+class HandlerSignal(ScrapeqError):
+    """Base of the control-flow signals a handler may raise."""
+
+
+class Retry(HandlerSignal):
+    """Ask for this job to be retried.
+
+    Args:
+        delay: seconds to wait before the retry; ``None`` uses the full-jitter backoff.
+        reason: a short text kept in the job's error history.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        if delay is not None and delay < 0:
+            raise ValueError("Retry delay must be >= 0 seconds")
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Permanent(HandlerSignal):
+    """Fail this job at once: it goes to the dead letters without another attempt.
+
+    Args:
+        reason: why; kept as the dead letter's reason.
+    """
+
+    def __init__(self, reason: str = "permanent") -> None:
+        self.reason = reason
+        super().__init__(reason)

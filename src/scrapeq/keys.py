@@ -1,0 +1,99 @@
+"""Every Redis key of a queue, built in one place.
+
+All keys of queue ``Q`` carry the hash tag ``{Q}`` so one queue lives in one Redis Cluster
+slot. Scripts receive :attr:`Keys.prefix` and build per-domain and per-job keys from it with
+the same suffixes as here (``lua/includes/keys.lua``); the two must agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Keys", "validate_queue_name"]
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def validate_queue_name(name: str) -> str:
+    """Return ``name`` if it is a valid queue name, else raise ``ValueError``.
+
+    A queue name is 1 to 64 characters of letters, digits, ``_``, ``.`` and ``-``; braces
+    are refused because the name becomes the Redis Cluster hash tag.
+    """
+    if not _QUEUE_NAME.match(name):
+        raise ValueError(
+            f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names of one queue."""
+
+    queue: str
+
+    @property
+    def prefix(self) -> str:
+        """``sq:{Q}:``, the start of every key of this queue."""
+        return f"sq:{{{self.queue}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def domain_queue(self, domain: str) -> str:
+        return f"{self.prefix}dq:{domain}"
+
+    def domain(self, domain: str) -> str:
+        return f"{self.prefix}domain:{domain}"
+
+    def domain_dead(self, domain: str) -> str:
+        return f"{self.prefix}ddead:{domain}"
+
+    def lane_ready(self, lane: str) -> str:
+        return f"{self.prefix}lane:{lane}"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.prefix}delayed"
+
+    @property
+    def domains_ready(self) -> str:
+        return f"{self.prefix}domains:ready"
+
+    @property
+    def domains_wait(self) -> str:
+        return f"{self.prefix}domains:wait"
+
+    @property
+    def domains(self) -> str:
+        return f"{self.prefix}domains"
+
+    @property
+    def inflight(self) -> str:
+        return f"{self.prefix}inflight"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}dead"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}stats"
+
+    @property
+    def unique(self) -> str:
+        return f"{self.prefix}unique"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.prefix}meta"
+
+    def all_patterns(self) -> str:
+        """A SCAN pattern matching every key of this queue."""
+        return f"sq:{{{self.queue}}}:*"
