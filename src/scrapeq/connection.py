@@ -1,0 +1,170 @@
+"""From the ``redis_url`` setting to a connected client.
+
+:func:`resolve_url` validates a configured URL (or starts the embedded server when none is
+set), :func:`sync_client` / :func:`async_client` build clients with scrapeq's defaults, and
+:func:`check_reachable` / :func:`acheck_reachable` turn "cannot connect" into
+:class:`~scrapeq.errors.RedisUnavailable` with the password hidden (:func:`redact`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+import redis
+import redis.asyncio
+
+from .embedded import ensure_server
+from .errors import ConfigError, RedisUnavailable
+
+__all__ = [
+    "CLIENT_NAME",
+    "acheck_reachable",
+    "async_client",
+    "check_reachable",
+    "redact",
+    "resolve_url",
+    "sync_client",
+]
+
+CLIENT_NAME = "scrapeq"
+_SCHEMES = ("redis", "rediss", "unix")
+_MASK = "***"
+_USERINFO_PASSWORD = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^:/@?#]*):[^@]*@")
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError)
+_CLIENT_OPTIONS: dict[str, Any] = {
+    "decode_responses": True,
+    "socket_connect_timeout": 5.0,
+    "health_check_interval": 30,
+    "client_name": CLIENT_NAME,
+}
+
+
+def resolve_url(redis_url: str | None, data_dir: Path) -> str:
+    """Return the Redis URL to use.
+
+    Args:
+        redis_url: the configured URL (``redis://``, ``rediss://`` or ``unix://``; user and
+            password allowed), or None for the embedded server.
+        data_dir: where the embedded server keeps its files (used only when ``redis_url``
+            is None).
+
+    Returns:
+        ``redis_url`` unchanged when given, else the embedded server's ``unix://`` URL.
+
+    Raises:
+        ConfigError: ``redis_url`` is malformed (names the setting ``redis_url``).
+        RedisUnavailable: no URL given and the embedded server cannot be started.
+    """
+    if redis_url is None:
+        return ensure_server(data_dir)
+    problem = _url_problem(redis_url)
+    if problem:
+        raise ConfigError("redis_url", f"{redact(redis_url)!r}: {problem}")
+    return redis_url
+
+
+def _url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a Redis URL, or None if nothing."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a non-numeric or out-of-range port
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme not in _SCHEMES:
+        return "the scheme must be redis://, rediss:// or unix://"
+    if parts.scheme == "unix":
+        return None if parts.path else "a unix:// URL needs a socket path (unix:///path/to.sock)"
+    if not parts.hostname:
+        return f"a {parts.scheme}:// URL needs a host ({parts.scheme}://host:6379/0)"
+    if port == 0:
+        return "port 0 is not a valid port"
+    return None
+
+
+def redact(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***``.
+
+    Covers the password in the user info (``redis://user:***@host:6379/0``) and a
+    ``password`` query parameter (which redis-py also honours). A URL without a password is
+    returned unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
+        parts = None
+    if parts is None or "://" not in url:
+        return _USERINFO_PASSWORD.sub(rf"\1\2:{_MASK}@", url)
+    netloc, query = _mask_netloc(parts.netloc), _mask_query(parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    tail = (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+    return f"{parts.scheme}://{netloc}{parts.path}{tail}"
+
+
+def _mask_netloc(netloc: str) -> str:
+    """``user:secret@host`` → ``user:***@host``; anything else unchanged."""
+    userinfo, at, hostport = netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return netloc
+    return f"{userinfo.partition(':')[0]}:{_MASK}@{hostport}"
+
+
+def _mask_query(query: str) -> str:
+    """Mask the value of a ``password`` query parameter; anything else unchanged."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(key == "password" for key, _ in pairs):
+        return query
+    return urlencode([(k, _MASK if k == "password" else v) for k, v in pairs], safe="*/")
+
+
+def sync_client(url: str) -> redis.Redis:
+    """A redis-py client for ``url`` with scrapeq's defaults.
+
+    Responses are decoded to ``str``; connecting times out after 5 s; idle connections are
+    health-checked after 30 s; connections are named ``scrapeq`` (``CLIENT LIST``).
+    """
+    return redis.Redis.from_url(url, **_CLIENT_OPTIONS)
+
+
+def async_client(url: str) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`sync_client`."""
+    return redis.asyncio.Redis.from_url(url, **_CLIENT_OPTIONS)
+
+
+def check_reachable(client: redis.Redis, url: str) -> None:
+    """PING through ``client``.
+
+    Args:
+        client: a client built for ``url``.
+        url: the URL, used (redacted) in the error message.
+
+    Raises:
+        RedisUnavailable: the server cannot be reached or refuses the credentials.
+    """
+    try:
+        client.ping()
+    except _UNREACHABLE as exc:
+        raise _unavailable(url, exc) from exc
+
+
+async def acheck_reachable(client: redis.asyncio.Redis, url: str) -> None:
+    """The asyncio twin of :func:`check_reachable`."""
+    try:
+        await client.ping()
+    except _UNREACHABLE as exc:
+        raise _unavailable(url, exc) from exc
+
+
+def _unavailable(url: str, exc: BaseException) -> RedisUnavailable:
+    """Build the error for an unreachable ``url``, never showing its password."""
+    reason = str(exc) or type(exc).__name__
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    for secret in {password, unquote(password or "")} - {None, ""}:
+        reason = reason.replace(str(secret), _MASK)
+    return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {reason}")

@@ -1,0 +1,147 @@
+"""The job model: what a worker receives from a claim and what a dead letter holds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["Job", "JobError", "ms_to_datetime"]
+
+
+def ms_to_datetime(ms: int | float | None) -> datetime | None:
+    """Milliseconds since the epoch (Redis server clock) to an aware UTC datetime."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """One entry of a job's bounded error history (the last 10 are kept).
+
+    Attributes:
+        at_ms: when it happened, ms since the epoch on the Redis clock.
+        kind: a short tag (``http_503``, ``timeout``, ``lease_expired``).
+        message: a human-readable detail, at most 500 characters.
+    """
+
+    at_ms: int
+    kind: str
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at_ms, "kind": self.kind, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored in Redis.
+
+    Attributes:
+        id: short id, unique within its queue.
+        url: the normalised URL to fetch.
+        domain: ``host[:port]``, the unit of failure isolation.
+        lane: the priority lane's name; a retried job keeps it.
+        attempts: attempts spent, counting the one in flight after a claim.
+        max_attempts: the job's attempt budget.
+        payload: the user's JSON payload (``None`` when not given).
+        token: the lease's fencing token from the last claim (0 before any claim).
+        created_ms, eligible_ms: enqueue time and when the job is (or was) eligible.
+        expires_ms: a not-yet-claimed job dies as ``expired`` at this time, if set.
+        throttles: Retry-After deferrals taken (they spend no attempt).
+        errors: the bounded error history, oldest first.
+        dead_reason, died_ms: set on dead letters.
+        claimed_ms: time of the last claim.
+        raw: for a corrupt dead letter, the stored text that could not be read.
+    """
+
+    id: str
+    url: str
+    domain: str
+    lane: str
+    attempts: int
+    max_attempts: int
+    payload: Any = None
+    token: int = 0
+    created_ms: int = 0
+    eligible_ms: int = 0
+    expires_ms: int | None = None
+    throttles: int = 0
+    errors: tuple[JobError, ...] = field(default=())
+    dead_reason: str | None = None
+    died_ms: int | None = None
+    claimed_ms: int | None = None
+    raw: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        """Build a Job from the JSON text a script returned."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """Build a Job from the decoded stored form (see ``lua/includes/jobs.lua``)."""
+        errors = data.get("errors") or []
+        payload_text = data.get("payload")
+        return cls(
+            id=str(data["id"]),
+            url=str(data.get("url", "")),
+            domain=str(data.get("domain", "")),
+            lane=str(data.get("lane", "")),
+            attempts=int(data.get("attempts", 0)),
+            max_attempts=int(data.get("max_attempts", 0)),
+            payload=json.loads(payload_text) if isinstance(payload_text, str) else None,
+            token=int(data.get("token", 0)),
+            created_ms=int(data.get("created", 0)),
+            eligible_ms=int(data.get("eligible", 0)),
+            expires_ms=_opt_int(data.get("expires")),
+            throttles=int(data.get("throttles", 0)),
+            errors=tuple(
+                JobError(int(e.get("at", 0)), str(e.get("kind", "")), str(e.get("message", "")))
+                for e in (errors if isinstance(errors, list) else [])
+            ),
+            dead_reason=data.get("dead_reason"),
+            died_ms=_opt_int(data.get("died")),
+            claimed_ms=_opt_int(data.get("claimed")),
+            raw=data.get("corrupt"),
+        )
+
+    @property
+    def last_error(self) -> JobError | None:
+        """The most recent error, if any."""
+        return self.errors[-1] if self.errors else None
+
+    @property
+    def budget_left(self) -> int:
+        """Attempts the job may still spend."""
+        return max(self.max_attempts - self.attempts, 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (used by ``dead list --json``)."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "domain": self.domain,
+            "lane": self.lane,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "payload": self.payload,
+            "created_at": _iso(self.created_ms),
+            "expires_at": _iso(self.expires_ms),
+            "throttles": self.throttles,
+            "dead_reason": self.dead_reason,
+            "died_at": _iso(self.died_ms),
+            "last_error": self.last_error.as_dict() if self.last_error else None,
+            "errors": [e.as_dict() for e in self.errors],
+        }
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _iso(ms: int | None) -> str | None:
+    when = ms_to_datetime(ms)
+    return when.isoformat() if when else None

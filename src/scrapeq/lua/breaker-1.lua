@@ -1,0 +1,32 @@
+--[[
+  Steer one domain's breaker by hand.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {domain, action = 'reset' | 'trip', cool_ms?, seed}
+      reset    closed, counters cleared, a retired domain is un-retired
+      trip     open now for cool_ms (default: the next cooldown); never retires the domain
+
+  Output: the domain's new state ('closed' or 'open').
+  Errors: 'SQ_UNKNOWN_DOMAIN <d>' when the queue never saw the domain.
+]]
+--@include common
+--@include domain
+
+local d = ARG.domain
+if redis.call('SISMEMBER', K_DOMAINS, d) == 0 then
+  return redis.error_reply('SQ_UNKNOWN_DOMAIN ' .. d)
+end
+if ARG.action == 'reset' then
+  close_breaker(d)
+  emit('reset', d, 'breaker reset by hand')
+  refile(d)
+  return 'closed'
+end
+local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
+if trips >= CFG.max_trips then trips = CFG.max_trips - 1 end
+redis.call('SREM', K_RETIRING, d)
+redis.call('SREM', K_RETIRED, d)
+open_breaker(d, trips, tonumber(ARG.cool_ms) or cooldown_ms(trips), 'tripped by hand')
+return 'open'

@@ -1,0 +1,91 @@
+--[[
+  Claim up to N jobs across domains, most urgent first.
+
+  Before picking, a claim does bounded housekeeping so its cost stays O(log D + batch):
+  reaps up to `batch` expired leases, promotes up to `batch` due delayed jobs, wakes up to
+  `batch` due domains, and dead-letters up to `batch` jobs of retired domains.
+  Parked domains (open breaker, politeness slot, concurrency cap) are never touched.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON (conc, delay_ms, lease_ms, batch, ...)
+    ARGV[3]  JSON {n = max jobs, seed = random seed}
+
+  Output: {next_ms, job_json_1, ..., job_json_k}
+    next_ms  ms until the next known due time (delayed job, waiting domain or end of a
+             global pause); -1 when nothing is scheduled. 0 when jobs are ready now.
+    job_json the claimed job with its new token and attempts (attempts counts this one)
+]]
+--@include common
+--@include domain
+--@include jobs
+--@include housekeeping
+
+local function domain_delay(d)
+  local override = tonumber(redis.call('HGET', k_dom(d), 'delay'))
+  return override or CFG.delay_ms
+end
+
+local function lease(job, d)
+  job.attempts = job.attempts + 1
+  job.token = redis.call('HINCRBY', K_META, 'token', 1)
+  job.claimed = NOW
+  redis.call('ZADD', K_INFLIGHT, NOW + CFG.lease_ms, job.id)
+  redis.call('ZREM', k_lane(job.lane), job.id)
+  local dk = k_dom(d)
+  redis.call('HINCRBY', dk, 'inflight', 1)
+  local delay = domain_delay(d)
+  if delay > 0 then redis.call('HSET', dk, 'next', NOW + delay) end
+  if redis.call('HGET', dk, 'state') == 'half_open' then
+    redis.call('HSET', dk, 'probe', job.id)
+  end
+  local encoded = cjson.encode(job)
+  redis.call('SET', k_job(job.id), encoded)
+  return encoded
+end
+
+-- Pop the head of domain d: a leased job's JSON, or nil when the head was not claimable.
+local function take_head(d)
+  local popped = redis.call('ZPOPMIN', k_dq(d))
+  if #popped == 0 then return nil end
+  local id = popped[1]
+  local job, raw = load_job(id)
+  if job == nil then
+    stat('orphans')
+    return nil
+  elseif job == false then
+    dead_corrupt(id, raw, d)
+    return nil
+  end
+  if expired(job) then
+    redis.call('ZREM', k_lane(job.lane), id)
+    dead_letter(job, 'expired', 'expired before it was claimed')
+    return nil
+  end
+  return lease(job, d)
+end
+
+local function pick(n)
+  local out = {}
+  local guard = 0
+  while #out < n and guard < 2 * n + 50 do
+    guard = guard + 1
+    local top = redis.call('ZRANGE', K_READY, 0, 0)
+    if #top == 0 then break end
+    local d = top[1]
+    local encoded = take_head(d)
+    if encoded then out[#out + 1] = encoded end
+    refile(d)
+  end
+  return out
+end
+
+local paused = paused_until()
+if paused then
+  return {paused - NOW}
+end
+housekeeping(CFG.batch)
+local jobs = pick(tonumber(ARG.n) or 1)
+local result = {next_due_ms(#jobs > 0)}
+for _, j in ipairs(jobs) do result[#result + 1] = j end
+return result

@@ -1,0 +1,47 @@
+--[[
+  Read-only: per-domain figures for `status`, `breakers` and `domains`.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {domains = [names]}  at most a few hundred per call
+
+  Output: JSON text [{domain, state, ready, delayed, inflight, done, dead, enqueued,
+    consecutive_failures, window, open_until, trips, delay_ms, concurrency, next_ms,
+    dead_last_hour, dead_baseline}, ...]
+    state reports 'half_open' for an open breaker whose cooldown is over.
+]]
+--@include common
+
+local HOUR_MS = 3600000
+local out = {}
+for i, d in ipairs(ARG.domains) do
+  local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done', 'enq',
+    'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db')
+  local state = f[1] or 'closed'
+  local open_until = tonumber(f[8])
+  if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
+  if state ~= 'open' then open_until = nil end
+  local dead_hour = 0
+  local bucket = math.floor(NOW / HOUR_MS)
+  local cur = tonumber(f[13])
+  if cur == bucket then
+    local frac = (NOW % HOUR_MS) / HOUR_MS
+    dead_hour = (tonumber(f[14]) or 0) + (tonumber(f[15]) or 0) * (1 - frac)
+  elseif cur == bucket - 1 then
+    dead_hour = (tonumber(f[14]) or 0) * (1 - (NOW % HOUR_MS) / HOUR_MS)
+  end
+  out[i] = {
+    domain = d, state = state,
+    ready = redis.call('ZCARD', k_dq(d)), delayed = math.max(tonumber(f[3]) or 0, 0),
+    inflight = math.max(tonumber(f[2]) or 0, 0), done = tonumber(f[4]) or 0,
+    dead = redis.call('ZCARD', k_ddead(d)), enqueued = tonumber(f[5]) or 0,
+    consecutive_failures = tonumber(f[6]) or 0, window = f[7] or '',
+    open_until = open_until or cjson.null, trips = tonumber(f[9]) or 0,
+    delay_ms = tonumber(f[10]) or CFG.delay_ms, concurrency = tonumber(f[11]) or CFG.conc,
+    next_ms = tonumber(f[12]) or 0,
+    dead_last_hour = dead_hour, dead_baseline = tonumber(f[16]) or 0,
+  }
+end
+if #out == 0 then return '[]' end
+return cjson.encode(out)

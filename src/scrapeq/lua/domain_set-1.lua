@@ -1,0 +1,30 @@
+--[[
+  Set a domain's politeness overrides.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {domain, delay_ms?, conc?}
+      delay_ms  minimum ms between request starts; -1 restores the queue default
+      conc      jobs in flight at once (>= 1); -1 restores the queue default
+      absent fields are left as they are
+
+  Output: {delay_ms, conc} now in force (the defaults when no override is set).
+]]
+--@include common
+--@include domain
+
+local d = ARG.domain
+local dk = k_dom(d)
+redis.call('SADD', K_DOMAINS, d)
+if ARG.delay_ms then
+  if ARG.delay_ms < 0 then redis.call('HDEL', dk, 'delay')
+  else redis.call('HSET', dk, 'delay', math.floor(ARG.delay_ms)) end
+end
+if ARG.conc then
+  if ARG.conc < 0 then redis.call('HDEL', dk, 'conc')
+  else redis.call('HSET', dk, 'conc', math.floor(ARG.conc)) end
+end
+local f = redis.call('HMGET', dk, 'delay', 'conc')
+refile(d)
+return {tonumber(f[1]) or CFG.delay_ms, tonumber(f[2]) or CFG.conc}

@@ -1,0 +1,92 @@
+--[[
+  Shared prologue of every scrapeq script.
+
+  Calling convention of every script:
+    KEYS[1]  key prefix of the queue, "sq:{<queue>}:" (every key of the queue starts with it,
+             so all keys share one Redis Cluster hash slot)
+    ARGV[1]  clock offset in ms added to the server's TIME (0 in production; tests move time)
+    ARGV[2]  queue configuration, JSON (see scrapeq/scripts.py: ScriptConfig.to_json)
+    ARGV[3]  the call's own arguments, JSON (documented in each script's header)
+
+  Times are integer milliseconds of the Redis server clock.
+]]
+local P = KEYS[1]
+local CFG = cjson.decode(ARGV[2])
+local ARG = cjson.decode(ARGV[3])
+
+if redis.replicate_commands then
+  pcall(redis.replicate_commands)
+end
+
+local NOW
+do
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + (tonumber(ARGV[1]) or 0)
+end
+
+if ARG.seed then
+  math.randomseed(ARG.seed)
+end
+
+local K_DELAYED = P .. 'delayed'
+local K_READY = P .. 'domains:ready'
+local K_WAIT = P .. 'domains:wait'
+local K_DOMAINS = P .. 'domains'
+local K_INFLIGHT = P .. 'inflight'
+local K_DEAD = P .. 'dead'
+local K_STATS = P .. 'stats'
+local K_UNIQUE = P .. 'unique'
+local K_EVENTS = P .. 'events'
+local K_META = P .. 'meta'
+local K_LANES = P .. 'lanes'
+local K_TRIPS = P .. 'trips'
+local K_ACTIVE = P .. 'active'
+local K_RETIRING = P .. 'retiring'
+local K_RETIRED = P .. 'retired'
+
+local function k_job(id) return P .. 'job:' .. id end
+local function k_dq(d) return P .. 'dq:' .. d end
+local function k_dom(d) return P .. 'domain:' .. d end
+local function k_ddead(d) return P .. 'ddead:' .. d end
+local function k_lane(l) return P .. 'lane:' .. l end
+
+local EVENTS_MAXLEN = 10000
+
+local function emit(kind, domain, message)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*',
+    'kind', kind, 'domain', domain or '', 'message', message or '', 'at', NOW)
+end
+
+local function stat(field, by)
+  redis.call('HINCRBY', K_STATS, field, by or 1)
+end
+
+local function save_job(job)
+  redis.call('SET', k_job(job.id), cjson.encode(job))
+end
+
+-- Decode a stored job; nil when missing, false when corrupt.
+local function load_job(id)
+  local raw = redis.call('GET', k_job(id))
+  if not raw then return nil, nil end
+  local ok, job = pcall(cjson.decode, raw)
+  if not ok or type(job) ~= 'table' or job.id ~= id or type(job.url) ~= 'string'
+      or type(job.domain) ~= 'string' or type(job.lane) ~= 'string'
+      or type(job.attempts) ~= 'number' or type(job.max_attempts) ~= 'number'
+      or type(job.off) ~= 'number' or type(job.eligible) ~= 'number' then
+    return false, raw
+  end
+  return job, raw
+end
+
+local ERRORS_KEPT = 10
+
+local function push_error(job, kind, message)
+  local errors = job.errors
+  if type(errors) ~= 'table' then errors = {} end
+  message = tostring(message or '')
+  if #message > 500 then message = string.sub(message, 1, 497) .. '...' end
+  errors[#errors + 1] = {at = NOW, kind = kind, message = message}
+  while #errors > ERRORS_KEPT do table.remove(errors, 1) end
+  job.errors = errors
+end

@@ -1,0 +1,171 @@
+--[[
+  Domain scheduling: where a domain is filed (ready, waiting for a time, or parked until an ack)
+  and its circuit breaker. Depends on common.lua.
+
+  Domain hash sq:{Q}:domain:<d> fields:
+    inflight     jobs claimed and not settled
+    next         ms: earliest next request start (politeness delay, Retry-After)
+    state        closed | open | half_open | retired (absent = closed)
+    fails        consecutive failures (closed state)
+    win          last outcomes, oldest first, '1' failure '0' success (at most CFG.window)
+    open_until   ms: end of the current cooldown
+    trips        consecutive trips (reset by a successful probe)
+    probe        id of the half-open probe job
+    delay, conc  per-domain overrides (ms between request starts, jobs in flight)
+    delayed      jobs of the domain in the delayed zset
+    enq, done    totals since the domain was first seen
+    dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
+                 bucket's count, baseline (moving average of completed hours)
+]]
+
+local function domain_cap(conc_override, state)
+  if state == 'half_open' then return 1 end
+  return tonumber(conc_override) or CFG.conc
+end
+
+-- File domain d where it belongs now. Returns true when it may dispatch.
+local function refile(d)
+  local dk = k_dom(d)
+  local f = redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')
+  local state = f[3] or 'closed'
+  if state == 'retired' then
+    redis.call('ZREM', K_READY, d)
+    redis.call('ZREM', K_WAIT, d)
+    return false
+  end
+  local head = redis.call('ZRANGE', k_dq(d), 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', K_READY, d)
+    redis.call('ZREM', K_WAIT, d)
+    return false
+  end
+  if state == 'open' then
+    local open_until = tonumber(f[4]) or 0
+    if NOW < open_until then
+      redis.call('ZREM', K_READY, d)
+      redis.call('ZADD', K_WAIT, open_until, d)
+      return false
+    end
+    state = 'half_open'
+    redis.call('HSET', dk, 'state', 'half_open', 'probe', '')
+    emit('half_open', d, 'cooldown over: one probe allowed')
+  end
+  if (tonumber(f[1]) or 0) >= domain_cap(f[5], state) then
+    redis.call('ZREM', K_READY, d)
+    redis.call('ZREM', K_WAIT, d)
+    return false
+  end
+  local nxt = tonumber(f[2]) or 0
+  if nxt > NOW then
+    redis.call('ZREM', K_READY, d)
+    redis.call('ZADD', K_WAIT, nxt, d)
+    return false
+  end
+  redis.call('ZADD', K_READY, head[2], d)
+  redis.call('ZREM', K_WAIT, d)
+  return true
+end
+
+local function paused_until()
+  local p = tonumber(redis.call('HGET', K_META, 'paused_until')) or 0
+  if p > NOW then return p end
+  return nil
+end
+
+-- Cooldown of the n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
+local function cooldown_ms(trips)
+  local base = CFG.cool_ms * (2 ^ math.min(trips - 1, 40))
+  if base > CFG.cool_max_ms then base = CFG.cool_max_ms end
+  return math.floor(base * (0.8 + 0.4 * math.random()))
+end
+
+local function open_breaker(d, trips, cool, why)
+  redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
+    'fails', 0, 'win', '', 'probe', '')
+  emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
+  refile(d)
+end
+
+local function retire(d, why)
+  redis.call('HSET', k_dom(d), 'state', 'retired', 'probe', '')
+  redis.call('SADD', K_RETIRING, d)
+  redis.call('SADD', K_RETIRED, d)
+  redis.call('ZREM', K_READY, d)
+  redis.call('ZREM', K_WAIT, d)
+  emit('retired', d, why)
+end
+
+local function close_breaker(d)
+  redis.call('HSET', k_dom(d), 'state', 'closed', 'fails', 0, 'win', '', 'trips', 0,
+    'open_until', 0, 'probe', '')
+  redis.call('SREM', K_RETIRING, d)
+  redis.call('SREM', K_RETIRED, d)
+end
+
+-- The global-fault guard: too many healthy domains tripping together means the fault is ours.
+local function global_guard(d)
+  redis.call('ZADD', K_TRIPS, NOW, d)
+  redis.call('ZREMRANGEBYSCORE', K_TRIPS, '-inf', NOW - CFG.g_window_ms)
+  redis.call('ZREMRANGEBYSCORE', K_ACTIVE, '-inf', NOW - CFG.g_window_ms)
+  local tripped = redis.call('ZCARD', K_TRIPS)
+  local active = redis.call('ZCARD', K_ACTIVE)
+  if tripped < CFG.g_min or tripped < CFG.g_share * active then return false end
+  local pause = cooldown_ms(1)
+  redis.call('HSET', K_META, 'paused_until', NOW + pause,
+    'pause_reason', string.format('%d of %d active domains tripped within %.0f s',
+      tripped, active, CFG.g_window_ms / 1000))
+  for _, td in ipairs(redis.call('ZRANGE', K_TRIPS, 0, 999)) do
+    local trips = tonumber(redis.call('HGET', k_dom(td), 'trips')) or 1
+    redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
+      'trips', math.max(trips - 1, 0), 'open_until', 0, 'probe', '')
+    refile(td)
+  end
+  redis.call('DEL', K_TRIPS)
+  emit('global_pause', '', string.format(
+    'dispatch paused %.1f s: %d of %d active domains tripped together; likely our fault',
+    pause / 1000, tripped, active))
+  return true
+end
+
+-- Trip domain d (closed or half-open); retires it after CFG.max_trips consecutive trips.
+local function trip(d, why, from_closed)
+  local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
+  if trips >= CFG.max_trips then
+    redis.call('HSET', k_dom(d), 'trips', trips)
+    retire(d, string.format('%s; retired after %d consecutive trips', why, trips))
+    return
+  end
+  open_breaker(d, trips, cooldown_ms(trips), why)
+  if from_closed then global_guard(d) end
+end
+
+-- Record one outcome of job `job_id` for domain d: failed true/false.
+local function breaker_outcome(d, failed, job_id)
+  local dk = k_dom(d)
+  redis.call('ZADD', K_ACTIVE, NOW, d)
+  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe')
+  local state = f[1] or 'closed'
+  if state == 'open' or state == 'retired' then return end
+  if state == 'half_open' then
+    if f[4] ~= job_id then return end
+    if failed then
+      trip(d, 'probe failed', false)
+    else
+      close_breaker(d)
+      emit('recovered', d, 'probe succeeded: breaker closed')
+    end
+    return
+  end
+  local win = (f[3] or '') .. (failed and '1' or '0')
+  if #win > CFG.window then win = string.sub(win, -CFG.window) end
+  local fails = 0
+  if failed then fails = (tonumber(f[2]) or 0) + 1 end
+  redis.call('HSET', dk, 'fails', fails, 'win', win)
+  if not failed or paused_until() then return end
+  local _, nfail = string.gsub(win, '1', '')
+  if fails >= CFG.fails then
+    trip(d, string.format('%d consecutive failures', fails), true)
+  elseif #win >= CFG.min_calls and nfail >= CFG.rate * #win then
+    trip(d, string.format('%d of the last %d calls failed', nfail, #win), true)
+  end
+end

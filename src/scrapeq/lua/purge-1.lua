@@ -1,0 +1,34 @@
+--[[
+  Delete dead letters, oldest first, a bounded slice per call.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {older_ms?, domain?, limit}
+      older_ms  only dead letters that died at least this many ms ago (absent: all)
+      domain    only this domain's dead letters
+
+  Output: {purged, remaining}  remaining = matching dead letters left after this call
+]]
+--@include common
+
+local max_score = '+inf'
+if ARG.older_ms then max_score = NOW - ARG.older_ms end
+local key = K_DEAD
+if ARG.domain then key = k_ddead(ARG.domain) end
+local limit = tonumber(ARG.limit) or 100
+local ids = redis.call('ZRANGEBYSCORE', key, '-inf', max_score, 'LIMIT', 0, limit)
+for _, id in ipairs(ids) do
+  local raw = redis.call('GET', k_job(id))
+  local ok, job = pcall(cjson.decode, raw or '')
+  if ok and type(job) == 'table' and type(job.domain) == 'string' then
+    redis.call('ZREM', k_ddead(job.domain), id)
+    if job.fp and redis.call('HGET', K_UNIQUE, job.fp) == id then
+      redis.call('HDEL', K_UNIQUE, job.fp)
+    end
+  end
+  redis.call('ZREM', K_DEAD, id)
+  if ARG.domain then redis.call('ZREM', key, id) end
+  redis.call('DEL', k_job(id))
+end
+return {#ids, redis.call('ZCOUNT', key, '-inf', max_score)}

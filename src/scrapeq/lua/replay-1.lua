@@ -1,0 +1,81 @@
+--[[
+  Move dead letters back to their domains' ready queues, a bounded slice per call.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {mode = 'ids' | 'domain' | 'all', ids?, domain?, reset = bool, limit}
+      ids     dead letter ids (mode 'ids')
+      reset   attempts (and throttles) start again from zero
+      limit   at most this many jobs are moved by this call (modes 'domain' and 'all')
+      offset  skip this many dead letters first (those a previous call could not replay)
+
+  A replayed job keeps its lane and error history, is eligible now, and gets one more attempt
+  at least when its budget was spent. A retired domain whose jobs are replayed is un-retired
+  (breaker reset): replaying is the operator saying "try this site again".
+
+  Output: {moved, remaining, skipped, missing_1, ...}
+    remaining  dead letters of the selection still after offset + skipped
+               (modes 'domain' and 'all'); a caller paging through adds skipped to offset
+    skipped    dead letters of this slice that cannot be replayed (corrupt payloads)
+    missing_i  ids (mode 'ids') that are not dead letters, or cannot be replayed (corrupt)
+]]
+--@include common
+--@include domain
+--@include jobs
+
+local function replay_one(id, touched)
+  if not redis.call('ZSCORE', K_DEAD, id) then return false end
+  local job = load_job(id)
+  if not job then return false end
+  redis.call('ZREM', K_DEAD, id)
+  redis.call('ZREM', k_ddead(job.domain), id)
+  job.dead_reason = nil
+  job.died = nil
+  job.throttles = 0
+  if ARG.reset then
+    job.attempts = 0
+  elseif job.attempts >= job.max_attempts then
+    job.attempts = job.max_attempts - 1
+  end
+  job.eligible = NOW
+  if job.fp and not redis.call('HGET', K_UNIQUE, job.fp) then
+    redis.call('HSET', K_UNIQUE, job.fp, id)
+  end
+  if redis.call('HGET', k_dom(job.domain), 'state') == 'retired' then
+    close_breaker(job.domain)
+    emit('reset', job.domain, 'un-retired: its dead letters were replayed')
+  end
+  put_ready(job)
+  save_job(job)
+  stat('replayed')
+  touched[job.domain] = true
+  return true
+end
+
+local touched = {}
+local moved = 0
+local out = {0, 0, 0}
+if ARG.mode == 'ids' then
+  for _, id in ipairs(ARG.ids) do
+    if replay_one(id, touched) then moved = moved + 1 else out[#out + 1] = id end
+  end
+else
+  local key = K_DEAD
+  if ARG.mode == 'domain' then key = k_ddead(ARG.domain) end
+  local limit = tonumber(ARG.limit) or 100
+  local skipped = 0
+  local offset = tonumber(ARG.offset) or 0
+  for _, id in ipairs(redis.call('ZRANGE', key, offset, offset + limit - 1)) do
+    if replay_one(id, touched) then
+      moved = moved + 1
+    else
+      skipped = skipped + 1
+    end
+  end
+  out[2] = math.max(redis.call('ZCARD', key) - offset - skipped, 0)
+  out[3] = skipped
+end
+for d in pairs(touched) do refile(d) end
+out[1] = moved
+return out

@@ -1,0 +1,114 @@
+--[[
+  Settle many claimed jobs in one call: done, retry, throttle, fail or release.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?}]}
+      o       'done' | 'retry' | 'throttle' | 'fail' | 'release'
+      df      breaker input for the job's domain: true = a failure (timeout, 5xx, slow call),
+              false = a success; absent = no information (released, our own fault, 404)
+      delay   ms before the job is eligible again (retry, throttle, release)
+      ra      ms the whole domain is parked (Retry-After); throttle and retry
+      kind    error kind kept in the history (retry, throttle, fail), e.g. 'http_503'
+      msg     error message kept in the history
+      reason  dead-letter reason (fail), e.g. 'http_404'
+
+  Output: one status per item, in order:
+    'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
+    'stale': the token does not own the job (lease reaped and re-claimed, or already settled);
+             nothing was changed for that item.
+
+  Errors: 'SQ_BAD_OUTCOME <o>' when an item has an unknown outcome (nothing changed before it
+  for that item; earlier items stay settled).
+]]
+--@include common
+--@include domain
+--@include jobs
+
+local OUTCOMES = {done = true, retry = true, throttle = true, fail = true, release = true}
+
+local function park_domain(d, ra)
+  if ra and ra > 0 then
+    local dk = k_dom(d)
+    local nxt = tonumber(redis.call('HGET', dk, 'next')) or 0
+    if NOW + ra > nxt then redis.call('HSET', dk, 'next', NOW + ra) end
+  end
+end
+
+local function settle_done(job)
+  redis.call('DEL', k_job(job.id))
+  release_unique(job)
+  redis.call('HINCRBY', k_dom(job.domain), 'done', 1)
+  stat('done')
+  stat('done:' .. job.lane)
+  return 'done'
+end
+
+local function settle_throttle(job, it)
+  job.attempts = job.attempts - 1
+  job.throttles = (job.throttles or 0) + 1
+  park_domain(job.domain, it.ra)
+  if job.throttles > CFG.max_throttles then
+    push_error(job, it.kind or 'throttled', it.msg)
+    dead_letter(job, 'max_throttles', nil)
+    return 'dead'
+  end
+  push_error(job, it.kind or 'throttled', it.msg)
+  put_delayed(job, NOW + math.max(it.delay or 0, it.ra or 0))
+  save_job(job)
+  stat('throttled')
+  return 'throttled'
+end
+
+local function settle_release(job, it)
+  job.attempts = math.max(job.attempts - 1, 0)
+  stat('released')
+  if (it.delay or 0) > 0 then
+    put_delayed(job, NOW + it.delay)
+  else
+    put_ready(job)
+  end
+  save_job(job)
+  return 'released'
+end
+
+local function settle_one(it)
+  if not OUTCOMES[it.o] then
+    return redis.error_reply('SQ_BAD_OUTCOME ' .. tostring(it.o))
+  end
+  local job = load_job(it.id)
+  if not job or job.token ~= it.token or not redis.call('ZSCORE', K_INFLIGHT, it.id) then
+    return 'stale'
+  end
+  leave_inflight(job)
+  local d = job.domain
+  if it.df ~= nil and it.df ~= cjson.null then breaker_outcome(d, it.df, job.id) end
+  local dk = k_dom(d)
+  if redis.call('HGET', dk, 'probe') == job.id then redis.call('HSET', dk, 'probe', '') end
+  local status
+  if it.o == 'done' then
+    status = settle_done(job)
+  elseif it.o == 'retry' then
+    park_domain(d, it.ra)
+    local delay = math.max(it.delay or 0, it.ra or 0)
+    status = retry_or_dead(job, delay, it.kind or 'error', it.msg)
+  elseif it.o == 'throttle' then
+    status = settle_throttle(job, it)
+  elseif it.o == 'fail' then
+    dead_letter(job, it.reason or it.kind or 'failed', it.msg or '')
+    status = 'dead'
+  else
+    status = settle_release(job, it)
+  end
+  refile(d)
+  return status
+end
+
+local out = {}
+for i, it in ipairs(ARG.items) do
+  local status = settle_one(it)
+  if type(status) == 'table' then return status end
+  out[i] = status
+end
+return out

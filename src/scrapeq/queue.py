@@ -1,0 +1,739 @@
+"""The queue: a sync :class:`Queue` and an async :class:`AsyncQueue` with the same methods.
+
+Each public method is written once, as an *operation*: a generator that yields
+:class:`~scrapeq.scripts.Call` (a Lua script) or :class:`Command` (a read-only Redis command)
+and receives each answer. The sync queue drives operations with a blocking client, the async
+queue with ``redis.asyncio``; the bookkeeping is shared, the I/O is theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+
+from . import scripts
+from .backoff import full_jitter
+from .errors import ConfigError, RedisUnavailable, StaleLease
+from .job import Job
+from .keys import Keys
+from .scripts import Call, EnqueueSpec, ScriptConfig, Settlement
+from .settings import Settings
+from .urls import fingerprint, parse_target
+
+__all__ = ["AsyncQueue", "Claimed", "EnqueueResult", "Queue"]
+
+T = TypeVar("T")
+
+#: Domains asked about per domain_info call, and dead letters read per page.
+_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A read-only Redis command an operation wants run, with its answer's parser."""
+
+    args: tuple[Any, ...]
+    parse: Any = None
+
+
+Step = Call[Any] | Command
+Op = Generator[Step, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What happened to one enqueued URL.
+
+    Attributes:
+        id: the job's id (for a duplicate: the pending job that has the fingerprint).
+        status: ``added``, ``duplicate``, or ``dead`` (its domain is retired: the job went
+            straight to the dead letters, replayable).
+    """
+
+    id: str
+    status: str
+
+    @property
+    def added(self) -> bool:
+        return self.status != "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The answer of a claim.
+
+    Attributes:
+        jobs: the claimed jobs, leased to the caller.
+        next_due: seconds until something is next due (a delayed job, a parked domain, a
+            lease to reap, the end of a global pause); 0.0 when jobs are ready now; ``None``
+            when nothing at all is scheduled.
+    """
+
+    jobs: list[Job]
+    next_due: float | None
+
+
+def _iso(ms: float | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> int | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise ConfigError(name, "a number of seconds is required")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(name, f"expected a number of seconds, got {value!r}")
+    if value < 0:
+        raise ConfigError(name, f"must be >= 0 seconds, got {value!r}")
+    return round(value * 1000)
+
+
+class _QueueCore:
+    """Everything but the I/O: argument checks, operations, result shaping."""
+
+    def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        if name is not None and name != self.settings.queue:
+            self.settings = self.settings.replace(queue=name)
+        self.name = self.settings.queue
+        self.keys = Keys(self.name)
+        self._config_json = ScriptConfig.from_settings(self.settings).to_json()
+        #: Testing switch: milliseconds added to the Redis clock in every script call.
+        self.testing_clock_offset_ms = 0
+
+    # --- building jobs ---------------------------------------------------------------------
+
+    def prepare(
+        self,
+        url: str,
+        *,
+        lane: str | None = None,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        payload: Any = None,
+        unique: bool = False,
+        expires: float | None = None,
+    ) -> EnqueueSpec:
+        """Validate one job without touching Redis.
+
+        Args:
+            url: http(s) URL; refused when invalid or (without ``allow_private``) private.
+            lane: lane name; default the settings' default lane (``normal``).
+            delay: seconds before the job is eligible.
+            max_attempts: attempt budget; default ``settings.max_attempts``.
+            payload: any JSON-serialisable value, handed to the handler.
+            unique: skip the job while a pending job has the same URL.
+            expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
+
+        Raises:
+            InvalidURL: the URL is refused.
+            ConfigError: another argument is bad (names it).
+        """
+        target = parse_target(url, allow_private=self.settings.allow_private)
+        lanes = self.settings.lanes
+        lane_name = lane if lane is not None else lanes.default_lane
+        off_ms = lanes.offset_ms(lane_name)
+        attempts = self.settings.max_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("max_attempts", f"must be an integer >= 1, got {attempts!r}")
+        try:
+            payload_json = None if payload is None else json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("payload", f"not JSON-serialisable: {exc}") from None
+        expires_ms = _seconds_ms("expires", expires)
+        if expires_ms is not None and expires_ms <= 0:
+            raise ConfigError("expires", "must be > 0 seconds")
+        return EnqueueSpec(
+            url=target.url,
+            domain=target.domain,
+            lane=lane_name,
+            off_ms=off_ms,
+            delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,
+            max_attempts=attempts,
+            payload_json=payload_json,
+            expires_ms=expires_ms,
+            fingerprint=fingerprint(target.url) if unique else None,
+        )
+
+    # --- operations --------------------------------------------------------------------------
+
+    def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
+        results: list[EnqueueResult] = []
+        for start in range(0, len(specs), 500):
+            answers = yield scripts.enqueue(specs[start : start + 500])
+            results.extend(_enqueue_result(a) for a in answers)
+        return results
+
+    def _op_claim(self, n: int) -> Op[Claimed]:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("n", f"claim size must be an integer >= 1, got {n!r}")
+        next_ms, texts = yield scripts.claim(n)
+        jobs = [Job.from_json(t) for t in texts]
+        return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
+
+    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+        out: list[str] = []
+        for start in range(0, len(items), 500):
+            out.extend((yield scripts.settle(items[start : start + 500])))
+        return out
+
+    def _op_settle_one(self, item: Settlement) -> Op[str]:
+        (status,) = yield scripts.settle([item])
+        if status == "stale":
+            raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
+        return str(status)
+
+    def _op_heartbeat(self, jobs: Sequence[Job], lease: float | None) -> Op[list[bool]]:
+        lease_ms = _seconds_ms("lease", lease)
+        if not jobs:
+            return []
+        renewed: list[bool] = yield scripts.heartbeat([(j.id, j.token) for j in jobs], lease_ms)
+        return renewed
+
+    def _op_status(self) -> Op[dict[str, Any]]:
+        raw = yield scripts.status(self.settings.lanes.names)
+        domains = yield from self._op_domains_info(None)
+        return _shape_status(self.name, raw, domains)
+
+    def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
+        if domains is None:
+            members = yield Command(("SMEMBERS", self.keys.domains))
+            domains = sorted(str(m) for m in members)
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(domains), _PAGE):
+            out.extend((yield scripts.domain_info(domains[start : start + _PAGE])))
+        return out
+
+    def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
+        key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
+        ids = yield Command(("ZREVRANGE", key, 0, max(limit, 1) - 1))
+        if not ids:
+            return []
+        texts = yield Command(("MGET", *[self.keys.job(i) for i in ids]))
+        return [_dead_job(i, t) for i, t in zip(ids, texts, strict=True) if t is not None]
+
+    def _op_get_job(self, job_id: str) -> Op[Job | None]:
+        text = yield Command(("GET", self.keys.job(job_id)))
+        return None if text is None else _dead_job(job_id, text)
+
+    def _op_replay(
+        self, ids: Sequence[str] | None, domain: str | None, everything: bool, reset: bool
+    ) -> Op[tuple[int, list[str]]]:
+        chosen = [ids is not None, domain is not None, everything]
+        if sum(chosen) != 1:
+            raise ConfigError("replay", "choose exactly one of ids, domain or all")
+        if ids is not None:
+            answer = yield scripts.replay("ids", ids=list(ids), reset=reset)
+            return answer.moved, answer.missing
+        mode = "domain" if domain is not None else "all"
+        moved, offset = 0, 0
+        while True:
+            answer = yield scripts.replay(mode, domain=domain, reset=reset, offset=offset)
+            moved += answer.moved
+            offset += answer.skipped
+            if answer.remaining <= 0 or (answer.moved == 0 and answer.skipped == 0):
+                return moved, []
+
+    def _op_purge(self, older_than: float | None, domain: str | None) -> Op[int]:
+        older_ms = _seconds_ms("older_than", older_than)
+        total = 0
+        while True:
+            purged: int
+            remaining: int
+            purged, remaining = yield scripts.purge(older_ms, domain)
+            total += purged
+            if remaining <= 0 or purged == 0:
+                return total
+
+    def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
+        cool_ms = _seconds_ms("cooldown", cooldown)
+        return str((yield scripts.breaker(domain, action, cool_ms)))
+
+    def _op_domain_set(
+        self, domain: str, delay: float | None, concurrency: int | None
+    ) -> Op[dict[str, Any]]:
+        delay_ms = _seconds_ms("delay", delay)
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ConfigError("concurrency", f"must be an integer >= 1, got {concurrency!r}")
+        got_delay, got_conc = yield scripts.domain_set(domain, delay_ms, concurrency)
+        return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc}
+
+    def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
+        entries = yield Command(("XREVRANGE", self.keys.events, "+", "-", "COUNT", count))
+        return [_event(entry_id, fields) for entry_id, fields in entries]
+
+    # --- settlements ---------------------------------------------------------------------------
+
+    def done(self, job: Job, *, domain_failed: bool = False) -> Settlement:
+        """A finished job; ``domain_failed`` charges the domain (a slow call)."""
+        return Settlement(job.id, job.token, "done", domain_failed=domain_failed)
+
+    def retrying(
+        self,
+        job: Job,
+        *,
+        kind: str = "error",
+        message: str = "",
+        delay: float | None = None,
+        retry_after: float | None = None,
+        domain_failed: bool | None = True,
+    ) -> Settlement:
+        """A failed attempt to retry after ``delay`` seconds (default: full-jitter backoff)."""
+        if delay is None:
+            s = self.settings
+            delay = full_jitter(max(job.attempts - 1, 0), base=s.backoff_base, cap=s.backoff_cap)
+        return Settlement(
+            job.id,
+            job.token,
+            "retry",
+            domain_failed=domain_failed,
+            delay_ms=_seconds_ms("delay", delay) or 0,
+            retry_after_ms=_seconds_ms("retry_after", retry_after) or 0,
+            kind=kind,
+            message=message,
+        )
+
+    def throttling(
+        self,
+        job: Job,
+        retry_after: float | None,
+        *,
+        kind: str = "http_429",
+        message: str = "",
+        domain_failed: bool | None = True,
+    ) -> Settlement:
+        """A throttled attempt (429, 503 + Retry-After): the domain parks, no attempt spent."""
+        wait = retry_after if retry_after is not None else self.settings.backoff_base
+        return Settlement(
+            job.id,
+            job.token,
+            "throttle",
+            domain_failed=domain_failed,
+            delay_ms=_seconds_ms("retry_after", wait) or 0,
+            retry_after_ms=_seconds_ms("retry_after", retry_after) or 0,
+            kind=kind,
+            message=message,
+        )
+
+    def failing(
+        self, job: Job, reason: str, message: str = "", *, domain_failed: bool | None = None
+    ) -> Settlement:
+        """A permanent failure: the job goes to the dead letters with ``reason``."""
+        return Settlement(
+            job.id,
+            job.token,
+            "fail",
+            domain_failed=domain_failed,
+            reason=reason,
+            kind=reason,
+            message=message,
+        )
+
+    def releasing(self, job: Job, *, delay: float = 0.0) -> Settlement:
+        """Give a job back without spending an attempt or blaming its domain."""
+        return Settlement(job.id, job.token, "release", delay_ms=_seconds_ms("delay", delay) or 0)
+
+
+def _enqueue_result(answer: str) -> EnqueueResult:
+    if answer.startswith("dup:"):
+        return EnqueueResult(answer[4:], "duplicate")
+    if answer.startswith("dead:"):
+        return EnqueueResult(answer[5:], "dead")
+    return EnqueueResult(answer, "added")
+
+
+def _dead_job(job_id: str, text: str) -> Job:
+    try:
+        return Job.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return Job(id=job_id, url="", domain="", lane="", attempts=0, max_attempts=0, raw=text)
+
+
+def _event(entry_id: str, fields: Any) -> dict[str, Any]:
+    data = fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2], strict=True))
+    at = data.get("at")
+    return {
+        "id": entry_id,
+        "kind": data.get("kind", ""),
+        "domain": data.get("domain", ""),
+        "message": data.get("message", ""),
+        "at": _iso(float(at)) if at else None,
+    }
+
+
+_DOMAIN_FIELDS = ("domain", "state", "ready", "delayed", "inflight", "done", "dead")
+
+#: A dead-letter spike: at least this many in the last hour and this many times the baseline.
+SPIKE_MIN = 10
+SPIKE_FACTOR = 3.0
+
+
+def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
+    out = {f: info[f] for f in _DOMAIN_FIELDS}
+    out["consecutive_failures"] = info["consecutive_failures"]
+    out["open_until"] = _iso(info["open_until"])
+    return out
+
+
+def _alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str, str]]:
+    alarms: list[dict[str, str]] = []
+    if raw.get("paused_until"):
+        alarms.append(
+            {"kind": "global_pause", "domain": "", "message": str(raw.get("pause_reason") or "")}
+        )
+    for info in domains:
+        if info["state"] == "retired":
+            alarms.append(
+                {
+                    "kind": "domain_retired",
+                    "domain": info["domain"],
+                    "message": f"retired after {info['trips']} consecutive trips; "
+                    "its backlog is in the dead letters",
+                }
+            )
+        last_hour, baseline = info["dead_last_hour"], info["dead_baseline"]
+        if last_hour >= SPIKE_MIN and last_hour >= SPIKE_FACTOR * max(baseline, 1.0):
+            alarms.append(
+                {
+                    "kind": "dead_letter_spike",
+                    "domain": info["domain"],
+                    "message": f"{last_hour:.0f} dead letters in the last hour "
+                    f"(baseline {baseline:.1f}/h)",
+                }
+            )
+    return alarms
+
+
+def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
+    stats = raw.get("stats") or {}
+    lanes = raw.get("lanes") or {}
+    return {
+        "queue": name,
+        "counts": {
+            "enqueued": int(stats.get("enqueued", 0)),
+            "ready": int(raw["ready"]),
+            "delayed": int(raw["delayed"]),
+            "inflight": int(raw["inflight"]),
+            "done": int(stats.get("done", 0)),
+            "dead": int(raw["dead"]),
+        },
+        "lanes": {
+            lane: {
+                "ready": int(lanes[lane]["ready"]),
+                "delayed": max(int(lanes[lane]["delayed"]), 0),
+                "oldest_ready_age": round(lanes[lane]["oldest_ready_ms"] / 1000, 3),
+            }
+            for lane in raw.get("lane_order") or []
+        },
+        "domains": [_shape_domain(d) for d in domains],
+        "paused_until": _iso(raw.get("paused_until")),
+        "alarms": _alarms(raw, domains),
+    }
+
+
+def _wrap_connection_error(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis connection failed: {exc}")
+
+
+class Queue(_QueueCore):
+    """A queue over a blocking redis-py client: for producers, admin tools and tests.
+
+    Args:
+        client: a ``redis.Redis`` created with ``decode_responses=True``.
+        name: queue name (overrides ``settings.queue``).
+        settings: the settings in force; defaults to :class:`Settings` defaults.
+    """
+
+    def __init__(
+        self, client: redis.Redis, name: str | None = None, *, settings: Settings | None = None
+    ) -> None:
+        super().__init__(name, settings=settings)
+        self.client = client
+        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
+
+    @classmethod
+    def from_url(
+        cls, url: str, name: str | None = None, *, settings: Settings | None = None
+    ) -> Queue:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        return cls(redis.Redis.from_url(url, decode_responses=True), name, settings=settings)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _drive(self, op: Op[T]) -> T:
+        try:
+            step = next(op)
+            while True:
+                step = op.send(self._step(step))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _step(self, step: Step) -> Any:
+        try:
+            if isinstance(step, Command):
+                return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+            raw = self._scripts[step.script](
+                keys=[self.keys.prefix],
+                args=[self.testing_clock_offset_ms, self._config_json, step.args],
+            )
+        except redis.ResponseError as exc:
+            raise scripts.map_error(str(exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _wrap_connection_error(exc) from exc
+        return step.parse(raw)
+
+    # --- public API (one line each: the operations above hold the logic) -----------------------
+
+    def enqueue(self, url: str, **options: Any) -> EnqueueResult:
+        """Add one job (options as :meth:`prepare`)."""
+        return self._drive(self._op_enqueue([self.prepare(url, **options)]))[0]
+
+    def enqueue_many(
+        self, urls: Iterable[str | EnqueueSpec], **options: Any
+    ) -> list[EnqueueResult]:
+        """Add many jobs; every URL is validated before anything is written."""
+        specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
+        return self._drive(self._op_enqueue(specs))
+
+    def claim(self, n: int = 1) -> Claimed:
+        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
+        return self._drive(self._op_claim(n))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[str]:
+        """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
+        return self._drive(self._op_settle(items))
+
+    def ack(self, job: Job, *, domain_failed: bool = False) -> str:
+        """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
+        return self._drive(self._op_settle_one(self.done(job, domain_failed=domain_failed)))
+
+    def retry(self, job: Job, **options: Any) -> str:
+        """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
+        return self._drive(self._op_settle_one(self.retrying(job, **options)))
+
+    def throttle(self, job: Job, retry_after: float | None, **options: Any) -> str:
+        """Defer a throttled job without spending an attempt; the domain parks."""
+        return self._drive(self._op_settle_one(self.throttling(job, retry_after, **options)))
+
+    def fail(self, job: Job, reason: str, message: str = "", **options: Any) -> str:
+        """Dead-letter a claimed job at once."""
+        return self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
+
+    def release(self, job: Job, *, delay: float = 0.0) -> str:
+        """Give a claimed job back without spending an attempt."""
+        return self._drive(self._op_settle_one(self.releasing(job, delay=delay)))
+
+    def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
+        """Renew leases; answers per job whether its token still owns it."""
+        return self._drive(self._op_heartbeat(jobs, lease))
+
+    def reap(self) -> tuple[int, int, int]:
+        """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
+        return self._step(scripts.reap())  # type: ignore[no-any-return]
+
+    def status(self) -> dict[str, Any]:
+        """Counts, lanes, domains and alarms in the ``status --json`` schema."""
+        return self._drive(self._op_status())
+
+    def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Full per-domain figures (breaker state, politeness, counts)."""
+        return self._drive(self._op_domains_info(domains))
+
+    def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
+        """Dead letters, newest first."""
+        return self._drive(self._op_dead_letters(domain, limit))
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The stored job, or None when it does not exist (done jobs are deleted)."""
+        return self._drive(self._op_get_job(job_id))
+
+    def replay(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        all: bool = False,
+        reset_attempts: bool = False,
+    ) -> tuple[int, list[str]]:
+        """Move dead letters back to their lanes; answers (moved, ids not found)."""
+        return self._drive(self._op_replay(ids, domain, all, reset_attempts))
+
+    def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
+        """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
+        return self._drive(self._op_purge(older_than, domain))
+
+    def breaker_reset(self, domain: str) -> str:
+        """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
+        return self._drive(self._op_breaker(domain, "reset", None))
+
+    def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
+        """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
+        return self._drive(self._op_breaker(domain, "trip", cooldown))
+
+    def domain_set(
+        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+    ) -> dict[str, Any]:
+        """Set a domain's politeness overrides; answers what is now in force."""
+        return self._drive(self._op_domain_set(domain, delay, concurrency))
+
+    def events(self, count: int = 100) -> list[dict[str, Any]]:
+        """Recent events (trips, recoveries, retirements, dead letters), newest first."""
+        return self._drive(self._op_events(count))
+
+
+class AsyncQueue(_QueueCore):
+    """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        name: str | None = None,
+        *,
+        settings: Settings | None = None,
+    ) -> None:
+        super().__init__(name, settings=settings)
+        self.client = client
+        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
+
+    @classmethod
+    def from_url(
+        cls, url: str, name: str | None = None, *, settings: Settings | None = None
+    ) -> AsyncQueue:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+        return cls(
+            redis.asyncio.Redis.from_url(url, decode_responses=True), name, settings=settings
+        )
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _drive(self, op: Op[T]) -> T:
+        try:
+            step = next(op)
+            while True:
+                step = op.send(await self._step(step))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _step(self, step: Step) -> Any:
+        try:
+            if isinstance(step, Command):
+                return await self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+            raw = await self._scripts[step.script](
+                keys=[self.keys.prefix],
+                args=[self.testing_clock_offset_ms, self._config_json, step.args],
+            )
+        except redis.ResponseError as exc:
+            raise scripts.map_error(str(exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _wrap_connection_error(exc) from exc
+        return step.parse(raw)
+
+    async def enqueue(self, url: str, **options: Any) -> EnqueueResult:
+        """Add one job (options as :meth:`prepare`)."""
+        return (await self._drive(self._op_enqueue([self.prepare(url, **options)])))[0]
+
+    async def enqueue_many(
+        self, urls: Iterable[str | EnqueueSpec], **options: Any
+    ) -> list[EnqueueResult]:
+        """Add many jobs; every URL is validated before anything is written."""
+        specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
+        return await self._drive(self._op_enqueue(specs))
+
+    async def claim(self, n: int = 1) -> Claimed:
+        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
+        return await self._drive(self._op_claim(n))
+
+    async def settle_many(self, items: Sequence[Settlement]) -> list[str]:
+        """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
+        return await self._drive(self._op_settle(items))
+
+    async def ack(self, job: Job, *, domain_failed: bool = False) -> str:
+        """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
+        return await self._drive(self._op_settle_one(self.done(job, domain_failed=domain_failed)))
+
+    async def retry(self, job: Job, **options: Any) -> str:
+        """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
+        return await self._drive(self._op_settle_one(self.retrying(job, **options)))
+
+    async def throttle(self, job: Job, retry_after: float | None, **options: Any) -> str:
+        """Defer a throttled job without spending an attempt; the domain parks."""
+        return await self._drive(self._op_settle_one(self.throttling(job, retry_after, **options)))
+
+    async def fail(self, job: Job, reason: str, message: str = "", **options: Any) -> str:
+        """Dead-letter a claimed job at once."""
+        return await self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
+
+    async def release(self, job: Job, *, delay: float = 0.0) -> str:
+        """Give a claimed job back without spending an attempt."""
+        return await self._drive(self._op_settle_one(self.releasing(job, delay=delay)))
+
+    async def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
+        """Renew leases; answers per job whether its token still owns it."""
+        return await self._drive(self._op_heartbeat(jobs, lease))
+
+    async def reap(self) -> tuple[int, int, int]:
+        """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
+        return await self._step(scripts.reap())  # type: ignore[no-any-return]
+
+    async def status(self) -> dict[str, Any]:
+        """Counts, lanes, domains and alarms in the ``status --json`` schema."""
+        return await self._drive(self._op_status())
+
+    async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Full per-domain figures (breaker state, politeness, counts)."""
+        return await self._drive(self._op_domains_info(domains))
+
+    async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
+        """Dead letters, newest first."""
+        return await self._drive(self._op_dead_letters(domain, limit))
+
+    async def get_job(self, job_id: str) -> Job | None:
+        """The stored job, or None when it does not exist (done jobs are deleted)."""
+        return await self._drive(self._op_get_job(job_id))
+
+    async def replay(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        all: bool = False,
+        reset_attempts: bool = False,
+    ) -> tuple[int, list[str]]:
+        """Move dead letters back to their lanes; answers (moved, ids not found)."""
+        return await self._drive(self._op_replay(ids, domain, all, reset_attempts))
+
+    async def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
+        """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
+        return await self._drive(self._op_purge(older_than, domain))
+
+    async def breaker_reset(self, domain: str) -> str:
+        """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
+        return await self._drive(self._op_breaker(domain, "reset", None))
+
+    async def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
+        """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
+        return await self._drive(self._op_breaker(domain, "trip", cooldown))
+
+    async def domain_set(
+        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+    ) -> dict[str, Any]:
+        """Set a domain's politeness overrides; answers what is now in force."""
+        return await self._drive(self._op_domain_set(domain, delay, concurrency))
+
+    async def events(self, count: int = 100) -> list[dict[str, Any]]:
+        """Recent events (trips, recoveries, retirements, dead letters), newest first."""
+        return await self._drive(self._op_events(count))

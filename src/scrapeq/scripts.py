@@ -1,0 +1,380 @@
+"""The Lua scripts: loading, configuration, and one typed wrapper per script.
+
+The Lua files under ``lua/`` are the single source of truth for every state change; this
+module only packs arguments, names the script and parses its answer. Each wrapper returns a
+:class:`Call` (script name, JSON arguments, parser) so the sync and the async queue run the
+very same calls: the I/O is theirs, the meaning is here.
+
+Every script takes ``KEYS[1]`` = the queue's key prefix and ``ARGV`` = (clock offset ms,
+configuration JSON, call arguments JSON); see ``lua/includes/common.lua``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+from .errors import NotFound, ScriptError
+
+__all__ = [
+    "SCRIPTS",
+    "Call",
+    "ScriptConfig",
+    "Settlement",
+    "load_source",
+    "map_error",
+]
+
+T = TypeVar("T")
+
+#: Every script: name -> file under ``lua/`` (``<action>-<numKeys>.lua``).
+SCRIPTS: dict[str, str] = {
+    "breaker": "breaker-1.lua",
+    "claim": "claim-1.lua",
+    "domain_info": "domain_info-1.lua",
+    "domain_set": "domain_set-1.lua",
+    "enqueue": "enqueue-1.lua",
+    "heartbeat": "heartbeat-1.lua",
+    "purge": "purge-1.lua",
+    "reap": "reap-1.lua",
+    "replay": "replay-1.lua",
+    "settle": "settle-1.lua",
+    "status": "status-1.lua",
+}
+
+_INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
+
+#: Error codes scripts raise with ``redis.error_reply('SQ_<CODE> detail')``.
+_ERROR_CODES: dict[str, type[Exception]] = {
+    "SQ_UNKNOWN_DOMAIN": NotFound,
+    "SQ_BAD_OUTCOME": ScriptError,
+}
+
+
+def _read(relative: str) -> str:
+    return resources.files("scrapeq").joinpath("lua", relative).read_text(encoding="utf-8")
+
+
+@cache
+def load_source(name: str) -> str:
+    """Return the Lua source of script ``name`` with its ``--@include`` lines expanded.
+
+    Each include (``lua/includes/<name>.lua``) is inserted once, at its first mention.
+    """
+    seen: set[str] = set()
+
+    def expand(match: re.Match[str]) -> str:
+        include = match.group(1)
+        if include in seen:
+            return ""
+        seen.add(include)
+        return _INCLUDE.sub(expand, _read(f"includes/{include}.lua"))
+
+    return _INCLUDE.sub(expand, _read(SCRIPTS[name]))
+
+
+def map_error(message: str) -> Exception:
+    """Map a script's error reply to the library's exception for it."""
+    text = message.removeprefix("ERR ").strip()
+    for code, exc_type in _ERROR_CODES.items():
+        if code in text:
+            detail = text.split(code, 1)[1].strip()
+            if exc_type is NotFound:
+                return NotFound(f"unknown domain {detail!r}")
+            return exc_type(f"{code}: {detail}")
+    return ScriptError(text)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptConfig:
+    """The settings scripts need, in script units (ms, counts).
+
+    Built from :class:`scrapeq.settings.Settings` by :meth:`from_settings`; sent as
+    ``ARGV[2]`` with every call.
+    """
+
+    conc: int = 2
+    delay_ms: int = 0
+    lease_ms: int = 60_000
+    batch: int = 100
+    fails: int = 5
+    window: int = 20
+    rate: float = 0.5
+    min_calls: int = 10
+    cool_ms: int = 120_000
+    cool_max_ms: int = 3_600_000
+    max_trips: int = 8
+    g_share: float = 0.5
+    g_min: int = 5
+    g_window_ms: int = 60_000
+    max_throttles: int = 20
+    backoff_base_ms: int = 15_000
+    backoff_cap_ms: int = 3_600_000
+
+    @classmethod
+    def from_settings(cls, s: Any) -> ScriptConfig:
+        """Convert a Settings object (seconds) to script units (milliseconds)."""
+        return cls(
+            conc=s.domain_concurrency,
+            delay_ms=_ms(s.domain_delay),
+            lease_ms=_ms(s.lease),
+            fails=s.breaker_failures,
+            window=s.breaker_window,
+            rate=s.breaker_rate,
+            min_calls=s.breaker_min_calls,
+            cool_ms=_ms(s.breaker_cooldown),
+            cool_max_ms=_ms(s.breaker_cooldown_max),
+            max_trips=s.breaker_max_trips,
+            g_share=s.global_trip_share,
+            g_min=s.global_trip_min,
+            g_window_ms=_ms(s.global_trip_window),
+            max_throttles=s.max_throttles,
+            backoff_base_ms=_ms(s.backoff_base),
+            backoff_cap_ms=_ms(s.backoff_cap),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__})
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script call: which script, its ``ARGV[3]`` JSON, and how to read its answer."""
+
+    script: str
+    args: str
+    parse: Callable[[Any], T]
+
+
+def _seed() -> int:
+    return random.getrandbits(31)
+
+
+def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
+    return Call(script, json.dumps(args, separators=(",", ":")), parse)
+
+
+# --- wrappers, one per script ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSpec:
+    """One job to enqueue, already validated (see ``Queue.prepare``)."""
+
+    url: str
+    domain: str
+    lane: str
+    off_ms: int
+    delay_ms: int
+    max_attempts: int
+    payload_json: str | None = None
+    expires_ms: int | None = None
+    fingerprint: str | None = None
+
+    def as_arg(self) -> dict[str, Any]:
+        arg: dict[str, Any] = {
+            "url": self.url,
+            "domain": self.domain,
+            "lane": self.lane,
+            "off": self.off_ms,
+            "delay": self.delay_ms,
+            "max_attempts": self.max_attempts,
+        }
+        if self.payload_json is not None:
+            arg["payload"] = self.payload_json
+        if self.expires_ms is not None:
+            arg["expires"] = self.expires_ms
+        if self.fingerprint is not None:
+            arg["fp"] = self.fingerprint
+        return arg
+
+
+def enqueue(specs: Sequence[EnqueueSpec]) -> Call[list[str]]:
+    """Add jobs; answers per job ``"<id>"``, ``"dup:<id>"`` or ``"dead:<id>"``."""
+    return _call("enqueue", _str_list, jobs=[s.as_arg() for s in specs])
+
+
+def claim(n: int) -> Call[tuple[int, list[str]]]:
+    """Claim up to ``n`` jobs; answers (ms until the next due time or -1, job JSON texts)."""
+
+    def parse(raw: list[Any]) -> tuple[int, list[str]]:
+        return int(raw[0]), [str(j) for j in raw[1:]]
+
+    return _call("claim", parse, n=n, seed=_seed())
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one claimed job ends its attempt, for :func:`settle`.
+
+    Attributes:
+        job_id, token: the job and the lease token its claim returned.
+        outcome: ``done``, ``retry``, ``throttle``, ``fail`` or ``release``.
+        domain_failed: breaker input: True a failure, False a success, None no information.
+        delay_ms: wait before the job is eligible again (retry, throttle, release).
+        retry_after_ms: park the whole domain this long (Retry-After).
+        kind, message: the error recorded in the job's history.
+        reason: the dead-letter reason for ``fail``.
+    """
+
+    job_id: str
+    token: int
+    outcome: str
+    domain_failed: bool | None = None
+    delay_ms: int = 0
+    retry_after_ms: int = 0
+    kind: str | None = None
+    message: str | None = None
+    reason: str | None = None
+
+    def as_arg(self) -> dict[str, Any]:
+        arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
+        if self.domain_failed is not None:
+            arg["df"] = self.domain_failed
+        if self.delay_ms:
+            arg["delay"] = self.delay_ms
+        if self.retry_after_ms:
+            arg["ra"] = self.retry_after_ms
+        for key, value in (("kind", self.kind), ("msg", self.message), ("reason", self.reason)):
+            if value is not None:
+                arg[key] = value
+        return arg
+
+
+def settle(items: Sequence[Settlement]) -> Call[list[str]]:
+    """Settle many jobs; answers per item done/retried/throttled/released/dead/stale."""
+    return _call("settle", _str_list, items=[i.as_arg() for i in items], seed=_seed())
+
+
+def heartbeat(items: Sequence[tuple[str, int]], lease_ms: int | None = None) -> Call[list[bool]]:
+    """Extend leases of (job id, token) pairs; answers per item whether it was renewed."""
+
+    def parse(raw: list[Any]) -> list[bool]:
+        return [bool(int(x)) for x in raw]
+
+    args: dict[str, Any] = {"items": [{"id": i, "token": t} for i, t in items]}
+    if lease_ms is not None:
+        args["lease_ms"] = lease_ms
+    return _call("heartbeat", parse, **args)
+
+
+def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:
+    """Housekeeping; answers (leases reaped, delayed jobs promoted, domains woken)."""
+
+    def parse(raw: list[Any]) -> tuple[int, int, int]:
+        return int(raw[0]), int(raw[1]), int(raw[2])
+
+    args: dict[str, Any] = {"seed": _seed()}
+    if budget is not None:
+        args["budget"] = budget
+    return _call("reap", parse, **args)
+
+
+def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
+    """Reset or trip a domain's breaker; answers its new state."""
+    args: dict[str, Any] = {"domain": domain, "action": action, "seed": _seed()}
+    if cool_ms is not None:
+        args["cool_ms"] = cool_ms
+    return _call("breaker", str, **args)
+
+
+def domain_set(
+    domain: str, delay_ms: int | None = None, conc: int | None = None
+) -> Call[tuple[int, int]]:
+    """Set politeness overrides (-1 restores the default); answers (delay_ms, conc)."""
+
+    def parse(raw: list[Any]) -> tuple[int, int]:
+        return int(raw[0]), int(raw[1])
+
+    args: dict[str, Any] = {"domain": domain}
+    if delay_ms is not None:
+        args["delay_ms"] = delay_ms
+    if conc is not None:
+        args["conc"] = conc
+    return _call("domain_set", parse, **args)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayAnswer:
+    moved: int
+    remaining: int
+    skipped: int
+    missing: list[str]
+
+
+def replay(
+    mode: str,
+    *,
+    ids: Sequence[str] = (),
+    domain: str | None = None,
+    reset: bool = False,
+    limit: int = 100,
+    offset: int = 0,
+) -> Call[ReplayAnswer]:
+    """Replay dead letters (mode ``ids``, ``domain`` or ``all``), a bounded slice."""
+
+    def parse(raw: list[Any]) -> ReplayAnswer:
+        return ReplayAnswer(int(raw[0]), int(raw[1]), int(raw[2]), [str(x) for x in raw[3:]])
+
+    return _call(
+        "replay",
+        parse,
+        mode=mode,
+        ids=list(ids),
+        domain=domain,
+        reset=reset,
+        limit=limit,
+        offset=offset,
+    )
+
+
+def purge(
+    older_ms: int | None = None, domain: str | None = None, limit: int = 500
+) -> Call[tuple[int, int]]:
+    """Delete dead letters; answers (purged now, matching ones left)."""
+
+    def parse(raw: list[Any]) -> tuple[int, int]:
+        return int(raw[0]), int(raw[1])
+
+    args: dict[str, Any] = {"limit": limit}
+    if older_ms is not None:
+        args["older_ms"] = older_ms
+    if domain is not None:
+        args["domain"] = domain
+    return _call("purge", parse, **args)
+
+
+def status(lanes: Sequence[str]) -> Call[dict[str, Any]]:
+    """Queue-wide figures (read only)."""
+    return _call("status", _json_obj, lanes=list(lanes))
+
+
+def domain_info(domains: Sequence[str]) -> Call[list[dict[str, Any]]]:
+    """Per-domain figures (read only) for up to a few hundred domains."""
+
+    def parse(raw: Any) -> list[dict[str, Any]]:
+        value = json.loads(raw)
+        return value if isinstance(value, list) else []
+
+    return _call("domain_info", parse, domains=list(domains))
+
+
+def _str_list(raw: list[Any]) -> list[str]:
+    return [str(x) for x in raw]
+
+
+def _json_obj(raw: Any) -> dict[str, Any]:
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ScriptError("status script returned a non-object")
+    return value

@@ -1,0 +1,537 @@
+"""Settings: one frozen object, loaded from flags, environment, a TOML file and defaults.
+
+Precedence is flag > environment > file > default (INTERFACE.md, "Settings").
+
+Units:
+    * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
+      ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
+      ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``; lane offsets
+      in ``lanes`` are seconds too;
+    * ``max_body`` is **bytes**;
+    * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
+    * every other number is a count.
+
+Sources:
+    * the file: ``config_file``, else ``$SCRAPEQ_CONFIG``, else ``./scrapeq.toml`` when it
+      exists. Keys are setting names, at the top level or in a ``[scrapeq]`` table;
+    * the environment: ``SCRAPEQ_<NAME>`` in upper case (``SCRAPEQ_MAX_ATTEMPTS=7``). Values
+      are text: integers (``5``), numbers (``2.5``), booleans (true/false, 1/0, yes/no,
+      on/off), lanes text, comma-separated proxy URLs, paths. An empty ``SCRAPEQ_REDIS_URL``
+      or ``SCRAPEQ_PROXY`` means "none";
+    * overrides (CLI flags): typed values; ``None`` means "flag not given". Strings are
+      parsed as environment values are.
+
+Every bad value raises :class:`~scrapeq.errors.ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+
+from .errors import ConfigError
+from .keys import validate_queue_name
+from .lanes import Lanes
+
+__all__ = [
+    "CONFIG_FILE_NAME",
+    "ENV_PREFIX",
+    "SETTING_NAMES",
+    "Settings",
+    "default_data_dir",
+    "default_user_agent",
+    "load_settings",
+]
+
+ENV_PREFIX = "SCRAPEQ_"
+CONFIG_FILE_NAME = "scrapeq.toml"
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_PROXY_SCHEMES = ("http", "https", "socks4", "socks5")
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+_INT = re.compile(r"^[+-]?[0-9]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the embedded Redis keeps its files: ``$XDG_DATA_HOME/scrapeq``.
+
+    Args:
+        environ: the environment to read (``os.environ`` when ``None``). A relative or
+            empty ``XDG_DATA_HOME`` is ignored, as the XDG spec says.
+
+    Returns:
+        ``$XDG_DATA_HOME/scrapeq``, else ``$HOME/.local/share/scrapeq``.
+    """
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "scrapeq"
+    home = env.get("HOME")
+    base = Path(home) if home else Path.home()
+    return base / ".local" / "share" / "scrapeq"
+
+
+@cache
+def default_user_agent() -> str:
+    """``scrapeq/<version>``, the version read from the installed distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"scrapeq/{version('scrapeq')}"
+    except PackageNotFoundError:
+        return "scrapeq/0.1.0"
+
+
+# --- parsing text (env values, strings in overrides and TOML) --------------------------
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _number_word(spec: _Spec) -> str:
+    return f"a number of {spec.unit}" if spec.unit else "a number"
+
+
+def _text_int(name: str, text: str, spec: _Spec) -> object:
+    if not _INT.match(text.strip()):
+        raise ConfigError(name, f"expected an integer, got {text!r}")
+    return int(text.strip())
+
+
+def _text_float(name: str, text: str, spec: _Spec) -> object:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ConfigError(name, f"expected {_number_word(spec)}, got {text!r}") from None
+
+
+def _text_bool(name: str, text: str, spec: _Spec) -> object:
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ConfigError(name, f"expected true/false (or 1/0, yes/no, on/off), got {text!r}")
+
+
+def _text_optional(name: str, text: str, spec: _Spec) -> object:
+    return text.strip() or None
+
+
+def _text_proxy(name: str, text: str, spec: _Spec) -> object:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _text_path(name: str, text: str, spec: _Spec) -> object:
+    if not text.strip():
+        raise ConfigError(name, "expected a path, got an empty string")
+    return Path(text.strip()).expanduser()
+
+
+def _text_lanes(name: str, text: str, spec: _Spec) -> object:
+    return Lanes.parse(text)
+
+
+def _text_str(name: str, text: str, spec: _Spec) -> object:
+    return text
+
+
+# --- normalising typed values (constructor, TOML, overrides) ---------------------------
+
+
+def _norm_int(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"expected an integer, got {_shown(value)}")
+    return value
+
+
+def _norm_float(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"expected {_number_word(spec)}, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise ConfigError(name, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _norm_bool(name: str, value: object, spec: _Spec) -> object:
+    if not isinstance(value, bool):
+        raise ConfigError(name, f"expected true or false, got {_shown(value)}")
+    return value
+
+
+def _norm_str(name: str, value: object, spec: _Spec) -> object:
+    if not isinstance(value, str):
+        raise ConfigError(name, f"expected a string, got {_shown(value)}")
+    return value
+
+
+def _norm_optional(name: str, value: object, spec: _Spec) -> object:
+    return None if value is None else _norm_str(name, value, spec)
+
+
+def _norm_proxy(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, str):
+        return _text_proxy(name, value, spec)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(name, f"expected a list of proxy URLs, got {_shown(value)}")
+    return tuple(value)
+
+
+def _norm_path(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, str):
+        return _text_path(name, value, spec)
+    if not isinstance(value, os.PathLike):
+        raise ConfigError(name, f"expected a path, got {_shown(value)}")
+    return Path(value)
+
+
+def _norm_lanes(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, Lanes):
+        return value
+    if isinstance(value, Mapping):
+        return Lanes.from_offsets(value)
+    raise ConfigError(name, f"expected lanes text or a table, got {_shown(value)}")
+
+
+# --- checks beyond the type -----------------------------------------------------------
+
+
+def _redact(parts: SplitResult) -> str:
+    """``scheme://host[:port]``, never the credentials."""
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
+def _check_queue(name: str, value: Any) -> None:
+    try:
+        validate_queue_name(value)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
+
+
+def _check_redis_url(name: str, value: Any) -> None:
+    if value is None:
+        return
+    scheme = urlsplit(value).scheme.lower()
+    if scheme not in _REDIS_SCHEMES:
+        found = f"scheme {scheme!r}" if scheme else "no scheme"
+        raise ConfigError(name, f"expected a redis://, rediss:// or unix:// URL, got {found}")
+
+
+def _check_proxy(name: str, value: Any) -> None:
+    for url in value:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in _PROXY_SCHEMES:
+            raise ConfigError(
+                name,
+                f"unsupported proxy scheme {parts.scheme!r}; "
+                "use http://, https://, socks4:// or socks5://",
+            )
+        try:
+            parts.port  # noqa: B018  (raises ValueError on a bad port)
+        except ValueError:
+            raise ConfigError(name, f"bad port in proxy {parts.scheme}://...") from None
+        if not parts.hostname:
+            raise ConfigError(name, f"proxy URL without a host: {_redact(parts)}")
+
+
+def _check_header(name: str, value: Any) -> None:
+    if not value.strip() or _CONTROL.search(value):
+        raise ConfigError(name, "must be non-empty with no control characters")
+
+
+# --- the table -------------------------------------------------------------------------
+
+_Text = Callable[[str, str, "_Spec"], object]
+_Norm = Callable[[str, object, "_Spec"], object]
+_Check = Callable[[str, Any], None]
+
+_KINDS: dict[str, tuple[_Text, _Norm]] = {
+    "int": (_text_int, _norm_int),
+    "float": (_text_float, _norm_float),
+    "bool": (_text_bool, _norm_bool),
+    "str": (_text_str, _norm_str),
+    "optional_str": (_text_optional, _norm_optional),
+    "proxy": (_text_proxy, _norm_proxy),
+    "path": (_text_path, _norm_path),
+    "lanes": (_text_lanes, _norm_lanes),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """How one setting is parsed and checked.
+
+    ``gt``/``ge``/``le`` bound numbers; ``unit`` words messages; ``check`` does the rest.
+    """
+
+    kind: str
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+    unit: str = ""
+    check: _Check | None = None
+
+    def from_text(self, name: str, text: str) -> object:
+        return _KINDS[self.kind][0](name, text, self)
+
+    def normalize(self, name: str, value: object) -> object:
+        return _KINDS[self.kind][1](name, value, self)
+
+    def coerce(self, name: str, value: object) -> object:
+        """Text is parsed; anything else is taken as already typed."""
+        if isinstance(value, str):
+            value = self.from_text(name, value)
+        return self.normalize(name, value)
+
+    def check_bounds(self, name: str, value: Any) -> None:
+        unit = f" {self.unit}" if self.unit else ""
+        if self.gt is not None and self.le is not None and not self.gt < value <= self.le:
+            raise ConfigError(name, f"must be in ({self.gt:g}, {self.le:g}], got {value!r}")
+        if self.gt is not None and not value > self.gt:
+            raise ConfigError(name, f"must be > {self.gt:g}{unit}, got {value!r}")
+        if self.ge is not None and not value >= self.ge:
+            raise ConfigError(name, f"must be >= {self.ge:g}{unit}, got {value!r}")
+
+
+def _meta(kind: str, **spec: Any) -> dict[str, _Spec]:
+    return {"spec": _Spec(kind, **spec)}
+
+
+def _setting(kind: str, default: object, **spec: Any) -> Any:
+    return field(default=default, metadata=_meta(kind, **spec))
+
+
+def _count(default: int, ge: int = 1) -> Any:
+    return _setting("int", default, ge=ge)
+
+
+def _seconds(default: float, *, positive: bool = True) -> Any:
+    if positive:
+        return _setting("float", default, gt=0.0, unit="seconds")
+    return _setting("float", default, ge=0.0, unit="seconds")
+
+
+def _fraction(default: float) -> Any:
+    return _setting("float", default, gt=0.0, le=1.0)
+
+
+def _cross_checks(s: Settings) -> None:
+    if s.backoff_cap < s.backoff_base:
+        raise ConfigError("backoff_cap", f"must be >= backoff_base ({s.backoff_base:g})")
+    if s.breaker_cooldown_max < s.breaker_cooldown:
+        raise ConfigError(
+            "breaker_cooldown_max", f"must be >= breaker_cooldown ({s.breaker_cooldown:g})"
+        )
+    if s.breaker_min_calls > s.breaker_window:
+        raise ConfigError("breaker_min_calls", f"must be <= breaker_window ({s.breaker_window})")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of scrapeq, validated on construction (see INTERFACE.md).
+
+    Build one with :func:`load_settings`; ``Settings()`` gives the defaults. Invalid values
+    raise :class:`~scrapeq.errors.ConfigError` naming the setting.
+    """
+
+    redis_url: str | None = _setting("optional_str", None, check=_check_redis_url)
+    queue: str = _setting("str", "default", check=_check_queue)
+    max_attempts: int = _count(5)
+    backoff_base: float = _seconds(15.0)
+    backoff_cap: float = _seconds(3600.0)
+    lease: float = _seconds(60.0)
+    request_timeout: float = _seconds(30.0)
+    domain_concurrency: int = _count(2)
+    domain_delay: float = _seconds(0.0, positive=False)
+    breaker_failures: int = _count(5)
+    breaker_window: int = _count(20)
+    breaker_rate: float = _fraction(0.5)
+    breaker_min_calls: int = _count(10)
+    slow_call: float = _seconds(10.0)
+    breaker_cooldown: float = _seconds(120.0)
+    breaker_cooldown_max: float = _seconds(3600.0)
+    breaker_max_trips: int = _count(8)
+    global_trip_share: float = _fraction(0.5)
+    global_trip_min: int = _count(5)
+    global_trip_window: float = _seconds(60.0)
+    lanes: Lanes = field(default_factory=Lanes.default, metadata=_meta("lanes"))
+    allow_private: bool = _setting("bool", False)
+    max_body: int = _count(10_485_760)
+    max_throttles: int = _count(20)
+    max_redirects: int = _count(10, ge=0)
+    proxy: tuple[str, ...] = _setting("proxy", (), check=_check_proxy)
+    user_agent: str = field(
+        default_factory=default_user_agent, metadata=_meta("str", check=_check_header)
+    )
+    respect_robots: bool = _setting("bool", False)
+    shutdown_grace: float = _seconds(30.0, positive=False)
+    data_dir: Path = field(default_factory=default_data_dir, metadata=_meta("path"))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            spec: _Spec = f.metadata["spec"]
+            value = spec.normalize(f.name, getattr(self, f.name))
+            spec.check_bounds(f.name, value)
+            if spec.check is not None:
+                spec.check(f.name, value)
+            object.__setattr__(self, f.name, value)
+        _cross_checks(self)
+
+    def replace(self, **changes: object) -> Settings:
+        """A copy with ``changes`` applied, validated again.
+
+        Raises:
+            ConfigError: a name is not a setting, or a value is bad.
+        """
+        typed = {name: _coerce(name, value) for name, value in changes.items()}
+        return dataclasses.replace(self, **typed)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, object]:
+        """The settings as JSON-friendly values: lanes as text, paths as str, lists."""
+        out: dict[str, object] = {}
+        for name in SETTING_NAMES:
+            value = getattr(self, name)
+            if isinstance(value, Lanes):
+                value = value.to_text()
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+    def __repr__(self) -> str:
+        shown: dict[str, object] = {name: getattr(self, name) for name in SETTING_NAMES}
+        if self.redis_url is not None:
+            shown["redis_url"] = _redact_url(self.redis_url)
+        shown["proxy"] = tuple(_redact_url(p) for p in self.proxy)
+        body = ", ".join(f"{name}={value!r}" for name, value in shown.items())
+        return f"Settings({body})"
+
+
+def _redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+
+
+_SPECS: dict[str, _Spec] = {f.name: f.metadata["spec"] for f in dataclasses.fields(Settings)}
+SETTING_NAMES: tuple[str, ...] = tuple(_SPECS)
+"""Every setting name, in INTERFACE.md order."""
+
+
+def _coerce(name: str, value: object) -> object:
+    spec = _SPECS.get(name)
+    if spec is None:
+        raise ConfigError(name, "unknown setting")
+    return spec.coerce(name, value)
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def _config_path(config_file: str | Path | None, env: Mapping[str, str]) -> Path | None:
+    explicit = config_file if config_file is not None else env.get("SCRAPEQ_CONFIG") or None
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError("config", f"file not found: {path}")
+        return path
+    fallback = Path(CONFIG_FILE_NAME)
+    return fallback if fallback.is_file() else None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("config", f"{path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError("config", f"{path}: {exc.strerror or exc}") from None
+
+
+def _file_values(path: Path) -> dict[str, object]:
+    """The settings a TOML file sets: top-level keys and a ``[scrapeq]`` table."""
+    data = _read_toml(path)
+    table = data.pop("scrapeq", {})
+    if not isinstance(table, dict):
+        raise ConfigError("config", f"{path}: [scrapeq] must be a table")
+    values: dict[str, object] = {}
+    for key, value in [*data.items(), *table.items()]:
+        if key not in _SPECS:
+            raise ConfigError(key, "unknown setting")
+        if key in values:
+            raise ConfigError(key, f"set twice in {path} (top level and [scrapeq])")
+        values[key] = value
+    return values
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, object]:
+    """``SCRAPEQ_<NAME>`` values, still text.
+
+    Other ``SCRAPEQ_*`` variables (``SCRAPEQ_CONFIG``, ``SCRAPEQ_REDIS_SERVER``, typos) are
+    not settings and are ignored.
+    """
+    return {name: env[key] for name in SETTING_NAMES if (key := ENV_PREFIX + name.upper()) in env}
+
+
+def _override_values(overrides: Mapping[str, object]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name, value in overrides.items():
+        if name not in _SPECS:
+            raise ConfigError(name, "unknown setting")
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def load_settings(
+    *,
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Load the settings: flag > environment > file > default.
+
+    Args:
+        config_file: a TOML file; ``None`` falls back to ``$SCRAPEQ_CONFIG``, then to
+            ``./scrapeq.toml`` when it exists.
+        environ: the environment (``os.environ`` when ``None``).
+        overrides: typed values from CLI flags; ``None`` values are skipped, strings are
+            parsed like environment values.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        ConfigError: named ``config`` for a missing or unreadable file, otherwise named
+            after the bad or unknown setting.
+    """
+    env = os.environ if environ is None else environ
+    path = _config_path(config_file, env)
+    merged: dict[str, object] = {"data_dir": default_data_dir(env)}
+    if path is not None:
+        merged.update(_file_values(path))
+    merged.update(_env_values(env))
+    merged.update(_override_values(overrides or {}))
+    typed = {name: _coerce(name, value) for name, value in merged.items()}
+    return Settings(**typed)  # type: ignore[arg-type]

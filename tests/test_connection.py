@@ -1,0 +1,206 @@
+"""From redis_url to a client: validation, redaction, client defaults, reachability."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scrapeq.connection import (
+    CLIENT_NAME,
+    acheck_reachable,
+    async_client,
+    check_reachable,
+    redact,
+    resolve_url,
+    sync_client,
+)
+from scrapeq.embedded import stop_server
+from scrapeq.errors import ConfigError, RedisUnavailable
+
+SECRET = "hunter2"
+
+
+def _closed_port_url() -> str:
+    """A URL with credentials pointing at a loopback port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"redis://alice:{SECRET}@127.0.0.1:{port}/0"
+
+
+def _with_credentials(url: str) -> str:
+    return url.replace("redis://", f"redis://nobody:{SECRET}@", 1)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="sq", dir="/tmp"))
+    try:
+        yield root / "data"
+    finally:
+        stop_server(root / "data")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost:6379/0",
+        "redis://localhost",
+        "redis://user:pass@host:6379/0",
+        "redis://:pass@host:6379",
+        "rediss://default:s%40cret@redis.example.com:6380/2",
+        "redis://[::1]:6379/0",
+        "unix:///tmp/redis.sock",
+        "unix:///tmp/redis.sock?db=3",
+    ],
+)
+def test_resolve_url_returns_a_valid_url_unchanged(url: str, tmp_path: Path) -> None:
+    assert resolve_url(url, tmp_path / "unused") == url
+    assert not (tmp_path / "unused").exists()  # no embedded server for a given URL
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "localhost:6379",
+        "http://localhost:6379/0",
+        "tcp://localhost:6379",
+        "redis://",
+        "redis:///0",
+        f"rediss://:{SECRET}@/0",
+        "redis://host:notaport/0",
+        "redis://host:99999/0",
+        "redis://host:0/0",
+        "unix://",
+        "unix://relative.sock",
+        "redis://[::1/0",
+    ],
+)
+def test_resolve_url_refuses_a_bad_url_naming_the_setting(url: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve_url(url, tmp_path)
+
+    assert caught.value.name == "redis_url"
+    assert "redis_url" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_resolve_url_without_a_url_starts_the_embedded_server(short_dir: Path) -> None:
+    url = resolve_url(None, short_dir)
+
+    assert url == f"unix://{short_dir}/redis.sock"
+    client = sync_client(url)
+    try:
+        check_reachable(client, url)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://user:pass@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:pass@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://u:p%40ss%3Aw@h:6380/1", "rediss://u:***@h:6380/1"),
+        ("redis://user@host:6379/0", "redis://user@host:6379/0"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("unix:///tmp/r.sock", "unix:///tmp/r.sock"),
+        ("unix:///tmp/r.sock?password=pw&db=1", "unix:///tmp/r.sock?password=***&db=1"),
+        ("redis://u:pw@[::1/0", "redis://u:***@[::1/0"),
+    ],
+)
+def test_redact_hides_only_the_password(url: str, shown: str) -> None:
+    assert redact(url) == shown
+
+
+def test_sync_client_defaults(redis_url: str) -> None:
+    client = sync_client(redis_url)
+    try:
+        options = client.connection_pool.connection_kwargs
+        assert options["socket_connect_timeout"] == 5
+        assert options["health_check_interval"] == 30
+        client.set("k", "v")
+        assert client.get("k") == "v"  # decoded to str
+        assert client.client_getname() == CLIENT_NAME
+    finally:
+        client.close()
+
+
+def test_check_reachable_passes_for_a_live_server(redis_url: str) -> None:
+    client = sync_client(redis_url)
+    try:
+        check_reachable(client, redis_url)
+    finally:
+        client.close()
+
+
+def test_check_reachable_on_a_closed_port_names_the_redacted_url() -> None:
+    url = _closed_port_url()
+    client = sync_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            check_reachable(client, url)
+    finally:
+        client.close()
+
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Redis at {redact(url)}: ")
+    assert "alice:***@" in message
+    assert SECRET not in message
+
+
+def test_check_reachable_on_bad_credentials(redis_url: str) -> None:
+    url = _with_credentials(redis_url)
+    client = sync_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            check_reachable(client, url)
+    finally:
+        client.close()
+
+    assert redact(url) in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+async def test_async_client_defaults_and_reachable(redis_url: str) -> None:
+    client = async_client(redis_url)
+    try:
+        await acheck_reachable(client, redis_url)
+        await client.set("k", "v")
+        assert await client.get("k") == "v"
+        assert await client.client_getname() == CLIENT_NAME
+    finally:
+        await client.aclose()
+
+
+async def test_acheck_reachable_on_a_closed_port_names_the_redacted_url() -> None:
+    url = _closed_port_url()
+    client = async_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            await acheck_reachable(client, url)
+    finally:
+        await client.aclose()
+
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Redis at {redact(url)}: ")
+    assert SECRET not in message
+
+
+async def test_acheck_reachable_on_bad_credentials(redis_url: str) -> None:
+    url = _with_credentials(redis_url)
+    client = async_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            await acheck_reachable(client, url)
+    finally:
+        await client.aclose()
+
+    assert SECRET not in str(caught.value)
