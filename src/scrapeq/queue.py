@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 #: Domains asked about per domain_info call, and dead letters read per page.
 _PAGE = 200
+#: Most jobs one claim may take: a script must not block Redis for long.
+MAX_CLAIM = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +177,8 @@ class _QueueCore:
         return results
 
     def _op_claim(self, n: int) -> Op[Claimed]:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError("n", f"claim size must be an integer >= 1, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
+            raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
         next_ms, texts = yield scripts.claim(n)
         jobs = [Job.from_json(t) for t in texts]
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)

@@ -51,10 +51,11 @@ local function take_head(d)
   local id = popped[1]
   local job, raw = load_job(id)
   if job == nil then
+    forget_ready(id)
     stat('orphans')
     return nil
   elseif job == false then
-    dead_corrupt(id, raw, d)
+    dead_corrupt(id, raw, d, 'ready')
     return nil
   end
   if expired(job) then

@@ -10,8 +10,9 @@
       limit   at most this many jobs are moved by this call (modes 'domain' and 'all')
       offset  skip this many dead letters first (those a previous call could not replay)
 
-  A replayed job keeps its lane and error history, is eligible now, and gets one more attempt
-  at least when its budget was spent. A retired domain whose jobs are replayed is un-retired
+  A replayed job keeps its lane and error history, is eligible now, loses its expiry, and
+  gets one more attempt at least when its budget was spent. Corrupt dead letters (the raw
+  text of a damaged job) cannot be replayed: they are skipped. A retired domain whose jobs are replayed is un-retired
   (breaker reset): replaying is the operator saying "try this site again".
 
   Output: {moved, remaining, skipped, missing_1, ...}
@@ -27,7 +28,7 @@
 local function replay_one(id, touched)
   if not redis.call('ZSCORE', K_DEAD, id) then return false end
   local job = load_job(id)
-  if not job then return false end
+  if not job or job.corrupt then return false end
   redis.call('ZREM', K_DEAD, id)
   redis.call('ZREM', k_ddead(job.domain), id)
   job.dead_reason = nil
@@ -39,6 +40,7 @@ local function replay_one(id, touched)
     job.attempts = job.max_attempts - 1
   end
   job.eligible = NOW
+  job.expires = nil
   if job.fp and not redis.call('HGET', K_UNIQUE, job.fp) then
     redis.call('HSET', K_UNIQUE, job.fp, id)
   end

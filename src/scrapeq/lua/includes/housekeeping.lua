@@ -18,7 +18,7 @@ local function reap_expired(budget)
       refile(job.domain)
     else
       redis.call('ZREM', K_INFLIGHT, id)
-      if job == false then dead_corrupt(id, raw, '') end
+      if job == false then dead_corrupt(id, raw, '', 'inflight') end
     end
   end
   return #ids
@@ -42,7 +42,7 @@ local function promote_due(budget)
         touched[job.domain] = true
       end
     elseif job == false then
-      dead_corrupt(id, raw, '')
+      dead_corrupt(id, raw, '', 'delayed')
     end
   end
   for d in pairs(touched) do refile(d) end
@@ -67,7 +67,7 @@ local function drain_retiring(budget)
         redis.call('ZREM', k_lane(job.lane), id)
         dead_letter(job, 'domain_unavailable', 'domain is retired', true)
       elseif job == false then
-        dead_corrupt(id, raw, d)
+        dead_corrupt(id, raw, d, 'ready')
       end
     end
     budget = budget - #ids
@@ -84,9 +84,12 @@ local function housekeeping(budget)
   drain_retiring(budget)
 end
 
--- ms until the next known due time; 0 when `ready_now`, -1 when nothing is scheduled.
+-- ms until the next known due time; 0 when `ready_now` (or a retired backlog is still being
+-- drained), -1 when nothing is scheduled.
 local function next_due_ms(ready_now)
-  if ready_now or redis.call('ZCARD', K_READY) > 0 then return 0 end
+  if ready_now or redis.call('ZCARD', K_READY) > 0 or redis.call('SCARD', K_RETIRING) > 0 then
+    return 0
+  end
   local best = nil
   for _, key in ipairs({K_DELAYED, K_WAIT, K_INFLIGHT}) do
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

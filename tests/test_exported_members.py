@@ -1,0 +1,43 @@
+"""The public surface is deliberate: changing it must change this test."""
+
+from __future__ import annotations
+
+import scrapeq
+
+EXPECTED = [
+    "AsyncQueue",
+    "Claimed",
+    "ConfigError",
+    "EnqueueResult",
+    "InvalidURL",
+    "Job",
+    "JobError",
+    "Lane",
+    "Lanes",
+    "NotFound",
+    "Permanent",
+    "Queue",
+    "RedisUnavailable",
+    "Retry",
+    "ScrapeqError",
+    "Settings",
+    "Settlement",
+    "StaleLease",
+    "__version__",
+    "load_settings",
+]
+
+
+def test_all_is_sorted_and_exact() -> None:
+    assert scrapeq.__all__ == EXPECTED
+    assert sorted(scrapeq.__all__) == scrapeq.__all__
+
+
+def test_every_exported_name_exists() -> None:
+    for name in scrapeq.__all__:
+        assert hasattr(scrapeq, name), name
+
+
+def test_errors_share_one_root() -> None:
+    for name in ("ConfigError", "InvalidURL", "NotFound", "Permanent", "Retry", "StaleLease"):
+        assert issubclass(getattr(scrapeq, name), scrapeq.ScrapeqError)

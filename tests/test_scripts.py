@@ -1,0 +1,62 @@
+"""The script table, the includes and the calling convention agree with the Lua files."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+import redis
+
+from scrapeq import scripts
+from scrapeq.errors import NotFound, ScriptError
+
+LUA = resources.files("scrapeq").joinpath("lua")
+
+
+def _lua_files() -> set[str]:
+    return {p.name for p in LUA.iterdir() if p.name.endswith(".lua")}
+
+
+def test_every_lua_file_is_in_the_table_and_back() -> None:
+    assert set(scripts.SCRIPTS.values()) == _lua_files()
+
+
+@pytest.mark.parametrize("name", sorted(scripts.SCRIPTS))
+def test_file_name_declares_one_key_and_header_documents_it(name: str) -> None:
+    filename = scripts.SCRIPTS[name]
+    assert re.fullmatch(rf"{name}-(\d+)\.lua", filename)
+    num_keys = int(filename.rsplit("-", 1)[1].removesuffix(".lua"))
+    text = LUA.joinpath(filename).read_text()
+    assert num_keys == 1, "every script takes only the queue prefix as KEYS[1]"
+    assert text.startswith("--[["), "every script opens with a header comment"
+    assert "KEYS[1]" in text.split("]]", 1)[0]
+    assert "Output" in text.split("]]", 1)[0]
+    assert "KEYS[2]" not in text
+
+
+@pytest.mark.parametrize("name", sorted(scripts.SCRIPTS))
+def test_includes_expand_once_and_exist(name: str) -> None:
+    source = scripts.load_source(name)
+    assert "--@include" not in source
+    assert source.count("local P = KEYS[1]") == 1
+
+
+@pytest.mark.parametrize("name", sorted(scripts.SCRIPTS))
+def test_every_script_compiles_on_the_server(name: str, redis_client: redis.Redis) -> None:
+    sha = redis_client.script_load(scripts.load_source(name))
+    assert redis_client.script_exists(sha) == [True]
+
+
+def test_error_codes_map_to_exceptions() -> None:
+    assert isinstance(scripts.map_error("SQ_UNKNOWN_DOMAIN a.example"), NotFound)
+    assert isinstance(scripts.map_error("ERR SQ_BAD_OUTCOME nope"), ScriptError)
+    assert isinstance(scripts.map_error("something else"), ScriptError)
+
+
+def test_script_config_is_in_milliseconds() -> None:
+    from scrapeq.settings import Settings
+
+    cfg = scripts.ScriptConfig.from_settings(Settings(lease=1.5, breaker_cooldown=2))
+    assert cfg.lease_ms == 1500
+    assert cfg.cool_ms == 2000
