@@ -156,12 +156,14 @@ local function breaker_outcome(d, failed, job_id)
     end
     return
   end
+  -- During a global pause failures are most likely ours: they are not held against the site.
+  if failed and paused_until() then return end
   local win = (f[3] or '') .. (failed and '1' or '0')
   if #win > CFG.window then win = string.sub(win, -CFG.window) end
   local fails = 0
   if failed then fails = (tonumber(f[2]) or 0) + 1 end
   redis.call('HSET', dk, 'fails', fails, 'win', win)
-  if not failed or paused_until() then return end
+  if not failed then return end
   local _, nfail = string.gsub(win, '1', '')
   if fails >= CFG.fails then
     trip(d, string.format('%d consecutive failures', fails), true)
