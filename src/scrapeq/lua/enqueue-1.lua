@@ -12,6 +12,10 @@
                expires  ms after enqueue at which a not-yet-claimed job dies as 'expired'
                fp       de-duplication fingerprint: skip the job while one with it is pending
 
+  Job ids are short and sort like their sequence numbers: the hex counter prefixed by a letter
+  for its length ('a1', 'b10', 'c3e8'), so equal priorities are claimed in enqueue order
+  (a zset orders equal scores by member).
+
   Output: one entry per input job, in order:
     "<id>"          added
     "dup:<id>"      skipped: a pending job with the same fingerprint exists
@@ -30,7 +34,8 @@ for i, s in ipairs(specs) do
   if existing then
     out[i] = 'dup:' .. existing
   else
-    local id = string.format('%x', base + i)
+    local hex = string.format('%x', base + i)
+    local id = string.char(96 + #hex) .. hex
     local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
       attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
       created = NOW, eligible = NOW + s.delay, payload = s.payload, fp = s.fp}

@@ -1,0 +1,99 @@
+"""Run N worker processes under one supervisor.
+
+Each child is its own process with its own event loop and connections. The supervisor
+forwards SIGTERM/SIGINT to every child (a second signal is forwarded again, which makes the
+children release at once), and restarts a child that crashed (non-zero exit while nobody
+asked it to stop) with a capped backoff. With ``--burst`` a child that exits 0 is done and
+is not restarted; the supervisor returns once every child has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+__all__ = ["supervise"]
+
+log = logging.getLogger("scrapeq.supervisor")
+
+RESTART_MIN, RESTART_MAX = 0.5, 30.0
+
+
+class _Supervisor:
+    def __init__(self, target: Callable[..., int], args: tuple[Any, ...], processes: int) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+        self._target = target
+        self._args = args
+        self._children: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._restart_at: dict[int, float] = {}
+        self._backoff: dict[int, float] = {}
+        self._stopping = 0
+        self._processes = processes
+        self._exit = 0
+
+    def _spawn(self, slot: int) -> None:
+        proc = self._ctx.Process(
+            target=self._target, args=(*self._args, slot), name=f"scrapeq-worker-{slot}"
+        )
+        proc.start()
+        self._children[slot] = proc
+        log.info("worker process %d started pid=%s", slot, proc.pid)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping += 1
+        log.info("supervisor got %s: forwarding", signal.Signals(signum).name)
+        for proc in self._children.values():
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+
+    def _reap(self, slot: int, proc: multiprocessing.process.BaseProcess) -> None:
+        code = proc.exitcode
+        del self._children[slot]
+        if code == 0 or self._stopping:
+            if code not in (0, None, -signal.SIGTERM):
+                self._exit = 1
+            return
+        delay = self._backoff.get(slot, RESTART_MIN)
+        self._backoff[slot] = min(delay * 2, RESTART_MAX)
+        self._restart_at[slot] = time.monotonic() + delay
+        log.warning("worker process %d died (exit %s): restarting in %.1f s", slot, code, delay)
+
+    def run(self) -> int:
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for slot in range(self._processes):
+                self._spawn(slot)
+            while self._children or (self._restart_at and not self._stopping):
+                for slot, proc in list(self._children.items()):
+                    if not proc.is_alive():
+                        proc.join()
+                        self._reap(slot, proc)
+                now = time.monotonic()
+                for slot, at in list(self._restart_at.items()):
+                    if self._stopping:
+                        self._restart_at.clear()
+                    elif at <= now:
+                        del self._restart_at[slot]
+                        self._spawn(slot)
+                time.sleep(0.1)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self._exit
+
+
+def supervise(target: Callable[..., int], args: tuple[Any, ...], processes: int) -> int:
+    """Run ``target(*args, slot)`` in ``processes`` child processes; answers the exit code.
+
+    ``target`` must be importable (a module-level function): children are spawned.
+    """
+    return _Supervisor(target, args, processes).run()

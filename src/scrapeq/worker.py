@@ -1,0 +1,534 @@
+"""The asyncio worker: claim in batches, fetch concurrently, settle in batches.
+
+One :class:`Worker` runs in one event loop. Its run path is split into named phases:
+
+- **claim** (:meth:`Worker._claim_loop`): claims as many jobs as it has free slots, in one
+  round trip, and sleeps until the next due time the claim reports when nothing is ready;
+- **fetch** (:meth:`Worker._attempt`): one total deadline per request (body included);
+- **classify**: status, exception and timing become an outcome (``scrapeq.classify``);
+- **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
+  flushed every few milliseconds;
+- **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed.
+
+Graceful shutdown: the first SIGTERM/SIGINT stops claiming and gives in-flight jobs
+``shutdown_grace`` seconds; what is left is released without spending an attempt. A second
+signal releases at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .classify import Classification, Outcome, classify_exception, classify_response
+from .errors import Permanent, RedisUnavailable, Retry
+from .fetch import Fetcher, Response, Robots
+from .job import Job
+from .queue import AsyncQueue
+from .scripts import Settlement
+from .sinks import Sink
+
+__all__ = ["Handler", "Worker", "WorkerStats", "default_handler"]
+
+log = logging.getLogger("scrapeq.worker")
+
+Handler = Callable[[Job, Response], Any]
+
+#: Most jobs claimed in one call and settled in one call.
+BATCH = 64
+#: Longest sleep when idle: new enqueues are noticed at least this often.
+IDLE_MAX = 1.0
+#: Most settlements sent in one script call.
+SETTLE_MAX = 500
+#: Settle buffer flush period, seconds.
+SETTLE_EVERY = 0.005
+#: Back-off bounds while Redis is unreachable, seconds.
+RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
+#: Pause of claiming after our own network failed (proxy down), seconds.
+OURS_PAUSE = 2.0
+
+
+def default_handler(job: Job, response: Response) -> dict[str, Any]:
+    """The result when no handler is given: basic metadata of the response."""
+    return {
+        "final_url": response.url,
+        "content_type": response.headers.get("Content-Type"),
+        "redirects": response.redirects,
+    }
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker (this process only)."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    throttled: int = 0
+    dead: int = 0
+    released: int = 0
+    stale: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def count(self, status: str) -> None:
+        """Count one settle answer (done, retried, throttled, dead, released, stale)."""
+        if status in {"done", "retried", "throttled", "dead", "released", "stale"}:
+            setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass
+class _Flight:
+    """One job this worker holds: its task and, once finished, its settlement."""
+
+    job: Job
+    task: asyncio.Task[None] | None = None
+    submitted: bool = False
+
+
+class Worker:
+    """Run jobs from a queue.
+
+    Args:
+        queue: the :class:`AsyncQueue` to work.
+        handler: ``handler(job, response) -> result``, sync (run in a thread) or async; may
+            raise :class:`~scrapeq.Retry` or :class:`~scrapeq.Permanent`. Default: metadata.
+        concurrency: jobs fetched at once by this worker (default 100).
+        sink: where result records go (default: nowhere).
+        fetcher: the :class:`~scrapeq.fetch.Fetcher` (default: one built from the settings).
+        burst: stop once every job of the queue is done or dead.
+        max_runtime: stop gracefully after this many seconds.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        *,
+        handler: Handler | None = None,
+        concurrency: int = 100,
+        sink: Sink | None = None,
+        fetcher: Fetcher | None = None,
+        burst: bool = False,
+        max_runtime: float | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.queue = queue
+        self.settings = queue.settings
+        self.handler: Handler = handler or default_handler
+        self.concurrency = concurrency
+        self.sink = sink
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
+        self.burst = burst
+        self.max_runtime = max_runtime
+        self.stats = WorkerStats()
+        self._flights: dict[str, _Flight] = {}
+        self._pending: list[tuple[Settlement, asyncio.Future[str]]] = []
+        self._slot_freed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._release_now = asyncio.Event()
+        self._claim_pause_until = 0.0
+        self._robots: Robots | None = None
+        self._crawl_delays: set[str] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        """Run in a new event loop until stopped; returns the counters."""
+        return asyncio.run(self.run_async())
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get ``shutdown_grace`` seconds, then are released."""
+        if self._stopping.is_set():
+            self._release_now.set()
+        self._stopping.set()
+
+    async def run_async(self) -> WorkerStats:
+        """Run in the current event loop until stopped."""
+        loop = asyncio.get_running_loop()
+        self._install_signals(loop)
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.settings)
+        if self.settings.respect_robots:
+            self._robots = Robots(
+                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
+            )
+        log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
+        settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
+        beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            self._stopping.set()
+            await self._flush_until_empty()
+            for task in (settler, beater):
+                task.cancel()
+            await asyncio.gather(settler, beater, return_exceptions=True)
+            await self._close_resources()
+            self._remove_signals(loop)
+        log.info(
+            "worker stopped done=%d retried=%d dead=%d released=%d",
+            self.stats.done,
+            self.stats.retried,
+            self.stats.dead,
+            self.stats.released,
+        )
+        return self.stats
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _remove_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        again = self._stopping.is_set()
+        log.info("shutdown %s: %s", sig.name, "releasing now" if again else "draining")
+        self.stop()
+
+    async def _close_resources(self) -> None:
+        if self._own_fetcher and self._fetcher is not None:
+            await self._fetcher.close()
+        if self.sink is not None:
+            await self.sink.close()
+
+    # --- claim -----------------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        deadline = None if self.max_runtime is None else time.monotonic() + self.max_runtime
+        reconnect = RECONNECT_MIN
+        while not self._stopping.is_set():
+            self._slot_freed.clear()
+            if deadline is not None and time.monotonic() >= deadline:
+                log.info("max runtime reached: stopping")
+                self._stopping.set()
+                break
+            free = self.concurrency - len(self._flights)
+            if free <= 0:
+                await self._wait_for(self._slot_freed, IDLE_MAX)
+                continue
+            wait = self._claim_pause_until - time.monotonic()
+            if wait > 0:
+                await self._wait_for(self._stopping, wait)
+                continue
+            try:
+                claimed = await self.queue.claim(min(free, BATCH))
+            except RedisUnavailable as exc:
+                log.warning("redis unavailable, retrying in %.1f s: %s", reconnect, exc)
+                await self._wait_for(self._stopping, reconnect)
+                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                continue
+            reconnect = RECONNECT_MIN
+            for job in claimed.jobs:
+                self._start(job)
+            if claimed.jobs:
+                continue
+            if self.burst and not self._flights and claimed.next_due is None:
+                log.info("burst: every job is done or dead")
+                break
+            idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
+            await self._wait_for(self._slot_freed, max(idle, 0.001))
+
+    async def _wait_for(self, event: asyncio.Event, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def _start(self, job: Job) -> None:
+        self.stats.claimed += 1
+        flight = _Flight(job)
+        self._flights[job.id] = flight
+        flight.task = asyncio.create_task(self._run_job(flight), name=f"scrapeq-job-{job.id}")
+
+    # --- fetch, classify -------------------------------------------------------------------------
+
+    async def _run_job(self, flight: _Flight) -> None:
+        job = flight.job
+        try:
+            settlement, record = await self._attempt(job)
+            if record is not None and self.sink is not None:
+                settlement = await self._write_result(job, settlement, record)
+            flight.submitted = True
+            status = await self._submit(settlement)
+            self._log_outcome(job, settlement, status)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug of ours: never lose the job, give it back
+            log.exception("job %s: internal error; releasing it", job.id)
+            if not flight.submitted:
+                flight.submitted = True
+                await self._submit(self.queue.releasing(job))
+        finally:
+            self._flights.pop(job.id, None)
+            self._slot_freed.set()
+
+    async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
+        """Fetch, classify and handle one job; answers its settlement and result record."""
+        started = time.monotonic()
+        try:
+            if self._robots is not None:
+                allowed, crawl_delay = await self._robots.allowed(job.url)
+                if not allowed:
+                    return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
+                await self._apply_crawl_delay(job.domain, crawl_delay)
+            assert self._fetcher is not None
+            response = await self._fetcher.fetch(job.url)
+        except Exception as exc:
+            return self._from_classification(job, classify_exception(exc), None, started, exc)
+        verdict = classify_response(
+            response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
+        )
+        if verdict.outcome is not Outcome.OK:
+            return self._from_classification(job, verdict, response, started, None)
+        return await self._handle(job, response, verdict, started)
+
+    async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
+        """Raise the domain's politeness delay to robots.txt's Crawl-delay (once a process)."""
+        if crawl_delay is None or domain in self._crawl_delays:
+            return
+        self._crawl_delays.add(domain)
+        if crawl_delay > self.settings.domain_delay:
+            await self.queue.domain_set(domain, delay=crawl_delay)
+            log.info("crawl-delay domain=%s delay=%.1fs (robots.txt)", domain, crawl_delay)
+
+    async def _handle(
+        self, job: Job, response: Response, verdict: Classification, started: float
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        try:
+            result = await _call_handler(self.handler, job, response)
+        except Retry as exc:
+            settlement = self.queue.retrying(
+                job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, exc.reason)
+        except Permanent as exc:
+            return self._dead(job, exc.reason, str(exc), response, started)
+        except Exception as exc:
+            message = _traceback_summary(exc)
+            settlement = self.queue.retrying(
+                job, kind="handler_error", message=message, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, message)
+        settlement = self.queue.done(job, domain_failed=verdict.counts_against_domain)
+        return settlement, _record(job, "done", response, started, None, result)
+
+    def _from_classification(
+        self,
+        job: Job,
+        verdict: Classification,
+        response: Response | None,
+        started: float,
+        exc: BaseException | None,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        message = verdict.message or (str(exc) if exc else verdict.reason)
+        counts = verdict.counts_against_domain
+        if verdict.outcome is Outcome.FAIL:
+            return self._dead(job, verdict.reason, message, response, started, counts or None)
+        if verdict.outcome is Outcome.THROTTLED:
+            s = self.queue.throttling(
+                job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
+            )
+            return s, None
+        if verdict.outcome is Outcome.OURS:
+            self._claim_pause_until = time.monotonic() + OURS_PAUSE
+            return self.queue.releasing(job, delay=OURS_PAUSE), None
+        settlement = self.queue.retrying(
+            job,
+            kind=verdict.reason,
+            message=message,
+            retry_after=verdict.retry_after,
+            domain_failed=counts,
+        )
+        return self._maybe_dead(job, settlement, response, started, message)
+
+    def _maybe_dead(
+        self,
+        job: Job,
+        settlement: Settlement,
+        response: Response | None,
+        started: float,
+        message: str,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        if job.attempts < job.max_attempts:
+            return settlement, None
+        return settlement, _record(job, "dead", response, started, message, None)
+
+    def _dead(
+        self,
+        job: Job,
+        reason: str,
+        message: str,
+        response: Response | None,
+        started: float | None = None,
+        domain_failed: bool | None = None,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        settlement = self.queue.failing(job, reason, message, domain_failed=domain_failed)
+        begun = started if started is not None else time.monotonic()
+        return settlement, _record(job, "dead", response, begun, f"{reason}: {message}", None)
+
+    async def _write_result(
+        self, job: Job, settlement: Settlement, record: dict[str, Any]
+    ) -> Settlement:
+        assert self.sink is not None
+        try:
+            await self.sink.write(record)
+        except Exception as exc:
+            log.warning("job %s: sink failed, will retry: %s", job.id, exc)
+            return self.queue.retrying(
+                job, kind="sink_error", message=_traceback_summary(exc), domain_failed=None
+            )
+        return settlement
+
+    def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
+        self.stats.count(status)
+        if status == "dead":
+            log.info("dead letter job=%s domain=%s reason=%s", job.id, job.domain, settlement.kind)
+        elif status == "stale":
+            log.warning("job %s: lease lost before settling (stale token)", job.id)
+        else:
+            log.debug("job=%s domain=%s status=%s", job.id, job.domain, status)
+
+    # --- settle ----------------------------------------------------------------------------------
+
+    async def _submit(self, settlement: Settlement) -> str:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending.append((settlement, future))
+        return await future
+
+    async def _settle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SETTLE_EVERY)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        reconnect = RECONNECT_MIN
+        while self._pending:
+            batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
+            try:
+                statuses = await self.queue.settle_many([s for s, _ in batch])
+            except RedisUnavailable as exc:
+                self._pending = batch + self._pending
+                log.warning("redis unavailable while settling, retrying: %s", exc)
+                await asyncio.sleep(reconnect)
+                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                continue
+            for (_, future), status in zip(batch, statuses, strict=True):
+                if not future.done():
+                    future.set_result(status)
+
+    async def _flush_until_empty(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._flush(), timeout=30)
+
+    # --- heartbeat -------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        period = max(self.settings.lease / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            flights = list(self._flights.values())
+            if not flights:
+                continue
+            try:
+                renewed = await self.queue.heartbeat([f.job for f in flights])
+            except RedisUnavailable as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for flight, ok in zip(flights, renewed, strict=True):
+                if not ok and flight.task is not None and not flight.task.done():
+                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id)
+                    self.stats.stale += 1
+                    flight.task.cancel()
+
+    # --- shutdown --------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Wait for in-flight jobs up to the grace period, then release the rest."""
+        if not self._flights:
+            return
+        grace = float(self.settings.shutdown_grace)
+        log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
+        tasks = [f.task for f in self._flights.values() if f.task is not None]
+        release = asyncio.create_task(self._release_now.wait())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_wait_all_or(tasks, release), timeout=grace)
+        release.cancel()
+        await self._release_remaining()
+
+    async def _release_remaining(self) -> None:
+        """Release every job whose attempt has not reached the settle buffer."""
+        left = [f for f in self._flights.values() if not f.submitted]
+        for flight in left:
+            if flight.task is not None:
+                flight.task.cancel()
+        await asyncio.gather(*(f.task for f in left if f.task is not None), return_exceptions=True)
+        await self._flush_until_empty()
+        if not left:
+            return
+        statuses = await self.queue.settle_many([self.queue.releasing(f.job) for f in left])
+        for status in statuses:
+            self.stats.count(status)
+        log.info("released %d jobs without spending an attempt", len(left))
+
+
+async def _wait_all_or(tasks: list[asyncio.Task[None]], release: asyncio.Task[bool]) -> None:
+    """Return when every task is finished, or as soon as ``release`` completes."""
+    pending: set[asyncio.Task[Any]] = {*tasks, release}
+    while pending - {release}:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if release in done:
+            return
+
+
+async def _call_handler(handler: Handler, job: Job, response: Response) -> Any:
+    if inspect.iscoroutinefunction(handler):
+        return await handler(job, response)
+    result = await asyncio.to_thread(handler, job, response)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _traceback_summary(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
+    text = f"{type(exc).__name__}: {exc}"
+    return f"{text} ({where})" if where else text
+
+
+def _record(
+    job: Job,
+    outcome: str,
+    response: Response | None,
+    started: float,
+    error: str | None,
+    result: Any,
+) -> dict[str, Any]:
+    """A results line in the INTERFACE.md format."""
+    return {
+        "id": job.id,
+        "url": job.url,
+        "domain": job.domain,
+        "lane": job.lane,
+        "outcome": outcome,
+        "status": response.status if response is not None else None,
+        "attempts": job.attempts,
+        "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
+        "bytes": len(response.body) if response is not None else 0,
+        "finished_at": datetime.now(tz=UTC).isoformat(),
+        "error": error,
+        "result": result,
+    }

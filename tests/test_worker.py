@@ -1,0 +1,407 @@
+"""The worker against real loopback sites and a real redis-server: every fault settles right."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scrapeq import AsyncQueue, Permanent, Retry, Settings
+from scrapeq.fetch import Fetcher, StaticResolver
+from scrapeq.sinks import CallableSink, JsonlSink
+from scrapeq.worker import Worker
+from sites import drip, hang, ok, sites, slow, status
+
+FAST = dict(
+    allow_private=True,
+    backoff_base=0.05,
+    backoff_cap=0.2,
+    request_timeout=2.0,
+    breaker_failures=3,
+    domain_concurrency=1,
+)
+
+
+@pytest.fixture
+async def make_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQueue]]:
+    made: list[AsyncQueue] = []
+
+    def make(**overrides: Any) -> AsyncQueue:
+        q = AsyncQueue.from_url(redis_url, settings=Settings(**{**FAST, **overrides}))
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        await q.close()
+
+
+async def run_until(worker: Worker, done: Callable[[], Any], timeout: float = 15.0) -> None:
+    """Run the worker until ``await done()`` is true, then stop it and wait for it."""
+    task = asyncio.create_task(worker.run_async())
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if task.done():
+                break
+            if await done():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("condition not reached in time")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+def counts_of(q: AsyncQueue) -> Callable[[], Any]:
+    async def counts() -> dict[str, int]:
+        return (await q.status())["counts"]
+
+    return counts
+
+
+async def settled(q: AsyncQueue, total: int) -> bool:
+    c = (await q.status())["counts"]
+    return c["done"] + c["dead"] == total
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_healthy_site_every_job_done_and_results_written(
+    make_queue: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    q = make_queue(domain_concurrency=4)
+    results = tmp_path / "out" / "results.jsonl"
+    async with sites(ok) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(30)])
+        worker = Worker(q, concurrency=20, sink=JsonlSink(results), burst=True)
+        await asyncio.wait_for(worker.run_async(), 30)
+    assert site.total == 30
+    rows = lines(results)
+    assert len(rows) == 30
+    assert {r["outcome"] for r in rows} == {"done"}
+    assert set(rows[0]) == {
+        "id",
+        "url",
+        "domain",
+        "lane",
+        "outcome",
+        "status",
+        "attempts",
+        "elapsed_ms",
+        "bytes",
+        "finished_at",
+        "error",
+        "result",
+    }
+    assert rows[0]["status"] == 200 and rows[0]["attempts"] == 1 and rows[0]["bytes"] > 0
+    assert (await q.status())["counts"]["done"] == 30
+
+
+@pytest.mark.parametrize("code", [404, 410, 451])
+async def test_permanent_status_dead_letters_at_once_without_tripping(
+    make_queue: Callable[..., AsyncQueue], code: int
+) -> None:
+    q = make_queue()
+    async with sites(status(code)) as (site,):
+        await q.enqueue_many([site.url(f"/gone/{i}") for i in range(6)])
+        await asyncio.wait_for(Worker(q, burst=True).run_async(), 30)
+        info = (await q.domains_info([site.domain]))[0]
+    assert site.total == 6, "each page fetched once, never retried"
+    assert info["state"] == "closed" and info["dead"] == 6
+    dead = await q.dead_letters()
+    assert {d.dead_reason for d in dead} == {f"http_{code}"}
+
+
+@pytest.mark.parametrize(
+    "handler,timeout",
+    [(status(503), 2.0), (status(500), 2.0), (hang, 0.3), (drip, 0.5)],
+    ids=["503", "500", "hang", "slow-drip"],
+)
+async def test_failing_site_trips_within_breaker_failures_fetches(
+    make_queue: Callable[..., AsyncQueue], handler: Any, timeout: float
+) -> None:
+    q = make_queue(request_timeout=timeout)
+    async with sites(handler, ok) as (bad, good):
+        await q.enqueue_many([bad.url(f"/p/{i}") for i in range(20)])
+        await q.enqueue_many([good.url(f"/p/{i}") for i in range(10)])
+        worker = Worker(q, concurrency=10)
+
+        async def tripped_and_good_done() -> bool:
+            info = await q.domains_info([bad.domain, good.domain])
+            return info[0]["state"] == "open" and info[1]["done"] == 10
+
+        started = time.monotonic()
+        await run_until(worker, tripped_and_good_done)
+        elapsed = time.monotonic() - started
+    assert bad.total == 3, "the breaker opens after breaker_failures fetches"
+    assert good.total == 10
+    assert elapsed < 3 * timeout + 5
+    left = (await q.domains_info([bad.domain]))[0]
+    assert left["ready"] + left["delayed"] == 20, "the bad domain's jobs wait, none lost"
+
+
+async def test_429_with_retry_after_seconds_parks_the_domain_and_spends_no_attempt(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue()
+    calls = 0
+
+    async def limited(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return web.Response(status=429, headers={"Retry-After": "1"})
+        return web.Response(text="fine")
+
+    async with sites(limited) as (site,):
+        (_res,) = await q.enqueue_many([site.url("/x")])
+        started = time.monotonic()
+        await asyncio.wait_for(Worker(q, burst=True).run_async(), 30)
+        elapsed = time.monotonic() - started
+    assert calls == 2
+    assert elapsed >= 0.9, "the retry waited for Retry-After"
+    assert (await q.status())["counts"]["done"] == 1
+
+
+async def test_503_with_http_date_retry_after_is_a_throttle(
+    make_queue: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    q = make_queue()
+    calls = 0
+
+    async def unavailable(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            when = datetime.now(tz=UTC) + timedelta(seconds=2)
+            return web.Response(status=503, headers={"Retry-After": format_datetime(when, True)})
+        return web.Response(text="back")
+
+    results = tmp_path / "r.jsonl"
+    async with sites(unavailable) as (site,):
+        await q.enqueue(site.url("/x"))
+        started = time.monotonic()
+        await asyncio.wait_for(Worker(q, burst=True, sink=JsonlSink(results)).run_async(), 30)
+        elapsed = time.monotonic() - started
+    assert calls == 2 and elapsed >= 0.9
+    (row,) = lines(results)
+    assert row["outcome"] == "done" and row["attempts"] == 1, "a throttle spends no attempt"
+
+
+async def test_redirect_loop_and_oversized_body_fail_permanently(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(max_body=1000, max_redirects=3)
+
+    async def loop(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/again")
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"x" * 5000)
+
+    async with sites(loop, big) as (looping, huge):
+        await q.enqueue(looping.url("/start"))
+        await q.enqueue(huge.url("/big"))
+        await asyncio.wait_for(Worker(q, burst=True).run_async(), 30)
+    reasons = {d.domain: d.dead_reason for d in await q.dead_letters()}
+    assert reasons == {looping.domain: "redirect_loop", huge.domain: "body_too_large"}
+    assert looping.total == 4, "first request plus max_redirects hops"
+
+
+async def test_connection_refused_is_retried_and_counts_against_the_domain(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(max_attempts=2, breaker_failures=10)
+    async with sites(ok) as (site,):
+        url = site.url("/x")
+    await q.enqueue(url)  # the site is gone: nothing listens on its port
+    await asyncio.wait_for(Worker(q, burst=True).run_async(), 30)
+    (dead,) = await q.dead_letters()
+    assert dead.dead_reason == "max_attempts" and dead.attempts == 2
+    assert {e.kind for e in dead.errors} == {"connection_error"}
+
+
+async def test_proxy_down_is_ours_no_attempt_spent_no_breaker_charge(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    async with sites(ok) as (dead_proxy,):
+        proxy = dead_proxy.base
+    q = make_queue(proxy=(proxy,))
+    async with sites(ok) as (site,):
+        (res,) = await q.enqueue_many([site.url("/x")])
+        worker = Worker(q)
+
+        async def released_once() -> bool:
+            job = await q.get_job(res.id)
+            return job is not None and job.token >= 2
+
+        await run_until(worker, released_once, timeout=20)
+    job = await q.get_job(res.id)
+    assert job is not None
+    assert site.total == 0
+    info = (await q.domains_info([site.domain]))[0]
+    assert info["consecutive_failures"] == 0 and info["state"] == "closed"
+    assert job.attempts <= 1, "releases spend no attempt"
+
+
+async def test_sink_failure_retries_the_job_instead_of_losing_it(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue()
+    written: list[dict[str, Any]] = []
+    failures = 0
+
+    def flaky(record: dict[str, Any]) -> None:
+        nonlocal failures
+        if failures < 1:
+            failures += 1
+            raise OSError("disk full")
+        written.append(record)
+
+    async with sites(ok) as (site,):
+        await q.enqueue(site.url("/x"))
+        await asyncio.wait_for(Worker(q, burst=True, sink=CallableSink(flaky)).run_async(), 30)
+    assert len(written) == 1 and written[0]["attempts"] == 2
+    assert (await q.status())["counts"]["done"] == 1
+    info = (await q.domains_info([site.domain]))[0]
+    assert info["consecutive_failures"] == 0, "our sink failing is not the site's fault"
+
+
+async def test_handler_signals_and_errors(make_queue: Callable[..., AsyncQueue]) -> None:
+    q = make_queue(max_attempts=2)
+
+    def handler(job: Any, response: Any) -> Any:
+        if job.url.endswith("/permanent"):
+            raise Permanent("no_price")
+        if job.url.endswith("/retry") and job.attempts == 1:
+            raise Retry(delay=0.1, reason="not yet rendered")
+        if job.url.endswith("/bug"):
+            raise KeyError("title")
+        return {"ok": True}
+
+    async with sites(ok) as (site,):
+        for path in ("/permanent", "/retry", "/bug", "/fine"):
+            await q.enqueue(site.url(path))
+        await asyncio.wait_for(Worker(q, handler=handler, burst=True).run_async(), 30)
+        info = (await q.domains_info([site.domain]))[0]
+    dead = {d.url.rsplit("/", 1)[1]: d for d in await q.dead_letters()}
+    assert set(dead) == {"permanent", "bug"}
+    assert dead["permanent"].dead_reason == "no_price"
+    assert dead["bug"].dead_reason == "max_attempts"
+    assert "KeyError" in dead["bug"].errors[-1].message
+    assert (await q.status())["counts"]["done"] == 2
+    assert info["state"] == "closed" and info["consecutive_failures"] == 0
+
+
+async def test_ssrf_public_looking_name_resolving_to_loopback_is_refused(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(allow_private=False)
+    async with sites(ok) as (site,):
+        fetcher = Fetcher(q.settings, resolver=StaticResolver({"shop-1.example.com": "127.0.0.1"}))
+        await q.enqueue(f"http://shop-1.example.com:{site.port}/p/1")
+        await asyncio.wait_for(Worker(q, fetcher=fetcher, burst=True).run_async(), 30)
+        await fetcher.close()
+    assert site.total == 0
+    (dead,) = await q.dead_letters()
+    assert dead.dead_reason == "blocked_address"
+
+
+async def test_slow_call_is_done_but_charged_to_the_domain(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(slow_call=0.2, request_timeout=5)
+    async with sites(slow(0.3)) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+        worker = Worker(q)
+
+        async def tripped() -> bool:
+            return (await q.domains_info([site.domain]))[0]["state"] == "open"
+
+        await run_until(worker, tripped)
+    assert (await q.status())["counts"]["done"] == 3
+
+
+async def test_graceful_stop_lets_in_flight_jobs_finish(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(domain_concurrency=10, shutdown_grace=5)
+    async with sites(slow(0.5)) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])
+        worker = Worker(q, concurrency=5)
+        task = asyncio.create_task(worker.run_async())
+        await asyncio.sleep(0.2)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    counts = (await q.status())["counts"]
+    assert counts["done"] == 5 and counts["inflight"] == 0
+
+
+async def test_stop_past_grace_releases_without_spending_attempts(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(domain_concurrency=10, shutdown_grace=0.2)
+    async with sites(slow(5)) as (site,):
+        ids = [r.id for r in await q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])]
+        worker = Worker(q, concurrency=4)
+        task = asyncio.create_task(worker.run_async())
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    counts = (await q.status())["counts"]
+    assert counts["inflight"] == 0 and counts["ready"] == 4
+    for job_id in ids:
+        job = await q.get_job(job_id)
+        assert job is not None and job.attempts == 0
+    assert worker.stats.released == 4
+
+
+async def test_second_stop_releases_at_once(make_queue: Callable[..., AsyncQueue]) -> None:
+    q = make_queue(domain_concurrency=10, shutdown_grace=30)
+    async with sites(slow(30)) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+        worker = Worker(q, concurrency=3)
+        task = asyncio.create_task(worker.run_async())
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert time.monotonic() - started < 3
+    assert (await q.status())["counts"]["ready"] == 3
+
+
+async def test_burst_exits_when_everything_is_done_or_dead(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(domain_concurrency=4)
+    async with sites(ok, status(404)) as (good, gone):
+        await q.enqueue_many([good.url(f"/p/{i}") for i in range(10)])
+        await q.enqueue_many([gone.url(f"/p/{i}") for i in range(5)])
+        await asyncio.wait_for(Worker(q, concurrency=10, burst=True).run_async(), 30)
+    counts = (await q.status())["counts"]
+    assert (counts["done"], counts["dead"]) == (10, 5)
+
+
+async def test_hundreds_of_concurrent_fetches(make_queue: Callable[..., AsyncQueue]) -> None:
+    q = make_queue(domain_concurrency=300)
+    async with sites(slow(0.5)) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(300)])
+        started = time.monotonic()
+        await asyncio.wait_for(Worker(q, concurrency=300, burst=True).run_async(), 60)
+        elapsed = time.monotonic() - started
+    assert (await q.status())["counts"]["done"] == 300
+    assert elapsed < 6, f"300 half-second fetches at concurrency 300 took {elapsed:.1f} s"
