@@ -272,6 +272,10 @@ class _QueueCore:
         got_delay, got_conc = yield scripts.domain_set(domain, delay_ms, concurrency)
         return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc}
 
+    def _op_exists(self) -> Op[bool]:
+        found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
+        return bool(found)
+
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
         entries = yield Command(("XREVRANGE", self.keys.events, "+", "-", "COUNT", count))
         return [_event(entry_id, fields) for entry_id, fields in entries]
@@ -595,6 +599,10 @@ class Queue(_QueueCore):
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
         return self._drive(self._op_events(count))
 
+    def exists(self) -> bool:
+        """Whether anything was ever enqueued to (or configured on) this queue."""
+        return self._drive(self._op_exists())
+
 
 class AsyncQueue(_QueueCore):
     """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
@@ -739,3 +747,7 @@ class AsyncQueue(_QueueCore):
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
         return await self._drive(self._op_events(count))
+
+    async def exists(self) -> bool:
+        """Whether anything was ever enqueued to (or configured on) this queue."""
+        return await self._drive(self._op_exists())

@@ -1,0 +1,517 @@
+"""The web dashboard and Prometheus metrics: a small aiohttp app over JSON endpoints.
+
+Like saq's dashboard, :func:`create_app` builds a self-contained application that can run on
+its own (:func:`serve`, behind ``scrapeq dashboard``) or be mounted in a bigger one::
+
+    parent.add_subapp("/scrapeq/", create_app(queue))
+
+The page at ``/`` only uses relative URLs, so it works under any prefix. Endpoints:
+
+=========================================  ===================================================
+``GET /``                                  the HTML dashboard (polls ``api/status`` every 2 s)
+``GET /api/status``                        the ``status --json`` document
+``GET /api/domains``                       full per-domain figures (:meth:`domains_info`)
+``GET /api/events?count=N``                recent events, newest first (default 100, max 1000)
+``GET /api/dead?domain=D&limit=N``         dead letters, newest first (default 50, max 1000)
+``POST /api/breaker/{domain}/reset``       close a breaker (un-retires the domain)
+``POST /api/breaker/{domain}/trip``        open a breaker now (``?cooldown=S`` optional)
+``GET /metrics``                           Prometheus text exposition format 0.0.4
+=========================================  ===================================================
+
+Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 403 for a cross-site POST, 404
+for an unknown domain, 503 when Redis is unreachable.
+
+The metrics formatter is written here (no ``prometheus_client``): :class:`Metric` holds one
+family, :func:`format_metrics` writes the text format, :func:`status_metrics` maps a status
+document to the families scrapeq exports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from .errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
+from .queue import AsyncQueue
+
+__all__ = [
+    "METRICS_CONTENT_TYPE",
+    "PAGE",
+    "Metric",
+    "create_app",
+    "escape_label_value",
+    "format_metrics",
+    "render_metrics",
+    "serve",
+    "status_metrics",
+]
+
+log = logging.getLogger(__name__)
+
+#: The content type of the Prometheus text exposition format.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+QUEUE_KEY = web.AppKey("queue", AsyncQueue)
+
+#: Largest ``count`` / ``limit`` a listing endpoint accepts.
+MAX_LIST = 1000
+
+_JOB_STATES = ("ready", "delayed", "inflight", "dead")
+_DOMAIN_STATES = ("closed", "half_open", "open", "retired")
+#: Alarm kinds always exported (at 0 when quiet) so their series never vanish.
+_ALARM_KINDS = ("dead_letter_spike", "domain_retired", "global_pause")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# --- Prometheus text format --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Metric:
+    """One metric family: a name, its type, a help text and its samples.
+
+    Attributes:
+        name: the metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``); counters end in ``_total``.
+        kind: ``gauge`` or ``counter``.
+        help: one line of help (backslashes and newlines are escaped on output).
+        samples: ``(labels, value)`` pairs, written in order.
+    """
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    help: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+    def add(self, value: float, /, **labels: str) -> Metric:
+        """Append one sample and return the family (so calls chain)."""
+        self.samples.append((labels, value))
+        return self
+
+
+def escape_label_value(value: str) -> str:
+    r"""Escape a label value: ``\`` to ``\\``, ``"`` to ``\"``, newline to ``\n``."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _format_labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    for name in labels:
+        if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            raise ValueError(f"invalid label name {name!r}")
+    inner = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items())
+    return "{" + inner + "}"
+
+
+def format_metrics(metrics: Iterable[Metric]) -> str:
+    """Write metric families in the Prometheus text exposition format (version 0.0.4).
+
+    Each family gets its ``# HELP`` and ``# TYPE`` lines, then one ``name{labels} value`` line
+    per sample. Values: integers without a decimal point, ``NaN``, ``+Inf``, ``-Inf``.
+
+    Raises:
+        ValueError: a metric or label name is not valid in the format.
+    """
+    lines: list[str] = []
+    for metric in metrics:
+        if not _METRIC_NAME.fullmatch(metric.name):
+            raise ValueError(f"invalid metric name {metric.name!r}")
+        lines.append(f"# HELP {metric.name} {_escape_help(metric.help)}")
+        lines.append(f"# TYPE {metric.name} {metric.kind}")
+        for labels, value in metric.samples:
+            lines.append(f"{metric.name}{_format_labels(labels)} {_format_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _queue_metrics(status: Mapping[str, Any]) -> list[Metric]:
+    name, counts = status["queue"], status["counts"]
+    jobs = Metric("scrapeq_jobs", "gauge", "Jobs the queue holds now, by state.")
+    for state in _JOB_STATES:
+        jobs.add(counts[state], queue=name, state=state)
+    return [
+        jobs,
+        Metric("scrapeq_jobs_enqueued_total", "counter", "Jobs enqueued since creation.").add(
+            counts["enqueued"], queue=name
+        ),
+        Metric("scrapeq_jobs_done_total", "counter", "Jobs done since creation.").add(
+            counts["done"], queue=name
+        ),
+        Metric("scrapeq_paused", "gauge", "1 while the global-fault guard pauses dispatch.").add(
+            1 if status.get("paused_until") else 0, queue=name
+        ),
+    ]
+
+
+def _lane_metrics(lanes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
+    ready = Metric("scrapeq_lane_ready", "gauge", "Ready jobs per lane.")
+    age = Metric(
+        "scrapeq_lane_oldest_ready_age_seconds", "gauge", "Age of the oldest ready job per lane."
+    )
+    for lane, info in lanes.items():
+        ready.add(info["ready"], lane=lane)
+        age.add(info["oldest_ready_age"], lane=lane)
+    return [ready, age]
+
+
+def _domain_metrics(domains: Iterable[Mapping[str, Any]]) -> list[Metric]:
+    state = Metric("scrapeq_domain_state", "gauge", "Breaker state per domain (1 = current).")
+    inflight = Metric("scrapeq_domain_inflight", "gauge", "Jobs in flight per domain.")
+    dead = Metric("scrapeq_domain_dead", "gauge", "Dead letters held per domain.")
+    fails = Metric(
+        "scrapeq_domain_consecutive_failures", "gauge", "Consecutive failures per domain."
+    )
+    for info in domains:
+        d = info["domain"]
+        for s in _DOMAIN_STATES:
+            state.add(1 if info["state"] == s else 0, domain=d, state=s)
+        inflight.add(info["inflight"], domain=d)
+        dead.add(info["dead"], domain=d)
+        fails.add(info["consecutive_failures"], domain=d)
+    return [state, inflight, dead, fails]
+
+
+def _alarm_metrics(alarms: Iterable[Mapping[str, Any]]) -> Metric:
+    counts = dict.fromkeys(_ALARM_KINDS, 0)
+    for alarm in alarms:
+        counts[str(alarm["kind"])] = counts.get(str(alarm["kind"]), 0) + 1
+    metric = Metric("scrapeq_alarms", "gauge", "Alarms raised now, by kind.")
+    for kind in sorted(counts):
+        metric.add(counts[kind], kind=kind)
+    return metric
+
+
+def status_metrics(status: Mapping[str, Any]) -> list[Metric]:
+    """The metric families scrapeq exports, from a ``status --json`` document.
+
+    Args:
+        status: what :meth:`AsyncQueue.status` answers.
+    """
+    return [
+        *_queue_metrics(status),
+        *_lane_metrics(status["lanes"]),
+        *_domain_metrics(status["domains"]),
+        _alarm_metrics(status["alarms"]),
+    ]
+
+
+def render_metrics(status: Mapping[str, Any]) -> str:
+    """The ``/metrics`` body for a status document (see :func:`status_metrics`)."""
+    return format_metrics(status_metrics(status))
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map the library's errors to JSON answers; anything else is a 500 as usual."""
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        return _error(404, str(exc))
+    except ConfigError as exc:
+        return _error(400, str(exc))
+    except RedisUnavailable as exc:
+        return _error(503, str(exc))
+    except ScrapeqError as exc:
+        log.exception("dashboard request %s failed", request.path)
+        return _error(500, str(exc))
+
+
+def _int_param(request: web.Request, name: str, default: int) -> int:
+    text = request.query.get(name, "")
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(name, f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= MAX_LIST:
+        raise ConfigError(name, f"must be in 1..{MAX_LIST}, got {value}")
+    return value
+
+
+def _float_param(request: web.Request, name: str) -> float | None:
+    text = request.query.get(name, "")
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(name, f"expected a number of seconds, got {text!r}") from None
+
+
+def _same_origin(request: web.Request) -> bool:
+    """False for a browser POST from another site (CSRF); tools send no Origin at all."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+async def _index(request: web.Request) -> web.Response:
+    return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+
+
+async def _status(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[QUEUE_KEY].status())
+
+
+async def _domains(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[QUEUE_KEY].domains_info())
+
+
+async def _events(request: web.Request) -> web.Response:
+    count = _int_param(request, "count", 100)
+    return web.json_response(await request.app[QUEUE_KEY].events(count))
+
+
+async def _dead(request: web.Request) -> web.Response:
+    limit = _int_param(request, "limit", 50)
+    domain = request.query.get("domain") or None
+    jobs = await request.app[QUEUE_KEY].dead_letters(domain, limit)
+    return web.json_response([job.as_dict() for job in jobs])
+
+
+async def _breaker(request: web.Request) -> web.Response:
+    if not _same_origin(request):
+        return _error(403, "cross-site request refused")
+    queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
+    if request.match_info["action"] == "reset":
+        state = await queue.breaker_reset(domain)
+    else:
+        state = await queue.breaker_trip(domain, _float_param(request, "cooldown"))
+    return web.json_response({"domain": domain, "state": state})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = render_metrics(await request.app[QUEUE_KEY].status())
+    return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def create_app(queue: AsyncQueue) -> web.Application:
+    """Build the dashboard application over ``queue``.
+
+    The app does not own the queue: whoever created the queue closes it. Mount it with
+    ``parent.add_subapp("/prefix/", create_app(queue))`` or run it with :func:`serve`.
+
+    Args:
+        queue: the queue to show and steer.
+
+    Returns:
+        An aiohttp application with the endpoints listed in this module's docstring.
+    """
+    app = web.Application(middlewares=[_errors])
+    app[QUEUE_KEY] = queue
+    app.router.add_get("/", _index)
+    app.router.add_get("/api/status", _status)
+    app.router.add_get("/api/domains", _domains)
+    app.router.add_get("/api/events", _events)
+    app.router.add_get("/api/dead", _dead)
+    app.router.add_post("/api/breaker/{domain}/{action:reset|trip}", _breaker)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+# --- serving -----------------------------------------------------------------------------------
+
+
+def _base_url(address: Any) -> str:
+    host, port = address[0], address[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _serve(
+    queue_factory: Callable[[], AsyncQueue],
+    host: str,
+    port: int,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    queue = queue_factory()
+    runner = web.AppRunner(create_app(queue), shutdown_timeout=5.0)
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        url = _base_url(runner.addresses[0])
+        log.info("scrapeq dashboard on %s", url)
+        if on_ready is not None:
+            on_ready(url)
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+        await queue.close()
+
+
+def serve(
+    queue_factory: Callable[[], AsyncQueue],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Run the dashboard and ``/metrics`` until SIGINT or SIGTERM, then return.
+
+    Blocks in its own event loop (``asyncio.run``); the queue is made inside that loop and
+    closed on the way out. Binds only ``host`` (default loopback): the admin endpoints have no
+    authentication, so expose them further only behind something that has.
+
+    Args:
+        queue_factory: a zero-argument callable returning the :class:`AsyncQueue` to serve,
+            e.g. ``lambda: AsyncQueue.from_url(url, settings=settings)``.
+        host: the address to bind (default ``127.0.0.1``).
+        port: the TCP port (default 8000; 0 picks a free one).
+        on_ready: called once listening with the base URL (``http://127.0.0.1:8000``), e.g. to
+            print it; the actual port when ``port`` is 0.
+
+    Raises:
+        OSError: the address cannot be bound (port in use, host not local).
+    """
+    asyncio.run(_serve(queue_factory, host, port, on_ready))
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+#: The dashboard: one self-contained HTML page (no external assets). It builds the DOM with
+#: textContent only, so a domain name can never inject markup.
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>scrapeq</title>
+<style>
+ body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+ h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.5em; }
+ table { border-collapse: collapse; } td, th { padding: 2px 10px; text-align: right; }
+ th { background: #eee; } td:first-child, th:first-child { text-align: left; }
+ .open, .retired { color: #b00; font-weight: bold; } .half_open { color: #b60; }
+ #alarms li { color: #b00; } #conn { color: #888; font-size: 0.9em; }
+ button { font-size: 0.85em; }
+</style>
+</head>
+<body>
+<h1>scrapeq <span id="queue"></span> <span id="conn">connecting…</span></h1>
+<ul id="alarms"></ul>
+<h2>Jobs</h2><table id="counts"></table>
+<h2>Lanes</h2><table id="lanes"></table>
+<h2>Domains</h2><table id="domains"></table>
+<script>
+"use strict";
+const ORDER = {open: 0, retired: 1, half_open: 2, closed: 3};
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function row(cells, tag) {
+  const tr = el("tr");
+  for (const c of cells) tr.append(c instanceof Node ? c : el(tag || "td", c));
+  return tr;
+}
+
+function table(id, head, rows) {
+  $(id).replaceChildren(row(head, "th"), ...rows);
+}
+
+async function act(domain, action) {
+  const path = "api/breaker/" + encodeURIComponent(domain) + "/" + action;
+  const resp = await fetch(path, {method: "POST"});
+  if (!resp.ok) {
+    const body = await resp.json().catch(() => ({error: resp.statusText}));
+    alert(action + " " + domain + ": " + body.error);
+  }
+  refresh();
+}
+
+function button(domain, action) {
+  const b = el("button", action);
+  b.onclick = () => act(domain, action);
+  return b;
+}
+
+function domainRow(d) {
+  const td = el("td");
+  td.append(button(d.domain, "reset"), " ", button(d.domain, "trip"));
+  return row([d.domain, el("td", d.state, d.state), d.ready, d.delayed, d.inflight,
+              d.done, d.dead, d.consecutive_failures, d.open_until || "", td]);
+}
+
+function render(s) {
+  $("queue").textContent = s.queue + (s.paused_until ? " — paused until " + s.paused_until : "");
+  $("alarms").replaceChildren(...s.alarms.map(
+    (a) => el("li", a.kind + (a.domain ? " " + a.domain : "") + ": " + a.message)));
+  const keys = Object.keys(s.counts);
+  table("counts", keys, [row(keys.map((k) => s.counts[k]))]);
+  table("lanes", ["lane", "ready", "delayed", "oldest ready (s)"],
+        Object.entries(s.lanes).map(([n, l]) => row([n, l.ready, l.delayed, l.oldest_ready_age])));
+  const domains = [...s.domains].sort((a, b) =>
+    (ORDER[a.state] ?? 9) - (ORDER[b.state] ?? 9) || a.domain.localeCompare(b.domain));
+  table("domains", ["domain", "state", "ready", "delayed", "inflight", "done", "dead",
+                    "fails", "open until", ""], domains.map(domainRow));
+}
+
+async function refresh() {
+  try {
+    const resp = await fetch("api/status");
+    if (!resp.ok) throw new Error("HTTP " + resp.status);
+    render(await resp.json());
+    $("conn").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (err) {
+    $("conn").textContent = "disconnected (" + err.message + ")";
+  }
+}
+
+refresh();
+setInterval(refresh, 2000);
+</script>
+</body>
+</html>
+"""

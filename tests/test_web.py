@@ -1,0 +1,555 @@
+"""The dashboard app and /metrics over real loopback sockets and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from scrapeq import AsyncQueue, Job, Settings
+from scrapeq.web import (
+    METRICS_CONTENT_TYPE,
+    PAGE,
+    Metric,
+    create_app,
+    escape_label_value,
+    format_metrics,
+    render_metrics,
+    serve,
+)
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+SHOP = "shop-{}.example.com"
+PORTED = "shop-5.example.com:8443"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+# --- a tiny parser of the Prometheus text format ------------------------------------------------
+
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(?:,|$)')
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        assert match, f"bad labels at {text[pos:]!r}"
+        labels[match[1]] = _unescape(match[2])
+        pos = match.end()
+    return labels
+
+
+def parse_metrics(text: str) -> tuple[dict[str, str], Samples]:
+    """Check every line of an exposition; answers (types by name, samples)."""
+    assert text.endswith("\n")
+    helps: dict[str, str] = {}
+    types: dict[str, str] = {}
+    samples: Samples = {}
+    for line in text[:-1].split("\n"):
+        if line.startswith("# HELP "):
+            name, _, helps[name] = line[7:].partition(" ")
+            assert helps[name], f"empty help for {name}"
+        elif line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ")
+            assert kind in ("counter", "gauge"), line
+            assert name in helps, f"TYPE before HELP for {name}"
+            types[name] = kind
+        else:
+            match = _SAMPLE.fullmatch(line)
+            assert match, f"not a sample line: {line!r}"
+            assert match[1] in types, f"{match[1]} has no HELP/TYPE"
+            key = (match[1], frozenset(parse_labels(match[2] or "").items()))
+            assert key not in samples, f"duplicate series {line!r}"
+            samples[key] = float(match[3])
+    return types, samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+async def _claim_one(q: AsyncQueue) -> Job:
+    for _ in range(5):
+        jobs = (await q.claim(1)).jobs
+        if jobs:
+            return jobs[0]
+    raise AssertionError("nothing to claim")
+
+
+async def _retire(q: AsyncQueue, domain: str) -> None:
+    """Two trips in a row (breaker_failures=1, breaker_max_trips=2) retire the domain."""
+    await q.enqueue(f"https://{domain}/p/1")
+    for _ in range(2):
+        job = await _claim_one(q)
+        assert job.domain == domain
+        await q.retry(job, kind="timeout", delay=0, domain_failed=True)
+        q.testing_clock_offset_ms += 7_200_000  # past any cooldown: the next claim probes
+
+
+@pytest.fixture
+async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
+    """shop-4 retired, shop-3 with a 404 dead letter, shop-2 tripped, shop-1 and shop-5 ok."""
+    settings = Settings(allow_private=False, breaker_failures=1, breaker_max_trips=2)
+    q = AsyncQueue.from_url(redis_url, settings=settings)
+    await _retire(q, SHOP.format(4))
+    await q.enqueue(f"https://{SHOP.format(3)}/p/1", lane="critical")
+    job = await _claim_one(q)
+    assert await q.fail(job, "http_404", "Not Found") == "dead"
+    urls = [f"https://{SHOP.format(i)}/p/{n}" for i, n in ((1, 1), (1, 2), (1, 3), (2, 1), (2, 2))]
+    await q.enqueue_many(urls)
+    await q.enqueue(f"https://{SHOP.format(3)}/p/2", lane="bulk")
+    await q.enqueue(f"https://{PORTED}/p/1")
+    assert await q.breaker_trip(SHOP.format(2)) == "open"
+    yield q
+    await q.close()
+
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client(queue: AsyncQueue) -> AsyncIterator[Client]:
+    async with TestClient(TestServer(create_app(queue))) as c:
+        yield c
+
+
+async def get_json(client: Client, path: str, status: int = 200) -> Any:
+    resp = await client.get(path)
+    assert resp.status == status, await resp.text()
+    assert resp.content_type == "application/json"
+    return await resp.json()
+
+
+def without_ages(status: dict[str, Any]) -> dict[str, Any]:
+    """The status document without the lane ages, which grow between two reads."""
+    lanes = {
+        n: {k: v for k, v in lane.items() if k != "oldest_ready_age"}
+        for n, lane in status["lanes"].items()
+    }
+    return {**status, "lanes": lanes}
+
+
+def states(status: dict[str, Any]) -> dict[str, str]:
+    return {d["domain"]: d["state"] for d in status["domains"]}
+
+
+# --- the formatter ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        ("plain", "plain"),
+        ('say "hi"', 'say \\"hi\\"'),
+        ("back\\slash", "back\\\\slash"),
+        ("two\nlines", "two\\nlines"),
+        ('\\"\n', '\\\\\\"\\n'),
+        ("", ""),
+        ("ünï{cödé}", "ünï{cödé}"),
+    ],
+)
+def test_label_values_are_escaped(raw: str, escaped: str) -> None:
+    assert escape_label_value(raw) == escaped
+    assert _unescape(escaped) == raw
+
+
+def test_format_metrics_writes_help_type_and_samples() -> None:
+    m = Metric("x_total", "counter", 'counts "things"\nand \\ more')
+    m.add(3, a='q"1', b="two\nlines").add(1.5)
+    assert format_metrics([m]) == (
+        '# HELP x_total counts "things"\\nand \\\\ more\n'
+        "# TYPE x_total counter\n"
+        'x_total{a="q\\"1",b="two\\nlines"} 3\n'
+        "x_total 1.5\n"
+    )
+
+
+def test_escaped_labels_survive_a_round_trip_through_the_parser() -> None:
+    nasty = 'a\\b"c\nd} 1 {e="'
+    _, samples = parse_metrics(format_metrics([Metric("m", "gauge", "h").add(2, v=nasty)]))
+    assert value(samples, "m", v=nasty) == 2
+
+
+def test_special_values_and_empty_families() -> None:
+    m = Metric("g", "gauge", "h").add(math.nan).add(math.inf, s="p").add(-math.inf, s="n")
+    text = format_metrics([m, Metric("empty", "gauge", "nothing yet")])
+    assert text.splitlines()[2:5] == ["g NaN", 'g{s="p"} +Inf', 'g{s="n"} -Inf']
+    assert "# TYPE empty gauge" in text
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [Metric("bad-name", "gauge", "h"), Metric("ok", "gauge", "h").add(1, **{"__x": "v"})],
+)
+def test_invalid_names_are_refused(metric: Metric) -> None:
+    with pytest.raises(ValueError, match="invalid"):
+        format_metrics([metric])
+
+
+def test_render_metrics_of_an_empty_queue_is_well_formed() -> None:
+    empty = {
+        "queue": "q",
+        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "lanes": {},
+        "domains": [],
+        "paused_until": "2030-01-01T00:00:00+00:00",
+        "alarms": [],
+    }
+    types, samples = parse_metrics(render_metrics(empty))
+    assert value(samples, "scrapeq_paused", queue="q") == 1
+    assert "scrapeq_domain_state" in types
+
+
+# --- JSON endpoints -----------------------------------------------------------------------------
+
+
+async def test_api_status_is_the_status_document(client: Client, queue: AsyncQueue) -> None:
+    doc = await get_json(client, "/api/status")
+    assert set(doc) == {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
+    assert without_ages(doc) == without_ages(await queue.status())
+    assert doc["counts"]["enqueued"] == 9
+    assert doc["counts"]["dead"] == 2
+    assert set(doc["lanes"]) == {"critical", "normal", "bulk"}
+    assert states(doc) == {
+        SHOP.format(1): "closed",
+        SHOP.format(2): "open",
+        SHOP.format(3): "closed",
+        SHOP.format(4): "retired",
+        PORTED: "closed",
+    }
+    assert [(a["kind"], a["domain"]) for a in doc["alarms"]] == [("domain_retired", SHOP.format(4))]
+
+
+async def test_api_domains_has_the_full_figures(client: Client) -> None:
+    doc = await get_json(client, "/api/domains")
+    assert isinstance(doc, list)
+    by_name = {d["domain"]: d for d in doc}
+    assert set(by_name) == {SHOP.format(i) for i in range(1, 5)} | {PORTED}
+    assert by_name[SHOP.format(1)]["ready"] == 3
+    assert by_name[SHOP.format(2)]["trips"] == 1
+    assert {"concurrency", "delay_ms", "open_until", "consecutive_failures"} <= set(doc[0])
+
+
+async def test_api_events_newest_first_with_a_count(client: Client) -> None:
+    events = await get_json(client, "/api/events")
+    assert events
+    assert all(set(e) == {"id", "kind", "domain", "message", "at"} for e in events)
+    assert events[0]["domain"] == SHOP.format(2)  # the hand trip came last
+    assert len(await get_json(client, "/api/events?count=1")) == 1
+
+
+async def test_api_dead_lists_dead_letters(client: Client) -> None:
+    dead = await get_json(client, "/api/dead")
+    assert {d["domain"] for d in dead} == {SHOP.format(3), SHOP.format(4)}
+    (d3,) = await get_json(client, f"/api/dead?domain={SHOP.format(3)}&limit=5")
+    assert d3["dead_reason"] == "http_404"
+    assert d3["last_error"]["message"] == "Not Found"
+    assert {"id", "url", "lane", "attempts", "died_at", "errors"} <= set(d3)
+    assert len(await get_json(client, "/api/dead?limit=1")) == 1
+    assert await get_json(client, "/api/dead?domain=nowhere.example.com") == []
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/events?count=0", "/api/events?count=x", "/api/dead?limit=1001"]
+)
+async def test_bad_parameters_are_400_json(client: Client, path: str) -> None:
+    doc = await get_json(client, path, status=400)
+    assert "error" in doc
+
+
+async def test_redis_down_is_503_json(unused_tcp_port: int) -> None:
+    q = AsyncQueue.from_url(f"redis://127.0.0.1:{unused_tcp_port}/0")
+    try:
+        async with TestClient(TestServer(create_app(q))) as c:
+            doc = await get_json(c, "/api/status", status=503)
+            assert "Redis" in doc["error"]
+    finally:
+        await q.close()
+
+
+# --- admin actions ------------------------------------------------------------------------------
+
+
+async def test_reset_closes_and_trip_opens(client: Client, queue: AsyncQueue) -> None:
+    resp = await client.post(f"/api/breaker/{SHOP.format(2)}/reset")
+    assert resp.status == 200
+    assert await resp.json() == {"domain": SHOP.format(2), "state": "closed"}
+    resp = await client.post(f"/api/breaker/{SHOP.format(1)}/trip?cooldown=60")
+    assert await resp.json() == {"domain": SHOP.format(1), "state": "open"}
+    doc = await queue.status()
+    assert states(doc)[SHOP.format(2)] == "closed"
+    assert states(doc)[SHOP.format(1)] == "open"
+    assert next(d for d in doc["domains"] if d["domain"] == SHOP.format(1))["open_until"]
+
+
+async def test_reset_un_retires_and_clears_the_alarm(client: Client, queue: AsyncQueue) -> None:
+    resp = await client.post(f"/api/breaker/{SHOP.format(4)}/reset")
+    assert resp.status == 200
+    doc = await queue.status()
+    assert states(doc)[SHOP.format(4)] == "closed"
+    assert doc["alarms"] == []
+
+
+async def test_a_domain_with_a_port_is_routed_url_encoded(
+    client: Client, queue: AsyncQueue
+) -> None:
+    resp = await client.post("/api/breaker/shop-5.example.com%3A8443/trip")
+    assert (await resp.json())["domain"] == PORTED
+    assert states(await queue.status())[PORTED] == "open"
+
+
+@pytest.mark.parametrize("action", ["reset", "trip"])
+async def test_unknown_domain_is_404_json(client: Client, action: str) -> None:
+    resp = await client.post(f"/api/breaker/nowhere.example.com/{action}")
+    assert resp.status == 404
+    assert resp.content_type == "application/json"
+    assert "nowhere.example.com" in (await resp.json())["error"]
+
+
+async def test_bad_cooldown_is_400(client: Client) -> None:
+    resp = await client.post(f"/api/breaker/{SHOP.format(1)}/trip?cooldown=soon")
+    assert resp.status == 400
+
+
+async def test_cross_site_post_is_refused(client: Client, queue: AsyncQueue) -> None:
+    path = f"/api/breaker/{SHOP.format(2)}/reset"
+    resp = await client.post(path, headers={"Origin": "http://evil.example"})
+    assert resp.status == 403
+    assert states(await queue.status())[SHOP.format(2)] == "open"
+    own = f"http://{client.host}:{client.port}"
+    resp = await client.post(path, headers={"Origin": own})
+    assert resp.status == 200
+
+
+async def test_admin_actions_need_post(client: Client) -> None:
+    assert (await client.get(f"/api/breaker/{SHOP.format(2)}/reset")).status == 405
+    assert (await client.post(f"/api/breaker/{SHOP.format(2)}/explode")).status == 404
+
+
+# --- /metrics -----------------------------------------------------------------------------------
+
+
+async def test_metrics_parse_and_match_the_status(client: Client, queue: AsyncQueue) -> None:
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] == METRICS_CONTENT_TYPE
+    types, samples = parse_metrics(await resp.text())
+    doc = await queue.status()
+    for state in ("ready", "delayed", "inflight", "dead"):
+        assert value(samples, "scrapeq_jobs", queue="default", state=state) == doc["counts"][state]
+    assert value(samples, "scrapeq_jobs_enqueued_total", queue="default") == 9
+    assert value(samples, "scrapeq_jobs_done_total", queue="default") == 0
+    assert types["scrapeq_jobs_enqueued_total"] == types["scrapeq_jobs_done_total"] == "counter"
+    for lane, info in doc["lanes"].items():
+        assert value(samples, "scrapeq_lane_ready", lane=lane) == info["ready"]
+        age = value(samples, "scrapeq_lane_oldest_ready_age_seconds", lane=lane)
+        assert 0 <= age <= info["oldest_ready_age"]  # scraped just before
+    assert value(samples, "scrapeq_paused", queue="default") == 0
+    assert value(samples, "scrapeq_alarms", kind="domain_retired") == 1
+    assert value(samples, "scrapeq_alarms", kind="global_pause") == 0
+
+
+async def test_metrics_per_domain(client: Client) -> None:
+    _, samples = parse_metrics(await (await client.get("/metrics")).text())
+    expected = {SHOP.format(2): "open", SHOP.format(4): "retired", SHOP.format(1): "closed"}
+    for domain, current in expected.items():
+        for state in ("closed", "half_open", "open", "retired"):
+            got = value(samples, "scrapeq_domain_state", domain=domain, state=state)
+            assert got == (1 if state == current else 0), (domain, state)
+    assert value(samples, "scrapeq_domain_dead", domain=SHOP.format(3)) == 1
+    assert value(samples, "scrapeq_domain_inflight", domain=SHOP.format(1)) == 0
+    assert value(samples, "scrapeq_domain_consecutive_failures", domain=PORTED) == 0
+
+
+async def test_metrics_follow_admin_actions(client: Client) -> None:
+    await client.post(f"/api/breaker/{SHOP.format(2)}/reset")
+    _, samples = parse_metrics(await (await client.get("/metrics")).text())
+    assert value(samples, "scrapeq_domain_state", domain=SHOP.format(2), state="closed") == 1
+
+
+# --- the page -----------------------------------------------------------------------------------
+
+
+async def test_index_is_self_contained_html_with_the_poll_script(client: Client) -> None:
+    resp = await client.get("/")
+    assert resp.status == 200
+    assert resp.content_type == "text/html"
+    html = await resp.text()
+    assert html.startswith("<!doctype html>")
+    assert 'fetch("api/status")' in html
+    assert "setInterval(refresh, 2000)" in html
+    assert re.search(r"\b(src|href)\s*=", html) is None, "no external assets"
+    assert "innerHTML" not in html
+
+
+async def test_the_app_mounts_under_a_prefix(queue: AsyncQueue) -> None:
+    parent = web.Application()
+    parent.add_subapp("/scrapeq/", create_app(queue))
+    async with TestClient(TestServer(parent)) as c:
+        assert (await get_json(c, "/scrapeq/api/status"))["queue"] == "default"
+        assert (await c.get("/scrapeq/metrics")).status == 200
+
+
+_DOM_SHIM = """
+const BASE = process.argv[2];
+class FakeNode {
+  constructor(tag) { this.tag = tag; this.children = []; this.textContent = ""; }
+  append(...items) {
+    for (const c of items) this.children.push(c instanceof FakeNode ? c : new FakeText(c));
+  }
+  replaceChildren(...items) { this.children = []; this.append(...items); }
+}
+class FakeText extends FakeNode { constructor(t) { super("#text"); this.textContent = t; } }
+globalThis.Node = FakeNode;
+const ids = {};
+globalThis.document = {
+  createElement: (tag) => new FakeNode(tag),
+  getElementById: (id) => (ids[id] ??= new FakeNode("div")),
+};
+const nativeFetch = fetch;
+globalThis.fetch = (path, options) => nativeFetch(new URL(path, BASE), options);
+globalThis.setInterval = () => 0;
+globalThis.alert = (message) => console.error("alert:", message);
+"""
+
+_DOM_REPORT = """
+(async () => {
+  await refresh();
+  const rows = ids.domains.children.slice(1);
+  const cell = (r, i) => r.children[i].textContent;
+  const report = {
+    conn: ids.conn.textContent,
+    domains: rows.map((r) => [cell(r, 0), cell(r, 1)]),
+    lanes: ids.lanes.children.slice(1).map((r) => cell(r, 0)),
+    alarms: ids.alarms.children.map((a) => a.textContent),
+  };
+  const open = rows.find((r) => cell(r, 1) === "open");
+  await open.children[9].children.find((b) => b.textContent === "reset").onclick();
+  console.log(JSON.stringify(report));
+})();
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+async def test_page_script_renders_and_resets_in_node(
+    client: Client, queue: AsyncQueue, tmp_path: Path
+) -> None:
+    """Run the page's own script in node over a minimal fake DOM against the live server."""
+    script = re.search(r"<script>(.*?)</script>", PAGE, re.DOTALL)
+    assert script
+    path = tmp_path / "page.js"
+    path.write_text(_DOM_SHIM + script[1] + _DOM_REPORT)
+    base = f"http://{client.host}:{client.port}/"
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(path), base, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["conn"].startswith("updated")
+    assert report["domains"][:2] == [[SHOP.format(2), "open"], [SHOP.format(4), "retired"]]
+    assert {state for _, state in report["domains"][2:]} == {"closed"}
+    assert report["lanes"] == ["critical", "normal", "bulk"]
+    (alarm,) = report["alarms"]
+    assert alarm.startswith(f"domain_retired {SHOP.format(4)}: ")
+    assert states(await queue.status())[SHOP.format(2)] == "closed", "the reset button works"
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (optional)")
+async def test_page_renders_in_headless_chromium(client: Client, tmp_path: Path) -> None:
+    url = f"http://{client.host}:{client.port}/"
+    proc = await asyncio.create_subprocess_exec(
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path}",
+        "--virtual-time-budget=3000",
+        "--dump-dom",
+        url,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    dom = out.decode()
+    assert SHOP.format(2) in dom
+    assert "domain_retired" in dom
+    assert dom.index(SHOP.format(2)) < dom.index(SHOP.format(1)), "open domains first"
+
+
+# --- serve() ------------------------------------------------------------------------------------
+
+
+def test_serve_raises_when_the_port_is_taken(redis_url: str) -> None:
+    made: list[AsyncQueue] = []
+
+    def factory() -> AsyncQueue:
+        made.append(AsyncQueue.from_url(redis_url))
+        return made[-1]
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError):
+            serve(factory, port=taken.getsockname()[1])
+    assert len(made) == 1, "the queue is made inside the running loop"
+
+
+_SERVE = """
+import sys
+from scrapeq import AsyncQueue
+from scrapeq.web import serve
+serve(lambda: AsyncQueue.from_url(sys.argv[1]), port=0, on_ready=lambda u: print(u, flush=True))
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_binds_loopback_and_stops_on_signal(
+    redis_url: str, sig: signal.Signals
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _SERVE, redis_url, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        url = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url), url
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/api/status") as resp:
+                assert resp.status == 200
+                assert (await resp.json())["queue"] == "default"
+            async with session.get(f"{url}/metrics") as resp:
+                parse_metrics(await resp.text())
+        proc.send_signal(sig)
+        out, err = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "stopped"
