@@ -82,30 +82,32 @@ class Job:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
-        """Build a Job from the decoded stored form (see ``lua/includes/jobs.lua``)."""
-        errors = data.get("errors") or []
-        payload_text = data.get("payload")
+        """Build a Job from the decoded stored form (see ``lua/includes/jobs.lua``).
+
+        Numbers come from the scripts as JSON integers, so no conversion is needed; this
+        runs once per claimed job and is kept lean on purpose.
+        """
+        get = data.get
+        errors = get("errors")
+        payload_text = get("payload")
         return cls(
-            id=str(data["id"]),
-            url=str(data.get("url", "")),
-            domain=str(data.get("domain", "")),
-            lane=str(data.get("lane", "")),
-            attempts=int(data.get("attempts", 0)),
-            max_attempts=int(data.get("max_attempts", 0)),
-            payload=json.loads(payload_text) if isinstance(payload_text, str) else None,
-            token=int(data.get("token", 0)),
-            created_ms=int(data.get("created", 0)),
-            eligible_ms=int(data.get("eligible", 0)),
-            expires_ms=_opt_int(data.get("expires")),
-            throttles=int(data.get("throttles", 0)),
-            errors=tuple(
-                JobError(int(e.get("at", 0)), str(e.get("kind", "")), str(e.get("message", "")))
-                for e in (errors if isinstance(errors, list) else [])
-            ),
-            dead_reason=data.get("dead_reason"),
-            died_ms=_opt_int(data.get("died")),
-            claimed_ms=_opt_int(data.get("claimed")),
-            raw=data.get("corrupt"),
+            str(data["id"]),
+            get("url", ""),
+            get("domain", ""),
+            get("lane", ""),
+            get("attempts", 0),
+            get("max_attempts", 0),
+            json.loads(payload_text) if isinstance(payload_text, str) else None,
+            get("token", 0),
+            get("created", 0),
+            get("eligible", 0),
+            get("expires"),
+            get("throttles", 0),
+            _errors(errors) if errors else (),
+            get("dead_reason"),
+            get("died"),
+            get("claimed"),
+            get("corrupt"),
         )
 
     @property
@@ -138,8 +140,14 @@ class Job:
         }
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _errors(errors: Any) -> tuple[JobError, ...]:
+    if not isinstance(errors, list):
+        return ()
+    return tuple(
+        JobError(int(e.get("at", 0)), str(e.get("kind", "")), str(e.get("message", "")))
+        for e in errors
+        if isinstance(e, dict)
+    )
 
 
 def _iso(ms: int | None) -> str | None:

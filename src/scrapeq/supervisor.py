@@ -1,20 +1,27 @@
 """Run N worker processes under one supervisor.
 
 Each child is its own process with its own event loop and connections. The supervisor
-forwards SIGTERM/SIGINT to every child (a second signal is forwarded again, which makes the
-children release at once), and restarts a child that crashed (non-zero exit while nobody
-asked it to stop) with a capped backoff. With ``--burst`` a child that exits 0 is done and
-is not restarted; the supervisor returns once every child has exited.
+forwards SIGTERM/SIGINT to every child as SIGTERM (a second signal is forwarded again, which
+makes the children release at once), and restarts a child that crashed (non-zero exit while
+nobody asked it to stop) with a capped backoff. With ``--burst`` a child that exits 0 is done
+and is not restarted; the supervisor returns once every child has exited.
+
+Children start with SIGINT ignored: a terminal's Ctrl-C signals the whole foreground process
+group, and a child that took it directly *and* as the forwarded SIGTERM would see two
+signals and release its jobs at once instead of draining them. On Linux a child also gets
+SIGTERM when the supervisor dies (even by SIGKILL), so no worker outlives its supervisor.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.process
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -25,6 +32,18 @@ __all__ = ["supervise"]
 log = logging.getLogger("scrapeq.supervisor")
 
 RESTART_MIN, RESTART_MAX = 0.5, 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_main(target: Callable[..., int], args: tuple[Any, ...], parent: int) -> None:
+    """Body of a child process: die with the supervisor, exit with ``target``'s answer."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    sys.exit(target(*args))
 
 
 class _Supervisor:
@@ -41,11 +60,24 @@ class _Supervisor:
 
     def _spawn(self, slot: int) -> None:
         proc = self._ctx.Process(
-            target=self._target, args=(*self._args, slot), name=f"scrapeq-worker-{slot}"
+            target=_child_main,
+            args=(self._target, (*self._args, slot), os.getpid()),
+            name=f"scrapeq-worker-{slot}",
         )
-        proc.start()
+        # The child inherits an ignored SIGINT (see the module docstring). SIGINT is blocked
+        # meanwhile so one sent to the supervisor now is delivered afterwards, not dropped.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.start()
+        finally:
+            signal.signal(signal.SIGINT, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._children[slot] = proc
         log.info("worker process %d started pid=%s", slot, proc.pid)
+        if self._stopping and proc.pid is not None:  # a signal came while it was starting
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping += 1

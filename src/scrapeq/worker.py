@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .classify import Classification, Outcome, classify_exception, classify_response
-from .errors import Permanent, RedisUnavailable, Retry
+from .errors import Permanent, RedisUnavailable, Retry, ScriptError
 from .fetch import Fetcher, Response, Robots
 from .job import Job
 from .queue import AsyncQueue
@@ -188,6 +188,8 @@ class Worker:
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                if signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # ignored on purpose (a supervised child): keep it ignored
                 loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _remove_signals(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -227,8 +229,8 @@ class Worker:
                 continue
             try:
                 claimed = await self.queue.claim(min(free, BATCH))
-            except RedisUnavailable as exc:
-                log.warning("redis unavailable, retrying in %.1f s: %s", reconnect, exc)
+            except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
+                log.warning("%s, retrying in %.1f s: %s", _what(exc), reconnect, exc)
                 await self._wait_for(self._stopping, reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
@@ -419,9 +421,9 @@ class Worker:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             try:
                 statuses = await self.queue.settle_many([s for s, _ in batch])
-            except RedisUnavailable as exc:
+            except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
-                log.warning("redis unavailable while settling, retrying: %s", exc)
+                log.warning("%s while settling, retrying: %s", _what(exc), exc)
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
@@ -444,7 +446,7 @@ class Worker:
                 continue
             try:
                 renewed = await self.queue.heartbeat([f.job for f in flights])
-            except RedisUnavailable as exc:
+            except Exception as exc:  # this task must never die
                 log.warning("heartbeat failed: %s", exc)
                 continue
             for flight, ok in zip(flights, renewed, strict=True):
@@ -491,6 +493,11 @@ async def _wait_all_or(tasks: list[asyncio.Task[None]], release: asyncio.Task[bo
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if release in done:
             return
+
+
+def _what(exc: BaseException) -> str:
+    """How a failed Redis call is logged: unreachable, or an error reply (READONLY, OOM...)."""
+    return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
 
 
 async def _call_handler(handler: Handler, job: Job, response: Response) -> Any:

@@ -21,22 +21,31 @@
 --@include jobs
 --@include housekeeping
 
-local function domain_delay(d)
-  local override = tonumber(redis.call('HGET', k_dom(d), 'delay'))
-  return override or CFG.delay_ms
+-- Fencing tokens: the batch reserves N at its first lease (gaps are fine: tokens only grow).
+local TOKENS = {next = 0, last = -1}
+local function next_token()
+  if TOKENS.next > TOKENS.last then
+    local n = tonumber(ARG.n) or 1
+    TOKENS.last = redis.call('HINCRBY', K_META, 'token', n)
+    TOKENS.next = TOKENS.last - n + 1
+  end
+  local token = TOKENS.next
+  TOKENS.next = token + 1
+  return token
 end
 
 local function lease(job, d)
   job.attempts = job.attempts + 1
-  job.token = redis.call('HINCRBY', K_META, 'token', 1)
+  job.token = next_token()
   job.claimed = NOW
   redis.call('ZADD', K_INFLIGHT, NOW + CFG.lease_ms, job.id)
   redis.call('ZREM', k_lane(job.lane), job.id)
   local dk = k_dom(d)
   redis.call('HINCRBY', dk, 'inflight', 1)
-  local delay = domain_delay(d)
+  local f = redis.call('HMGET', dk, 'delay', 'state')
+  local delay = tonumber(f[1]) or CFG.delay_ms
   if delay > 0 then redis.call('HSET', dk, 'next', NOW + delay) end
-  if redis.call('HGET', dk, 'state') == 'half_open' then
+  if f[2] == 'half_open' then
     redis.call('HSET', dk, 'probe', job.id)
   end
   local encoded = cjson.encode(job)
@@ -76,7 +85,7 @@ local function pick(n)
     local d = top[1]
     local encoded = take_head(d)
     if encoded then out[#out + 1] = encoded end
-    refile(d)
+    refile(d, true)
   end
   return out
 end

@@ -36,12 +36,29 @@ local function park_domain(d, ra)
   end
 end
 
+-- Counters of the whole batch, written once per distinct field after the loop.
+local BUMPS = {}
+local function bump(key, field)
+  local fields = BUMPS[key]
+  if not fields then
+    fields = {}
+    BUMPS[key] = fields
+  end
+  fields[field] = (fields[field] or 0) + 1
+end
+
+local function flush_bumps()
+  for key, fields in pairs(BUMPS) do
+    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, n) end
+  end
+end
+
 local function settle_done(job)
   redis.call('DEL', k_job(job.id))
   release_unique(job)
-  redis.call('HINCRBY', k_dom(job.domain), 'done', 1)
-  stat('done')
-  stat('done:' .. job.lane)
+  bump(k_dom(job.domain), 'done')
+  bump(K_STATS, 'done')
+  bump(K_STATS, 'done:' .. job.lane)
   return 'done'
 end
 
@@ -73,6 +90,8 @@ local function settle_release(job, it)
   return 'released'
 end
 
+local TOUCHED = {}
+
 local function settle_one(it)
   if not OUTCOMES[it.o] then
     return redis.error_reply('SQ_BAD_OUTCOME ' .. tostring(it.o))
@@ -83,9 +102,11 @@ local function settle_one(it)
   end
   leave_inflight(job)
   local d = job.domain
-  if it.df ~= nil and it.df ~= cjson.null then breaker_outcome(d, it.df, job.id) end
-  local dk = k_dom(d)
-  if redis.call('HGET', dk, 'probe') == job.id then redis.call('HSET', dk, 'probe', '') end
+  if it.df ~= nil and it.df ~= cjson.null then
+    breaker_outcome(d, it.df, job.id)
+  elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
+    redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
+  end
   local status
   if it.o == 'done' then
     status = settle_done(job)
@@ -101,14 +122,20 @@ local function settle_one(it)
   else
     status = settle_release(job, it)
   end
-  refile(d)
+  TOUCHED[d] = true
   return status
 end
 
 local out = {}
 for i, it in ipairs(ARG.items) do
   local status = settle_one(it)
-  if type(status) == 'table' then return status end
+  if type(status) == 'table' then
+    flush_bumps()
+    for d in pairs(TOUCHED) do refile(d) end
+    return status
+  end
   out[i] = status
 end
+flush_bumps()
+for d in pairs(TOUCHED) do refile(d) end
 return out

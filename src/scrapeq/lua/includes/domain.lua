@@ -24,7 +24,8 @@ local function domain_cap(conc_override, state)
 end
 
 -- File domain d where it belongs now. Returns true when it may dispatch.
-local function refile(d)
+-- `from_ready`: the caller knows d is not in domains:wait (it was just taken from ready).
+local function refile(d, from_ready)
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')
   local state = f[3] or 'closed'
@@ -62,7 +63,7 @@ local function refile(d)
     return false
   end
   redis.call('ZADD', K_READY, head[2], d)
-  redis.call('ZREM', K_WAIT, d)
+  if not from_ready then redis.call('ZREM', K_WAIT, d) end
   return true
 end
 
@@ -140,9 +141,14 @@ local function trip(d, why, from_closed)
 end
 
 -- Record one outcome of job `job_id` for domain d: failed true/false.
+local ACTIVE_SEEN = {}
+
 local function breaker_outcome(d, failed, job_id)
   local dk = k_dom(d)
-  redis.call('ZADD', K_ACTIVE, NOW, d)
+  if not ACTIVE_SEEN[d] then
+    ACTIVE_SEEN[d] = true
+    redis.call('ZADD', K_ACTIVE, NOW, d)
+  end
   local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe')
   local state = f[1] or 'closed'
   if state == 'open' or state == 'retired' then return end
@@ -158,7 +164,12 @@ local function breaker_outcome(d, failed, job_id)
   end
   -- During a global pause failures are most likely ours: they are not held against the site.
   if failed and paused_until() then return end
-  local win = (f[3] or '') .. (failed and '1' or '0')
+  local win = f[3] or ''
+  if not failed and (tonumber(f[2]) or 0) == 0 and #win >= CFG.window
+      and not string.find(win, '1', 1, true) then
+    return  -- a success on a spotless window changes nothing
+  end
+  win = win .. (failed and '1' or '0')
   if #win > CFG.window then win = string.sub(win, -CFG.window) end
   local fails = 0
   if failed then fails = (tonumber(f[2]) or 0) + 1 end

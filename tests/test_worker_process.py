@@ -1,0 +1,662 @@
+"""The worker as an operating-system process: crashes, signals, several processes, Redis loss.
+
+Workers run as ``scrapeq --redis URL worker ...`` subprocesses with a clean environment; the
+loopback sites they fetch run in a background thread of the test (their own event loop), so
+a worker that is killed or blocked never takes a site down with it. The Redis tests run an
+in-process :class:`~scrapeq.worker.Worker` against a private redis-server that they kill and
+restart, or make refuse writes for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio
+
+from scrapeq import AsyncQueue, Queue, Settings
+from scrapeq.embedded import find_redis_server
+from scrapeq.errors import RedisUnavailable
+from scrapeq.keys import Keys
+from scrapeq.worker import Worker
+from sites import Handler, Site, ok, sites, slow
+
+T = TypeVar("T")
+
+_BIN = Path(sys.executable).parent / "scrapeq"
+SCRAPEQ = str(_BIN) if _BIN.exists() else (shutil.which("scrapeq") or "scrapeq")
+
+#: Settings every worker subprocess gets (as SCRAPEQ_* variables): quick retries, one site
+#: may take many jobs at once.
+BASE_ENV = {"backoff_base": 0.1, "backoff_cap": 0.5, "domain_concurrency": 50}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def wait_until(cond: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll ``cond`` until it answers something true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def clean_env(**settings: Any) -> dict[str, str]:
+    """PATH and HOME of this process, plus the given settings as SCRAPEQ_* variables."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    env.update({f"SCRAPEQ_{k.upper()}": str(v) for k, v in {**BASE_ENV, **settings}.items()})
+    return env
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name, or None when the pid is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def children(pid: int) -> list[int]:
+    """Live direct children of ``pid`` (scans /proc: no psutil, no /proc/.../children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(int(entry.name))
+        if fields is not None and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    for child in children(pid):
+        out += [child, *descendants(child)]
+    return out
+
+
+def worker_children(pid: int) -> list[int]:
+    """Children of a supervisor that are worker processes (not multiprocessing's helpers)."""
+    out = []
+    for child in children(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(child)
+    return out
+
+
+def wait_for_children(proc: WorkerProc, n: int, *, not_in: tuple[int, ...] = ()) -> list[int]:
+    """Wait until the supervisor ``proc`` has exactly ``n`` worker children, none in ``not_in``."""
+
+    def ready() -> list[int] | None:
+        kids = worker_children(proc.pid)
+        return kids if len(kids) == n and not set(kids) & set(not_in) else None
+
+    kids = wait_until(ready, 15, f"{n} worker children")
+    proc.known.update(kids)
+    return kids
+
+
+def results(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class SiteThread:
+    """Loopback sites served by an event loop in a background thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.sites: list[Site] = []
+
+    def start(self, handler: Handler) -> Site:
+        site = Site(handler)
+        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
+        self.sites.append(site)
+        return site
+
+    async def _shutdown(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.sites), return_exceptions=True)
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class WorkerProc:
+    """One ``scrapeq worker`` subprocess, its output in a log file."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path, out: IO[bytes]) -> None:
+        self.popen = popen
+        self.log = log
+        self._out = out
+        self.known: set[int] = set()  # descendants seen, killed in the finalizer
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"worker pid {self.pid} still running after {timeout} s; log:\n{self.text()}"
+            ) from None
+
+    def signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def text(self) -> str:
+        self._out.flush()
+        return self.log.read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        if self.running():
+            self.known.update(descendants(self.pid))
+        for pid in [self.pid, *self.known]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def site_thread() -> Iterator[SiteThread]:
+    st = SiteThread()
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def q(redis_url: str) -> Iterator[Queue]:
+    queue = Queue.from_url(redis_url, settings=Settings(allow_private=True))
+    yield queue
+    queue.close()
+
+
+@pytest.fixture
+def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
+    """Start ``scrapeq worker --allow-private ARGS`` with SCRAPEQ_* settings from keywords."""
+    started: list[WorkerProc] = []
+
+    def start(*args: str, **settings: Any) -> WorkerProc:
+        log = tmp_path / f"worker-{len(started)}.log"
+        out = open(log, "wb")  # noqa: SIM115 (closed by the finalizer)
+        popen = subprocess.Popen(
+            [SCRAPEQ, "--redis", redis_url, "worker", "--allow-private", *args],
+            env=clean_env(**settings),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = WorkerProc(popen, log, out)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill_all()
+
+
+def counts(q: Queue) -> dict[str, int]:
+    return q.status()["counts"]  # type: ignore[no-any-return]
+
+
+def inflight_ids(q: Queue) -> list[str]:
+    return list(q.client.zrange(Keys(q.name).inflight, 0, -1))
+
+
+# --- crash recovery ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kill_9_mid_flight_loses_no_job(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    site = site_thread.start(slow(2))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(20)])]
+
+    a = spawn("--concurrency", "10", lease=2)
+    wait_until(lambda: counts(q)["inflight"] > 0, 15, "worker A to claim jobs")
+    held = inflight_ids(q)
+    a.signal(signal.SIGKILL)
+    assert a.wait(5) == -signal.SIGKILL
+    assert 0 < len(held) <= 10
+    assert counts(q)["inflight"] == len(held), "A's claims stay leased after the crash"
+
+    out = tmp_path / "b.jsonl"
+    b = spawn("--concurrency", "20", "--burst", "--results", str(out), lease=2)
+    # While B runs, each of A's jobs is reaped by one of B's claims (its history gets a
+    # lease_expired entry) and re-claimed; it lives on until B finishes it.
+    reaped: set[str] = set()
+    deadline = time.monotonic() + 30
+    while b.running() and time.monotonic() < deadline:
+        for job_id in set(held) - reaped:
+            job = q.get_job(job_id)
+            if job is not None and "lease_expired" in {e.kind for e in job.errors}:
+                reaped.add(job_id)
+        time.sleep(0.05)
+    assert b.wait(5) == 0, b.text()
+
+    c = counts(q)
+    assert (c["done"], c["dead"], c["inflight"], c["ready"], c["delayed"]) == (20, 0, 0, 0, 0)
+    assert reaped == set(held), "every attempt of the killed worker was reaped"
+    assert int(q.client.hget(Keys(q.name).stats, "reaped") or 0) == len(held)
+    rows = results(out)
+    assert sorted(r["id"] for r in rows) == sorted(ids), "every job finished exactly once by B"
+    attempts = {r["id"]: r["attempts"] for r in rows}
+    assert {attempts[i] for i in held} == {2}, "the killed attempt counts as an attempt"
+    assert {attempts[i] for i in set(ids) - set(held)} == {1}
+
+
+# --- signals -------------------------------------------------------------------------------------
+
+
+def test_sigterm_drains_in_flight_jobs(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    site = site_thread.start(slow(1))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])]
+    out = tmp_path / "r.jsonl"
+    w = spawn("--concurrency", "10", "--results", str(out), shutdown_grace=10)
+    wait_until(lambda: counts(q)["inflight"] == 5, 15, "5 jobs in flight")
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(8) == 0, w.text()
+    assert time.monotonic() - started < 4
+    c = counts(q)
+    assert (c["done"], c["inflight"], c["ready"], c["delayed"]) == (5, 0, 0, 0)
+    rows = results(out)
+    assert sorted(r["id"] for r in rows) == sorted(ids)
+    assert {r["attempts"] for r in rows} == {1}, "draining spends no extra attempt"
+    assert site.total == 5
+    assert "draining" in w.text()
+
+
+def test_sigterm_past_grace_releases_without_spending_attempts(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc]
+) -> None:
+    site = site_thread.start(slow(30))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])]
+    w = spawn("--concurrency", "10", shutdown_grace=0.5)
+    wait_until(lambda: counts(q)["inflight"] == 4, 15, "4 jobs in flight")
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(10) == 0, w.text()
+    assert time.monotonic() - started < 3
+    c = counts(q)
+    assert (c["inflight"], c["ready"], c["done"], c["dead"]) == (0, 4, 0, 0)
+    for job_id in ids:
+        job = q.get_job(job_id)
+        assert job is not None and job.attempts == 0, "a released job spent no attempt"
+    assert "released 4 jobs" in w.text()
+
+
+def test_second_sigterm_releases_at_once(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc]
+) -> None:
+    site = site_thread.start(slow(30))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])]
+    w = spawn("--concurrency", "10", shutdown_grace=30)
+    wait_until(lambda: counts(q)["inflight"] == 3, 15, "3 jobs in flight")
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in w.text(), 5, "the worker to start draining")
+    time.sleep(0.3)
+    assert w.running(), "within the grace period the worker waits for its jobs"
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(10) == 0, w.text()
+    assert time.monotonic() - started < 3
+    c = counts(q)
+    assert (c["inflight"], c["ready"]) == (0, 3)
+    for job_id in ids:
+        job = q.get_job(job_id)
+        assert job is not None and job.attempts == 0
+
+
+# --- several processes ---------------------------------------------------------------------------
+
+
+def test_two_processes_burst_finish_every_job_exactly_once(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    site = site_thread.start(ok)
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(200)])]
+    out = tmp_path / "out.jsonl"
+    w = spawn("--burst", "--processes", "2", "--concurrency", "20", "--results", str(out))
+    assert w.wait(40) == 0, w.text()
+    rows = results(out)
+    assert len(rows) == 200
+    seen = Counter(r["id"] for r in rows)
+    assert set(seen) == set(ids) and set(seen.values()) == {1}
+    assert {r["outcome"] for r in rows} == {"done"}
+    assert counts(q)["done"] == 200
+    text = w.text()
+    assert "worker process 0 started" in text and "worker process 1 started" in text
+
+
+@pytest.mark.slow
+def test_supervisor_restarts_a_crashed_child_and_stops_on_sigterm(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc]
+) -> None:
+    site = site_thread.start(slow(0.3))
+    q.enqueue_many([site.url(f"/p/{i}") for i in range(60)])
+    w = spawn("--processes", "2", "--concurrency", "4", lease=2, shutdown_grace=5)
+    first = wait_for_children(w, 2)
+    wait_until(lambda: counts(q)["inflight"] > 0, 15, "jobs in flight")
+    victim = first[0]
+    os.kill(victim, signal.SIGKILL)
+    now = wait_for_children(w, 2, not_in=(victim,))
+    assert first[1] in now and set(now) - set(first), "one survivor, one new child"
+    wait_until(lambda: counts(q)["done"] == 60, 30, "all 60 jobs done")
+    c = counts(q)
+    assert (c["dead"], c["inflight"], c["ready"], c["delayed"]) == (0, 0, 0, 0)
+
+    w.signal(signal.SIGTERM)
+    assert w.wait(10) == 0, w.text()
+    wait_until(lambda: not any(alive(p) for p in now), 5, "every child to exit")
+    assert "died (exit -9): restarting" in w.text()
+
+
+def test_ctrl_c_on_the_process_group_drains_supervised_children(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C signals the whole foreground group: still one drain, not two."""
+    site = site_thread.start(slow(1))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(6)])]
+    out = tmp_path / "r.jsonl"
+    w = spawn("--processes", "2", "--concurrency", "3", "--results", str(out), shutdown_grace=10)
+    kids = wait_for_children(w, 2)
+    wait_until(lambda: counts(q)["inflight"] == 6, 15, "6 jobs in flight")
+    os.killpg(w.pid, signal.SIGINT)  # the worker's session leader: its process group
+    assert w.wait(10) == 0, w.text()
+    assert not any(alive(p) for p in kids)
+    c = counts(q)
+    assert (c["done"], c["ready"], c["inflight"]) == (6, 0, 0), w.text()
+    assert sorted(r["id"] for r in results(out)) == sorted(ids)
+
+
+def test_second_ctrl_c_releases_supervised_children_at_once(
+    q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc]
+) -> None:
+    site = site_thread.start(slow(30))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])]
+    w = spawn("--processes", "2", "--concurrency", "2", shutdown_grace=30)
+    kids = wait_for_children(w, 2)
+    wait_until(lambda: counts(q)["inflight"] == 4, 15, "4 jobs in flight")
+    os.killpg(w.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert w.running(), "the first Ctrl-C drains (grace 30 s)"
+    started = time.monotonic()
+    os.killpg(w.pid, signal.SIGINT)
+    assert w.wait(10) == 0, w.text()
+    assert time.monotonic() - started < 3
+    assert not any(alive(p) for p in kids)
+    c = counts(q)
+    assert (c["inflight"], c["ready"]) == (0, 4)
+    for job_id in ids:
+        job = q.get_job(job_id)
+        assert job is not None and job.attempts == 0
+
+
+def test_children_do_not_outlive_a_killed_supervisor(
+    q: Queue, spawn: Callable[..., WorkerProc]
+) -> None:
+    w = spawn("--processes", "2", shutdown_grace=1)
+    kids = wait_for_children(w, 2)
+    w.signal(signal.SIGKILL)
+    assert w.wait(5) == -signal.SIGKILL
+    wait_until(lambda: not any(alive(p) for p in kids), 10, "the orphaned children to stop")
+
+
+# --- exits ---------------------------------------------------------------------------------------
+
+
+def test_max_runtime_on_idle_queue_exits_after_it(
+    q: Queue, spawn: Callable[..., WorkerProc]
+) -> None:
+    started = time.monotonic()
+    w = spawn("--max-runtime", "1")
+    assert w.wait(10) == 0, w.text()
+    elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 5, elapsed
+    assert "max runtime reached" in w.text()
+
+
+def test_burst_on_empty_queue_exits_at_once(q: Queue, spawn: Callable[..., WorkerProc]) -> None:
+    started = time.monotonic()
+    w = spawn("--burst")
+    assert w.wait(10) == 0, w.text()
+    assert time.monotonic() - started < 3
+    assert "burst: every job is done or dead" in w.text()
+
+
+# --- Redis connection loss -----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisProc:
+    """A private redis-server with AOF (fsync always), restartable on the same port and dir."""
+
+    def __init__(self) -> None:
+        self.binary = find_redis_server()
+        self.dir = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-loss-"))
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(self.binary),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.dir),
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        try:
+            wait_until(lambda: self._ping(client), 10, "redis-server to answer")
+        finally:
+            client.close()
+
+    def _ping(self, client: redis.Redis) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisProc]:
+    server = RedisProc()
+    server.start()
+    yield server
+    server.close()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def _counts(q: AsyncQueue) -> dict[str, int]:
+    """Status counts; a connection the restart broke is retried (redis-py reconnects)."""
+    for _ in range(20):
+        with contextlib.suppress(RedisUnavailable):
+            return (await q.status())["counts"]  # type: ignore[no-any-return]
+        await asyncio.sleep(0.1)
+    raise AssertionError("redis did not come back")
+
+
+@pytest.mark.slow
+async def test_redis_killed_and_restarted_mid_run_loses_nothing(own_redis: RedisProc) -> None:
+    # lease 5: outlives the outage (heartbeats fail meanwhile), and a claim whose reply was
+    # lost with the connection is reaped and claimed again soon.
+    settings = Settings(
+        allow_private=True, domain_concurrency=10, backoff_base=0.1, backoff_cap=0.5, lease=5
+    )
+    q = AsyncQueue.from_url(own_redis.url, settings=settings)
+    probe = AsyncQueue.from_url(own_redis.url, settings=settings)
+    records = _Records()
+    worker_log = logging.getLogger("scrapeq.worker")
+    worker_log.addHandler(records)
+    try:
+        async with sites(slow(0.1)) as (site,):
+            await q.enqueue_many([site.url(f"/p/{i}") for i in range(60)])
+            worker = Worker(q, concurrency=5, burst=True)
+            task = asyncio.create_task(worker.run_async())
+            deadline = time.monotonic() + 15
+            while (await _counts(probe))["done"] < 10:
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.05)
+            own_redis.kill()
+            await asyncio.sleep(1.5)
+            assert not task.done(), "the worker survives Redis going away"
+            await asyncio.to_thread(own_redis.start)
+            stats = await asyncio.wait_for(task, 40)
+            c = await _counts(probe)
+    finally:
+        worker_log.removeHandler(records)
+        await q.close()
+        await probe.close()
+    assert (c["enqueued"], c["done"], c["dead"], c["inflight"]) == (60, 60, 0, 0)
+    assert (c["ready"], c["delayed"]) == (0, 0)
+    assert stats.claimed >= 60
+    warnings = [r.getMessage() for r in records.records]
+    assert any("redis unavailable" in m for m in warnings), warnings
+
+
+@pytest.mark.slow
+async def test_redis_refusing_writes_for_a_while_stalls_nothing(own_redis: RedisProc) -> None:
+    """Error replies (READONLY after a failover, MISCONF, NOREPLICAS...) are not fatal.
+
+    ``min-replicas-to-write 1`` makes Redis refuse every write of a script, as a replica
+    does after a failover: claims fail first, then settles and heartbeats of jobs in flight.
+    """
+    settings = Settings(
+        allow_private=True, domain_concurrency=10, backoff_base=0.1, backoff_cap=0.5, lease=5
+    )
+    q = AsyncQueue.from_url(own_redis.url, settings=settings)
+    admin = redis.asyncio.Redis.from_url(own_redis.url)
+    records = _Records()
+    worker_log = logging.getLogger("scrapeq.worker")
+    worker_log.addHandler(records)
+
+    async def refuse_writes(on: bool) -> None:
+        await admin.config_set("min-replicas-to-write", "1" if on else "0")
+
+    try:
+        async with sites(slow(0.5)) as (site,):
+            await q.enqueue_many([site.url(f"/p/{i}") for i in range(20)])
+            await refuse_writes(True)
+            worker = Worker(q, concurrency=5, burst=True)
+            task = asyncio.create_task(worker.run_async())
+            await asyncio.sleep(0.5)  # every claim is refused meanwhile
+            assert not task.done() and worker.stats.claimed == 0
+            await refuse_writes(False)
+            deadline = time.monotonic() + 10
+            while worker.stats.claimed == 0:
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.02)
+            await refuse_writes(True)  # the jobs in flight finish while writes are refused
+            await asyncio.sleep(1.0)
+            await refuse_writes(False)
+            stats = await asyncio.wait_for(task, 30)
+        c = (await q.status())["counts"]
+    finally:
+        worker_log.removeHandler(records)
+        with contextlib.suppress(redis.RedisError):
+            await refuse_writes(False)
+        await admin.aclose()
+        await q.close()
+    assert (c["done"], c["dead"], c["inflight"], c["ready"], c["delayed"]) == (20, 0, 0, 0, 0)
+    assert stats.done == 20
+    warnings = [r.getMessage() for r in records.records]
+    assert any(m.startswith("redis error, retrying") for m in warnings), warnings
+    assert any(m.startswith("redis error while settling") for m in warnings), warnings
