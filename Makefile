@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint bench fmt clean
+.PHONY: test lint bench demo fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,10 +23,14 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
+demo: $(STAMP)
+	$(BIN)/scrapeq demo $(DEMO_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python bench/claim_throughput.py
 	$(BIN)/python bench/parked_claim_cost.py
 	$(BIN)/python bench/memory_per_job.py
+	$(BIN)/python bench/worker_throughput.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.console import Console
 
+from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, ScrapeqError
 from .queue import AsyncQueue, Queue
@@ -151,7 +153,7 @@ class WorkerOptions:
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
-    if slot and not logging.getLogger("scrapeq").handlers:
+    if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(0)
     from .sinks import JsonlSink
     from .worker import Worker
@@ -219,7 +221,7 @@ def enqueue(
         expires=expires,
     )
     q.prepare("https://example.com/", **options)  # bad options fail once, before any input
-    added, ids, bad = _enqueue_stream(q, _url_lines(urls or [], file), options)
+    added, ids, bad = _enqueue_stream(q, _url_lines(urls or [], file), options, as_json)
     if as_json:
         _emit_json({"added": added, "ids": ids, "invalid": bad})
     else:
@@ -244,7 +246,10 @@ def _url_lines(urls: list[str], file: str | None) -> Any:
                 yield f"line {n}", text
 
 
-def _enqueue_stream(q: Queue, lines: Any, options: dict[str, Any]) -> tuple[int, list[str], int]:
+def _enqueue_stream(
+    q: Queue, lines: Any, options: dict[str, Any], keep_ids: bool
+) -> tuple[int, list[str], int]:
+    """Validate and add URLs in batches of 1000, never holding the whole input."""
     batch: list[Any] = []
     added, ids, bad = 0, [], 0
 
@@ -253,7 +258,8 @@ def _enqueue_stream(q: Queue, lines: Any, options: dict[str, Any]) -> tuple[int,
         for r in q.enqueue_many(batch):
             if r.added:
                 added += 1
-                ids.append(r.id)
+                if keep_ids:
+                    ids.append(r.id)
         batch.clear()
 
     for where, url in lines:
@@ -273,26 +279,238 @@ def _enqueue_stream(q: Queue, lines: Any, options: dict[str, Any]) -> tuple[int,
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="Domains shown in the table.")] = 15,
 ) -> None:
-    """Counts, lanes, domains and alarms of the queue."""
-    q = Context(_settings(ctx)).queue()
+    """Counts, lanes, the domains worth a look first, and alarms.
+
+    Examples:
+      scrapeq status
+      scrapeq --queue shops status --json | jq .counts
+    """
+    q = _existing_queue(ctx)
     data = q.status()
     if as_json:
         _emit_json(data)
         return
-    c = data["counts"]
-    typer.echo(
-        f"queue {data['queue']}: ready {c['ready']}  delayed {c['delayed']}  "
-        f"inflight {c['inflight']}  done {c['done']}  dead {c['dead']}  "
-        f"(enqueued {c['enqueued']})"
+    _console().print(render.status_view(data, limit=limit))
+
+
+def _console() -> Console:
+    # Piped output is not folded at 80 columns: lines stay greppable.
+    width = None if sys.stdout.isatty() else 200
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def _existing_queue(ctx: typer.Context) -> Queue:
+    q = Context(_settings(ctx)).queue()
+    if not q.exists():
+        _die(f"unknown queue {q.name!r}: nothing was ever enqueued to it", 2)
+    return q
+
+
+# --- dead letters ------------------------------------------------------------------------------
+
+dead_app = typer.Typer(help="Inspect, replay and purge dead letters.", no_args_is_help=True)
+app.add_typer(dead_app, name="dead")
+
+
+@dead_app.command("list")
+def dead_list(
+    ctx: typer.Context,
+    domain: Annotated[str | None, typer.Option(help="Only this domain (host[:port]).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="At most N, newest first.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Dead letters, newest first, with reason and last error.
+
+    Examples:
+      scrapeq dead list --domain shop-43.example.com --limit 20
+    """
+    jobs = _existing_queue(ctx).dead_letters(domain=domain, limit=limit)
+    if as_json:
+        _emit_json([j.as_dict() for j in jobs])
+        return
+    _console().print(render.dead_table(jobs))
+
+
+@dead_app.command("replay")
+def dead_replay(
+    ctx: typer.Context,
+    everything: Annotated[bool, typer.Option("--all", help="Replay every dead letter.")] = False,
+    domain: Annotated[str | None, typer.Option(help="Replay one domain's dead letters.")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Replay these ids.")] = None,
+    reset_attempts: Annotated[
+        bool, typer.Option("--reset-attempts", help="Give the jobs their full budget again.")
+    ] = False,
+) -> None:
+    """Move dead letters back to their lanes (exactly one of --all, --domain, --id).
+
+    Examples:
+      scrapeq dead replay --domain shop-43.example.com --reset-attempts
+      scrapeq dead replay --id b1f --id b20
+    """
+    if sum([everything, domain is not None, bool(ids)]) != 1:
+        _die("choose exactly one of --all, --domain D or --id ID", 2)
+    q = _existing_queue(ctx)
+    moved, missing = q.replay(
+        ids=ids or None, domain=domain, all=everything, reset_attempts=reset_attempts
     )
-    for lane, info in data["lanes"].items():
-        typer.echo(
-            f"  lane {lane}: ready {info['ready']}  delayed {info['delayed']}  "
-            f"oldest {info['oldest_ready_age']:.1f}s"
-        )
-    for alarm in data["alarms"]:
-        typer.echo(f"  ALARM {alarm['kind']} {alarm['domain']}: {alarm['message']}")
+    for job_id in missing:
+        typer.echo(f"not a dead letter: {job_id}", err=True)
+    typer.echo(f"replayed {moved} dead letter{'s' if moved != 1 else ''}")
+    if missing and not moved:
+        raise typer.Exit(2)
+
+
+@dead_app.command("purge")
+def dead_purge(
+    ctx: typer.Context,
+    older_than: Annotated[
+        float | None, typer.Option(min=0, help="Only those that died at least S seconds ago.")
+    ] = None,
+    domain: Annotated[str | None, typer.Option(help="Only this domain.")] = None,
+) -> None:
+    """Delete dead letters for good.
+
+    Examples:
+      scrapeq dead purge --older-than 604800
+    """
+    purged = _existing_queue(ctx).purge(older_than=older_than, domain=domain)
+    typer.echo(f"purged {purged} dead letter{'s' if purged != 1 else ''}")
+
+
+# --- breakers and domains ----------------------------------------------------------------------
+
+
+@app.command()
+def breakers(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Every domain's circuit breaker: state, failures, window, trips, cooldown."""
+    infos = _existing_queue(ctx).domains_info()
+    if as_json:
+        _emit_json([_breaker_json(d) for d in infos])
+        return
+    _console().print(render.breakers_table(infos))
+
+
+def _breaker_json(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("domain", "state", "consecutive_failures", "window", "trips", "open_until")
+    out = {k: info[k] for k in keys}
+    out["open_until"] = render.iso_from_ms(info["open_until"])
+    return out
+
+
+breaker_app = typer.Typer(help="Steer one domain's breaker by hand.", no_args_is_help=True)
+app.add_typer(breaker_app, name="breaker")
+
+
+@breaker_app.command("reset")
+def breaker_reset(
+    ctx: typer.Context, domain: Annotated[str, typer.Argument(help="host[:port]")]
+) -> None:
+    """Close a domain's breaker (a retired domain is un-retired)."""
+    state = _existing_queue(ctx).breaker_reset(domain)
+    typer.echo(f"{domain}: {state}")
+
+
+@breaker_app.command("trip")
+def breaker_trip(
+    ctx: typer.Context,
+    domain: Annotated[str, typer.Argument(help="host[:port]")],
+    cooldown: Annotated[
+        float | None, typer.Option(min=0, help="Seconds open (default: the next cooldown).")
+    ] = None,
+) -> None:
+    """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
+    state = _existing_queue(ctx).breaker_trip(domain, cooldown=cooldown)
+    typer.echo(f"{domain}: {state}")
+
+
+@app.command()
+def domains(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Every domain's politeness (delay, concurrency) and counts."""
+    infos = _existing_queue(ctx).domains_info()
+    if as_json:
+        _emit_json([_domain_json(d) for d in infos])
+        return
+    _console().print(render.domains_table(infos))
+
+
+def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "enqueued")
+    out = {k: info[k] for k in keys}
+    out["delay"] = info["delay_ms"] / 1000
+    out["concurrency"] = info["concurrency"]
+    return out
+
+
+domain_app = typer.Typer(help="Per-domain politeness overrides.", no_args_is_help=True)
+app.add_typer(domain_app, name="domain")
+
+
+@domain_app.command("set")
+def domain_set(
+    ctx: typer.Context,
+    domain: Annotated[str, typer.Argument(help="host[:port]")],
+    delay: Annotated[
+        float | None, typer.Option(min=0, help="Minimum seconds between request starts.")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs in flight at once.")] = None,
+) -> None:
+    """Set a domain's politeness overrides.
+
+    Examples:
+      scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
+    """
+    if delay is None and concurrency is None:
+        _die("give --delay and/or --concurrency", 2)
+    q = Context(_settings(ctx)).queue()
+    got = q.domain_set(domain, delay=delay, concurrency=concurrency)
+    typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {got['concurrency']}")
+
+
+# --- demo and dashboard ------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    duration: Annotated[float, typer.Option(min=1, help="Seconds the scrapeq phase runs.")] = 60,
+) -> None:
+    """Replay the one-hanging-site incident on a local fleet and report, side by side with a
+    naive retry loop run against the same fleet.
+
+    Examples:
+      scrapeq demo --duration 30
+    """
+    from .demo import render_report, run_demo
+
+    settings = _settings(ctx)
+    console = _console()
+    report = run_demo(settings, redis_url=Context(settings).redis_url(), duration=duration,
+                      console=console)  # fmt: skip
+    render_report(report, console)
+
+
+@app.command()
+def dashboard(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to bind.")] = 8000,
+) -> None:
+    """Serve the web dashboard and /metrics (Prometheus text format)."""
+    from .web import serve
+
+    context = Context(_settings(ctx))
+    url = context.redis_url()
+    check_reachable(sync_client(url), url)
+    typer.echo(f"dashboard on http://{host}:{port}/  (metrics: /metrics)", err=True)
+    serve(context.async_queue, host=host, port=port)
 
 
 # --- entry point -------------------------------------------------------------------------------

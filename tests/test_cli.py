@@ -1,0 +1,228 @@
+"""The CLI as users and scripts drive it: commands, --json schemas, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from scrapeq import Queue, Settings
+from scrapeq.cli import main
+
+SCRAPEQ = [sys.executable, "-m", "scrapeq.cli"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("SCRAPEQ_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def urls(n: int, shop: int = 1) -> list[str]:
+    return [f"https://shop-{shop}.example.com/p/{i}" for i in range(n)]
+
+
+def test_enqueue_arguments_and_json_ids(capsys: Any, redis_url: str) -> None:
+    code, out, err = run(capsys, "--redis", redis_url, "enqueue", *urls(3), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["added"] == 3 and len(doc["ids"]) == 3 and doc["invalid"] == 0
+    code, out, _ = run(capsys, "--redis", redis_url, "enqueue", *urls(2, 2), "--lane", "bulk")
+    assert (code, out.strip()) == (0, "added 2 jobs")
+
+
+def test_enqueue_file_reports_bad_lines_with_numbers_and_adds_the_rest(
+    capsys: Any, redis_url: str, tmp_path: Path
+) -> None:
+    f = tmp_path / "urls.txt"
+    f.write_text("https://a.example.com/1\nftp://nope\n\n# comment\nhttp://127.0.0.1/x\n"
+                 "https://b.example.com/2\n")  # fmt: skip
+    code, out, err = run(capsys, "--redis", redis_url, "enqueue", "--file", str(f))
+    assert code == 0
+    assert out.strip() == "added 2 jobs"
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("line 2: ftp://nope") and "scheme" in lines[0]
+    assert lines[1].startswith("line 5:") and "private" in lines[1]
+    assert "Traceback" not in err
+
+
+def test_enqueue_all_invalid_exits_2_and_writes_nothing(capsys: Any, redis_url: str) -> None:
+    code, _, err = run(capsys, "--redis", redis_url, "enqueue", "ftp://x", "not a url")
+    assert code == 2 and "argument 1" in err and "argument 2" in err
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["enqueue", "https://a.example.com/", "--lane", "urgent"], "unknown lane 'urgent'"),
+        (["enqueue", "https://a.example.com/", "--payload", "{bad"], "--payload"),
+        (["enqueue", "--file", "/nonexistent/urls.txt"], "cannot read /nonexistent/urls.txt"),
+        (["status"], "unknown queue 'default'"),
+        (["breaker", "reset", "nowhere.example.com"], "unknown queue"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(
+    capsys: Any, redis_url: str, argv: list[str], needle: str
+) -> None:
+    code, out, err = run(capsys, "--redis", redis_url, *argv)
+    assert code == 2, (out, err)
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
+
+
+def test_bad_setting_in_environment_names_it(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCRAPEQ_BREAKER_COOLDOWN", "abc")
+    code, _, err = run(capsys, "--redis", redis_url, "status")
+    assert code == 2 and "breaker_cooldown" in err and "Traceback" not in err
+
+
+def test_bad_setting_in_config_file(capsys: Any, redis_url: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "scrapeq.toml"
+    cfg.write_text("lease = -1\n")
+    code, _, err = run(capsys, "--redis", redis_url, "--config", str(cfg), "status")
+    assert code == 2 and "'lease'" in err
+
+
+def test_unreachable_redis_exits_1_without_traceback(capsys: Any) -> None:
+    code, _, err = run(capsys, "--redis", "redis://127.0.0.1:1/0", "status")
+    assert code == 1 and "cannot reach Redis" in err and "Traceback" not in err
+
+
+def test_bad_redis_url_exits_2(capsys: Any) -> None:
+    code, _, err = run(capsys, "--redis", "http://localhost:6379", "status")
+    assert code == 2 and "redis_url" in err
+
+
+def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> None:
+    q = Queue.from_url(redis_url)
+    q.enqueue_many(urls(3))
+    q.enqueue(urls(1, 2)[0], lane="critical", delay=60)
+    (job,) = q.claim(1).jobs
+    q.fail(job, "http_404")
+    code, out, _ = run(capsys, "--redis", redis_url, "status", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
+    assert doc["counts"] == {
+        "enqueued": 4, "ready": 2, "delayed": 1, "inflight": 0, "done": 0, "dead": 1,
+    }  # fmt: skip
+    assert set(doc["lanes"]) == {"critical", "normal", "bulk"}
+    assert set(doc["lanes"]["normal"]) == {"ready", "delayed", "oldest_ready_age"}
+    assert set(doc["domains"][0]) == {
+        "domain", "state", "ready", "delayed", "inflight", "done", "dead",
+        "consecutive_failures", "open_until",
+    }  # fmt: skip
+    q.close()
+
+
+def test_status_table_shows_lanes_domains_and_alarms(capsys: Any, redis_url: str) -> None:
+    q = Queue.from_url(redis_url, settings=Settings(breaker_max_trips=1))
+    q.enqueue_many(urls(2))
+    for _ in range(5):
+        (job,) = q.claim(1).jobs
+        if q.retry(job, kind="timeout", delay=0) != "retried":
+            break
+    code, out, _ = run(capsys, "--redis", redis_url, "status")
+    assert code == 0
+    assert "lanes" in out and "critical" in out and "shop-1.example.com" in out
+    assert "retired" in out and "ALARM domain_retired" in out
+    q.close()
+
+
+def test_dead_list_replay_and_purge(capsys: Any, redis_url: str) -> None:
+    q = Queue.from_url(redis_url, settings=Settings(domain_concurrency=10))
+    q.enqueue_many(urls(3) + urls(2, 2))
+    for job in q.claim(10).jobs:
+        q.fail(job, "http_404", "gone")
+    code, out, _ = run(capsys, "--redis", redis_url, "dead", "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 5
+    assert rows[0]["dead_reason"] == "http_404" and rows[0]["last_error"]["message"] == "gone"
+    code, out, _ = run(
+        capsys, "--redis", redis_url, "dead", "list", "--domain", "shop-2.example.com"
+    )
+    assert code == 0 and "shop-2.example.com" in out and "shop-1.example.com" not in out
+    code, out, _ = run(capsys, "--redis", redis_url, "dead", "replay", "--id", rows[0]["id"])
+    assert (code, out.strip()) == (0, "replayed 1 dead letter")
+    code, out, err = run(capsys, "--redis", redis_url, "dead", "replay", "--id", "zz9")
+    assert code == 2 and "not a dead letter: zz9" in err
+    code, out, _ = run(
+        capsys, "--redis", redis_url, "dead", "replay", "--domain", "shop-2.example.com",
+        "--reset-attempts",
+    )  # fmt: skip
+    assert code == 0 and "replayed" in out
+    code, _, err = run(capsys, "--redis", redis_url, "dead", "replay")
+    assert code == 2 and "exactly one" in err
+    code, out, _ = run(capsys, "--redis", redis_url, "dead", "purge")
+    assert code == 0 and out.strip().startswith("purged ")
+    assert q.status()["counts"]["dead"] == 0
+    q.close()
+
+
+def test_breakers_and_domains(capsys: Any, redis_url: str) -> None:
+    q = Queue.from_url(redis_url)
+    q.enqueue_many(urls(2) + urls(1, 2))
+    code, out, _ = run(capsys, "--redis", redis_url, "breaker", "trip", "shop-1.example.com",
+                       "--cooldown", "30")  # fmt: skip
+    assert (code, out.strip()) == (0, "shop-1.example.com: open")
+    code, out, _ = run(capsys, "--redis", redis_url, "breakers", "--json")
+    states = {b["domain"]: b["state"] for b in json.loads(out)}
+    assert states == {"shop-1.example.com": "open", "shop-2.example.com": "closed"}
+    code, out, _ = run(capsys, "--redis", redis_url, "breaker", "reset", "shop-1.example.com")
+    assert (code, out.strip()) == (0, "shop-1.example.com: closed")
+    code, _, err = run(capsys, "--redis", redis_url, "breaker", "reset", "nope.example.com")
+    assert code == 2 and "unknown domain" in err
+    code, out, _ = run(capsys, "--redis", redis_url, "domain", "set", "shop-2.example.com",
+                       "--delay", "2.5", "--concurrency", "1")  # fmt: skip
+    assert code == 0 and "delay 2.5s, concurrency 1" in out
+    code, out, _ = run(capsys, "--redis", redis_url, "domains", "--json")
+    by = {d["domain"]: d for d in json.loads(out)}
+    assert by["shop-2.example.com"]["delay"] == 2.5 and by["shop-2.example.com"]["concurrency"] == 1
+    code, out, _ = run(capsys, "--redis", redis_url, "breakers")
+    assert code == 0 and "shop-1.example.com" in out
+    code, _, err = run(capsys, "--redis", redis_url, "domain", "set", "x.example.com",
+                       "--concurrency", "0")  # fmt: skip
+    assert code == 2
+    q.close()
+
+
+def test_help_has_examples() -> None:
+    out = subprocess.run([*SCRAPEQ, "enqueue", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "Examples" in out.stdout
+
+
+def test_subprocess_stdin_enqueue_and_json_status(redis_url: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
+    data = "\n".join(urls(50)) + "\nftp://bad\n"
+    argv = [*SCRAPEQ, "--redis", redis_url, "enqueue", "--file", "-"]
+    proc = subprocess.run(argv, input=data, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "added 50 jobs"
+    assert proc.stderr.strip().startswith("line 51: ftp://bad")
+    proc = subprocess.run([*SCRAPEQ, "--redis", redis_url, "status", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["counts"]["ready"] == 50
+
+
+def test_subprocess_usage_error_exits_2(redis_url: str) -> None:
+    proc = subprocess.run([*SCRAPEQ, "--redis", redis_url, "worker", "--concurrency", "0"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
