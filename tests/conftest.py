@@ -6,13 +6,16 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from scrapeq.embedded import find_redis_server
+from scrapeq.queue import Queue
+from scrapeq.settings import Settings
 
 
 def _free_port() -> int:
@@ -83,3 +86,18 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def make_queue(redis_url: str) -> Iterator[Callable[..., Queue]]:
+    """Build sync queues on the test server (settings as keyword arguments); close them after."""
+    made: list[Queue] = []
+
+    def make(**settings: Any) -> Queue:
+        q = Queue.from_url(redis_url, settings=Settings(**settings))
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()

@@ -6,7 +6,7 @@ Runs against a real Redis; time is moved with ``Queue.testing_clock_offset_ms``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,27 +14,11 @@ import pytest
 from scrapeq.errors import ConfigError
 from scrapeq.job import Job
 from scrapeq.queue import Queue
-from scrapeq.settings import Settings
 
 SEC = 1000
 HOUR = 3600
 
 QueueFactory = Callable[..., Queue]
-
-
-@pytest.fixture
-def make_queue(redis_url: str) -> Iterator[QueueFactory]:
-    """Build queues on the test server (settings as keyword arguments); close them after."""
-    made: list[Queue] = []
-
-    def make(**settings: Any) -> Queue:
-        q = Queue.from_url(redis_url, settings=Settings(**settings))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def url(shop: int, page: int = 1) -> str:

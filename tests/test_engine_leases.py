@@ -6,7 +6,7 @@ call), never by sleeping.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -20,21 +20,6 @@ from scrapeq.settings import Settings
 SEC = 1000
 
 QueueFactory = Callable[..., Queue]
-
-
-@pytest.fixture
-def make_queue(redis_url: str) -> Iterator[QueueFactory]:
-    """Build queues on the test server (settings as keyword arguments); close them after."""
-    made: list[Queue] = []
-
-    def make(**settings: Any) -> Queue:
-        q = Queue.from_url(redis_url, settings=Settings(**settings))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def url(shop: int, page: int = 1) -> str:

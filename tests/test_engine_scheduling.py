@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +21,6 @@ from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.job import Job
 from scrapeq.lanes import Lanes
 from scrapeq.queue import EnqueueResult
-from scrapeq.settings import Settings
 
 MakeQueue = Callable[..., Queue]
 
@@ -38,21 +37,6 @@ def dom(shop: int) -> str:
 
 def advance(q: Queue, seconds: float) -> None:
     q.testing_clock_offset_ms += round(seconds * SECOND)
-
-
-@pytest.fixture
-def make_queue(redis_url: str) -> Iterator[MakeQueue]:
-    """Build queues on the test server (settings as keyword arguments); closes them after."""
-    made: list[Queue] = []
-
-    def make(**settings: Any) -> Queue:
-        q = Queue.from_url(redis_url, settings=Settings(**settings))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def claim_all(q: Queue, n: int = 100) -> list[Job]:
