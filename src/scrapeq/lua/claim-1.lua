@@ -34,30 +34,22 @@ local function next_token()
   return token
 end
 
-local function lease(job, d)
+-- Lease one job: attempt spent, fresh token, lease deadline. The domain's counters are
+-- updated once per run by take_run.
+local function lease(job, probe_domain)
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW
   redis.call('ZADD', K_INFLIGHT, NOW + CFG.lease_ms, job.id)
   redis.call('ZREM', k_lane(job.lane), job.id)
-  local dk = k_dom(d)
-  redis.call('HINCRBY', dk, 'inflight', 1)
-  local f = redis.call('HMGET', dk, 'delay', 'state')
-  local delay = tonumber(f[1]) or CFG.delay_ms
-  if delay > 0 then redis.call('HSET', dk, 'next', NOW + delay) end
-  if f[2] == 'half_open' then
-    redis.call('HSET', dk, 'probe', job.id)
-  end
+  if probe_domain then redis.call('HSET', k_dom(probe_domain), 'probe', job.id) end
   local encoded = cjson.encode(job)
   redis.call('SET', k_job(job.id), encoded)
   return encoded
 end
 
--- Pop the head of domain d: a leased job's JSON, or nil when the head was not claimable.
-local function take_head(d)
-  local popped = redis.call('ZPOPMIN', k_dq(d))
-  if #popped == 0 then return nil end
-  local id = popped[1]
+-- A popped id that cannot be claimed: orphan, corrupt or expired. True when it was claimable.
+local function claimable(id, d)
   local job, raw = load_job(id)
   if job == nil then
     forget_ready(id)
@@ -72,7 +64,37 @@ local function take_head(d)
     dead_letter(job, 'expired', 'expired before it was claimed')
     return nil
   end
-  return lease(job, d)
+  return job
+end
+
+-- Take a run of jobs from domain d (the most urgent ready domain): as many as its free
+-- slots and `room` allow while its head stays at least as urgent as `bound` (the next
+-- domain's priority), so global priority order holds with one refile per run.
+local function take_run(d, room, bound, out)
+  local dk = k_dom(d)
+  local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state')
+  local state = f[4] or 'closed'
+  local delay = tonumber(f[3]) or CFG.delay_ms
+  local budget = math.min(room, domain_cap(f[2], state) - (tonumber(f[1]) or 0))
+  if delay > 0 or state == 'half_open' then budget = math.min(budget, 1) end
+  local leased = 0
+  for pops = 1, budget do
+    local popped = redis.call('ZPOPMIN', k_dq(d))
+    if #popped == 0 then break end
+    if pops > 1 and tonumber(popped[2]) > bound then
+      redis.call('ZADD', k_dq(d), popped[2], popped[1])  -- another domain is more urgent
+      break
+    end
+    local job = claimable(popped[1], d)
+    if job then
+      out[#out + 1] = lease(job, state == 'half_open' and d or nil)
+      leased = leased + 1
+    end
+  end
+  if leased > 0 then
+    redis.call('HINCRBY', dk, 'inflight', leased)
+    if delay > 0 then redis.call('HSET', dk, 'next', NOW + delay) end
+  end
 end
 
 local function pick(n)
@@ -80,11 +102,12 @@ local function pick(n)
   local guard = 0
   while #out < n and guard < 2 * n + 50 do
     guard = guard + 1
-    local top = redis.call('ZRANGE', K_READY, 0, 0)
+    local top = redis.call('ZRANGE', K_READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end
     local d = top[1]
-    local encoded = take_head(d)
-    if encoded then out[#out + 1] = encoded end
+    local bound = math.huge
+    if top[4] then bound = tonumber(top[4]) end
+    take_run(d, n - #out, bound, out)
     refile(d, true)
   end
   return out
