@@ -226,3 +226,17 @@ def test_subprocess_usage_error_exits_2(redis_url: str) -> None:
     proc = subprocess.run([*SCRAPEQ, "--redis", redis_url, "worker", "--concurrency", "0"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_enqueue_streams_a_large_file(capsys: Any, redis_url: str, tmp_path: Path) -> None:
+    f = tmp_path / "big.txt"
+    with f.open("w") as out:
+        for i in range(30_000):
+            out.write(f"https://shop-{i % 50}.example.com/p/{i}\n")
+            if i % 10_000 == 0:
+                out.write("ftp://bad\n")
+    code, out, err = run(capsys, "--redis", redis_url, "enqueue", "--file", str(f))
+    assert code == 0 and out.strip() == "added 30000 jobs"
+    assert len(err.strip().splitlines()) == 3
+    assert Queue.from_url(redis_url).status()["counts"]["ready"] == 30_000

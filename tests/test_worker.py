@@ -405,3 +405,41 @@ async def test_hundreds_of_concurrent_fetches(make_queue: Callable[..., AsyncQue
         elapsed = time.monotonic() - started
     assert (await q.status())["counts"]["done"] == 300
     assert elapsed < 6, f"300 half-second fetches at concurrency 300 took {elapsed:.1f} s"
+
+
+async def test_robots_disallow_and_crawl_delay(make_queue: Callable[..., AsyncQueue]) -> None:
+    q = make_queue(respect_robots=True, domain_concurrency=4)
+
+    async def site_with_robots(request: web.Request) -> web.StreamResponse:
+        if request.path == "/robots.txt":
+            return web.Response(text="User-agent: *\nDisallow: /private/\nCrawl-delay: 0.3\n")
+        return web.Response(text="<title>ok</title>")
+
+    async with sites(site_with_robots) as (site,):
+        await q.enqueue(site.url("/private/secret"))
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+        started = time.monotonic()
+        await asyncio.wait_for(Worker(q, burst=True).run_async(), 30)
+        elapsed = time.monotonic() - started
+        info = (await q.domains_info([site.domain]))[0]
+    (dead,) = await q.dead_letters()
+    assert dead.dead_reason == "robots_disallowed" and site.hits["/private/secret"] == 0
+    assert site.hits["/robots.txt"] == 1, "fetched once per domain"
+    assert info["delay_ms"] == 300, "Crawl-delay raised the domain's politeness delay"
+    assert info["done"] == 3 and elapsed >= 0.5
+
+
+async def test_redis_stream_sink_receives_records(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    from scrapeq.sinks import RedisStreamSink
+
+    q = make_queue()
+    sink = RedisStreamSink(q.client, "results:test", maxlen=1000)
+    async with sites(ok) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])
+        await asyncio.wait_for(Worker(q, burst=True, sink=sink).run_async(), 30)
+    entries = await q.client.xrange("results:test")
+    records = [json.loads(fields["record"]) for _, fields in entries]
+    assert sorted(r["url"] for r in records) == sorted(site.url(f"/p/{i}") for i in range(4))
+    assert {r["outcome"] for r in records} == {"done"}

@@ -138,7 +138,7 @@ class Worker:
         self._release_now = asyncio.Event()
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
-        self._crawl_delays: set[str] = set()
+        self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -298,13 +298,23 @@ class Worker:
         return await self._handle(job, response, verdict, started)
 
     async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
-        """Raise the domain's politeness delay to robots.txt's Crawl-delay (once a process)."""
-        if crawl_delay is None or domain in self._crawl_delays:
+        """Honour robots.txt's Crawl-delay.
+
+        The first time a process learns a domain's delay it raises the domain's politeness
+        delay in Redis (so every worker's later claims respect it); jobs of the domain this
+        worker already holds are spaced locally by the same delay before they start.
+        """
+        if crawl_delay is None or crawl_delay <= self.settings.domain_delay:
             return
-        self._crawl_delays.add(domain)
-        if crawl_delay > self.settings.domain_delay:
+        if domain not in self._crawl_delays:
+            self._crawl_delays[domain] = time.monotonic()
             await self.queue.domain_set(domain, delay=crawl_delay)
             log.info("crawl-delay domain=%s delay=%.1fs (robots.txt)", domain, crawl_delay)
+        slot = self._crawl_delays[domain]
+        now = time.monotonic()
+        self._crawl_delays[domain] = max(slot, now) + crawl_delay
+        if slot > now:
+            await asyncio.sleep(slot - now)
 
     async def _handle(
         self, job: Job, response: Response, verdict: Classification, started: float
