@@ -240,3 +240,20 @@ def test_enqueue_streams_a_large_file(capsys: Any, redis_url: str, tmp_path: Pat
     assert code == 0 and out.strip() == "added 30000 jobs"
     assert len(err.strip().splitlines()) == 3
     assert Queue.from_url(redis_url).status()["counts"]["ready"] == 30_000
+
+
+def test_worker_refuses_a_results_path_it_cannot_write(
+    capsys: Any, redis_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("")
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--burst",
+                       "--results", str(tmp_path / "afile" / "r.jsonl"))  # fmt: skip
+    assert code == 2 and "--results" in err and len(err.strip().splitlines()) == 1
+
+
+def test_usage_errors_are_one_line(capsys: Any, redis_url: str) -> None:
+    code, out, err = run(capsys, "--redis", redis_url, "dead", "list", "--limit", "0")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("scrapeq: error:")
+    code, _, err = run(capsys, "worker", "--bogus")
+    assert code == 2 and "--bogus" in err and len(err.strip().splitlines()) == 1

@@ -718,3 +718,45 @@ def test_half_open_ignores_outcomes_of_non_probe_jobs(
     (probe,) = take(q, d, 10)
     q.ack(probe)
     assert state(q, d) == "closed"
+
+
+def test_job_released_to_a_retired_domain_is_drained_not_stranded(
+    make_queue: QueueFactory,
+) -> None:
+    q = make_queue(breaker_max_trips=1, breaker_failures=1)
+    q.enqueue_many(["https://a.example.com/1", "https://a.example.com/2"])
+    ja, jb = q.claim(2).jobs
+    q.retry(ja, kind="timeout", delay=0, domain_failed=True)  # retires the domain
+    q.reap()
+    q.release(jb)
+    q.testing_clock_offset_ms += 3_600_000
+    claimed = q.claim(10)
+    assert claimed.jobs == []
+    counts = q.status()["counts"]
+    assert counts["ready"] == 0 and counts["dead"] == 2
+    assert claimed.next_due is None or q.claim(10).next_due is None
+
+
+def test_global_guard_leaves_a_retired_domain_retired(make_queue: QueueFactory) -> None:
+    q = make_queue(
+        breaker_failures=1, breaker_max_trips=2, breaker_cooldown=10, global_trip_min=2,
+        lease=600, domain_concurrency=1,
+    )  # fmt: skip
+    q.enqueue("https://y.example.com/1")
+    (jy,) = q.claim(1).jobs
+    q.enqueue_many([f"https://x.example.com/{i}" for i in range(300)])
+    (jx,) = q.claim(1).jobs
+    q.retry(jx, kind="timeout", delay=0, domain_failed=True)  # first trip of x
+    q.testing_clock_offset_ms += 15_000
+    (probe,) = q.claim(5).jobs
+    q.retry(probe, kind="timeout", delay=0, domain_failed=True)  # second trip: x retired
+    q.claim(1)  # drains a slice of x's backlog
+    q.retry(jy, kind="timeout", delay=0, domain_failed=True)  # y trips: the guard fires
+    assert q.status()["paused_until"] is not None
+    (x,) = q.domains_info(["x.example.com"])
+    assert x["state"] == "retired", "the guard does not revive a retired domain"
+    q.breaker_reset("x.example.com")
+    q.testing_clock_offset_ms += 600_000
+    q.enqueue("https://x.example.com/fresh", lane="critical")
+    fresh = [j for j in q.claim(10).jobs if j.url.endswith("/fresh")]
+    assert len(fresh) == 1, "after a reset the domain's new jobs are claimed, not drained"

@@ -484,3 +484,18 @@ async def test_async_queue_mirrors_queue(
     assert await aq.heartbeat([again]) == [True]
     assert await aq.release(again) == "released"
     assert (await aq.status())["counts"]["ready"] == 1
+
+
+def test_a_lone_surrogate_in_a_message_does_not_block_the_batch(
+    make_queue: QueueFactory,
+) -> None:
+    q = make_queue(domain_concurrency=10)
+    q.enqueue_many([url(1, 1), url(1, 2)])
+    ja, jb = q.claim(2).jobs
+    bad = b"\xff".decode("utf-8", "surrogateescape")
+    assert q.settle_many([q.done(ja), q.retrying(jb, message=f"x{bad}", delay=0)]) == [
+        "done",
+        "retried",
+    ]
+    job = q.get_job(jb.id)
+    assert job is not None and job.errors[-1].message == "x?"

@@ -60,3 +60,17 @@ def test_script_config_is_in_milliseconds() -> None:
     cfg = scripts.ScriptConfig.from_settings(Settings(lease=1.5, breaker_cooldown=2))
     assert cfg.lease_ms == 1500
     assert cfg.cool_ms == 2000
+
+
+def test_transient_refusals_map_to_redis_unavailable() -> None:
+    from scrapeq.errors import RedisUnavailable
+
+    reply = (
+        "Error running script (call to f_1): @user_script:430: @user_script: 430: "
+        "-NOREPLICAS Not enough good replicas to write."
+    )
+    assert isinstance(scripts.map_error(reply), RedisUnavailable)
+    assert isinstance(
+        scripts.map_error("READONLY You can't write against a replica."), RedisUnavailable
+    )
+    assert isinstance(scripts.map_error("Error running script: bad json"), ScriptError)

@@ -133,6 +133,8 @@ def worker(
       scrapeq worker --processes 4 --burst
     """
     settings = _settings(ctx, allow_private=allow_private)
+    if results is not None:
+        _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
     url = Context(settings).redis_url()
     check_reachable(sync_client(url), url)
@@ -141,6 +143,17 @@ def worker(
     from .supervisor import supervise
 
     raise typer.Exit(supervise(run_worker_process, (settings, url, options), processes))
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a results path that cannot be appended to, before any job is claimed."""
+    if not path.parent.is_dir():
+        _die(f"--results {path}: folder {path.parent} does not exist", 2)
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        _die(f"--results {path}: {exc.strerror}", 2)
 
 
 @dataclass(frozen=True)
@@ -521,23 +534,32 @@ _USER_ERRORS = (ConfigError, InvalidURL, NotFound)
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; answers the exit code (0, 1 or 2). Never a traceback for user errors.
 
-    typer handles usage errors itself (exit 2 with its message); the library's errors are
-    turned into one line on stderr here.
+    Usage errors and the library's errors become one line on stderr.
     """
     try:
-        app(args=argv, prog_name="scrapeq")
+        rv = app(args=argv, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except _USER_ERRORS as exc:
-        typer.echo(f"scrapeq: error: {exc}", err=True)
-        return 2
+        return _fail(str(exc), 2)
     except ScrapeqError as exc:
-        typer.echo(f"scrapeq: error: {exc}", err=True)
-        return 1
-    except KeyboardInterrupt:
-        typer.echo("scrapeq: interrupted", err=True)
-        return 130
-    return 0
+        return _fail(str(exc), 1)
+    except (KeyboardInterrupt, typer.Abort):
+        return _fail("interrupted", 130)
+    except Exception as exc:
+        # typer's usage errors (bad option, bad value): click exceptions, duck-typed since
+        # typer vendors click.
+        format_message = getattr(exc, "format_message", None)
+        code = getattr(exc, "exit_code", None)
+        if callable(format_message) and isinstance(code, int):
+            return _fail(str(format_message()), code)
+        raise
+    return rv if isinstance(rv, int) else 0
+
+
+def _fail(message: str, code: int) -> int:
+    typer.echo(f"scrapeq: error: {message}", err=True)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -153,12 +153,12 @@ class _CountingFetcher(Fetcher):
         super().__init__(settings, resolver=fleet.resolver())
         self._run = run
 
-    async def fetch(self, url: str) -> Response:
+    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
         site = _site(url)
         self._run.fetches[site] += 1
         self._run.hold(site, 1)
         try:
-            return await super().fetch(url)
+            return await super().fetch(url, normalised=normalised)
         finally:
             self._run.hold(site, -1)
 

@@ -365,8 +365,13 @@ class Fetcher:
         )
         return self._session
 
-    async def fetch(self, url: str) -> Response:
+    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
         """GET ``url``, following redirects; read the whole body.
+
+        Args:
+            url: the URL to fetch.
+            normalised: the URL is already in :func:`~scrapeq.urls.parse_target`'s normal
+                form (a job's URL): its parsing is skipped, the private-address check is not.
 
         Raises:
             TimeoutError: the total deadline ``request_timeout`` passed.
@@ -381,7 +386,7 @@ class Fetcher:
         proxy = next(self._proxies) if self._proxies is not None else None
         started = time.monotonic()
         async with asyncio.timeout(self.settings.request_timeout):
-            current = self._validate(url)
+            current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
                 status, headers, body, final_url, location = await self._hop(
@@ -428,12 +433,15 @@ class Fetcher:
 
     def _validate(self, url: str) -> str:
         """Normalise one hop's URL; refuse a literal private host before connecting."""
-        target = parse_target(url, allow_private=True)
+        return self._check_private(parse_target(url, allow_private=True).url)
+
+    def _check_private(self, url: str) -> str:
+        """Refuse a normalised URL whose host is a literal private address (or localhost)."""
         if not self.settings.allow_private:
-            host = urlsplit(target.url).hostname or ""
+            host = urlsplit(url).hostname or ""
             if is_private_host(host):
-                raise BlockedAddress(f"{target.domain} is a private address (set allow_private)")
-        return target.url
+                raise BlockedAddress(f"{host} is a private address (set allow_private)")
+        return url
 
     async def _precheck(self, url: str) -> None:
         """With a proxy: resolve the target ourselves and refuse a private address.

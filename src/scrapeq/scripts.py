@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from .errors import NotFound, ScriptError
+from .errors import NotFound, RedisUnavailable, ScriptError
 
 __all__ = [
     "SCRIPTS",
@@ -79,9 +79,17 @@ def load_source(name: str) -> str:
     return _INCLUDE.sub(expand, _read(SCRIPTS[name]))
 
 
+#: Error replies that say Redis cannot take writes for now (failover, disk, memory,
+#: replicas, loading): transient, so they map to RedisUnavailable and callers retry.
+_TRANSIENT = ("READONLY", "NOREPLICAS", "MISCONF", "OOM", "LOADING", "BUSY", "TRYAGAIN",
+              "CLUSTERDOWN", "MASTERDOWN")  # fmt: skip
+
+
 def map_error(message: str) -> Exception:
     """Map a script's error reply to the library's exception for it."""
     text = message.removeprefix("ERR ").strip()
+    if any(f"-{code} " in text or text.startswith(code) for code in _TRANSIENT):
+        return RedisUnavailable(f"Redis refused the call for now: {text}")
     for code, exc_type in _ERROR_CODES.items():
         if code in text:
             detail = text.split(code, 1)[1].strip()
@@ -161,7 +169,10 @@ def _seed() -> int:
 
 
 def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
-    return Call(script, json.dumps(args, separators=(",", ":")), parse)
+    # Lone surrogates (text decoded with surrogateescape) would make cjson refuse the whole
+    # call: they become "?" here, so one odd error message cannot block a batch.
+    text = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+    return Call(script, text.encode("utf-8", "replace").decode("utf-8"), parse)
 
 
 # --- wrappers, one per script ---------------------------------------------------------------

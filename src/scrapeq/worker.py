@@ -43,8 +43,8 @@ log = logging.getLogger("scrapeq.worker")
 
 Handler = Callable[[Job, Response], Any]
 
-#: Most jobs claimed in one call and settled in one call.
-BATCH = 64
+#: Most jobs claimed in one call (a claim script must not hold Redis for long).
+BATCH = 256
 #: Longest sleep when idle: new enqueues are noticed at least this often.
 IDLE_MAX = 1.0
 #: Most settlements sent in one script call.
@@ -106,6 +106,8 @@ class Worker:
         fetcher: the :class:`~scrapeq.fetch.Fetcher` (default: one built from the settings).
         burst: stop once every job of the queue is done or dead.
         max_runtime: stop gracefully after this many seconds.
+        handler_in_thread: run a sync handler in a thread (default: yes for a user
+            handler, no for the built-in one); ``False`` suits cheap parsers.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class Worker:
         fetcher: Fetcher | None = None,
         burst: bool = False,
         max_runtime: float | None = None,
+        handler_in_thread: bool | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -130,6 +133,11 @@ class Worker:
         self._own_fetcher = fetcher is None
         self.burst = burst
         self.max_runtime = max_runtime
+        # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
+        # the built-in handler is trivial and runs inline.
+        self._handler_thread = (
+            handler is not None if handler_in_thread is None else handler_in_thread
+        )
         self.stats = WorkerStats()
         self._flights: dict[str, _Flight] = {}
         self._pending: list[tuple[Settlement, asyncio.Future[str]]] = []
@@ -264,6 +272,9 @@ class Worker:
             if record is not None and self.sink is not None:
                 settlement = await self._write_result(job, settlement, record)
             flight.submitted = True
+            # The fetch slot is free once the settlement is buffered: settling is batched.
+            self._flights.pop(job.id, None)
+            self._slot_freed.set()
             status = await self._submit(settlement)
             self._log_outcome(job, settlement, status)
         except asyncio.CancelledError:
@@ -287,7 +298,7 @@ class Worker:
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
-            response = await self._fetcher.fetch(job.url)
+            response = await self._fetcher.fetch(job.url, normalised=True)
         except Exception as exc:
             return self._from_classification(job, classify_exception(exc), None, started, exc)
         verdict = classify_response(
@@ -320,7 +331,7 @@ class Worker:
         self, job: Job, response: Response, verdict: Classification, started: float
     ) -> tuple[Settlement, dict[str, Any] | None]:
         try:
-            result = await _call_handler(self.handler, job, response)
+            result = await _call_handler(self.handler, job, response, self._handler_thread)
         except Retry as exc:
             settlement = self.queue.retrying(
                 job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
@@ -335,6 +346,8 @@ class Worker:
             )
             return self._maybe_dead(job, settlement, response, started, message)
         settlement = self.queue.done(job, domain_failed=verdict.counts_against_domain)
+        if self.sink is None:
+            return settlement, None
         return settlement, _record(job, "done", response, started, None, result)
 
     def _from_classification(
@@ -398,10 +411,11 @@ class Worker:
         try:
             await self.sink.write(record)
         except Exception as exc:
-            log.warning("job %s: sink failed, will retry: %s", job.id, exc)
-            return self.queue.retrying(
-                job, kind="sink_error", message=_traceback_summary(exc), domain_failed=None
-            )
+            # Our fault, not the job's nor the site's: give the job back (no attempt spent)
+            # and pause claiming a little, so a broken sink does not spin through the queue.
+            log.warning("job %s: sink failed, releasing it: %s", job.id, exc)
+            self._claim_pause_until = time.monotonic() + OURS_PAUSE
+            return self.queue.releasing(job, delay=OURS_PAUSE)
         return settlement
 
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
@@ -431,6 +445,9 @@ class Worker:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             try:
                 statuses = await self.queue.settle_many([s for s, _ in batch])
+            except ScriptError as exc:  # a deterministic refusal: never let it block the rest
+                await self._settle_singly(batch, exc)
+                continue
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
                 log.warning("%s while settling, retrying: %s", _what(exc), exc)
@@ -440,6 +457,24 @@ class Worker:
             for (_, future), status in zip(batch, statuses, strict=True):
                 if not future.done():
                     future.set_result(status)
+
+    async def _settle_singly(
+        self, batch: list[tuple[Settlement, asyncio.Future[str]]], exc: Exception
+    ) -> None:
+        """Settle a refused batch item by item; an item refused alone is left to its lease."""
+        log.warning("settle batch refused (%s): settling its %d items one by one", exc, len(batch))
+        for settlement, future in batch:
+            try:
+                (status,) = await self.queue.settle_many([settlement])
+            except ScriptError as one:
+                log.error("job %s: settlement refused, its lease will expire: %s",
+                          settlement.job_id, one)  # fmt: skip
+                status = "error"
+            except Exception:
+                self._pending.insert(0, (settlement, future))
+                continue
+            if not future.done():
+                future.set_result(status)
 
     async def _flush_until_empty(self) -> None:
         with contextlib.suppress(Exception):
@@ -510,10 +545,13 @@ def _what(exc: BaseException) -> str:
     return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
 
 
-async def _call_handler(handler: Handler, job: Job, response: Response) -> Any:
+async def _call_handler(handler: Handler, job: Job, response: Response, in_thread: bool) -> Any:
     if inspect.iscoroutinefunction(handler):
         return await handler(job, response)
-    result = await asyncio.to_thread(handler, job, response)
+    if in_thread:
+        result = await asyncio.to_thread(handler, job, response)
+    else:
+        result = handler(job, response)
     if inspect.isawaitable(result):
         return await result
     return result

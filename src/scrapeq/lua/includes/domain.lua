@@ -32,6 +32,8 @@ local function refile(d, from_ready)
   if state == 'retired' then
     redis.call('ZREM', K_READY, d)
     redis.call('ZREM', K_WAIT, d)
+    -- a job that came back (released) after the drain must be drained too
+    if redis.call('ZCARD', k_dq(d)) > 0 then redis.call('SADD', K_RETIRING, d) end
     return false
   end
   local head = redis.call('ZRANGE', k_dq(d), 0, 0, 'WITHSCORES')
@@ -116,10 +118,12 @@ local function global_guard(d)
     'pause_reason', string.format('%d of %d active domains tripped within %.0f s',
       tripped, active, CFG.g_window_ms / 1000))
   for _, td in ipairs(redis.call('ZRANGE', K_TRIPS, 0, 999)) do
-    local trips = tonumber(redis.call('HGET', k_dom(td), 'trips')) or 1
-    redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
-      'trips', math.max(trips - 1, 0), 'open_until', 0, 'probe', '')
-    refile(td)
+    local tf = redis.call('HMGET', k_dom(td), 'trips', 'state')
+    if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
+      redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
+        'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
+      refile(td)
+    end
   end
   redis.call('DEL', K_TRIPS)
   emit('global_pause', '', string.format(

@@ -56,23 +56,31 @@ local function wake_due(budget)
 end
 
 -- Retired domains' backlogs go to the dead letters, a bounded slice per call.
+local function drain_one(d, budget)
+  local ids = redis.call('ZRANGE', k_dq(d), 0, budget - 1)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', k_dq(d), id)
+    local job, raw = load_job(id)
+    if job then
+      redis.call('ZREM', k_lane(job.lane), id)
+      dead_letter(job, 'domain_unavailable', 'domain is retired', true)
+    elseif job == false then
+      dead_corrupt(id, raw, d, 'ready')
+    end
+  end
+  if #ids == 0 or redis.call('ZCARD', k_dq(d)) == 0 then
+    redis.call('SREM', K_RETIRING, d)
+  end
+  return #ids
+end
+
 local function drain_retiring(budget)
   for _, d in ipairs(redis.call('SMEMBERS', K_RETIRING)) do
     if budget <= 0 then return end
-    local ids = redis.call('ZRANGE', k_dq(d), 0, budget - 1)
-    for _, id in ipairs(ids) do
-      redis.call('ZREM', k_dq(d), id)
-      local job, raw = load_job(id)
-      if job then
-        redis.call('ZREM', k_lane(job.lane), id)
-        dead_letter(job, 'domain_unavailable', 'domain is retired', true)
-      elseif job == false then
-        dead_corrupt(id, raw, d, 'ready')
-      end
-    end
-    budget = budget - #ids
-    if #ids == 0 or redis.call('ZCARD', k_dq(d)) == 0 then
-      redis.call('SREM', K_RETIRING, d)
+    if redis.call('HGET', k_dom(d), 'state') == 'retired' then
+      budget = budget - drain_one(d, budget)
+    else
+      redis.call('SREM', K_RETIRING, d)  -- reset since: its jobs stay
     end
   end
 end
