@@ -469,6 +469,9 @@ class Fetcher:
         if length is not None and length > limit:
             resp.close()
             raise BodyTooLarge(f"Content-Length {length} is over max_body {limit} bytes")
+        encoding = resp.headers.get("Content-Encoding", "identity").lower()
+        if length is not None and encoding == "identity":
+            return await resp.read()  # bounded by the Content-Length checked above
         body = bytearray()
         async for chunk in resp.content.iter_chunked(_CHUNK):
             body += chunk

@@ -261,7 +261,7 @@ class Worker:
         self.stats.claimed += 1
         flight = _Flight(job)
         self._flights[job.id] = flight
-        flight.task = asyncio.create_task(self._run_job(flight), name=f"scrapeq-job-{job.id}")
+        flight.task = asyncio.create_task(self._run_job(flight))
 
     # --- fetch, classify -------------------------------------------------------------------------
 
@@ -272,11 +272,12 @@ class Worker:
             if record is not None and self.sink is not None:
                 settlement = await self._write_result(job, settlement, record)
             flight.submitted = True
-            # The fetch slot is free once the settlement is buffered: settling is batched.
+            # The fetch slot is free once the settlement is buffered: settling is batched,
+            # and its answer is only logged, so the task ends here.
             self._flights.pop(job.id, None)
             self._slot_freed.set()
-            status = await self._submit(settlement)
-            self._log_outcome(job, settlement, status)
+            future = self._buffer(settlement)
+            future.add_done_callback(lambda f: self._on_settled(job, settlement, f))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug of ours: never lose the job, give it back
@@ -418,6 +419,10 @@ class Worker:
             return self.queue.releasing(job, delay=OURS_PAUSE)
         return settlement
 
+    def _on_settled(self, job: Job, settlement: Settlement, future: asyncio.Future[str]) -> None:
+        if not future.cancelled():
+            self._log_outcome(job, settlement, future.result())
+
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
         self.stats.count(status)
         if status == "dead":
@@ -429,10 +434,13 @@ class Worker:
 
     # --- settle ----------------------------------------------------------------------------------
 
-    async def _submit(self, settlement: Settlement) -> str:
+    def _buffer(self, settlement: Settlement) -> asyncio.Future[str]:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._pending.append((settlement, future))
-        return await future
+        return future
+
+    async def _submit(self, settlement: Settlement) -> str:
+        return await self._buffer(settlement)
 
     async def _settle_loop(self) -> None:
         while True:
@@ -457,6 +465,7 @@ class Worker:
             for (_, future), status in zip(batch, statuses, strict=True):
                 if not future.done():
                     future.set_result(status)
+            self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
 
     async def _settle_singly(
         self, batch: list[tuple[Settlement, asyncio.Future[str]]], exc: Exception
