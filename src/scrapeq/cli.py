@@ -20,6 +20,7 @@ from rich.console import Console
 from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, ScrapeqError
+from .job import ms_to_iso
 from .queue import AsyncQueue, Queue
 from .settings import Settings, load_settings
 
@@ -411,7 +412,7 @@ def breakers(
 def _breaker_json(info: dict[str, Any]) -> dict[str, Any]:
     keys = ("domain", "state", "consecutive_failures", "window", "trips", "open_until")
     out = {k: info[k] for k in keys}
-    out["open_until"] = render.iso_from_ms(info["open_until"])
+    out["open_until"] = ms_to_iso(info["open_until"])
     return out
 
 

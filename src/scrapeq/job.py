@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["Job", "JobError", "ms_to_datetime"]
+__all__ = ["Job", "JobError", "ms_to_datetime", "ms_to_iso"]
 
 
 def ms_to_datetime(ms: int | float | None) -> datetime | None:
@@ -130,11 +130,11 @@ class Job:
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
             "payload": self.payload,
-            "created_at": _iso(self.created_ms),
-            "expires_at": _iso(self.expires_ms),
+            "created_at": ms_to_iso(self.created_ms),
+            "expires_at": ms_to_iso(self.expires_ms),
             "throttles": self.throttles,
             "dead_reason": self.dead_reason,
-            "died_at": _iso(self.died_ms),
+            "died_at": ms_to_iso(self.died_ms),
             "last_error": self.last_error.as_dict() if self.last_error else None,
             "errors": [e.as_dict() for e in self.errors],
         }
@@ -150,6 +150,7 @@ def _errors(errors: Any) -> tuple[JobError, ...]:
     )
 
 
-def _iso(ms: int | None) -> str | None:
+def ms_to_iso(ms: int | float | None) -> str | None:
+    """Milliseconds since the epoch (Redis clock) to ISO-8601 UTC text; None stays None."""
     when = ms_to_datetime(ms)
     return when.isoformat() if when else None

@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import redis
@@ -21,7 +20,7 @@ import redis.asyncio
 from . import scripts
 from .backoff import full_jitter
 from .errors import ConfigError, RedisUnavailable, StaleLease
-from .job import Job
+from .job import Job, ms_to_iso
 from .keys import Keys
 from .scripts import Call, EnqueueSpec, ScriptConfig, Settlement
 from .settings import Settings
@@ -80,12 +79,6 @@ class Claimed:
 
     jobs: list[Job]
     next_due: float | None
-
-
-def _iso(ms: float | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> int | None:
@@ -375,7 +368,7 @@ def _event(entry_id: str, fields: Any) -> dict[str, Any]:
         "kind": data.get("kind", ""),
         "domain": data.get("domain", ""),
         "message": data.get("message", ""),
-        "at": _iso(float(at)) if at else None,
+        "at": ms_to_iso(float(at)) if at else None,
     }
 
 
@@ -389,7 +382,7 @@ SPIKE_FACTOR = 3.0
 def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
     out = {f: info[f] for f in _DOMAIN_FIELDS}
     out["consecutive_failures"] = info["consecutive_failures"]
-    out["open_until"] = _iso(info["open_until"])
+    out["open_until"] = ms_to_iso(info["open_until"])
     return out
 
 
@@ -444,7 +437,7 @@ def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]])
             for lane in raw.get("lane_order") or []
         },
         "domains": [_shape_domain(d) for d in domains],
-        "paused_until": _iso(raw.get("paused_until")),
+        "paused_until": ms_to_iso(raw.get("paused_until")),
         "alarms": _alarms(raw, domains),
     }
 

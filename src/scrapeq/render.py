@@ -9,13 +9,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .job import Job
+from .job import Job, ms_to_iso
 
 __all__ = [
     "breakers_table",
     "dead_table",
     "domains_table",
-    "iso_from_ms",
     "status_view",
     "worth_a_look",
 ]
@@ -105,7 +104,7 @@ def breakers_table(infos: list[dict[str, Any]]) -> Table:
         rate = f"{window.count('1')}/{len(window)}" if window else ""
         table.add_row(
             d["domain"], _state(d["state"]), str(d["consecutive_failures"]), rate,
-            str(d["trips"]), _until(iso_from_ms(d["open_until"])),
+            str(d["trips"]), _until(ms_to_iso(d["open_until"])),
         )  # fmt: skip
     return table
 
@@ -121,13 +120,6 @@ def domains_table(infos: list[dict[str, Any]]) -> Table:
             str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]),
         )  # fmt: skip
     return table
-
-
-def iso_from_ms(ms: float | None) -> str | None:
-    """Milliseconds since the epoch to ISO-8601 UTC, None stays None."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
 
 
 def print_to(console: Console, renderable: Any) -> None:
