@@ -193,6 +193,8 @@ _CLASS_RULES: Final[Mapping[int, tuple[Outcome, bool]]] = MappingProxyType(
 )
 # Statuses that become THROTTLED only when they carry a parseable Retry-After.
 _THROTTLE_WITH_RETRY_AFTER: Final = frozenset({503})
+# The verdict of every success (immutable, so one instance serves every call).
+_OK: Final = Classification(Outcome.OK, "ok", False)
 
 
 def classify_status(
@@ -208,6 +210,8 @@ def classify_status(
     Returns:
         The classification; ``reason`` is ``"ok"``, ``"http_<code>"`` or ``"invalid_status"``.
     """
+    if 200 <= status < 300:
+        return _OK  # no 2xx has a rule of its own
     default = _CLASS_RULES.get(status // 100) if 200 <= status <= 599 else None
     if default is None:
         return Classification(
@@ -215,7 +219,7 @@ def classify_status(
         )
     outcome, counts = _STATUS_RULES.get(status, default)
     if outcome is Outcome.OK:
-        return Classification(Outcome.OK, "ok", False)
+        return _OK
     reason = f"http_{status}"
     retry_after = None
     if outcome is Outcome.THROTTLED or status in _THROTTLE_WITH_RETRY_AFTER:

@@ -24,7 +24,7 @@ import logging
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -81,8 +81,14 @@ class WorkerStats:
 
     def count(self, status: str) -> None:
         """Count one settle answer (done, retried, throttled, dead, released, stale)."""
-        if status in {"done", "retried", "throttled", "dead", "released", "stale"}:
+        if status == "done":  # the common case, first
+            self.done += 1
+        elif status in {"retried", "throttled", "dead", "released", "stale"}:
             setattr(self, status, getattr(self, status) + 1)
+
+
+#: A buffered settlement: (settlement, job whose answer is counted, future awaiting it).
+_Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
 
 
 @dataclass
@@ -134,13 +140,17 @@ class Worker:
         self.burst = burst
         self.max_runtime = max_runtime
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
-        # the built-in handler is trivial and runs inline.
-        self._handler_thread = (
-            handler is not None if handler_in_thread is None else handler_in_thread
+        # the built-in handler is trivial and runs inline. Decided once, not per job.
+        self._call_handler = _handler_caller(
+            self.handler,
+            in_thread=handler is not None if handler_in_thread is None else handler_in_thread,
+            plain=handler is None,
         )
         self.stats = WorkerStats()
         self._flights: dict[str, _Flight] = {}
-        self._pending: list[tuple[Settlement, asyncio.Future[str]]] = []
+        # Settlements waiting for the next settle call: the job, when its answer is only
+        # counted and logged; a future, when a caller awaits it.
+        self._pending: list[_Pending] = []
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._release_now = asyncio.Event()
@@ -271,13 +281,11 @@ class Worker:
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
                 settlement = await self._write_result(job, settlement, record)
-            flight.submitted = True
             # The fetch slot is free once the settlement is buffered: settling is batched,
-            # and its answer is only logged, so the task ends here.
-            self._flights.pop(job.id, None)
-            self._slot_freed.set()
-            future = self._buffer(settlement)
-            future.add_done_callback(lambda f: self._on_settled(job, settlement, f))
+            # and its answer is only counted and logged (by the settle loop), so the task
+            # ends here.
+            flight.submitted = True
+            self._pending.append((settlement, job, None))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug of ours: never lose the job, give it back
@@ -332,7 +340,7 @@ class Worker:
         self, job: Job, response: Response, verdict: Classification, started: float
     ) -> tuple[Settlement, dict[str, Any] | None]:
         try:
-            result = await _call_handler(self.handler, job, response, self._handler_thread)
+            result = await self._call_handler(job, response)
         except Retry as exc:
             settlement = self.queue.retrying(
                 job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
@@ -419,10 +427,6 @@ class Worker:
             return self.queue.releasing(job, delay=OURS_PAUSE)
         return settlement
 
-    def _on_settled(self, job: Job, settlement: Settlement, future: asyncio.Future[str]) -> None:
-        if not future.cancelled():
-            self._log_outcome(job, settlement, future.result())
-
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
         self.stats.count(status)
         if status == "dead":
@@ -434,13 +438,18 @@ class Worker:
 
     # --- settle ----------------------------------------------------------------------------------
 
-    def _buffer(self, settlement: Settlement) -> asyncio.Future[str]:
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._pending.append((settlement, future))
-        return future
-
     async def _submit(self, settlement: Settlement) -> str:
-        return await self._buffer(settlement)
+        """Buffer a settlement and wait for its answer."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending.append((settlement, None, future))
+        return await future
+
+    def _answer(self, item: _Pending, status: str) -> None:
+        settlement, job, future = item
+        if job is not None:
+            self._log_outcome(job, settlement, status)
+        if future is not None and not future.done():
+            future.set_result(status)
 
     async def _settle_loop(self) -> None:
         while True:
@@ -452,7 +461,7 @@ class Worker:
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             try:
-                statuses = await self.queue.settle_many([s for s, _ in batch])
+                statuses = await self.queue.settle_many([item[0] for item in batch])
             except ScriptError as exc:  # a deterministic refusal: never let it block the rest
                 await self._settle_singly(batch, exc)
                 continue
@@ -462,17 +471,15 @@ class Worker:
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
-            for (_, future), status in zip(batch, statuses, strict=True):
-                if not future.done():
-                    future.set_result(status)
+            for item, status in zip(batch, statuses, strict=True):
+                self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
 
-    async def _settle_singly(
-        self, batch: list[tuple[Settlement, asyncio.Future[str]]], exc: Exception
-    ) -> None:
+    async def _settle_singly(self, batch: list[_Pending], exc: Exception) -> None:
         """Settle a refused batch item by item; an item refused alone is left to its lease."""
         log.warning("settle batch refused (%s): settling its %d items one by one", exc, len(batch))
-        for settlement, future in batch:
+        for item in batch:
+            settlement = item[0]
             try:
                 (status,) = await self.queue.settle_many([settlement])
             except ScriptError as one:
@@ -480,10 +487,9 @@ class Worker:
                           settlement.job_id, one)  # fmt: skip
                 status = "error"
             except Exception:
-                self._pending.insert(0, (settlement, future))
+                self._pending.insert(0, item)
                 continue
-            if not future.done():
-                future.set_result(status)
+            self._answer(item, status)
 
     async def _flush_until_empty(self) -> None:
         with contextlib.suppress(Exception):
@@ -554,16 +560,27 @@ def _what(exc: BaseException) -> str:
     return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
 
 
-async def _call_handler(handler: Handler, job: Job, response: Response, in_thread: bool) -> Any:
+def _handler_caller(
+    handler: Handler, *, in_thread: bool, plain: bool
+) -> Callable[[Job, Response], Awaitable[Any]]:
+    """How the worker calls ``handler``: awaited, in a thread, or inline (``plain``: the
+    built-in handler, whose result is never awaitable)."""
     if inspect.iscoroutinefunction(handler):
-        return await handler(job, response)
-    if in_thread:
-        result = await asyncio.to_thread(handler, job, response)
-    else:
+        return handler
+
+    async def inline(job: Job, response: Response) -> Any:
         result = handler(job, response)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+        if not plain and inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def threaded(job: Job, response: Response) -> Any:
+        result = await asyncio.to_thread(handler, job, response)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    return threaded if in_thread else inline
 
 
 def _traceback_summary(exc: BaseException) -> str:
