@@ -234,7 +234,7 @@ class EngineMachine(RuleBasedStateMachine):
         dom.state, dom.open_until, dom.fails, dom.win, dom.probe = "open", open_until, 0, "", None
 
     def outcome(self, d: str, failed: bool, job_id: str, t0: int, t1: int) -> None:
-        """breaker_outcome of includes/domain.lua."""
+        """breaker_outcome of includes/breaker.lua."""
         dom = self.domains[d]
         if dom.state != "closed":
             if dom.state == "half_open" and dom.probe == job_id:

@@ -13,6 +13,7 @@
 ]]
 --@include common
 --@include domain
+--@include breaker
 
 local d = ARG.domain
 if redis.call('SISMEMBER', K_DOMAINS, d) == 0 then

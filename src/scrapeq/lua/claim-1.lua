@@ -34,23 +34,51 @@ local function next_token()
   return token
 end
 
+-- Leases of this claim not written yet: one ZADD inflight (LEASES.zadd: deadline, id, ...),
+-- one MSET of the job texts (LEASES.mset: key, text, ...) and one ZREM per lane
+-- (LEASES.lanes[lane], lanes in LEASES.order) for the whole claim (flush_leases). Nothing in
+-- the claim reads them back but a second sight of a leased id (LEASES.ids; only a corrupt
+-- store files an id under two domains), which flushes them first.
+local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}}
+
+local function flush_leases()
+  local l = LEASES
+  if #l.zadd == 0 then return end
+  call_many('ZADD', K_INFLIGHT, l.zadd)
+  for _, lane in ipairs(l.order) do call_many('ZREM', k_lane(lane), l.lanes[lane]) end
+  call_many('MSET', nil, l.mset)
+  LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}}
+end
+
 -- Lease one job: attempt spent, fresh token, lease deadline. The domain's counters are
--- updated once per run by take_run.
+-- updated once per run by take_run, the job's places once per claim by flush_leases.
 local function lease(job, probe_domain)
+  local l = LEASES
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW
-  redis.call('ZADD', K_INFLIGHT, NOW + CFG.lease_ms, job.id)
-  redis.call('ZREM', k_lane(job.lane), job.id)
+  l.ids[job.id] = true
+  l.zadd[#l.zadd + 1] = NOW + CFG.lease_ms
+  l.zadd[#l.zadd + 1] = job.id
+  local lane_ids = l.lanes[job.lane]
+  if not lane_ids then
+    lane_ids = {}
+    l.lanes[job.lane] = lane_ids
+    l.order[#l.order + 1] = job.lane
+  end
+  lane_ids[#lane_ids + 1] = job.id
   if probe_domain then redis.call('HSET', k_dom(probe_domain), 'probe', job.id) end
   local encoded = cjson.encode(job)
-  redis.call('SET', k_job(job.id), encoded)
+  l.mset[#l.mset + 1] = k_job(job.id)
+  l.mset[#l.mset + 1] = encoded
   return encoded
 end
 
--- A popped id that cannot be claimed: orphan, corrupt or expired. True when it was claimable.
-local function claimable(id, d)
-  local job, raw = load_job(id)
+-- A popped id that cannot be claimed: orphan, corrupt or expired. The job when claimable.
+-- `raw`: its stored text read ahead (false: missing or not a string; read again here).
+local function claimable(id, d, raw)
+  local job
+  job, raw = load_job(id, raw or nil)
   if job == nil then
     forget_ready(id)
     stat('orphans')
@@ -67,34 +95,73 @@ local function claimable(id, d)
   return job
 end
 
+-- The ids of the current run taken from the domain's zset so far beyond the first (which
+-- ZPOPMIN removed): removed in one ZREM when the run ends (flush_run).
+local RUN = nil
+
+local function flush_run()
+  if RUN and RUN.upto >= 2 then
+    local taken = {}
+    for i = 2, RUN.upto do taken[#taken + 1] = RUN.ids[i] end
+    call_many('ZREM', RUN.key, taken)
+  end
+  RUN = nil
+end
+
 -- Take a run of jobs from domain d (the most urgent ready domain): as many as its free
 -- slots and `room` allow while its head stays at least as urgent as `bound` (the next
--- domain's priority), so global priority order holds with one refile per run.
+-- domain's priority, a score string or '+inf'), so global priority order holds with one
+-- refile per run. The head is always taken; the rest are the next members scored <= bound
+-- (nothing in a run writes the domain's zset, so this is what popping one by one took).
+-- Returns the domain fields refile reads, as they are after the run.
 local function take_run(d, room, bound, out)
   local dk = k_dom(d)
-  local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state')
+  local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until')
   local state = f[4] or 'closed'
   local delay = tonumber(f[3]) or CFG.delay_ms
   local budget = math.min(room, domain_cap(f[2], state) - (tonumber(f[1]) or 0))
   if delay > 0 or state == 'half_open' then budget = math.min(budget, 1) end
-  local leased = 0
-  for pops = 1, budget do
-    local popped = redis.call('ZPOPMIN', k_dq(d))
-    if #popped == 0 then break end
-    if pops > 1 and tonumber(popped[2]) > bound then
-      redis.call('ZADD', k_dq(d), popped[2], popped[1])  -- another domain is more urgent
-      break
+  local known = {f[1], f[5], f[4], f[6], f[2]}  -- inflight, next, state, open_until, conc
+  budget = math.floor(budget)
+  if budget < 1 then return known end
+  local dq = k_dq(d)
+  local popped = redis.call('ZPOPMIN', dq)
+  if #popped == 0 then return known end
+  local ids = {popped[1]}
+  if budget > 1 then
+    local rest = redis.call('ZRANGEBYSCORE', dq, '-inf', bound, 'LIMIT', 0, budget - 1)
+    for _, id in ipairs(rest) do ids[#ids + 1] = id end
+  end
+  local raws = {}  -- a lone id is read by claimable itself
+  if #ids > 1 then
+    local keys = {}
+    for i, id in ipairs(ids) do
+      if LEASES.ids[id] then flush_leases() end
+      keys[i] = k_job(id)
     end
-    local job = claimable(popped[1], d)
+    raws = call_many('MGET', nil, keys)
+    RUN = {key = dq, ids = ids, upto = 1}
+  elseif LEASES.ids[ids[1]] then
+    flush_leases()
+  end
+  local leased = 0
+  for i, id in ipairs(ids) do
+    if RUN then RUN.upto = i end
+    local job = claimable(id, d, raws[i])
     if job then
       out[#out + 1] = lease(job, state == 'half_open' and d or nil)
       leased = leased + 1
     end
   end
+  flush_run()
   if leased > 0 then
-    redis.call('HINCRBY', dk, 'inflight', leased)
-    if delay > 0 then redis.call('HSET', dk, 'next', NOW + delay) end
+    known[1] = redis.call('HINCRBY', dk, 'inflight', leased)
+    if delay > 0 then
+      known[2] = NOW + delay
+      redis.call('HSET', dk, 'next', known[2])
+    end
   end
+  return known
 end
 
 local function pick(n)
@@ -105,10 +172,8 @@ local function pick(n)
     local top = redis.call('ZRANGE', K_READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end
     local d = top[1]
-    local bound = math.huge
-    if top[4] then bound = tonumber(top[4]) end
-    take_run(d, n - #out, bound, out)
-    refile(d, true)
+    local known = take_run(d, n - #out, top[4] or '+inf', out)
+    refile(d, true, known)
   end
   return out
 end
@@ -118,7 +183,12 @@ if paused then
   return {paused - NOW}
 end
 housekeeping(CFG.batch)
-local jobs = pick(tonumber(ARG.n) or 1)
+local ok, jobs = pcall(pick, tonumber(ARG.n) or 1)
+flush_run()
+flush_leases()
+if not ok then
+  error(jobs, 0)  -- a Redis or Lua error: what was claimed before it stays claimed, as before
+end
 local result = {next_due_ms(#jobs > 0)}
 for _, j in ipairs(jobs) do result[#result + 1] = j end
 return result

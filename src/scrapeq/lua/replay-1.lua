@@ -23,6 +23,7 @@
 ]]
 --@include common
 --@include domain
+--@include breaker
 --@include jobs
 
 local function replay_one(id, touched)

@@ -24,6 +24,7 @@
 ]]
 --@include common
 --@include domain
+--@include breaker
 --@include jobs
 
 local OUTCOMES = {done = true, retry = true, throttle = true, fail = true, release = true}
@@ -53,9 +54,42 @@ local function flush_bumps()
   end
 end
 
+-- Per-item writes of the batch that nothing later in it reads back, sent in one call per kind
+-- by flush_items: a domain's inflight slots (INFLIGHT_LEFT, see domain.lua), deleting done
+-- jobs (DONE.keys) and releasing their fingerprints (DONE.fps, each of job DONE.fp_ids[i]).
+local DONE = {keys = {}, fps = {}, fp_ids = {}}
+
+local function flush_items()
+  if #DONE.keys > 0 then
+    call_many('DEL', nil, DONE.keys)
+    DONE.keys = {}
+  end
+  if #DONE.fps > 0 then
+    -- Settling only ever deletes fingerprints, each when still its own job's: order-free.
+    local held = call_many('HMGET', K_UNIQUE, DONE.fps)
+    local drop = {}
+    for i, fp in ipairs(DONE.fps) do
+      if held[i] == DONE.fp_ids[i] then drop[#drop + 1] = fp end
+    end
+    if #drop > 0 then call_many('HDEL', K_UNIQUE, drop) end
+    DONE.fps, DONE.fp_ids = {}, {}
+  end
+  for d, n in pairs(INFLIGHT_LEFT) do
+    INFLIGHT_LEFT[d] = nil
+    if redis.call('HINCRBY', k_dom(d), 'inflight', -n) < 0 then
+      redis.call('HSET', k_dom(d), 'inflight', 0)
+    end
+  end
+end
+
 local function settle_done(job)
-  redis.call('DEL', k_job(job.id))
-  release_unique(job)
+  DONE.keys[#DONE.keys + 1] = k_job(job.id)
+  if type(job.fp) == 'string' then
+    DONE.fps[#DONE.fps + 1] = job.fp
+    DONE.fp_ids[#DONE.fp_ids + 1] = job.id
+  else
+    release_unique(job)
+  end
   bump(k_dom(job.domain), 'done')
   bump(K_STATS, 'done')
   bump(K_STATS, 'done:' .. job.lane)
@@ -92,16 +126,44 @@ end
 
 local TOUCHED = {}
 
-local function settle_one(it)
+-- The batch's job texts are read with one MGET (PRE.raw), for the leading items whose id is a
+-- string (all of them from scrapeq; PRE.n items). Within a batch only an item's own job can
+-- change its job key, and a job named again after it left inflight is stale (PRE.gone), so
+-- the texts read ahead are the current ones.
+local PRE = {n = 0, raw = {}, gone = {}}
+do
+  local keys = {}
+  for i, it in ipairs(ARG.items) do
+    if type(it) ~= 'table' or type(it.id) ~= 'string' then break end
+    keys[i] = k_job(it.id)
+  end
+  PRE.n = #keys
+  if PRE.n > 0 then PRE.raw = call_many('MGET', nil, keys) end
+end
+
+local function settle_one(i, it)
   if not OUTCOMES[it.o] then
     return redis.error_reply('SQ_BAD_OUTCOME ' .. tostring(it.o))
   end
-  local job = load_job(it.id)
-  if not job or job.token ~= it.token or not redis.call('ZSCORE', K_INFLIGHT, it.id) then
+  -- the job, when its token owns it and it is in flight; else stale, nothing changed
+  local id = it.id
+  local job
+  if i > PRE.n then
+    flush_items()  -- read item by item from here: the store must be current
+    job = load_job(id)
+  elseif PRE.gone[id] then
     return 'stale'
+  else
+    -- read ahead; false (missing, or not a string value) reads again: GET answers exactly
+    job = load_job(id, PRE.raw[i] or nil)
   end
-  leave_inflight(job)
+  if not job or job.token ~= it.token then return 'stale' end
+  -- not in flight (reaped, or settled already): the ZREM changed nothing
+  if redis.call('ZREM', K_INFLIGHT, id) == 0 then return 'stale' end
+  PRE.gone[id] = true
   local d = job.domain
+  -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
+  INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
   if it.df ~= nil and it.df ~= cjson.null then
     breaker_outcome(d, it.df, job.id)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
@@ -126,15 +188,20 @@ local function settle_one(it)
   return status
 end
 
-local out = {}
-for i, it in ipairs(ARG.items) do
-  local status = settle_one(it)
-  if type(status) == 'table' then
-    flush_bumps()
-    for d in pairs(TOUCHED) do refile(d) end
-    return status
+local function settle_all()
+  local out = {}
+  for i, it in ipairs(ARG.items) do
+    local status = settle_one(i, it)
+    if type(status) == 'table' then return status end
+    out[i] = status
   end
-  out[i] = status
+  return out
+end
+
+local ok, out = pcall(settle_all)
+flush_items()
+if not ok then
+  error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end
 flush_bumps()
 for d in pairs(TOUCHED) do refile(d) end

@@ -65,9 +65,35 @@ local function save_job(job)
   redis.call('SET', k_job(job.id), cjson.encode(job))
 end
 
--- Decode a stored job; nil when missing, false when corrupt.
-local function load_job(id)
-  local raw = redis.call('GET', k_job(id))
+-- redis.call(cmd, [key,] args...) with the variadic `args` (a list) sent in slices of at most
+-- 1000 (an even number, so score/member and key/value pairs stay whole): Lua's unpack has a
+-- stack limit. Returns the table replies concatenated (MGET, HMGET).
+local function call_many(cmd, key, args)
+  local n = #args
+  if n <= 1000 then
+    if key then return redis.call(cmd, key, unpack(args)) end
+    return redis.call(cmd, unpack(args))
+  end
+  local out = {}
+  for i = 1, n, 1000 do
+    local j = math.min(i + 999, n)
+    local reply
+    if key then
+      reply = redis.call(cmd, key, unpack(args, i, j))
+    else
+      reply = redis.call(cmd, unpack(args, i, j))
+    end
+    if type(reply) == 'table' then
+      for k = 1, j - i + 1 do out[#out + 1] = reply[k] end
+    end
+  end
+  return out
+end
+
+-- Decode a stored job; nil when missing, false when corrupt. `raw`: its stored text when the
+-- caller read it already (nil: read here).
+local function load_job(id, raw)
+  if raw == nil then raw = redis.call('GET', k_job(id)) end
   if not raw then return nil, nil end
   local ok, job = pcall(cjson.decode, raw)
   if not ok or type(job) ~= 'table' or job.id ~= id or type(job.url) ~= 'string'

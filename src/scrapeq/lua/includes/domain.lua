@@ -1,6 +1,6 @@
 --[[
-  Domain scheduling: where a domain is filed (ready, waiting for a time, or parked until an ack)
-  and its circuit breaker. Depends on common.lua.
+  Domain scheduling: where a domain is filed (ready, waiting for a time, or parked until an ack).
+  Depends on common.lua. Its circuit breaker is breaker.lua.
 
   Domain hash sq:{Q}:domain:<d> fields:
     inflight     jobs claimed and not settled
@@ -23,11 +23,26 @@ local function domain_cap(conc_override, state)
   return tonumber(conc_override) or CFG.conc
 end
 
+-- Jobs that left inflight whose domain counter is not decremented yet: domain -> count.
+-- settle-1.lua subtracts a batch's share once per domain; `refile`, the only reader of a
+-- domain's `inflight` on the settle path, applies it first (clamped at 0, as item by item).
+local INFLIGHT_LEFT = {}
+
 -- File domain d where it belongs now. Returns true when it may dispatch.
 -- `from_ready`: the caller knows d is not in domains:wait (it was just taken from ready).
-local function refile(d, from_ready)
+-- `known`: the caller's current values of the fields read here (inflight, next, state,
+-- open_until, conc), saving the HMGET.
+local function refile(d, from_ready, known)
   local dk = k_dom(d)
-  local f = redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')
+  local left = INFLIGHT_LEFT[d]
+  if left then
+    INFLIGHT_LEFT[d] = nil
+    if redis.call('HINCRBY', dk, 'inflight', -left) < 0 then
+      redis.call('HSET', dk, 'inflight', 0)
+    end
+    known = nil
+  end
+  local f = known or redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')
   local state = f[3] or 'closed'
   if state == 'retired' then
     redis.call('ZREM', K_READY, d)
@@ -73,116 +88,4 @@ local function paused_until()
   local p = tonumber(redis.call('HGET', K_META, 'paused_until')) or 0
   if p > NOW then return p end
   return nil
-end
-
--- Cooldown of the n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
-local function cooldown_ms(trips)
-  local base = CFG.cool_ms * (2 ^ math.min(trips - 1, 40))
-  if base > CFG.cool_max_ms then base = CFG.cool_max_ms end
-  return math.floor(base * (0.8 + 0.4 * math.random()))
-end
-
-local function open_breaker(d, trips, cool, why)
-  redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
-    'fails', 0, 'win', '', 'probe', '')
-  emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
-  refile(d)
-end
-
-local function retire(d, why)
-  redis.call('HSET', k_dom(d), 'state', 'retired', 'probe', '')
-  redis.call('SADD', K_RETIRING, d)
-  redis.call('SADD', K_RETIRED, d)
-  redis.call('ZREM', K_READY, d)
-  redis.call('ZREM', K_WAIT, d)
-  emit('retired', d, why)
-end
-
-local function close_breaker(d)
-  redis.call('HSET', k_dom(d), 'state', 'closed', 'fails', 0, 'win', '', 'trips', 0,
-    'open_until', 0, 'probe', '')
-  redis.call('SREM', K_RETIRING, d)
-  redis.call('SREM', K_RETIRED, d)
-end
-
--- The global-fault guard: too many healthy domains tripping together means the fault is ours.
-local function global_guard(d)
-  redis.call('ZADD', K_TRIPS, NOW, d)
-  redis.call('ZREMRANGEBYSCORE', K_TRIPS, '-inf', NOW - CFG.g_window_ms)
-  redis.call('ZREMRANGEBYSCORE', K_ACTIVE, '-inf', NOW - CFG.g_window_ms)
-  local tripped = redis.call('ZCARD', K_TRIPS)
-  local active = redis.call('ZCARD', K_ACTIVE)
-  if tripped < CFG.g_min or tripped < CFG.g_share * active then return false end
-  local pause = cooldown_ms(1)
-  redis.call('HSET', K_META, 'paused_until', NOW + pause,
-    'pause_reason', string.format('%d of %d active domains tripped within %.0f s',
-      tripped, active, CFG.g_window_ms / 1000))
-  for _, td in ipairs(redis.call('ZRANGE', K_TRIPS, 0, 999)) do
-    local tf = redis.call('HMGET', k_dom(td), 'trips', 'state')
-    if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
-      redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
-        'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
-      refile(td)
-    end
-  end
-  redis.call('DEL', K_TRIPS)
-  emit('global_pause', '', string.format(
-    'dispatch paused %.1f s: %d of %d active domains tripped together; likely our fault',
-    pause / 1000, tripped, active))
-  return true
-end
-
--- Trip domain d (closed or half-open); retires it after CFG.max_trips consecutive trips.
-local function trip(d, why, from_closed)
-  local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
-  if trips >= CFG.max_trips then
-    redis.call('HSET', k_dom(d), 'trips', trips)
-    retire(d, string.format('%s; retired after %d consecutive trips', why, trips))
-    return
-  end
-  open_breaker(d, trips, cooldown_ms(trips), why)
-  if from_closed then global_guard(d) end
-end
-
--- Record one outcome of job `job_id` for domain d: failed true/false.
-local ACTIVE_SEEN = {}
-
-local function breaker_outcome(d, failed, job_id)
-  local dk = k_dom(d)
-  if not ACTIVE_SEEN[d] then
-    ACTIVE_SEEN[d] = true
-    redis.call('ZADD', K_ACTIVE, NOW, d)
-  end
-  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe')
-  local state = f[1] or 'closed'
-  if state == 'open' or state == 'retired' then return end
-  if state == 'half_open' then
-    if f[4] ~= job_id then return end
-    if failed then
-      trip(d, 'probe failed', false)
-    else
-      close_breaker(d)
-      emit('recovered', d, 'probe succeeded: breaker closed')
-    end
-    return
-  end
-  -- During a global pause failures are most likely ours: they are not held against the site.
-  if failed and paused_until() then return end
-  local win = f[3] or ''
-  if not failed and (tonumber(f[2]) or 0) == 0 and #win >= CFG.window
-      and not string.find(win, '1', 1, true) then
-    return  -- a success on a spotless window changes nothing
-  end
-  win = win .. (failed and '1' or '0')
-  if #win > CFG.window then win = string.sub(win, -CFG.window) end
-  local fails = 0
-  if failed then fails = (tonumber(f[2]) or 0) + 1 end
-  redis.call('HSET', dk, 'fails', fails, 'win', win)
-  if not failed then return end
-  local _, nfail = string.gsub(win, '1', '')
-  if fails >= CFG.fails then
-    trip(d, string.format('%d consecutive failures', fails), true)
-  elseif #win >= CFG.min_calls and nfail >= CFG.rate * #win then
-    trip(d, string.format('%d of the last %d calls failed', nfail, #win), true)
-  end
 end

@@ -1,7 +1,71 @@
 --[[
-  Bounded maintenance run by every claim (and by the reap script). Depends on common.lua,
-  domain.lua, jobs.lua. Each step handles at most `budget` items.
+  Bounded maintenance run by every claim (and by the reap script), and the repairs it shares
+  with claiming (orphans, corrupt texts, expired jobs). Depends on common.lua, domain.lua,
+  jobs.lua. Each step handles at most `budget` items. Only the scripts that need these include
+  this file: every script call builds all of its functions, used or not.
 ]]
+
+-- Counters of a job leaving the delayed zset (the caller removes it from the zset).
+local function left_delayed(job)
+  redis.call('HINCRBY', k_dom(job.domain), 'delayed', -1)
+  stat('delayed:' .. job.lane, -1)
+end
+
+-- Remove an id from every lane's ready index (its own lane is unknown).
+local function forget_ready(id)
+  for _, lane in ipairs(redis.call('SMEMBERS', K_LANES)) do
+    redis.call('ZREM', k_lane(lane), id)
+  end
+end
+
+-- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them).
+local function salvage_fields(raw)
+  if type(raw) ~= 'string' then return nil, nil end
+  return string.match(raw, '"domain"%s*:%s*"([^"]*)"'), string.match(raw, '"lane"%s*:%s*"([^"]*)"')
+end
+
+-- A stored value that is not a valid job: keep its raw text as a dead letter.
+-- `place` is where it was found ('ready', 'delayed' or 'inflight'; the caller removed it from
+-- that zset). The counters of that place (delayed per domain and lane, a domain's inflight
+-- slot) are fixed when the damaged text still names its domain and lane, as a truncated
+-- write does; text that names nothing leaves them for `scrapeq` to report as they are.
+local function dead_corrupt(id, raw, domain, place)
+  forget_ready(id)
+  local named_domain, named_lane = salvage_fields(raw)
+  if place == 'delayed' and named_domain and named_lane then
+    redis.call('HINCRBY', k_dom(named_domain), 'delayed', -1)
+    stat('delayed:' .. named_lane, -1)
+  elseif place == 'inflight' and named_domain then
+    local left = redis.call('HINCRBY', k_dom(named_domain), 'inflight', -1)
+    if left < 0 then redis.call('HSET', k_dom(named_domain), 'inflight', 0) end
+  end
+  if domain == '' and named_domain then domain = named_domain end
+  local shown = raw
+  if type(shown) == 'string' and #shown > 4000 then shown = string.sub(shown, 1, 4000) end
+  local job = {id = id, url = '', domain = domain, lane = named_lane or '', off = 0,
+    attempts = 0, max_attempts = 0, eligible = NOW, created = NOW, corrupt = shown or ''}
+  dead_letter(job, 'corrupt_payload', 'stored job is not valid JSON or lacks fields')
+  if place == 'inflight' and named_domain then refile(named_domain) end
+end
+
+local function expired(job)
+  return type(job.expires) == 'number' and job.expires <= NOW
+end
+
+-- Full-jitter backoff in ms after `attempts` spent: uniform(0, min(cap, base * 2^(attempts-1))).
+local function backoff_ms(attempts)
+  attempts = math.max(attempts - 1, 0)
+  local bound = CFG.backoff_base_ms * (2 ^ math.min(attempts, 60))
+  if bound > CFG.backoff_cap_ms then bound = CFG.backoff_cap_ms end
+  return math.floor(math.random() * bound)
+end
+
+-- A claimed job leaves inflight: lease removed and the domain's slot freed.
+local function leave_inflight(job)
+  redis.call('ZREM', K_INFLIGHT, job.id)
+  local left = redis.call('HINCRBY', k_dom(job.domain), 'inflight', -1)
+  if left < 0 then redis.call('HSET', k_dom(job.domain), 'inflight', 0) end
+end
 
 -- Expired leases: the attempt is spent (a job that kills workers ends dead), no domain blamed.
 local function reap_expired(budget)
