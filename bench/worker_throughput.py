@@ -24,20 +24,32 @@ are not part of the figures:
 
 * CPU per job of each process, bare against scrapeq, and what binds (the client's one core or
   latency);
-* what the 200 slots do (fetching, waiting for the settle answer, in the handler, empty):
-  sampled every 2 ms on one traced run (``Worker``/``Fetcher`` subclasses that only count);
+* what the 200 slots do (fetching, held but not fetching, empty), sampled every 2 ms on one
+  traced run (``Worker``/``Fetcher`` subclasses that only count), and the time from a job's
+  hand-over to the settle buffer until ``settle-1.lua``'s answer is counted (the slot is
+  already free by then);
 * Redis: ``INFO commandstats`` of the median timed worker run (EVALSHA and the commands its
   scripts run), and the split per script from ``SLOWLOG`` (``slowlog-log-slower-than 0``) of
   the traced run, with jobs per call and client round trips (a counting ``AsyncQueue``);
-* cProfile (main-thread CPU time) of the shipped worker, of the worker with the changes A + B
-  + D below, and of the bare loop: own time per area and the functions the worker adds;
-* the worker's per-job steps timed alone (parse_target again, Job.from_json, to_thread ...);
-* what-if runs, each next to a bare run of its own: A: an async handler (no
-  ``asyncio.to_thread`` per job), B: a slot freed once its settlement is buffered, D: claims
-  of every free slot (``scrapeq.worker.BATCH`` 64 -> 200), and A + B + D. They are applied by
-  subclasses and a patched constant inside this benchmark; src/ is not touched.
+* cProfile (main-thread CPU time) of the shipped worker and of the bare loop: own time per
+  area and the functions the worker adds;
+* the worker's per-job steps timed alone (Job.from_json, classify_response, settle ARGV ...);
+* where the gap comes from, each run next to a bare run of its own (alternating, medians of
+  ``--rounds`` rounds): (0) the shipped worker end to end again (the machine's speed drifts,
+  so the sum-up uses figures of the same minutes), (1) the fetch layer alone
+  (``scrapeq.fetch.Fetcher`` driven by the bare loop's pool of 200 tasks, no Redis), (2) the
+  queue overhead alone (the real ``Worker`` on the real redis-server with a fetcher that
+  answers a canned page without HTTP), (3) the fetch layer alone again while a second process
+  drives that no-HTTP worker load against redis-server (database 1), paced to run 0's jobs/s
+  so Redis does about the work it does end to end (flat out, the load would claim at several
+  times that rate and take a core itself); on a small machine redis-server's CPU also slows
+  the client. A last line adds bare + fetch layer extra + queue overhead and sets the sum
+  against the end-to-end worker's client CPU per job; what is left is contention and
+  interaction.
 
-A full run takes about 1.5 minutes on a quiet 2-core machine (diagnosis included).
+Subclasses and helpers inside this benchmark do the instrumenting; src/ is not touched.
+
+A full run takes about 1.3 minutes on a quiet 2-core machine (diagnosis included).
 
 Run: ``.venv/bin/python bench/worker_throughput.py [--quick] [--urls N] [--rounds R]
 [--profile auto|always|never] [--wait-idle S] [--redis-server PATH]``
@@ -61,18 +73,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, SupportsIndex
 
 import aiohttp
 import redis
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-import scrapeq.worker
 from _redis import RedisServer, add_server_args, format_table, private_redis
 from scrapeq import scripts
 from scrapeq.classify import classify_response
@@ -81,10 +92,7 @@ from scrapeq.job import Job
 from scrapeq.queue import AsyncQueue, Command, Queue
 from scrapeq.scripts import Call, EnqueueSpec
 from scrapeq.settings import Settings
-from scrapeq.worker import Handler, Worker, default_handler
-
-if TYPE_CHECKING:
-    from scrapeq.worker import _Flight
+from scrapeq.worker import Worker, default_handler
 
 BAR_RATIO = 0.7
 DOMAINS = 100
@@ -253,6 +261,7 @@ class Run:
     redis_cpu: float
     other_cpu: float  # processes not ours, during the run
     commandstats: dict[str, tuple[int, float]] = field(default_factory=dict)
+    load_cpu: float = 0.0  # our load process (contention runs only)
 
     @property
     def rate(self) -> float:
@@ -290,23 +299,64 @@ async def _bare(urls: Sequence[str], concurrency: int) -> int:
     return ok
 
 
+async def _fetch_layer(urls: Sequence[str], concurrency: int) -> int:
+    """The bare loop's pool of tasks, fetching through scrapeq's Fetcher: no Redis at all."""
+    ok = 0
+    async with Fetcher(Settings(allow_private=True)) as fetcher:
+        todo = iter(urls)
+
+        async def puller() -> None:
+            nonlocal ok
+            for url in todo:
+                response = await fetcher.fetch(url, normalised=True)
+                if response.status == 200 and response.body:
+                    ok += 1
+
+        await asyncio.gather(*(puller() for _ in range(concurrency)))
+    return ok
+
+
+ClientLoop = Callable[[Sequence[str], int], Coroutine[Any, Any, int]]
+
+
 def run_bare(
-    urls: Sequence[str], fleet_pid: int, *, profile: cProfile.Profile | None = None
+    urls: Sequence[str],
+    fleet_pid: int,
+    *,
+    profile: cProfile.Profile | None = None,
+    loop: ClientLoop = _bare,
+    kind: str = "bare",
+    server: RedisServer | None = None,
+    load_pid: int | None = None,
 ) -> Run:
-    wait_idle()
+    """Time one run of a pool-of-tasks client (the bare loop, or the Fetcher alone).
+
+    ``server``: also measure redis-server's CPU over the run; ``load_pid``: the CPU of our
+    load process (contention runs).
+    """
+    if load_pid is None:
+        wait_idle()
+    admin = redis.Redis.from_url(server.url) if server is not None else None
+    redis0 = redis_cpu(admin) if admin is not None else 0.0
+    load0 = proc_cpu(load_pid) if load_pid is not None else 0.0
     cpu0, fleet0, others = own_cpu(), proc_cpu(fleet_pid), other_cpu()
     start = time.perf_counter()
     with _profiling(profile):
-        ok = asyncio.run(_bare(urls, CONCURRENCY))
+        ok = asyncio.run(loop(urls, CONCURRENCY))
     seconds = time.perf_counter() - start
     client, fleet_cpu, other = (
         own_cpu() - cpu0,
         proc_cpu(fleet_pid) - fleet0,
         other_delta(others),
     )
+    load = proc_cpu(load_pid) - load0 if load_pid is not None else 0.0
+    server_cpu = 0.0
+    if admin is not None:
+        server_cpu = redis_cpu(admin) - redis0
+        admin.close()
     if ok != len(urls):
-        raise RuntimeError(f"bare: {ok} of {len(urls)} fetches answered 200")
-    return Run("bare", ok, seconds, client, fleet_cpu, 0.0, other)
+        raise RuntimeError(f"{kind}: {ok} of {len(urls)} fetches answered 200")
+    return Run(kind, ok, seconds, client, fleet_cpu, server_cpu, other, load_cpu=load)
 
 
 @contextlib.contextmanager
@@ -519,16 +569,53 @@ class CountingFetcher(Fetcher):
             self.active -= 1
 
 
+class _HandOvers(list[Any]):
+    """A worker's settle buffer (``Worker._pending``) noting when each settlement arrives."""
+
+    def __init__(self, items: Iterable[Any], times: dict[str, float]) -> None:
+        super().__init__(items)
+        self.times = times
+
+    def append(self, item: Any) -> None:
+        self.times[item[0].job_id] = time.perf_counter()
+        super().append(item)
+
+    def insert(self, index: SupportsIndex, item: Any) -> None:  # a settlement put back
+        self.times.setdefault(item[0].job_id, time.perf_counter())
+        super().insert(index, item)
+
+
 class TracedWorker(Worker):
-    """The plain worker, plus a 2 ms sampler of what its 200 slots are doing."""
+    """The plain worker, plus a 2 ms sampler of what its 200 slots are doing.
+
+    Its settle buffer ``_pending`` is swapped (on every assignment, ``_flush`` slices it) for
+    a list that notes the hand-over time of each settlement by job id; ``_answer`` (the settle
+    loop counting and logging an answer) closes it: the time a job's settlement spends
+    buffered and in flight to Redis, after its slot was freed.
+    """
 
     def __init__(self, queue: AsyncQueue, **options: Any) -> None:
+        self.handed: dict[str, float] = {}  # job id -> hand-over time, until answered
         super().__init__(queue, **options)
         self.counting = CountingFetcher(self.settings)
         self._fetcher = self.counting  # still owned (closed) by the worker
-        self.samples: list[tuple[int, int, int]] = []  # (held, fetching, awaiting settle)
+        self.samples: list[tuple[int, int, int]] = []  # (held, fetching, awaiting answer)
         self.settle_waits: list[float] = []
         self.lags: list[float] = []  # event-loop lag: how late a 2 ms sleep wakes up
+
+    @property
+    def _pending(self) -> list[Any]:
+        return self._buffer
+
+    @_pending.setter
+    def _pending(self, items: list[Any]) -> None:
+        self._buffer = items if isinstance(items, _HandOvers) else _HandOvers(items, self.handed)
+
+    def _answer(self, item: Any, status: str) -> None:
+        super()._answer(item, status)
+        handed = self.handed.pop(item[0].job_id, None)
+        if handed is not None:
+            self.settle_waits.append(time.perf_counter() - handed)
 
     async def run_async(self) -> Any:
         sampler = asyncio.create_task(self._sample())
@@ -544,91 +631,34 @@ class TracedWorker(Worker):
             asked = time.perf_counter()
             await asyncio.sleep(0.002)
             self.lags.append(time.perf_counter() - asked - 0.002)
-            flights = self._flights.values()
-            waiting = sum(1 for f in flights if f.submitted)
-            self.samples.append((len(flights), self.counting.active, waiting))
-
-    async def _submit(self, settlement: Any) -> str:
-        start = time.perf_counter()
-        try:
-            return await super()._submit(settlement)
-        finally:
-            self.settle_waits.append(time.perf_counter() - start)
+            self.samples.append((len(self._flights), self.counting.active, len(self.handed)))
 
 
-async def async_default_handler(job: Job, response: Response) -> dict[str, Any]:
-    """The default handler's result, as a coroutine: no thread hop per job."""
-    return default_handler(job, response)
+#: Headers of the canned response (what the fleet's aiohttp server sends, roughly).
+CANNED_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(
+    CIMultiDict({"Content-Type": "text/html; charset=utf-8", "Content-Length": str(len(PAGE))})
+)
 
 
-class EarlyFreeWorker(Worker):
-    """What-if: a job gives its slot back once its settlement is buffered.
+class CannedFetcher(Fetcher):
+    """No HTTP: every fetch yields to the loop (``asyncio.sleep(delay)``, 0 by default) and
+    answers 200 with the PAGE body, so a worker using it costs only claim, settle and its own
+    bookkeeping."""
 
-    The plain worker holds the slot until ``settle-1.lua`` has answered (flush period + script
-    + round trip), so a slot spends that time neither fetching nor claimable. Here the slot is
-    freed at hand-over, and the claim loop is woken again when the answer arrives (so the
-    burst exit check still sees every settlement).
-    """
+    def __init__(self, settings: Settings, *, delay: float = 0.0) -> None:
+        super().__init__(settings)
+        self.delay = delay
 
-    async def _run_job(self, flight: _Flight) -> None:
-        job = flight.job
-        try:
-            settlement, record = await self._attempt(job)
-            if record is not None and self.sink is not None:
-                settlement = await self._write_result(job, settlement, record)
-            flight.submitted = True
-            self._free(job)
-            status = await self._submit(settlement)
-            self._log_outcome(job, settlement, status)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if not flight.submitted:
-                flight.submitted = True
-                await self._submit(self.queue.releasing(job))
-        finally:
-            self._free(job)
-
-    def _free(self, job: Job) -> None:
-        self._flights.pop(job.id, None)
-        self._slot_freed.set()
+    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
+        await asyncio.sleep(self.delay)
+        return Response(
+            url=url, status=200, headers=CANNED_HEADERS, body=PAGE, elapsed=0.0001, redirects=0
+        )
 
 
-@contextlib.contextmanager
-def claim_batch(n: int) -> Iterator[None]:
-    """What-if D: ``scrapeq.worker.BATCH`` (most jobs one claim asks for) set to ``n``."""
-    saved = scrapeq.worker.BATCH
-    scrapeq.worker.BATCH = n
-    try:
-        yield
-    finally:
-        scrapeq.worker.BATCH = saved
-
-
-WhatIf = tuple[str, WorkerFactory, int]
-
-
-def what_if_variants() -> list[WhatIf]:
-    """(label, worker factory, claim batch) of each experiment."""
-    fast: Handler = async_default_handler
-    batch = scrapeq.worker.BATCH
-
-    def a(q: AsyncQueue) -> Worker:
-        return Worker(q, concurrency=CONCURRENCY, burst=True, handler=fast)
-
-    def b(q: AsyncQueue) -> Worker:
-        return EarlyFreeWorker(q, concurrency=CONCURRENCY, burst=True)
-
-    def abd(q: AsyncQueue) -> Worker:
-        return EarlyFreeWorker(q, concurrency=CONCURRENCY, burst=True, handler=fast)
-
-    return [
-        ("as shipped (plain Worker)", plain_worker, batch),
-        ("A. async handler: no asyncio.to_thread per job", a, batch),
-        ("B. slot freed once its settlement is buffered", b, batch),
-        (f"D. claim batch {batch} -> {CONCURRENCY} (every free slot)", plain_worker, CONCURRENCY),
-        ("A + B + D", abd, CONCURRENCY),
-    ]
+def canned_worker(q: AsyncQueue) -> Worker:
+    """The shipped worker with no HTTP: queue overhead alone."""
+    return Worker(q, concurrency=CONCURRENCY, burst=True, fetcher=CannedFetcher(q.settings))
 
 
 # --- diagnosis: reports ----------------------------------------------------------------------
@@ -682,34 +712,50 @@ def print_model(bare: Run, sq: Run) -> None:
         )
 
 
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
+
+
 def print_slots(worker: TracedWorker, run: Run) -> None:
     samples = worker.samples
     if not samples:
+        print("\n-- slot states: no samples (the traced run was shorter than 2 ms) --")
         return
     held = statistics.mean(s[0] for s in samples)
     fetching = statistics.mean(s[1] for s in samples)
-    waiting = statistics.mean(s[2] for s in samples)
-    other = held - fetching - waiting
+    awaiting = statistics.mean(s[2] for s in samples)
+    other = held - fetching
     empty = CONCURRENCY - held
-    waits = sorted(worker.settle_waits)
-    p50 = waits[len(waits) // 2] * 1e3 if waits else 0.0
-    p90 = waits[int(len(waits) * 0.9)] * 1e3 if waits else 0.0
     print(
         f"\n-- What the {CONCURRENCY} slots do (sampled every 2 ms over one traced run, "
         f"{run.jobs:,} jobs at {run.rate:,.0f}/s) --"
     )
     rows: list[list[object]] = [
         ["fetching (inside Fetcher.fetch)", fetching, f"{fetching / CONCURRENCY:.0%}"],
-        ["held, waiting for settle-1.lua's answer", waiting, f"{waiting / CONCURRENCY:.0%}"],
-        ["held, classify + handler (to_thread)", other, f"{other / CONCURRENCY:.0%}"],
+        [
+            "held, not fetching (task start, classify, handler inline)",
+            other,
+            f"{other / CONCURRENCY:.0%}",
+        ],
         ["empty, waiting for a claim", empty, f"{empty / CONCURRENCY:.0%}"],
     ]
     print(format_table(["slot state", "mean slots", "share"], rows))
-    lags = sorted(worker.lags)
+    waits = worker.settle_waits
+    if waits:
+        settle = (
+            f"settle wait per job (hand-over to the settle buffer until its answer is counted; "
+            f"slot already free): p50 {_pct(waits, 0.5) * 1e3:.1f} ms, p90 "
+            f"{_pct(waits, 0.9) * 1e3:.1f} ms over {len(waits):,} jobs; mean {awaiting:.0f} jobs "
+            "handed over and not yet answered"
+        )
+    else:
+        settle = "settle wait per job: not measured (no answer passed Worker._answer)"
+    lags = worker.lags
+    print(settle)
     print(
-        f"settle wait per job (hand-over to answer): p50 {p50:.1f} ms, p90 {p90:.1f} ms; "
         f"mean fetch time {fetching / run.rate * 1e3:.1f} ms (Little's law); event-loop lag "
-        f"p50 {lags[len(lags) // 2] * 1e3:.1f} ms, p90 {lags[int(len(lags) * 0.9)] * 1e3:.1f} ms"
+        f"p50 {_pct(lags, 0.5) * 1e3:.1f} ms, p90 {_pct(lags, 0.9) * 1e3:.1f} ms"
     )
 
 
@@ -870,8 +916,8 @@ def read_profile(prof: cProfile.Profile, jobs: int) -> Profile:
     return Profile(jobs, own, cum, areas)
 
 
-def print_profiles(sq: Profile, fixed: Profile, bare: Profile, runs: tuple[Run, Run, Run]) -> None:
-    """Shipped worker, worker with A + B + D, bare loop: own time per area and function."""
+def print_profiles(sq: Profile, bare: Profile, runs: tuple[Run, Run]) -> None:
+    """Shipped worker against the bare loop: own time per area and function."""
 
     def us(seconds: float, p: Profile) -> float:
         return seconds / p.jobs * 1e6
@@ -881,27 +927,28 @@ def print_profiles(sq: Profile, fixed: Profile, bare: Profile, runs: tuple[Run, 
 
     print(
         f"\n-- cProfile, one extra run of each ({sq.jobs:,} jobs; main-thread CPU time, inflated "
-        f"by the profiler: shipped {us(sq.total, sq):.0f} us/job at {runs[0].rate:,.0f}/s, "
-        f"A + B + D {us(fixed.total, fixed):.0f} at {runs[1].rate:,.0f}/s, bare "
-        f"{us(bare.total, bare):.0f} at {runs[2].rate:,.0f}/s) --"
+        f"by the profiler: shipped worker {us(sq.total, sq):.0f} us/job at {runs[0].rate:,.0f}/s, "
+        f"bare {us(bare.total, bare):.0f} at {runs[1].rate:,.0f}/s) --"
     )
     names = sorted(set(sq.areas) | set(bare.areas), key=lambda a: -sq.areas.get(a, 0.0))
     rows: list[list[object]] = []
     for a in names:
-        vals = [us(p.areas.get(a, 0.0), p) for p in (sq, fixed, bare)]
+        vals = [us(p.areas.get(a, 0.0), p) for p in (sq, bare)]
         if max(vals) >= 0.5:
-            rows.append([a, *vals, vals[1] - vals[2]])
-    rows.append(["all", us(sq.total, sq), us(fixed.total, fixed), us(bare.total, bare), ""])
+            rows.append([a, *vals, vals[0] - vals[1]])
+    rows.append(["all", us(sq.total, sq), us(bare.total, bare), us(sq.total - bare.total, sq)])
     print("own time per area (us/job):")
-    print(format_table(["area", "shipped", "A + B + D", "bare", "A+B+D extra"], rows))
-    for label, p in (("the shipped worker", sq), ("the worker with A + B + D", fixed)):
-        extra = sorted(p.own, key=lambda name: own(bare, name) - own(p, name))
-        print(f"\nfunctions by own time {label} adds over bare (us/job; calls: coroutine resumes):")
-        rows = [
-            [n[:86], p.own[n][0] / p.jobs, own(p, n), own(bare, n), own(p, n) - own(bare, n)]
-            for n in extra[:16]
-        ]
-        print(format_table(["function", "calls/job", "worker", "bare", "extra"], rows))
+    print(format_table(["area", "shipped", "bare", "extra"], rows))
+    extra = sorted(sq.own, key=lambda name: own(bare, name) - own(sq, name))
+    print(
+        "\nfunctions by own time the shipped worker adds over bare "
+        "(us/job; calls: coroutine resumes):"
+    )
+    rows = [
+        [n[:86], sq.own[n][0] / sq.jobs, own(sq, n), own(bare, n), own(sq, n) - own(bare, n)]
+        for n in extra[:16]
+    ]
+    print(format_table(["function", "calls/job", "worker", "bare", "extra"], rows))
     print("\nshipped worker, scrapeq functions by cumulative time (us/job):")
     top = sorted(sq.cum.items(), key=lambda kv: -kv[1][1])[:16]
     rows = [[n[:86], c / sq.jobs, us(t, sq), f"{t / sq.total:.0%}"] for n, (c, t) in top]
@@ -927,7 +974,7 @@ async def _async_costs(job: Job, response: Response, n: int) -> list[tuple[str, 
     out: list[tuple[str, float, float]] = []
     for label, make in (
         (
-            "asyncio.to_thread(default_handler) (every job: sync handler)",
+            "asyncio.to_thread(handler) (a user's sync handler only; built-in: inline)",
             lambda: asyncio.to_thread(default_handler, job, response),
         ),
         ("asyncio.timeout() enter + exit (every fetch)", timeout_block),
@@ -969,7 +1016,16 @@ def micro_costs(server: RedisServer, url: str) -> None:
     n = 20_000
     rows: list[list[object]] = []
     for label, fn, per in (
-        ("Fetcher._validate: parse_target again (every fetch)", lambda: fetcher._validate(url), 1),
+        (
+            "Fetcher._validate: parse_target (redirect hops only)",
+            lambda: fetcher._validate(url),
+            1,
+        ),
+        (
+            "Fetcher._check_private (every fetch: a job's URL is normalised)",
+            lambda: fetcher._check_private(url),
+            1,
+        ),
         ("Job.from_json (every claimed job)", lambda: Job.from_json(texts[0]), 1),
         (
             "classify_response (every fetch)",
@@ -977,7 +1033,7 @@ def micro_costs(server: RedisServer, url: str) -> None:
             1,
         ),
         (
-            "_record: result dict + datetime.now().isoformat() (built even without a sink)",
+            "_record: result dict + datetime.now().isoformat() (only with a result sink)",
             lambda: _record(job, "done", response, started, None, default_handler(job, response)),
             1,
         ),
@@ -1005,61 +1061,318 @@ def clean(measure: Callable[[], Run]) -> Run:
     return run
 
 
-def what_ifs(
-    server: RedisServer, urls: Sequence[str], specs: Sequence[EnqueueSpec], fleet_pid: int
+# --- diagnosis: where the gap comes from -------------------------------------------------------
+
+#: The load process (contention runs) stops by itself after this long, whatever happens.
+LOAD_MAX_SECONDS = 120.0
+#: Jobs the load process enqueues per cycle, in URLs of a timed run (it refills when done).
+LOAD_FILL = 2
+
+
+class _LoadState:
+    """The load process's side: pace, jobs done over all cycles, the parent's window."""
+
+    def __init__(self, conn: Connection, target: float) -> None:
+        self.conn = conn
+        self.target = target
+        self.delay = CONCURRENCY / target  # per canned fetch; adjusted while running
+        self.done_before = 0  # jobs of the cycles already over
+        self.mark: tuple[int, float] | None = None
+        self.window = (0, 0.0)  # (jobs, seconds) between the parent's "mark" and "stop"
+        self.stopped = False
+        self.announced = False
+
+
+async def _pace(state: _LoadState, worker: Worker, fetcher: CannedFetcher) -> None:
+    """Every 0.2 s, set the sleep per fetch so ``CONCURRENCY`` slots make ``target`` jobs/s:
+    rate = slots / (sleep + the rest of a job's time), the rest estimated from the last 0.2 s."""
+    last, then = worker.stats.done, time.perf_counter()
+    while True:
+        await asyncio.sleep(0.2)
+        done, now = worker.stats.done, time.perf_counter()
+        rate = (done - last) / (now - then)
+        if rate > 0:
+            rest = max(CONCURRENCY / rate - fetcher.delay, 0.0)
+            wanted = max(CONCURRENCY / state.target - rest, 0.0)
+            fetcher.delay = state.delay = 0.5 * fetcher.delay + 0.5 * wanted
+        last, then = done, now
+
+
+async def _load_cycle(state: _LoadState, url: str, deadline: float) -> None:
+    """One burst of the paced no-HTTP worker on the load queue."""
+    client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    q = AsyncQueue(client, settings=bench_settings())
+    fetcher = CannedFetcher(q.settings, delay=state.delay)
+    worker = Worker(q, concurrency=CONCURRENCY, burst=True, fetcher=fetcher)
+    loop = asyncio.get_running_loop()
+    fd = state.conn.fileno()
+
+    def stop() -> None:
+        if not state.stopped:
+            state.stopped = True
+            loop.remove_reader(fd)
+            worker.stop()
+
+    def message() -> None:
+        try:
+            what = state.conn.recv()
+        except EOFError:  # the parent is gone
+            what = "stop"
+        done = state.done_before + worker.stats.done
+        if what == "mark":
+            state.mark = (done, time.perf_counter())
+        elif what == "stop":
+            if state.mark is not None:
+                state.window = (done - state.mark[0], time.perf_counter() - state.mark[1])
+            stop()
+
+    loop.add_reader(fd, message)
+    timer = loop.call_later(max(deadline - time.monotonic(), 0.0), stop)
+    pacer = asyncio.create_task(_pace(state, worker, fetcher))
+    if not state.announced:  # the parent measures once the load runs at its pace
+        state.announced = True
+        loop.call_later(1.0, state.conn.send, "running")
+    try:
+        await worker.run_async()
+    finally:
+        pacer.cancel()
+        timer.cancel()
+        if not state.stopped:
+            loop.remove_reader(fd)
+        state.done_before += worker.stats.done
+        await q.close()
+
+
+def _load_main(url: str, ports: list[int], n: int, target: float, conn: Connection) -> None:
+    """The load process: the no-HTTP worker, paced to ``target`` jobs/s, refilled with ``n``
+    jobs whenever it is done, until told to stop (or ``LOAD_MAX_SECONDS``); sends back
+    (jobs, seconds) of the window between the parent's "mark" and "stop"."""
+    specs = make_specs(make_urls(ports, n))
+    q = Queue(redis.Redis.from_url(url, decode_responses=True), settings=bench_settings())
+    state = _LoadState(conn, target)
+    deadline = time.monotonic() + LOAD_MAX_SECONDS
+    try:
+        while not state.stopped and time.monotonic() < deadline:
+            q.client.flushdb()
+            for start in range(0, len(specs), CHUNK):
+                q.enqueue_many(specs[start : start + CHUNK])
+            asyncio.run(_load_cycle(state, url, deadline))
+    finally:
+        q.client.flushdb()
+        q.close()
+        with contextlib.suppress(OSError):
+            conn.send((*state.window, state.delay))
+        conn.close()
+
+
+@dataclass
+class Load:
+    """The running load process; ``done``/``seconds``/``delay`` are known once it stopped."""
+
+    pid: int
+    conn: Connection
+    done: int = 0
+    seconds: float = 0.0
+    delay: float = 0.0  # the paced sleep per canned fetch it ended with
+
+    def mark(self) -> None:
+        """Start of the parent's measuring window."""
+        self.conn.send("mark")
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def queue_load(server: RedisServer, ports: Sequence[int], n: int, rate: float) -> Iterator[Load]:
+    """A second process driving the no-HTTP worker against redis-server (database 1), its
+    canned fetches paced so that it makes ``rate`` jobs/s (when it can)."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    url = f"redis://127.0.0.1:{server.port}/1"
+    proc = ctx.Process(
+        target=_load_main, args=(url, list(ports), n, rate, theirs), name="bench-queue-load"
+    )
+    proc.start()
+    theirs.close()
+    assert proc.pid is not None
+    load = Load(proc.pid, ours)
+    OURS.add(proc.pid)
+    try:
+        if not ours.poll(60) or ours.recv() != "running":
+            raise RuntimeError("the queue load process did not start in 60 s")
+        yield load
+    finally:
+        with contextlib.suppress(OSError):
+            ours.send("stop")
+        with contextlib.suppress(OSError, EOFError):
+            if ours.poll(30):
+                load.done, load.seconds, load.delay = ours.recv()
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+        OURS.discard(proc.pid)
+        ours.close()
+
+
+@dataclass
+class Part:
+    """One row of the decomposition: its runs and the bare neighbour of each."""
+
+    label: str
+    runs: list[Run] = field(default_factory=list)
+    bares: list[Run] = field(default_factory=list)
+    loads: list[Load] = field(default_factory=list)
+
+    def median(self, of: Callable[[Run, Run], float]) -> float:
+        return statistics.median(of(r, b) for r, b in zip(self.runs, self.bares, strict=True))
+
+
+def _client_us(r: Run) -> float:
+    return r.us_per_job(r.client_cpu)
+
+
+def gap_decomposition(
+    server: RedisServer,
+    urls: Sequence[str],
+    specs: Sequence[EnqueueSpec],
+    sites: Fleet,
+    rounds: int,
+    bare: Run,
+    sq: Run,
 ) -> None:
-    """Each variant right after a bare run of its own: its ratio is against that neighbour."""
+    """End to end again, fetch layer alone, queue overhead alone, contention: each next to a
+    bare run of its own, so the sum-up compares figures of the same minutes (the machine's
+    speed drifts; the timed runs above may be off by tens of percent by now)."""
+    e2e = Part("0. end to end (shipped Worker)")
+    fetch = Part("1. fetch layer alone (Fetcher, no Redis)")
+    queue = Part("2. queue overhead alone (Worker, no HTTP)")
+    contended = Part("3. fetch layer alone, redis busy (load)")
+
+    def end_to_end() -> Run:
+        return run_scrapeq(server, specs, sites.pid, kind="end to end")[0]
+
+    def fetch_alone() -> Run:
+        return run_bare(urls, sites.pid, loop=_fetch_layer, kind="fetch alone")
+
+    def queue_alone() -> Run:
+        return run_scrapeq(server, specs, sites.pid, factory=canned_worker, kind="queue alone")[0]
+
+    def fetch_contended() -> Run:
+        pace = statistics.median(r.rate for r in e2e.runs)  # this round's and earlier
+        with queue_load(server, sites.ports, LOAD_FILL * len(urls), pace) as load:
+            load.mark()
+            run = run_bare(
+                urls,
+                sites.pid,
+                loop=_fetch_layer,
+                kind="fetch contended",
+                server=server,
+                load_pid=load.pid,
+            )
+        contended.loads.append(load)
+        return run
+
+    pairs = 0
+    for _ in range(rounds):
+        for part, measure in (
+            (e2e, end_to_end),
+            (fetch, fetch_alone),
+            (queue, queue_alone),
+            (contended, fetch_contended),
+        ):
+            if pairs % 2 == 0:
+                part.bares.append(clean(lambda: run_bare(urls, sites.pid)))
+                part.runs.append(clean(measure))
+            else:
+                part.runs.append(clean(measure))
+                part.bares.append(clean(lambda: run_bare(urls, sites.pid)))
+            pairs += 1
     print(
-        "\n-- What-if runs: each change applied by a subclass in this benchmark (src/ untouched); "
-        "one run each, ratio against a bare run just before it --"
+        f"\n-- Where the gap comes from: each run next to a bare run of its own (alternating; "
+        f"medians of {rounds} round(s), {len(urls):,} URLs) --"
     )
     rows: list[list[object]] = []
-    for label, factory, batch in what_if_variants():
-
-        def variant(factory: WorkerFactory = factory) -> Run:
-            return run_scrapeq(server, specs, fleet_pid, factory=factory, kind="what-if")[0]
-
-        bare = clean(lambda: run_bare(urls, fleet_pid))
-        with claim_batch(batch):
-            run = clean(variant)
+    for part in (e2e, fetch, queue, contended):
+        with_redis = part in (e2e, queue)
         rows.append(
-            [label, *_run_row("", run)[1:], bare.rate, bare.other_cores, run.rate / bare.rate]
+            [
+                part.label,
+                part.median(lambda r, b: r.rate),
+                part.median(lambda r, b: _client_us(r)),
+                part.median(lambda r, b: r.us_per_job(r.redis_cpu)) if with_redis else "-",
+                part.median(lambda r, b: r.redis_cpu / r.seconds) if part is not fetch else "-",
+                part.median(lambda r, b: r.load_cpu / r.seconds) if part is contended else "-",
+                part.median(lambda r, b: b.rate),
+                part.median(lambda r, b: _client_us(b)),
+                part.median(lambda r, b: r.rate / b.rate),
+                part.median(lambda r, b: max(r.other_cores, b.other_cores)),
+            ]
         )
-    print(format_table([*RUN_HEADERS, "bare jobs/s", "bare other", "ratio"], rows))
+    headers = ["run", "jobs/s", "client us/job", "redis us/job", "redis cores", "load cores"]
+    print(format_table([*headers, "bare jobs/s", "bare us/job", "ratio", "other load"], rows))
+    rates = ", ".join(
+        f"{load.rate:,.0f} jobs/s (fetch = sleep {load.delay * 1e3:.1f} ms)"
+        for load in contended.loads
+    )
+    print(
+        f"(ratio: jobs/s against the bare neighbour; run 2 has no HTTP, so its ratio only shows "
+        f"how far the queue is from binding. Run 3: a second process drives the no-HTTP worker "
+        f"({CONCURRENCY} slots) against redis-server, paced to run 0's jobs/s; load cores: its "
+        f"own CPU. It ran at {rates})"
+    )
+    base = e2e.median(lambda r, b: _client_us(b))
+    fetch_extra = fetch.median(lambda r, b: _client_us(r) - _client_us(b))
+    queue_us = queue.median(lambda r, b: _client_us(r))
+    modelled = base + fetch_extra + queue_us
+    measured = e2e.median(lambda r, b: _client_us(r))
+    rest = measured - modelled
+    # each against its own bare neighbour, so drift between the pairs cancels
+    inflation = statistics.median(
+        (_client_us(c) - _client_us(cb)) - (_client_us(f) - _client_us(fb))
+        for c, cb, f, fb in zip(
+            contended.runs, contended.bares, fetch.runs, fetch.bares, strict=True
+        )
+    )
+    print(
+        f"=> client CPU per job: bare {base:.0f} + fetch layer extra {fetch_extra:+.0f} + queue "
+        f"overhead {queue_us:+.0f} = {modelled:.0f} us/job vs {measured:.0f} measured end to end "
+        f"(run 0 and its bare neighbours); the remaining {rest:+.0f} us/job "
+        f"({rest / measured:+.0%}) is contention/interaction. Run 3 alone: with redis-server and "
+        f"the load process busy, the fetch layer's client CPU per job changes by "
+        f"{inflation:+.0f} us/job ({inflation / fetch.median(lambda r, b: _client_us(r)):+.0%}; "
+        f"each against its own bare neighbour). (Timed runs above: bare {_client_us(bare):.0f}, "
+        f"worker {_client_us(sq):.0f} us/job.)"
+    )
 
 
 def diagnose(
     server: RedisServer,
     urls: Sequence[str],
     specs: Sequence[EnqueueSpec],
-    fleet_pid: int,
+    sites: Fleet,
     bare: Run,
     sq: Run,
+    rounds: int,
 ) -> None:
     print("\n== Diagnosis (extra runs, not part of the figures above) ==")
     print_cpu_split(bare, sq)
-    traced_run, traced, per = slowlog_run(server, specs, fleet_pid)
+    traced_run, traced, per = slowlog_run(server, specs, sites.pid)
     assert isinstance(traced, TracedWorker)
     print_slots(traced, traced_run)
     print_commandstats(sq)
     print_scripts(traced_run, traced, per)
     # CPU time of the main thread: preemption by other processes is not charged to a function
     n = min(len(urls), PROFILE_URLS)
-    profiles: list[Profile] = []
-    runs: list[Run] = []
-    _label, fixed_factory, fixed_batch = what_if_variants()[-1]
-    for factory, batch in ((plain_worker, scrapeq.worker.BATCH), (fixed_factory, fixed_batch)):
-        prof = cProfile.Profile(time.thread_time)
-        with claim_batch(batch):
-            run = run_scrapeq(server, specs[:n], fleet_pid, factory=factory, profile=prof)[0]
-        profiles.append(read_profile(prof, run.jobs))
-        runs.append(run)
-    prof = cProfile.Profile(time.thread_time)
-    runs.append(run_bare(urls[:n], fleet_pid, profile=prof))
-    profiles.append(read_profile(prof, n))
-    print_profiles(profiles[0], profiles[1], profiles[2], (runs[0], runs[1], runs[2]))
+    prof_sq = cProfile.Profile(time.thread_time)
+    run_sq = run_scrapeq(server, specs[:n], sites.pid, profile=prof_sq)[0]
+    prof_bare = cProfile.Profile(time.thread_time)
+    run_b = run_bare(urls[:n], sites.pid, profile=prof_bare)
+    print_profiles(read_profile(prof_sq, run_sq.jobs), read_profile(prof_bare, n), (run_sq, run_b))
     micro_costs(server, urls[0])
-    what_ifs(server, urls, specs, fleet_pid)
+    gap_decomposition(server, urls, specs, sites, rounds, bare, sq)
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -1179,7 +1492,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.urls:,} URLs)"
         )
         if args.profile == "always" or (args.profile == "auto" and not passed):
-            diagnose(server, urls, specs, sites.pid, median_run(bare), median_run(sq))
+            diagnose(server, urls, specs, sites, median_run(bare), median_run(sq), args.rounds)
     print(f"\ntotal time {time.perf_counter() - began:.0f} s")
     return 0 if passed else 1
 
