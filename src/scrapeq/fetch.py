@@ -4,8 +4,9 @@
 :func:`scrapeq.classify.classify_exception` understands:
 
 * a **total deadline** (``request_timeout``) over DNS, connect, every redirect hop, headers and
-  the whole body: one :func:`asyncio.timeout` around the fetch, so a server that drips a byte a
-  second is cut at the deadline (a per-read timeout never fires on it). Raises
+  the whole body: one deadline around the fetch (:mod:`scrapeq.deadlines`: one timer for all
+  of a fetcher's fetches, with ``asyncio.timeout()``'s semantics), so a server that drips a
+  byte a second is cut at the deadline (a per-read timeout never fires on it). Raises
   :class:`TimeoutError`.
 * ``max_body`` enforced while streaming (and up front from a Content-Length): raises
   :class:`~scrapeq.classify.BodyTooLarge`. The limit applies to the *decompressed* bytes, so a
@@ -69,6 +70,7 @@ from protego import Protego
 from redis.exceptions import RedisError
 
 from scrapeq.classify import BlockedAddress, BodyTooLarge, RobotsDisallowed
+from scrapeq.deadlines import Deadlines
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.settings import Settings
 from scrapeq.urls import is_private_address, is_private_host, parse_target
@@ -302,6 +304,7 @@ class Fetcher:
         self._resolver: aiohttp.abc.AbstractResolver | None = None  # the connector's
         self._session: aiohttp.ClientSession | None = None
         self._prechecked: dict[tuple[str, int], float] = {}
+        self._deadlines = Deadlines(settings.request_timeout)
         self._closed = False
 
     async def __aenter__(self) -> Self:
@@ -319,6 +322,7 @@ class Fetcher:
     async def close(self) -> None:
         """Close the session and the resolver; idempotent."""
         self._closed = True
+        self._deadlines.close()
         session, self._session = self._session, None
         resolver, self._resolver = self._resolver, None
         self._inner = None
@@ -357,7 +361,7 @@ class Fetcher:
                 "Accept": DEFAULT_ACCEPT,
                 "Accept-Encoding": "gzip, deflate",
             },
-            # The deadline is one asyncio.timeout around the whole fetch (see fetch()).
+            # The deadline is one Deadlines scope around the whole fetch (see fetch()).
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None),
             auto_decompress=True,
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -385,7 +389,7 @@ class Fetcher:
         session = self._ensure_session()
         proxy = next(self._proxies) if self._proxies is not None else None
         started = time.monotonic()
-        async with asyncio.timeout(self.settings.request_timeout):
+        with self._deadlines.start():
             current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
