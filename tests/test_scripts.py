@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import resources
 
@@ -10,6 +11,7 @@ import redis
 
 from scrapeq import scripts
 from scrapeq.errors import NotFound, ScriptError
+from scrapeq.job import Job
 
 LUA = resources.files("scrapeq").joinpath("lua")
 
@@ -74,3 +76,35 @@ def test_transient_refusals_map_to_redis_unavailable() -> None:
         scripts.map_error("READONLY You can't write against a replica."), RedisUnavailable
     )
     assert isinstance(scripts.map_error("Error running script: bad json"), ScriptError)
+
+
+def test_call_arguments_are_compact_json_and_what_orjson_refuses_still_encodes() -> None:
+    call = scripts.settle([scripts.Settlement("j1", 7, "done", domain_failed=False)])
+    args = json.loads(call.args)
+    assert args["items"] == [{"id": "j1", "token": 7, "o": "done", "df": False}]
+    assert " " not in call.args  # compact: it is sent with every call
+    # a lone surrogate (orjson refuses it) becomes "?" instead of failing the whole batch
+    bad = b"\xff".decode("utf-8", "surrogateescape")
+    odd = scripts.settle([scripts.Settlement("j2", 1, "retry", kind="x", message=f"a{bad}b")])
+    assert json.loads(odd.args)["items"][0]["msg"] == "a?b"
+    # an integer over 64 bits (orjson refuses it) is written by json, exactly
+    big = scripts._call("status", str, n=2**70)
+    assert json.loads(big.args) == {"n": 2**70}
+
+
+def test_job_from_json_reads_what_orjson_refuses_too() -> None:
+    text = json.dumps(
+        {
+            "id": "a",
+            "url": "http://e.com/",
+            "domain": "e.com",
+            "lane": "default",
+            "attempts": 1,
+            "max_attempts": 3,
+            "token": 2**70,
+        }
+    )
+    job = Job.from_json(text)
+    assert (job.id, job.attempts, job.token) == ("a", 1, 2**70)
+    with pytest.raises(ValueError):
+        Job.from_json("{not json")

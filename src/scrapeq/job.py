@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 __all__ = ["Job", "JobError", "ms_to_datetime", "ms_to_iso"]
 
 
@@ -77,8 +79,16 @@ class Job:
 
     @classmethod
     def from_json(cls, text: str) -> Job:
-        """Build a Job from the JSON text a script returned."""
-        return cls.from_dict(json.loads(text))
+        """Build a Job from the JSON text a script returned.
+
+        Runs once per claimed job: orjson reads it (about 4x faster than ``json``); the rare
+        text orjson refuses and ``json`` accepts (an integer over 64 bits) is read by ``json``.
+        """
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = json.loads(text)
+        return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:

@@ -20,6 +20,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
+import orjson
+
 from .errors import NotFound, RedisUnavailable, ScriptError
 
 __all__ = [
@@ -169,10 +171,16 @@ def _seed() -> int:
 
 
 def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
-    # Lone surrogates (text decoded with surrogateescape) would make cjson refuse the whole
-    # call: they become "?" here, so one odd error message cannot block a batch.
-    text = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
-    return Call(script, text.encode("utf-8", "replace").decode("utf-8"), parse)
+    try:
+        # The common case, and the hot one (a settle batch): orjson, ~10x faster than json.
+        text = orjson.dumps(args).decode("utf-8")
+    except TypeError:
+        # What orjson refuses: lone surrogates (text decoded with surrogateescape), which
+        # would make cjson refuse the whole call, become "?" here, so one odd error message
+        # cannot block a batch; integers over 64 bits and non-str keys are written by json.
+        text = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return Call(script, text, parse)
 
 
 # --- wrappers, one per script ---------------------------------------------------------------
