@@ -87,6 +87,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from _redis import RedisServer, add_server_args, format_table, private_redis
 from scrapeq import scripts
 from scrapeq.classify import classify_response
+from scrapeq.deadlines import Deadlines
 from scrapeq.fetch import Fetcher, Response
 from scrapeq.job import Job
 from scrapeq.queue import AsyncQueue, Command, Queue
@@ -963,13 +964,33 @@ def _per_op_us(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / n * 1e6, (time.process_time() - cpu) / n * 1e6
 
 
+async def _deadline_cost(kind: str, blocks: int, tasks: int = CONCURRENCY) -> tuple[float, float]:
+    """(wall, CPU) us per deadline-bounded block beyond a bare ``await asyncio.sleep(0)``, with
+    ``tasks`` tasks doing blocks at once (as the fetch slots do: the loop's timer heap holds
+    what they leave)."""
+    deadlines = Deadlines(30.0)
+    todo = iter(range(blocks))
+
+    async def slot() -> None:
+        for _ in todo:
+            if kind == "asyncio.timeout":
+                async with asyncio.timeout(30.0):
+                    await asyncio.sleep(0)
+            elif kind == "Deadlines":
+                with deadlines.start():
+                    await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0)
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(slot() for _ in range(tasks)))
+    deadlines.close()
+    return (time.perf_counter() - wall) / blocks * 1e6, (time.process_time() - cpu) / blocks * 1e6
+
+
 async def _async_costs(job: Job, response: Response, n: int) -> list[tuple[str, float, float]]:
     async def trivial() -> None:
         return None
-
-    async def timeout_block() -> None:
-        async with asyncio.timeout(30):
-            pass
 
     out: list[tuple[str, float, float]] = []
     for label, make in (
@@ -977,7 +998,6 @@ async def _async_costs(job: Job, response: Response, n: int) -> list[tuple[str, 
             "asyncio.to_thread(handler) (a user's sync handler only; built-in: inline)",
             lambda: asyncio.to_thread(default_handler, job, response),
         ),
-        ("asyncio.timeout() enter + exit (every fetch)", timeout_block),
         ("create_task + run (one task per job)", lambda: asyncio.create_task(trivial())),
     ):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -986,6 +1006,14 @@ async def _async_costs(job: Job, response: Response, n: int) -> list[tuple[str, 
         out.append(
             (label, (time.perf_counter() - wall) / n * 1e6, (time.process_time() - cpu) / n * 1e6)
         )
+    blocks = 20 * n
+    base_wall, base_cpu = await _deadline_cost("none", blocks)
+    for kind, label in (
+        ("Deadlines", "request deadline, scrapeq.deadlines (every fetch; 200 tasks)"),
+        ("asyncio.timeout", "  the same with asyncio.timeout() (before 8d58e8b; 200 tasks)"),
+    ):
+        wall, cpu = await _deadline_cost(kind, blocks)
+        out.append((label, wall - base_wall, cpu - base_cpu))
     return out
 
 
