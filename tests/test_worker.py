@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +18,7 @@ from aiohttp import web
 from scrapeq import AsyncQueue, Permanent, Retry, Settings
 from scrapeq.fetch import Fetcher, StaticResolver
 from scrapeq.sinks import CallableSink, JsonlSink
-from scrapeq.worker import Worker
+from scrapeq.worker import GC_THRESHOLD, Worker, tuned_gc
 from sites import drip, hang, ok, sites, slow, status
 
 FAST = dict(
@@ -443,3 +444,42 @@ async def test_redis_stream_sink_receives_records(
     records = [json.loads(fields["record"]) for _, fields in entries]
     assert sorted(r["url"] for r in records) == sorted(site.url(f"/p/{i}") for i in range(4))
     assert {r["outcome"] for r in records} == {"done"}
+
+
+async def test_the_collector_is_tuned_while_a_worker_runs_and_put_back_after(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    seen: list[tuple[tuple[int, ...], int]] = []
+
+    async def handler(job: Any, response: Any) -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    q = make_queue()
+    async with sites(ok) as (site,):
+        await q.enqueue(site.url("/tuned"))
+        await asyncio.wait_for(Worker(q, handler=handler, burst=True).run_async(), 30)
+        await q.enqueue(site.url("/untouched"))
+        plain = Worker(q, handler=handler, burst=True, tune_gc=False)
+        await asyncio.wait_for(plain.run_async(), 30)
+    (tuned, frozen), (untuned, not_frozen) = seen
+    assert tuned == (max(before[0], GC_THRESHOLD), *before[1:]) and frozen > 0
+    assert untuned == before and not_frozen == 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_tuned_gc_nests_and_leaves_a_disabled_collector_alone() -> None:
+    before = gc.get_threshold()
+    with tuned_gc():
+        with tuned_gc():  # a second worker of the same process
+            assert gc.get_threshold()[0] == max(before[0], GC_THRESHOLD)
+        assert gc.get_threshold()[0] == max(before[0], GC_THRESHOLD)  # the first still runs
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with tuned_gc():
+            assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
