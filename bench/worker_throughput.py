@@ -714,7 +714,12 @@ def print_model(bare: Run, sq: Run) -> None:
             "scrapeq; one event loop, one GIL), so jobs/s ~ 1 / client CPU per job: the model "
             f"ratio {per_b:.0f}/{per_s:.0f} = {per_b / per_s:.2f} vs {ratio:.2f} measured. For "
             f"{BAR_RATIO} the worker may spend at most {need:.0f} us/job in its process; it spends "
-            f"{per_s:.0f}: {per_s - need:.0f} us/job must go."
+            f"{per_s:.0f}: "
+            + (
+                f"{per_s - need:.0f} us/job must go."
+                if per_s > need
+                else f"{need - per_s:.0f} us/job to spare."
+            )
         )
     else:
         print(

@@ -18,7 +18,7 @@ from aiohttp import web
 from scrapeq import AsyncQueue, Permanent, Retry, Settings
 from scrapeq.fetch import Fetcher, StaticResolver
 from scrapeq.sinks import CallableSink, JsonlSink
-from scrapeq.worker import GC_THRESHOLD, Worker, tuned_gc
+from scrapeq.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
 from sites import drip, hang, ok, sites, slow, status
 
 FAST = dict(
@@ -483,3 +483,28 @@ def test_tuned_gc_nests_and_leaves_a_disabled_collector_alone() -> None:
             assert gc.get_threshold() == before and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+class _SlowSettles(AsyncQueue):
+    """A real queue whose settle answers come back late, after Redis ran the call (a slow
+    link): the idle claimer's next claim (at most IDLE_MAX later) already sees them settled."""
+
+    async def settle_many(self, items: Any) -> list[str]:
+        answers = await super().settle_many(items)
+        await asyncio.sleep(IDLE_MAX + 0.5)
+        return answers
+
+
+async def test_exit_waits_for_a_settle_call_in_flight_and_counts_its_answers(
+    redis_url: str,
+) -> None:
+    q = _SlowSettles.from_url(redis_url, settings=Settings(**{**FAST, "domain_concurrency": 5}))
+    try:
+        async with sites(ok) as (site,):
+            await q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])
+            worker = Worker(q, concurrency=5, burst=True)
+            stats = await asyncio.wait_for(worker.run_async(), 30)
+        assert stats.done == 5  # the answers of the call in flight at exit are counted
+        assert (await q.status())["counts"]["done"] == 5
+    finally:
+        await q.close()

@@ -200,6 +200,7 @@ class Worker:
         # Settlements waiting for the next settle call: the job, when its answer is only
         # counted and logged; a future, when a caller awaits it.
         self._pending: list[_Pending] = []
+        self._flush_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._release_now = asyncio.Event()
@@ -510,6 +511,12 @@ class Worker:
             await self._flush()
 
     async def _flush(self) -> None:
+        # One flush at a time: the exit path's last flush waits for the settle loop's call in
+        # flight (its answers counted) before the loop is cancelled, never in mid-call.
+        async with self._flush_lock:
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
         reconnect = RECONNECT_MIN
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
