@@ -52,7 +52,8 @@ are not part of the figures:
 
 Subclasses and helpers inside this benchmark do the instrumenting; src/ is not touched.
 
-A full run takes about 1.3 minutes on a quiet 2-core machine (diagnosis included).
+A full run (5 rounds of the four clients) takes about a minute on a quiet 2-core machine; the
+diagnosis (``--profile always``, or when the bar is missed) adds about two minutes.
 
 Run: ``.venv/bin/python bench/worker_throughput.py [--quick] [--urls N] [--rounds R]
 [--profile auto|always|never] [--wait-idle S] [--redis-server PATH]``
@@ -107,7 +108,7 @@ PROFILE_URLS = 8_000  # at most, for each cProfile run
 NOISY = 0.3  # other load (cores) above which --wait-idle repeats a run
 BATCH_SAMPLE = 64  # jobs per settle call in the per-step timings
 FULL_URLS = 20_000
-FULL_ROUNDS = 3
+FULL_ROUNDS = 5
 QUICK_URLS = 4_000
 WARMUP_URLS = 1_000
 CHUNK = 500
