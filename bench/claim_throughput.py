@@ -38,7 +38,14 @@ from typing import Any
 
 import redis
 
-from _redis import add_server_args, format_table, load_note, private_redis
+from _redis import (
+    add_server_args,
+    commandstats,
+    format_table,
+    load_note,
+    private_redis,
+    server_cpu,
+)
 from scrapeq import scripts
 from scrapeq.job import Job
 from scrapeq.queue import Queue
@@ -99,16 +106,6 @@ def enqueue(q: Queue, specs: list[EnqueueSpec]) -> None:
         q.enqueue_many(specs[start : start + CHUNK])
 
 
-def evalsha_usec(client: redis.Redis) -> float:
-    stats: dict[str, Any] = client.info("commandstats")
-    return float(stats.get("cmdstat_evalsha", {}).get("usec", 0))
-
-
-def server_cpu_us(client: redis.Redis) -> float:
-    cpu: dict[str, Any] = client.info("cpu")
-    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
-
-
 def drain(q: Queue, batch: int) -> int:
     done = 0
     while True:
@@ -123,14 +120,14 @@ def timed_run(q: Queue, specs: list[EnqueueSpec], batch: int) -> Run:
     q.client.flushall()
     enqueue(q, specs)
     q.client.config_resetstat()
-    cpu0 = server_cpu_us(q.client)
+    cpu0 = server_cpu(q.client) * 1e6
     start = time.perf_counter()
     done = drain(q, batch)
     seconds = time.perf_counter() - start
-    cpu = server_cpu_us(q.client) - cpu0
+    cpu = server_cpu(q.client) * 1e6 - cpu0
     if done != len(specs):
         raise RuntimeError(f"batch {batch}: drained {done} jobs, enqueued {len(specs)}")
-    return Run(done, seconds, evalsha_usec(q.client), cpu)
+    return Run(done, seconds, commandstats(q.client).get("evalsha", (0, 0.0))[1], cpu)
 
 
 def measure_enqueue(q: Queue, n: int) -> list[list[object]]:
@@ -176,17 +173,17 @@ def multi_process_rate(q: Queue, url: str, specs: list[EnqueueSpec], batch: int,
     for child in children:
         child.start()
     time.sleep(0.5)  # let every child connect and wait at the start line
-    cpu0 = server_cpu_us(q.client)
+    cpu0 = server_cpu(q.client) * 1e6
     start = time.perf_counter()
     go.set()
     done = sum(out.get() for _ in children)
     seconds = time.perf_counter() - start
-    cpu = server_cpu_us(q.client) - cpu0
+    cpu = server_cpu(q.client) * 1e6 - cpu0
     for child in children:
         child.join()
     if done != len(specs):
         raise RuntimeError(f"{procs} processes drained {done} jobs, enqueued {len(specs)}")
-    return Run(done, seconds, evalsha_usec(q.client), cpu)
+    return Run(done, seconds, commandstats(q.client).get("evalsha", (0, 0.0))[1], cpu)
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -214,16 +211,6 @@ def throughput_rows(results: dict[int, list[Run]]) -> list[list[object]]:
 
 
 # --- diagnosis -------------------------------------------------------------------------------
-
-
-def commandstats(client: redis.Redis) -> dict[str, tuple[int, float]]:
-    """cmdstat name -> (calls, usec)."""
-    raw: dict[str, Any] = client.info("commandstats")
-    return {
-        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
-        for k, v in raw.items()
-        if k.startswith("cmdstat_")
-    }
 
 
 Acc = dict[str, list[float]]

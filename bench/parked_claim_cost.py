@@ -28,7 +28,15 @@ from typing import Any
 
 import redis
 
-from _redis import RedisServer, add_server_args, format_table, load_note, private_redis
+from _redis import (
+    RedisServer,
+    add_server_args,
+    commandstats,
+    format_table,
+    load_note,
+    pct,
+    private_redis,
+)
 from scrapeq.queue import Queue
 from scrapeq.scripts import EnqueueSpec
 
@@ -156,16 +164,6 @@ def step(side: Side) -> None:
     side.parked_claimed += sum(j.domain == PARKED_DOMAIN for j in claimed.jobs)
 
 
-def commandstats(client: redis.Redis) -> dict[str, tuple[int, float]]:
-    """cmdstat name -> (calls, usec) since the last CONFIG RESETSTAT."""
-    raw: dict[str, Any] = client.info("commandstats")
-    return {
-        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
-        for k, v in raw.items()
-        if k.startswith("cmdstat_")
-    }
-
-
 def measure(a: Side, b: Side, plan: Plan) -> None:
     for side in (a, b):
         for _ in range(plan.warmup):
@@ -180,11 +178,6 @@ def measure(a: Side, b: Side, plan: Plan) -> None:
                 step(side)
     for side in (a, b):
         side.stats = commandstats(side.queue.client)
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def figures(side: Side) -> dict[str, float]:

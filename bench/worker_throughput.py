@@ -89,7 +89,15 @@ import redis
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from _redis import RedisServer, add_server_args, format_table, private_redis
+from _redis import (
+    RedisServer,
+    add_server_args,
+    commandstats,
+    format_table,
+    pct,
+    private_redis,
+    server_cpu,
+)
 from scrapeq import scripts
 from scrapeq.classify import classify_response
 from scrapeq.deadlines import Deadlines
@@ -274,11 +282,6 @@ def redis_pid(server: RedisServer) -> int:
         client.close()
 
 
-def redis_cpu(client: redis.Redis) -> float:
-    cpu: dict[str, Any] = client.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
-
 @dataclass(frozen=True, slots=True)
 class Run:
     """One timed run of one client."""
@@ -370,7 +373,7 @@ def run_bare(
     if load_pid is None:
         wait_idle()
     admin = redis.Redis.from_url(server.url) if server is not None else None
-    redis0 = redis_cpu(admin) if admin is not None else 0.0
+    redis0 = server_cpu(admin) if admin is not None else 0.0
     load0 = proc_cpu(load_pid) if load_pid is not None else 0.0
     cpu0, fleet0, others = own_cpu(), proc_cpu(fleet_pid), other_cpu()
     start = time.perf_counter()
@@ -383,9 +386,9 @@ def run_bare(
         other_delta(others),
     )
     load = proc_cpu(load_pid) - load0 if load_pid is not None else 0.0
-    server_cpu = 0.0
+    redis_used = 0.0
     if admin is not None:
-        server_cpu = redis_cpu(admin) - redis0
+        redis_used = server_cpu(admin) - redis0
         admin.close()
     if ok != len(urls):
         raise RuntimeError(f"{kind}: {ok} of {len(urls)} fetches answered 200")
@@ -395,7 +398,7 @@ def run_bare(
         seconds,
         client,
         fleet_cpu,
-        server_cpu,
+        redis_used,
         other,
         load_cpu=load,
         gc_cpu=gct.seconds,
@@ -441,16 +444,6 @@ def fill(q: Queue, specs: Sequence[EnqueueSpec]) -> None:
         q.enqueue_many(specs[start : start + CHUNK])
 
 
-def commandstats(client: redis.Redis) -> dict[str, tuple[int, float]]:
-    """cmdstat name -> (calls, usec)."""
-    raw: dict[str, Any] = client.info("commandstats")
-    return {
-        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
-        for k, v in raw.items()
-        if k.startswith("cmdstat_")
-    }
-
-
 async def _worker(
     url: str, queue_cls: type[AsyncQueue], factory: WorkerFactory
 ) -> tuple[Worker, float]:
@@ -483,13 +476,13 @@ def run_scrapeq(
     if before is not None:
         before(sync.client)
     wait_idle()
-    cpu0, fleet0, redis0 = own_cpu(), proc_cpu(fleet_pid), redis_cpu(sync.client)
+    cpu0, fleet0, redis0 = own_cpu(), proc_cpu(fleet_pid), server_cpu(sync.client)
     others = other_cpu()
     with _profiling(profile), GcTime() as gct:
         worker, seconds = asyncio.run(_worker(server.url, queue_cls, factory))
     other = other_delta(others)
     client_cpu, fleet_cpu = own_cpu() - cpu0, proc_cpu(fleet_pid) - fleet0
-    server_cpu = redis_cpu(sync.client) - redis0
+    redis_used = server_cpu(sync.client) - redis0
     stats = commandstats(sync.client)
     counts = sync.status()["counts"]
     sync.close()
@@ -502,7 +495,7 @@ def run_scrapeq(
         seconds,
         client_cpu,
         fleet_cpu,
-        server_cpu,
+        redis_used,
         other,
         stats,
         gc_cpu=gct.seconds,
@@ -792,11 +785,6 @@ def print_model(bare: Run, sq: Run) -> None:
         )
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
-
-
 def print_slots(worker: TracedWorker, run: Run) -> None:
     samples = worker.samples
     if not samples:
@@ -825,8 +813,8 @@ def print_slots(worker: TracedWorker, run: Run) -> None:
     if waits:
         settle = (
             f"settle wait per job (hand-over to the settle buffer until its answer is counted; "
-            f"slot already free): p50 {_pct(waits, 0.5) * 1e3:.1f} ms, p90 "
-            f"{_pct(waits, 0.9) * 1e3:.1f} ms over {len(waits):,} jobs; mean {awaiting:.0f} jobs "
+            f"slot already free): p50 {pct(waits, 50) * 1e3:.1f} ms, p90 "
+            f"{pct(waits, 90) * 1e3:.1f} ms over {len(waits):,} jobs; mean {awaiting:.0f} jobs "
             "handed over and not yet answered"
         )
     else:
@@ -835,7 +823,7 @@ def print_slots(worker: TracedWorker, run: Run) -> None:
     print(settle)
     print(
         f"mean fetch time {fetching / run.rate * 1e3:.1f} ms (Little's law); event-loop lag "
-        f"p50 {_pct(lags, 0.5) * 1e3:.1f} ms, p90 {_pct(lags, 0.9) * 1e3:.1f} ms"
+        f"p50 {pct(lags, 50) * 1e3:.1f} ms, p90 {pct(lags, 90) * 1e3:.1f} ms"
     )
 
 

@@ -8,13 +8,13 @@ call, and the clock-free part of both stores must agree (counters, breaker field
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from scrapeq import Job, Queue, Settings
+from scrapeq import Job, Queue
 from scrapeq.errors import ScriptError
 from scrapeq.scripts import Settlement
 
@@ -22,21 +22,6 @@ QueueFactory = Callable[..., Queue]
 
 #: Domain hash fields that do not depend on the clock.
 DOMAIN_FIELDS = ("inflight", "state", "fails", "win", "trips", "probe", "done", "delayed", "enq")
-
-
-@pytest.fixture
-def make_queue(redis_url: str) -> Iterator[QueueFactory]:
-    """Build queues on the test server; all closed at teardown."""
-    made: list[Queue] = []
-
-    def make(name: str, **overrides: Any) -> Queue:
-        q = Queue.from_url(redis_url, settings=Settings(queue=name, **overrides))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def dom(i: int) -> str:
@@ -83,8 +68,8 @@ def settle_both_ways(
 ) -> tuple[dict[str, Any], list[str], Queue]:
     """Run `setup` on two fresh queues; settle its items as one batch on the first, one by one
     on the second. Both must answer and end alike; returns the batch queue's snapshot."""
-    batch_q = make_queue("batch", **settings)
-    single_q = make_queue("single", **settings)
+    batch_q = make_queue(queue="batch", **settings)
+    single_q = make_queue(queue="single", **settings)
     batch_answers = batch_q.settle_many(setup(batch_q))
     single_answers = [single_q.settle_many([item])[0] for item in setup(single_q)]
     assert batch_answers == single_answers
@@ -133,7 +118,7 @@ def test_a_trip_in_the_middle_of_a_batch_frees_every_slot_and_files_the_domain(
 def test_a_stale_token_among_fresh_ones_changes_nothing_for_it(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
-    q = make_queue("stale", domain_concurrency=10)
+    q = make_queue(queue="stale", domain_concurrency=10)
     d = dom(1)
     enqueue(q, d, 3)
     j1, j2, j3 = q.claim(3).jobs
@@ -242,7 +227,7 @@ def test_a_batch_that_trips_many_domains_pauses_like_item_by_item(
 def test_a_bad_outcome_keeps_the_items_before_it_settled_with_their_slots_freed(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
-    q = make_queue("bad", domain_concurrency=10)
+    q = make_queue(queue="bad", domain_concurrency=10)
     d = dom(1)
     enqueue(q, d, 4)
     j1, j2, j3 = q.claim(3).jobs
@@ -259,7 +244,7 @@ def test_a_bad_outcome_keeps_the_items_before_it_settled_with_their_slots_freed(
 def test_a_done_batch_releases_fingerprints_only_while_they_are_the_jobs_own(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
-    q = make_queue("fp", domain_concurrency=10)
+    q = make_queue(queue="fp", domain_concurrency=10)
     d = dom(1)
     ids = enqueue(q, d, 4, unique=True)
     plain = enqueue(q, dom(2), 1)
@@ -316,7 +301,7 @@ def test_a_batch_of_many_domains_and_lanes_settles_like_item_by_item(
 def test_a_claim_run_skips_orphans_corrupt_and_expired_jobs_within_its_budget(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
-    q = make_queue("run", domain_concurrency=10)
+    q = make_queue(queue="run", domain_concurrency=10)
     d = dom(1)
     ids = enqueue(q, d, 8)
     expiring = q.enqueue(f"https://{d}/p/expiring", expires=1).id
@@ -344,7 +329,7 @@ def test_a_claim_run_skips_orphans_corrupt_and_expired_jobs_within_its_budget(
 def test_a_claim_run_stops_where_another_domain_is_more_urgent(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
-    q = make_queue("bound", domain_concurrency=10)
+    q = make_queue(queue="bound", domain_concurrency=10)
     a, b = dom(1), dom(2)
     first = enqueue(q, a, 3)
     q.testing_clock_offset_ms += 10
@@ -367,8 +352,8 @@ def test_the_same_claims_one_at_a_time_and_in_batches_lease_the_same_jobs(
         for n, d in enumerate(domains):
             enqueue(q, d, 5, lane=("critical", "normal", "bulk", "normal")[n])
 
-    one = make_queue("one", domain_concurrency=3)
-    many = make_queue("many", domain_concurrency=3)
+    one = make_queue(queue="one", domain_concurrency=3)
+    many = make_queue(queue="many", domain_concurrency=3)
     fill(one)
     fill(many)
     singles = [j.id for _ in range(20) for j in one.claim(1).jobs]

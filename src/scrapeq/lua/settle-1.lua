@@ -76,9 +76,7 @@ local function flush_items()
   end
   for d, n in pairs(INFLIGHT_LEFT) do
     INFLIGHT_LEFT[d] = nil
-    if redis.call('HINCRBY', k_dom(d), 'inflight', -n) < 0 then
-      redis.call('HSET', k_dom(d), 'inflight', 0)
-    end
+    free_slots(d, n)
   end
 end
 

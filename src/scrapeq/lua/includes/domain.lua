@@ -23,6 +23,13 @@ local function domain_cap(conc_override, state)
   return tonumber(conc_override) or CFG.conc
 end
 
+-- Give back n of domain d's inflight slots, clamped at 0 (a repaired store may count short).
+local function free_slots(d, n)
+  if redis.call('HINCRBY', k_dom(d), 'inflight', -n) < 0 then
+    redis.call('HSET', k_dom(d), 'inflight', 0)
+  end
+end
+
 -- Jobs that left inflight whose domain counter is not decremented yet: domain -> count.
 -- settle-1.lua subtracts a batch's share once per domain; `refile`, the only reader of a
 -- domain's `inflight` on the settle path, applies it first (clamped at 0, as item by item).
@@ -37,9 +44,7 @@ local function refile(d, from_ready, known)
   local left = INFLIGHT_LEFT[d]
   if left then
     INFLIGHT_LEFT[d] = nil
-    if redis.call('HINCRBY', dk, 'inflight', -left) < 0 then
-      redis.call('HSET', dk, 'inflight', 0)
-    end
+    free_slots(d, left)
     known = nil
   end
   local f = known or redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')

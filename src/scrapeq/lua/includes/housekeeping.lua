@@ -36,8 +36,7 @@ local function dead_corrupt(id, raw, domain, place)
     redis.call('HINCRBY', k_dom(named_domain), 'delayed', -1)
     stat('delayed:' .. named_lane, -1)
   elseif place == 'inflight' and named_domain then
-    local left = redis.call('HINCRBY', k_dom(named_domain), 'inflight', -1)
-    if left < 0 then redis.call('HSET', k_dom(named_domain), 'inflight', 0) end
+    free_slots(named_domain, 1)
   end
   if domain == '' and named_domain then domain = named_domain end
   local shown = raw
@@ -63,8 +62,7 @@ end
 -- A claimed job leaves inflight: lease removed and the domain's slot freed.
 local function leave_inflight(job)
   redis.call('ZREM', K_INFLIGHT, job.id)
-  local left = redis.call('HINCRBY', k_dom(job.domain), 'inflight', -1)
-  if left < 0 then redis.call('HSET', k_dom(job.domain), 'inflight', 0) end
+  free_slots(job.domain, 1)
 end
 
 -- Expired leases: the attempt is spent (a job that kills workers ends dead), no domain blamed.
