@@ -44,7 +44,7 @@ def claim_all(q: Queue, n: int) -> dict[str, list[Job]]:
 def snapshot(r: redis.Redis, q: Queue, domains: list[str]) -> dict[str, Any]:
     """The clock-free state of q: domain fields, where every job is, counters."""
     k = q.keys
-    return {
+    snap = {
         "domains": {d: r.hmget(k.domain(d), DOMAIN_FIELDS) for d in domains},
         "ready": sorted(r.zrange(k.domains_ready, 0, -1)),
         "wait": sorted(r.zrange(k.domains_wait, 0, -1)),
@@ -57,6 +57,23 @@ def snapshot(r: redis.Redis, q: Queue, domains: list[str]) -> dict[str, Any]:
         "stats": r.hgetall(k.stats),
         "paused": r.hget(k.meta, "paused_until") is not None,
     }
+    return _ranked_ids(snap)
+
+
+def _ranked_ids(snap: dict[str, Any]) -> dict[str, Any]:
+    """Job ids replaced by their rank in enqueue order: two queues filled alike compare equal
+    (ids come from the server clock, so their values differ from queue to queue)."""
+    ids = {*snap["jobs"], *snap["unique"].values()}
+    rank = {job_id: f"#{i}" for i, job_id in enumerate(sorted(ids))}
+
+    def ranked(values: list[str]) -> list[str]:
+        return [rank.get(v, v) for v in values]
+
+    for key in ("inflight", "delayed", "dead", "jobs"):
+        snap[key] = ranked(snap[key])
+    snap["queued"] = {d: ranked(v) for d, v in snap["queued"].items()}
+    snap["unique"] = {fp: rank.get(v, v) for fp, v in snap["unique"].items()}
+    return snap
 
 
 def settle_both_ways(
@@ -348,16 +365,19 @@ def test_the_same_claims_one_at_a_time_and_in_batches_lease_the_same_jobs(
 ) -> None:
     domains = [dom(i) for i in range(4)]
 
-    def fill(q: Queue) -> None:
+    def fill(q: Queue) -> dict[str, int]:
+        """Enqueue the same jobs; answers each id's rank in enqueue order."""
+        ids: list[str] = []
         for n, d in enumerate(domains):
-            enqueue(q, d, 5, lane=("critical", "normal", "bulk", "normal")[n])
+            ids += enqueue(q, d, 5, lane=("critical", "normal", "bulk", "normal")[n])
+        return {job_id: rank for rank, job_id in enumerate(ids)}
 
     one = make_queue(queue="one", domain_concurrency=3)
     many = make_queue(queue="many", domain_concurrency=3)
-    fill(one)
-    fill(many)
-    singles = [j.id for _ in range(20) for j in one.claim(1).jobs]
-    batched = [j.id for j in many.claim(20).jobs]
+    one_rank = fill(one)
+    many_rank = fill(many)
+    singles = [one_rank[j.id] for _ in range(20) for j in one.claim(1).jobs]
+    batched = [many_rank[j.id] for j in many.claim(20).jobs]
     assert len(batched) == 12  # 4 domains x 3 slots
     assert sorted(singles) == sorted(batched)
     assert snapshot(redis_client, one, domains) == snapshot(redis_client, many, domains)

@@ -449,8 +449,11 @@ async def _scenario_async(q: AsyncQueue) -> dict[str, Any]:
 
 
 def _comparable(result: dict[str, Any]) -> dict[str, Any]:
+    # ids come from the server clock: compare their ranks in enqueue order
+    rank = {job_id: i for i, job_id in enumerate(result.pop("ids"))}
+    result["claimed"] = [(rank[i], *rest) for i, *rest in result["claimed"]]
     job: Job = result.pop("job")
-    result["job"] = (job.id, job.attempts, job.eligible_ms - job.created_ms > 0, kinds(job))
+    result["job"] = (rank[job.id], job.attempts, job.eligible_ms - job.created_ms > 0, kinds(job))
     result["job_lane"] = job.lane
     for lane in result["status"]["lanes"].values():
         lane.pop("oldest_ready_age")

@@ -216,7 +216,7 @@ class EngineMachine(RuleBasedStateMachine):
         return [j for j in self.in_place("ready") if self.may_dispatch(j.domain)]
 
     def inflight_ids(self) -> list[str]:
-        return sorted((j.id for j in self.in_place("inflight")), key=lambda i: int(i, 16))
+        return sorted((j.id for j in self.in_place("inflight")), key=lambda i: (len(i), i))
 
     def trip(self, d: str, t0: int, t1: int) -> None:
         """The domain tripped during a call in [t0, t1]: check and adopt the cooldown."""

@@ -21,13 +21,14 @@
 --@include jobs
 --@include housekeeping
 
--- Fencing tokens: the batch reserves N at its first lease (gaps are fine: tokens only grow).
+-- Fencing tokens: the batch reserves N at its first lease (gaps are fine: tokens only grow),
+-- 100 per ms of the server clock before the counter leads it (see fresh_numbers).
 local TOKENS = {next = 0, last = -1}
 local function next_token()
   if TOKENS.next > TOKENS.last then
     local n = tonumber(ARG.n) or 1
-    TOKENS.last = redis.call('HINCRBY', K_META, 'token', n)
-    TOKENS.next = TOKENS.last - n + 1
+    TOKENS.next = fresh_numbers('token', n, 100)
+    TOKENS.last = TOKENS.next + n - 1
   end
   local token = TOKENS.next
   TOKENS.next = token + 1

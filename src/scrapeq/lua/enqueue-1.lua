@@ -12,9 +12,10 @@
                expires  ms after enqueue at which a not-yet-claimed job dies as 'expired'
                fp       de-duplication fingerprint: skip the job while one with it is pending
 
-  Job ids are short and sort like their sequence numbers: the hex counter prefixed by a letter
-  for its length ('a1', 'b10', 'c3e8'), so equal priorities are claimed in enqueue order
-  (a zset orders equal scores by member).
+  Job ids sort like their sequence numbers: the hex number prefixed by a letter for its
+  length ('a1', 'b10', 'l1a2b3c4d5e6f'), so equal priorities are claimed in enqueue order
+  (a zset orders equal scores by member). Numbers never repeat, even after Redis lost its
+  last writes (fresh_numbers in common.lua).
 
   Output: one entry per input job, in order:
     "<id>"          added
@@ -27,7 +28,8 @@
 
 local specs = ARG.jobs
 local out = {}
-local base = redis.call('HINCRBY', K_META, 'seq', #specs) - #specs
+-- ids: 1,000 per ms of the server clock before the counter leads it (see fresh_numbers)
+local base = fresh_numbers('seq', #specs, 1000) - 1
 local touched = {}
 for i, s in ipairs(specs) do
   local existing = s.fp and redis.call('HGET', K_UNIQUE, s.fp)

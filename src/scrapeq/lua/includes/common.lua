@@ -61,6 +61,23 @@ local function stat(field, by)
   redis.call('HINCRBY', K_STATS, field, by or 1)
 end
 
+-- Numbers that must never repeat (fencing tokens, job ids) are the larger of the stored
+-- counter and a floor from the server clock: `per_ms` numbers per millisecond since
+-- 2026-01-01. A Redis that lost its last writes (AOF cut back, a failover to a replica that
+-- lagged) restarts with an older counter, but its clock has moved on, so the floor is past
+-- every number issued before the loss unless they were issued faster than `per_ms` on average.
+-- Kept below 1e14: cjson and redis.call write numbers with 14 significant digits.
+local NUMBERS_EPOCH_MS = 1767225600000
+
+-- Reserve `n` fresh numbers of counter `field` in sq:{Q}:meta; returns the first.
+local function fresh_numbers(field, n, per_ms)
+  local stored = tonumber(redis.call('HGET', K_META, field)) or 0
+  local floor = math.max(NOW - NUMBERS_EPOCH_MS, 0) * per_ms
+  local first = math.max(stored, floor) + 1
+  redis.call('HSET', K_META, field, string.format('%.0f', first + n - 1))
+  return first
+end
+
 local function save_job(job)
   redis.call('SET', k_job(job.id), cjson.encode(job))
 end

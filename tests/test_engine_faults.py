@@ -1,0 +1,92 @@
+"""Engine faults: lost writes, evicted job keys, huge payloads, replay and uniqueness.
+
+Each test reproduces a defect of issue 10 against a real redis-server: the first ones kill a
+private server with an append-only file, cut the file back as a lost last second would, and
+start it again.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scrapeq.queue import Queue
+from scrapeq.settings import Settings
+
+from redis_proc import RedisProcess
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    server = RedisProcess(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def _queue(server: RedisProcess, **settings: object) -> Queue:
+    return Queue.from_url(server.url, settings=Settings(**settings))  # type: ignore[arg-type]
+
+
+def _lose_writes_since(server: RedisProcess, sizes: dict[Path, int]) -> None:
+    """SIGKILL the server, cut its AOF back to ``sizes`` and start it again."""
+    server.wait_aof_flushed()
+    server.stop(signal.SIGKILL)
+    server.truncate_aof(sizes)
+    server.start()
+
+
+# --- defect 1: tokens and ids repeat after Redis loses recent writes ------------------------
+
+
+def test_tokens_never_repeat_after_lost_writes(aof_redis: RedisProcess) -> None:
+    q = _queue(aof_redis)
+    q.enqueue("https://shop-1.example.com/p/1")
+    aof_redis.wait_aof_flushed()
+    before_claim = aof_redis.aof_sizes()
+    (old,) = q.claim().jobs
+    q.close()
+
+    _lose_writes_since(aof_redis, before_claim)
+
+    q = _queue(aof_redis)
+    (new,) = q.claim().jobs  # the claim was lost: the job is ready again
+    assert new.id == old.id
+    assert new.token > old.token, "a token issued before the loss was issued again"
+    assert q.settle_many([q.done(old)]) == ["stale"]
+    assert q.settle_many([q.done(new)]) == ["done"]
+    q.close()
+
+
+def test_job_ids_never_repeat_after_lost_writes(aof_redis: RedisProcess) -> None:
+    q = _queue(aof_redis)
+    q.enqueue("https://shop-1.example.com/p/1")
+    aof_redis.wait_aof_flushed()
+    before = aof_redis.aof_sizes()
+    lost = q.enqueue("https://shop-1.example.com/p/2").id
+    q.close()
+
+    _lose_writes_since(aof_redis, before)
+
+    q = _queue(aof_redis)
+    again = q.enqueue("https://shop-2.example.com/p/9").id
+    assert again != lost, "a job id issued before the loss was issued again"
+    q.close()
+
+
+def test_tokens_and_ids_keep_growing_and_sort_in_order(make_queue) -> None:
+    q = make_queue()
+    ids = [r.id for r in q.enqueue_many([f"https://s{i}.example.com/" for i in range(5)])]
+    assert sorted(ids) == ids, "ids must sort in enqueue order"
+    tokens = [j.token for j in q.claim(5).jobs]
+    more = q.enqueue_many(["https://t.example.com/"])[0].id
+    assert more > ids[-1]
+    q.testing_clock_offset_ms = -3_600_000  # a server clock set back an hour
+    later = q.enqueue_many(["https://u.example.com/"])[0].id
+    assert later > more, "ids only grow, whatever the clock does"
+    (job,) = q.claim(1).jobs
+    assert job.token > max(tokens)
