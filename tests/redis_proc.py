@@ -105,9 +105,10 @@ class RedisProcess:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 info = client.info("persistence")
-                if int(info.get("aof_pending_bio_fsync", 0)) == 0 and int(
-                    info.get("aof_buffer_length", 0)
-                ) == 0:
+                if (
+                    int(info.get("aof_pending_bio_fsync", 0)) == 0
+                    and int(info.get("aof_buffer_length", 0)) == 0
+                ):
                     break
                 time.sleep(0.02)
             time.sleep(0.05)

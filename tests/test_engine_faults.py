@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from redis_proc import RedisProcess
 from scrapeq.queue import Queue
 from scrapeq.settings import Settings
-
-from redis_proc import RedisProcess
 
 
 @pytest.fixture
@@ -90,3 +89,74 @@ def test_tokens_and_ids_keep_growing_and_sort_in_order(make_queue) -> None:
     assert later > more, "ids only grow, whatever the clock does"
     (job,) = q.claim(1).jobs
     assert job.token > max(tokens)
+
+
+# --- defect 7: a missing job key strands its domain ------------------------------------------
+
+
+def test_an_evicted_inflight_job_frees_its_domain_slot(make_queue, redis_client) -> None:
+    q = make_queue(domain_concurrency=1, lease=60)
+    first, second = (
+        r.id
+        for r in q.enqueue_many(
+            ["https://shop-1.example.com/p/1", "https://shop-1.example.com/p/2"]
+        )
+    )
+    (job,) = q.claim(5).jobs
+    assert job.id == first
+    redis_client.delete(q.keys.job(first))  # what an eviction policy does
+
+    q.testing_clock_offset_ms = 61_000  # the lease expires
+    claimed = q.claim(5).jobs
+    assert [j.id for j in claimed] == [second], "the domain's other jobs must be claimed"
+    (info,) = q.domains_info(["shop-1.example.com"])
+    assert info["inflight"] == 1
+    assert int(redis_client.hget(q.keys.stats, "lost") or 0) == 1
+    assert [a["kind"] for a in q.status()["alarms"]] == ["jobs_lost"]
+    assert q.settle_many([q.done(claimed[0])]) == ["done"]
+    assert q.claim(5).next_due is None, "nothing is left: no lease, no stranded domain"
+    assert redis_client.hlen(q.keys.prefix + "leased") == 0
+
+
+def test_leases_remember_their_domain_until_settled_or_reaped(make_queue, redis_client) -> None:
+    q = make_queue(lease=60)
+    q.enqueue_many([f"https://shop-{i}.example.com/" for i in range(3)])
+    jobs = q.claim(3).jobs
+    leased = redis_client.hgetall(q.keys.prefix + "leased")
+    assert leased == {j.id: j.domain for j in jobs}
+    q.settle_many([q.done(jobs[0]), q.retrying(jobs[1], delay=0)])
+    assert redis_client.hgetall(q.keys.prefix + "leased") == {jobs[2].id: jobs[2].domain}
+    q.testing_clock_offset_ms = 61_000
+    q.reap()
+    assert redis_client.hlen(q.keys.prefix + "leased") == 0
+
+
+def test_status_alarms_when_redis_may_evict_keys(make_queue, redis_client) -> None:
+    q = make_queue()
+    q.enqueue("https://shop-1.example.com/")
+    assert not [a for a in q.status()["alarms"] if a["kind"] == "eviction_policy"]
+    redis_client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        alarms = [a for a in q.status()["alarms"] if a["kind"] == "eviction_policy"]
+        assert len(alarms) == 1
+        assert "allkeys-lru" in alarms[0]["message"]
+        assert q.eviction_policy() == "allkeys-lru"
+    finally:
+        redis_client.config_set("maxmemory-policy", "noeviction")
+
+
+async def test_a_worker_warns_at_start_when_redis_may_evict(
+    redis_url, redis_client, caplog
+) -> None:
+    from scrapeq.queue import AsyncQueue
+    from scrapeq.worker import Worker
+
+    redis_client.config_set("maxmemory-policy", "volatile-lru")
+    q = AsyncQueue.from_url(redis_url)
+    try:
+        with caplog.at_level("WARNING", logger="scrapeq.worker"):
+            await Worker(q, burst=True).run_async()
+    finally:
+        redis_client.config_set("maxmemory-policy", "noeviction")
+        await q.close()
+    assert any("volatile-lru" in r.getMessage() for r in caplog.records)

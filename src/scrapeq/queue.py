@@ -38,10 +38,16 @@ MAX_CLAIM = 1000
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """A read-only Redis command an operation wants run, with its answer's parser."""
+    """A read-only Redis command an operation wants run.
+
+    Attributes:
+        args: the command and its arguments.
+        tolerant: an error reply (a command an ACL user may not run) answers None instead
+            of raising.
+    """
 
     args: tuple[Any, ...]
-    parse: Any = None
+    tolerant: bool = False
 
 
 Step = Call[Any] | Command
@@ -198,7 +204,18 @@ class _QueueCore:
     def _op_status(self) -> Op[dict[str, Any]]:
         raw = yield scripts.status(self.settings.lanes.names)
         domains = yield from self._op_domains_info(None)
-        return _shape_status(self.name, raw, domains)
+        status = _shape_status(self.name, raw, domains)
+        policy = yield from self._op_eviction_policy()
+        if policy not in (None, "noeviction"):
+            status["alarms"].append(_eviction_alarm(policy))
+        return status
+
+    def _op_eviction_policy(self) -> Op[str | None]:
+        info = yield Command(("INFO", "memory"), tolerant=True)
+        if not isinstance(info, dict):
+            return None
+        policy = info.get("maxmemory_policy")
+        return None if policy is None else str(policy)
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
@@ -388,6 +405,16 @@ def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
 
 def _alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str, str]]:
     alarms: list[dict[str, str]] = []
+    lost = int((raw.get("stats") or {}).get("lost", 0))
+    if lost:
+        alarms.append(
+            {
+                "kind": "jobs_lost",
+                "domain": "",
+                "message": f"{lost} claimed jobs had no job key when their lease expired "
+                "(evicted or deleted): they are gone",
+            }
+        )
     if raw.get("paused_until"):
         alarms.append(
             {"kind": "global_pause", "domain": "", "message": str(raw.get("pause_reason") or "")}
@@ -413,6 +440,15 @@ def _alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str
                 }
             )
     return alarms
+
+
+def _eviction_alarm(policy: str) -> dict[str, str]:
+    return {
+        "kind": "eviction_policy",
+        "domain": "",
+        "message": f"Redis maxmemory-policy is {policy!r}: under memory pressure it may evict "
+        "job keys and lose jobs; set it to 'noeviction'",
+    }
 
 
 def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
@@ -489,6 +525,8 @@ class Queue(_QueueCore):
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            if isinstance(step, Command) and step.tolerant:
+                return None
             raise scripts.map_error(str(exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _wrap_connection_error(exc) from exc
@@ -596,6 +634,11 @@ class Queue(_QueueCore):
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return self._drive(self._op_exists())
 
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
+        ``noeviction`` may delete job keys under memory pressure."""
+        return self._drive(self._op_eviction_policy())
+
 
 class AsyncQueue(_QueueCore):
     """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
@@ -640,6 +683,8 @@ class AsyncQueue(_QueueCore):
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            if isinstance(step, Command) and step.tolerant:
+                return None
             raise scripts.map_error(str(exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise _wrap_connection_error(exc) from exc
@@ -744,3 +789,8 @@ class AsyncQueue(_QueueCore):
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return await self._drive(self._op_exists())
+
+    async def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
+        ``noeviction`` may delete job keys under memory pressure."""
+        return await self._drive(self._op_eviction_policy())

@@ -235,6 +235,7 @@ class Worker:
                 self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
             )
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
+        await self._warn_eviction()
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
         try:
@@ -256,6 +257,19 @@ class Worker:
             self.stats.released,
         )
         return self.stats
+
+    async def _warn_eviction(self) -> None:
+        """Warn when Redis may evict keys: an evicted job key is a lost job."""
+        try:
+            policy = await self.queue.eviction_policy()
+        except RedisUnavailable:
+            return  # the claim loop reports an unreachable Redis and retries
+        if policy not in (None, "noeviction"):
+            log.warning(
+                "Redis maxmemory-policy is %r: under memory pressure it may evict job keys "
+                "and lose jobs; set it to 'noeviction'",
+                policy,
+            )
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,11 +36,13 @@ local function next_token()
 end
 
 -- Leases of this claim not written yet: one ZADD inflight (LEASES.zadd: deadline, id, ...),
--- one MSET of the job texts (LEASES.mset: key, text, ...) and one ZREM per lane
+-- one MSET of the job texts (LEASES.mset: key, text, ...), one HSET of each lease's domain
+-- (LEASES.doms: id, domain, ...: a reap frees the slot even when the job key is gone) and
+-- one ZREM per lane
 -- (LEASES.lanes[lane], lanes in LEASES.order) for the whole claim (flush_leases). Nothing in
 -- the claim reads them back but a second sight of a leased id (LEASES.ids; only a corrupt
 -- store files an id under two domains), which flushes them first.
-local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}}
+local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
 
 local function flush_leases()
   local l = LEASES
@@ -48,7 +50,8 @@ local function flush_leases()
   call_many('ZADD', K_INFLIGHT, l.zadd)
   for _, lane in ipairs(l.order) do call_many('ZREM', k_lane(lane), l.lanes[lane]) end
   call_many('MSET', nil, l.mset)
-  LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}}
+  call_many('HSET', K_LEASED, l.doms)
+  LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
 end
 
 -- Lease one job: attempt spent, fresh token, lease deadline. The domain's counters are
@@ -61,6 +64,8 @@ local function lease(job, probe_domain)
   l.ids[job.id] = true
   l.zadd[#l.zadd + 1] = NOW + CFG.lease_ms
   l.zadd[#l.zadd + 1] = job.id
+  l.doms[#l.doms + 1] = job.id
+  l.doms[#l.doms + 1] = job.domain
   local lane_ids = l.lanes[job.lane]
   if not lane_ids then
     lane_ids = {}

@@ -55,11 +55,16 @@ local function flush_bumps()
 end
 
 -- Per-item writes of the batch that nothing later in it reads back, sent in one call per kind
--- by flush_items: a domain's inflight slots (INFLIGHT_LEFT, see domain.lua), deleting done
--- jobs (DONE.keys) and releasing their fingerprints (DONE.fps, each of job DONE.fp_ids[i]).
-local DONE = {keys = {}, fps = {}, fp_ids = {}}
+-- by flush_items: a domain's inflight slots (INFLIGHT_LEFT, see domain.lua), the leases'
+-- domains (DONE.leased: ids), deleting done jobs (DONE.keys) and releasing their
+-- fingerprints (DONE.fps, each of job DONE.fp_ids[i]).
+local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}}
 
 local function flush_items()
+  if #DONE.leased > 0 then
+    call_many('HDEL', K_LEASED, DONE.leased)
+    DONE.leased = {}
+  end
   if #DONE.keys > 0 then
     call_many('DEL', nil, DONE.keys)
     DONE.keys = {}
@@ -159,6 +164,7 @@ local function settle_one(i, it)
   -- not in flight (reaped, or settled already): the ZREM changed nothing
   if redis.call('ZREM', K_INFLIGHT, id) == 0 then return 'stale' end
   PRE.gone[id] = true
+  DONE.leased[#DONE.leased + 1] = id
   local d = job.domain
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1

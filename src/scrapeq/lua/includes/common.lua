@@ -33,6 +33,7 @@ local K_READY = P .. 'domains:ready'
 local K_WAIT = P .. 'domains:wait'
 local K_DOMAINS = P .. 'domains'
 local K_INFLIGHT = P .. 'inflight'
+local K_LEASED = P .. 'leased'  -- hash: id of a claimed job -> its domain
 local K_DEAD = P .. 'dead'
 local K_STATS = P .. 'stats'
 local K_UNIQUE = P .. 'unique'

@@ -26,25 +26,25 @@ end
 
 -- A stored value that is not a valid job: keep its raw text as a dead letter.
 -- `place` is where it was found ('ready', 'delayed' or 'inflight'; the caller removed it from
--- that zset). The counters of that place (delayed per domain and lane, a domain's inflight
--- slot) are fixed when the damaged text still names its domain and lane, as a truncated
--- write does; text that names nothing leaves them for `scrapeq` to report as they are.
+-- that zset), `domain` the domain it was filed under ('' when unknown). The counters of that
+-- place (delayed per domain and lane, a domain's inflight slot) are fixed when the domain is
+-- known or the damaged text still names it (a truncated write does); text that names
+-- nothing leaves them for `scrapeq audit` to report.
 local function dead_corrupt(id, raw, domain, place)
   forget_ready(id)
   local named_domain, named_lane = salvage_fields(raw)
   if place == 'delayed' and named_domain and named_lane then
     redis.call('HINCRBY', k_dom(named_domain), 'delayed', -1)
     stat('delayed:' .. named_lane, -1)
-  elseif place == 'inflight' and named_domain then
-    free_slots(named_domain, 1)
   end
   if domain == '' and named_domain then domain = named_domain end
+  if place == 'inflight' and domain ~= '' then free_slots(domain, 1) end
   local shown = raw
   if type(shown) == 'string' and #shown > 4000 then shown = string.sub(shown, 1, 4000) end
   local job = {id = id, url = '', domain = domain, lane = named_lane or '', off = 0,
     attempts = 0, max_attempts = 0, eligible = NOW, created = NOW, corrupt = shown or ''}
   dead_letter(job, 'corrupt_payload', 'stored job is not valid JSON or lacks fields')
-  if place == 'inflight' and named_domain then refile(named_domain) end
+  if place == 'inflight' and domain ~= '' then refile(domain) end
 end
 
 local function expired(job)
@@ -62,7 +62,22 @@ end
 -- A claimed job leaves inflight: lease removed and the domain's slot freed.
 local function leave_inflight(job)
   redis.call('ZREM', K_INFLIGHT, job.id)
+  redis.call('HDEL', K_LEASED, job.id)
   free_slots(job.domain, 1)
+end
+
+-- An expired lease whose job key is gone (evicted, deleted by hand): the job is lost, but
+-- the lease's domain (K_LEASED) gets its slot back, so its other jobs are not stranded.
+local function reap_lost(id)
+  local d = redis.call('HGET', K_LEASED, id)
+  redis.call('ZREM', K_INFLIGHT, id)
+  redis.call('HDEL', K_LEASED, id)
+  stat('lost')
+  if not d then return end
+  free_slots(d, 1)
+  if redis.call('HGET', k_dom(d), 'probe') == id then redis.call('HSET', k_dom(d), 'probe', '') end
+  emit('lost', d, id .. ': job key missing when its lease expired (evicted?)')
+  refile(d)
 end
 
 -- Expired leases: the attempt is spent (a job that kills workers ends dead), no domain blamed.
@@ -78,9 +93,13 @@ local function reap_expired(budget)
       retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
         'lease expired: the worker stopped heartbeating (crash or stall)')
       refile(job.domain)
-    else
+    elseif job == false then
+      local d = redis.call('HGET', K_LEASED, id) or ''
       redis.call('ZREM', K_INFLIGHT, id)
-      if job == false then dead_corrupt(id, raw, '', 'inflight') end
+      redis.call('HDEL', K_LEASED, id)
+      dead_corrupt(id, raw, d, 'inflight')
+    else
+      reap_lost(id)
     end
   end
   return #ids
