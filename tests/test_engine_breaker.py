@@ -494,7 +494,7 @@ def test_retirement_dead_letters_backlog_and_replay_brings_it_back(
     assert i["state"] == "closed"
     assert i["trips"] == 0
     assert not any(a["kind"] == "domain_retired" for a in q.status()["alarms"])
-    moved, missing = q.replay(domain=d)
+    moved, missing, _ = q.replay(domain=d)
     assert (moved, missing) == (254, [])
     assert info(q, d)["ready"] == 254
     assert len(take(q, d, 10)) == 5

@@ -147,7 +147,7 @@ def test_replay_by_id_without_reset_gives_one_more_attempt(make_queue: QueueFact
     enqueued = counts(q)["enqueued"]
     assert counts(q)["dead"] == 1
 
-    moved, missing = q.replay(ids=[job_id, "nope", "ffff"])
+    moved, missing, _ = q.replay(ids=[job_id, "nope", "ffff"])
     assert moved == 1
     assert missing == ["nope", "ffff"]
     assert counts(q)["dead"] == 0
@@ -163,8 +163,8 @@ def test_replay_by_id_without_reset_gives_one_more_attempt(make_queue: QueueFact
     assert [(e.kind, e.message) for e in job.errors] == [("timeout", "slow")]
     # The one more attempt is the last: a failure ends dead again.
     assert q.retry(job, delay=0, domain_failed=None) == "dead"
-    assert q.replay(ids=[job_id]) == (1, [])
-    assert q.replay(ids=[job_id]) == (0, [job_id])  # no longer a dead letter
+    assert q.replay(ids=[job_id]) == (1, [], [])
+    assert q.replay(ids=[job_id]) == (0, [job_id], [])  # no longer a dead letter
 
 
 def test_replay_with_reset_restores_the_budget(make_queue: QueueFactory) -> None:
@@ -175,7 +175,7 @@ def test_replay_with_reset_restores_the_budget(make_queue: QueueFactory) -> None
         (job,) = q.claim().jobs
         q.retry(job, delay=0, domain_failed=None)
     assert q.dead_letters()[0].attempts == 3
-    assert q.replay(ids=[job_id], reset_attempts=True) == (1, [])
+    assert q.replay(ids=[job_id], reset_attempts=True) == (1, [], [])
     (job,) = q.claim().jobs
     assert job.attempts == 1
     assert job.budget_left == 2
@@ -201,7 +201,7 @@ def test_replay_by_domain_and_all(make_queue: QueueFactory) -> None:
     assert status["counts"]["dead"] == 12
     enqueued = status["counts"]["enqueued"]
 
-    assert q.replay(domain=dom(2)) == (4, [])
+    assert q.replay(domain=dom(2)) == (4, [], [])
     assert counts(q)["dead"] == 8
     assert q.dead_letters(domain=dom(2)) == []
     by_domain = {d["domain"]: d for d in q.status()["domains"]}
@@ -210,8 +210,8 @@ def test_replay_by_domain_and_all(make_queue: QueueFactory) -> None:
     got = claim_all(q)
     assert {j.domain for j in got} == {dom(2)} and len(got) == 4
 
-    assert q.replay(domain=dom(9)) == (0, [])
-    assert q.replay(all=True) == (8, [])
+    assert q.replay(domain=dom(9)) == (0, [], [])
+    assert q.replay(all=True) == (8, [], [])
     assert counts(q)["dead"] == 0
     assert counts(q)["enqueued"] == enqueued
     got = claim_all(q)
@@ -224,7 +224,7 @@ def test_replay_of_an_expired_job_makes_it_claimable(make_queue: QueueFactory) -
     at(q, 11)
     assert q.claim().jobs == []
     assert [j.dead_reason for j in q.dead_letters()] == ["expired"]
-    assert q.replay(ids=[job_id], reset_attempts=True) == (1, [])
+    assert q.replay(ids=[job_id], reset_attempts=True) == (1, [], [])
     got = q.claim().jobs  # "a replayed job becomes claimable now"
     assert [j.id for j in got] == [job_id]
 
@@ -257,7 +257,7 @@ def test_replay_of_many_goes_through_in_slices(make_queue: QueueFactory, redis_c
         return answer
 
     q._step = spy  # type: ignore[method-assign]
-    assert q.replay(all=True) == (350, [])
+    assert q.replay(all=True) == (350, [], [])
     assert len(calls) >= 4 and max(calls) <= 100  # bounded slices
     assert counts(q)["dead"] == 0
     assert redis_client.zcard(q.keys.dead) == 0
@@ -418,7 +418,7 @@ def test_replay_skips_corrupt_dead_letters(make_queue: QueueFactory, redis_clien
     q.fail(good, "http_404")
     assert len(q.dead_letters()) == 2
 
-    moved, _ = q.replay(all=True)
+    moved, _, _ = q.replay(all=True)
     assert moved == 1  # only the real job; the corrupt one is skipped (replay-1.lua header)
     got = q.claim(10).jobs
     assert [j.id for j in got] == [good.id]

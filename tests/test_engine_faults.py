@@ -160,3 +160,33 @@ async def test_a_worker_warns_at_start_when_redis_may_evict(
         redis_client.config_set("maxmemory-policy", "noeviction")
         await q.close()
     assert any("volatile-lru" in r.getMessage() for r in caplog.records)
+
+
+# --- defect 6: replay breaks uniqueness ------------------------------------------------------
+
+
+def test_replay_never_makes_two_pending_jobs_with_one_fingerprint(make_queue) -> None:
+    q = make_queue()
+    page = "https://shop-1.example.com/p/1"
+    first = q.enqueue(page, unique=True).id
+    (job,) = q.claim().jobs
+    assert q.fail(job, "http_404") == "dead"  # the fingerprint is free again
+    newer = q.enqueue(page, unique=True)
+    assert newer.status == "added"
+
+    result = q.replay(ids=[first])
+    assert (result.moved, result.missing, result.duplicates) == (0, [], [first])
+    assert [j.id for j in q.dead_letters()] == [first], "the duplicate stays a dead letter"
+    (held,) = q.claim().jobs
+    assert held.id == newer.id
+    assert q.ack(held) == "done"  # the fingerprint is released with the newer job
+    third = q.enqueue(page, unique=True)
+    assert third.status == "added"
+    assert q.enqueue(page, unique=True).status == "duplicate"
+
+    # once nothing pending holds it, the dead letter replays and takes the fingerprint back
+    (job,) = q.claim().jobs
+    assert q.ack(job) == "done"
+    assert q.replay(all=True).moved == 1
+    assert q.enqueue(page, unique=True).status == "duplicate"
+    assert q.replay(all=True).duplicates == []

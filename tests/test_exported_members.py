@@ -18,6 +18,7 @@ EXPECTED = [
     "Permanent",
     "Queue",
     "RedisUnavailable",
+    "ReplayResult",
     "Retry",
     "ScrapeqError",
     "Settings",

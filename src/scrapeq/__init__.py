@@ -14,7 +14,7 @@ from .errors import (
 )
 from .job import Job, JobError
 from .lanes import Lane, Lanes
-from .queue import AsyncQueue, Claimed, EnqueueResult, Queue
+from .queue import AsyncQueue, Claimed, EnqueueResult, Queue, ReplayResult
 from .scripts import Settlement
 from .settings import Settings, load_settings
 
@@ -34,6 +34,7 @@ __all__ = [
     "Permanent",
     "Queue",
     "RedisUnavailable",
+    "ReplayResult",
     "Retry",
     "ScrapeqError",
     "Settings",

@@ -366,13 +366,15 @@ def dead_replay(
     if sum([everything, domain is not None, bool(ids)]) != 1:
         _die("choose exactly one of --all, --domain D or --id ID", 2)
     q = _existing_queue(ctx)
-    moved, missing = q.replay(
+    moved, missing, duplicates = q.replay(
         ids=ids or None, domain=domain, all=everything, reset_attempts=reset_attempts
     )
     for job_id in missing:
         typer.echo(f"not a dead letter: {job_id}", err=True)
+    for job_id in duplicates:
+        typer.echo(f"left dead: {job_id} (a pending job has the same URL)", err=True)
     typer.echo(f"replayed {moved} dead letter{'s' if moved != 1 else ''}")
-    if missing and not moved:
+    if (missing or duplicates) and not moved:
         raise typer.Exit(2)
 
 

@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 import redis.asyncio
@@ -26,7 +26,7 @@ from .scripts import Call, EnqueueSpec, ScriptConfig, Settlement
 from .settings import Settings
 from .urls import fingerprint, parse_target
 
-__all__ = ["AsyncQueue", "Claimed", "EnqueueResult", "Queue"]
+__all__ = ["AsyncQueue", "Claimed", "EnqueueResult", "Queue", "ReplayResult"]
 
 T = TypeVar("T")
 
@@ -85,6 +85,22 @@ class Claimed:
 
     jobs: list[Job]
     next_due: float | None
+
+
+class ReplayResult(NamedTuple):
+    """What a replay did.
+
+    Attributes:
+        moved: dead letters put back in their lanes.
+        missing: ids asked for that are not dead letters, or cannot be replayed (corrupt).
+        duplicates: dead letters left dead because a pending job holds their de-duplication
+            fingerprint (the URL was enqueued again after they died): replaying them would
+            make two pending jobs for one URL.
+    """
+
+    moved: int
+    missing: list[str]
+    duplicates: list[str]
 
 
 def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> int | None:
@@ -240,21 +256,22 @@ class _QueueCore:
 
     def _op_replay(
         self, ids: Sequence[str] | None, domain: str | None, everything: bool, reset: bool
-    ) -> Op[tuple[int, list[str]]]:
+    ) -> Op[ReplayResult]:
         chosen = [ids is not None, domain is not None, everything]
         if sum(chosen) != 1:
             raise ConfigError("replay", "choose exactly one of ids, domain or all")
         if ids is not None:
             answer = yield scripts.replay("ids", ids=list(ids), reset=reset)
-            return answer.moved, answer.missing
+            return ReplayResult(answer.moved, answer.missing, answer.duplicates)
         mode = "domain" if domain is not None else "all"
-        moved, offset = 0, 0
+        moved, offset, duplicates = 0, 0, []
         while True:
             answer = yield scripts.replay(mode, domain=domain, reset=reset, offset=offset)
             moved += answer.moved
             offset += answer.skipped
+            duplicates += answer.duplicates
             if answer.remaining <= 0 or (answer.moved == 0 and answer.skipped == 0):
-                return moved, []
+                return ReplayResult(moved, [], duplicates)
 
     def _op_purge(self, older_than: float | None, domain: str | None) -> Op[int]:
         older_ms = _seconds_ms("older_than", older_than)
@@ -604,8 +621,8 @@ class Queue(_QueueCore):
         domain: str | None = None,
         all: bool = False,
         reset_attempts: bool = False,
-    ) -> tuple[int, list[str]]:
-        """Move dead letters back to their lanes; answers (moved, ids not found)."""
+    ) -> ReplayResult:
+        """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
         return self._drive(self._op_replay(ids, domain, all, reset_attempts))
 
     def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
@@ -760,8 +777,8 @@ class AsyncQueue(_QueueCore):
         domain: str | None = None,
         all: bool = False,
         reset_attempts: bool = False,
-    ) -> tuple[int, list[str]]:
-        """Move dead letters back to their lanes; answers (moved, ids not found)."""
+    ) -> ReplayResult:
+        """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
         return await self._drive(self._op_replay(ids, domain, all, reset_attempts))
 
     async def purge(self, older_than: float | None = None, domain: str | None = None) -> int:

@@ -328,6 +328,7 @@ class ReplayAnswer:
     moved: int
     remaining: int
     skipped: int
+    duplicates: list[str]
     missing: list[str]
 
 
@@ -343,7 +344,11 @@ def replay(
     """Replay dead letters (mode ``ids``, ``domain`` or ``all``), a bounded slice."""
 
     def parse(raw: list[Any]) -> ReplayAnswer:
-        return ReplayAnswer(int(raw[0]), int(raw[1]), int(raw[2]), [str(x) for x in raw[3:]])
+        n_dups = int(raw[3])
+        dups, missing = raw[4 : 4 + n_dups], raw[4 + n_dups :]
+        return ReplayAnswer(
+            int(raw[0]), int(raw[1]), int(raw[2]), [str(x) for x in dups], [str(x) for x in missing]
+        )
 
     return _call(
         "replay",

@@ -15,10 +15,15 @@
   text of a damaged job) cannot be replayed: they are skipped. A retired domain whose jobs are replayed is un-retired
   (breaker reset): replaying is the operator saying "try this site again".
 
-  Output: {moved, remaining, skipped, missing_1, ...}
+  A dead letter with a de-duplication fingerprint that a pending job holds now (the URL was
+  enqueued again after it died) is not replayed: two pending jobs for one URL would break
+  uniqueness. It stays a dead letter and is reported as a duplicate.
+
+  Output: {moved, remaining, skipped, n_dups, dup_1, ..., dup_n, missing_1, ...}
     remaining  dead letters of the selection still after offset + skipped
                (modes 'domain' and 'all'); a caller paging through adds skipped to offset
-    skipped    dead letters of this slice that cannot be replayed (corrupt payloads)
+    skipped    dead letters of this slice not replayed (corrupt payloads, duplicates)
+    dup_i      dead letters not replayed because a pending job holds their fingerprint
     missing_i  ids (mode 'ids') that are not dead letters, or cannot be replayed (corrupt)
 ]]
 --@include common
@@ -26,10 +31,19 @@
 --@include breaker
 --@include jobs
 
+-- Whether another job that is still pending holds fingerprint fp.
+local function held_by_other(fp, id)
+  local holder = redis.call('HGET', K_UNIQUE, fp)
+  if not holder or holder == id then return false end
+  return redis.call('EXISTS', k_job(holder)) == 1 and not redis.call('ZSCORE', K_DEAD, holder)
+end
+
+-- Replay one dead letter: 'moved', 'dup' (a pending job holds its fingerprint) or false.
 local function replay_one(id, touched)
   if not redis.call('ZSCORE', K_DEAD, id) then return false end
   local job = load_job(id)
   if not job or job.corrupt then return false end
+  if job.fp and held_by_other(job.fp, id) then return 'dup' end
   redis.call('ZREM', K_DEAD, id)
   redis.call('ZREM', k_ddead(job.domain), id)
   job.dead_reason = nil
@@ -42,9 +56,7 @@ local function replay_one(id, touched)
   end
   job.eligible = NOW
   job.expires = nil
-  if job.fp and not redis.call('HGET', K_UNIQUE, job.fp) then
-    redis.call('HSET', K_UNIQUE, job.fp, id)
-  end
+  if job.fp then redis.call('HSET', K_UNIQUE, job.fp, id) end
   if redis.call('HGET', k_dom(job.domain), 'state') == 'retired' then
     close_breaker(job.domain)
     emit('reset', job.domain, 'un-retired: its dead letters were replayed')
@@ -53,15 +65,23 @@ local function replay_one(id, touched)
   save_job(job)
   stat('replayed')
   touched[job.domain] = true
-  return true
+  return 'moved'
 end
 
 local touched = {}
 local moved = 0
+local dups, missing = {}, {}
 local out = {0, 0, 0}
 if ARG.mode == 'ids' then
   for _, id in ipairs(ARG.ids) do
-    if replay_one(id, touched) then moved = moved + 1 else out[#out + 1] = id end
+    local done = replay_one(id, touched)
+    if done == 'moved' then
+      moved = moved + 1
+    elseif done == 'dup' then
+      dups[#dups + 1] = id
+    else
+      missing[#missing + 1] = id
+    end
   end
 else
   local key = K_DEAD
@@ -70,10 +90,12 @@ else
   local skipped = 0
   local offset = tonumber(ARG.offset) or 0
   for _, id in ipairs(redis.call('ZRANGE', key, offset, offset + limit - 1)) do
-    if replay_one(id, touched) then
+    local done = replay_one(id, touched)
+    if done == 'moved' then
       moved = moved + 1
     else
       skipped = skipped + 1
+      if done == 'dup' then dups[#dups + 1] = id end
     end
   end
   out[2] = math.max(redis.call('ZCARD', key) - offset - skipped, 0)
@@ -81,4 +103,7 @@ else
 end
 for d in pairs(touched) do refile(d) end
 out[1] = moved
+out[4] = #dups
+for _, id in ipairs(dups) do out[#out + 1] = id end
+for _, id in ipairs(missing) do out[#out + 1] = id end
 return out
