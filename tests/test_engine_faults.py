@@ -190,3 +190,94 @@ def test_replay_never_makes_two_pending_jobs_with_one_fingerprint(make_queue) ->
     assert q.replay(all=True).moved == 1
     assert q.enqueue(page, unique=True).status == "duplicate"
     assert q.replay(all=True).duplicates == []
+
+
+# --- defect 2: a claim whose reply is lost burns attempts of jobs nobody fetched -------------
+
+MiB = 1 << 20
+
+
+def test_payloads_over_max_payload_are_refused_at_enqueue(make_queue, redis_client) -> None:
+    from scrapeq.errors import PayloadTooLarge
+
+    q = make_queue(max_payload=64 * 1024)
+    at_limit = "x" * (64 * 1024 - 2)  # its JSON text, quotes included, is exactly the limit
+    assert q.enqueue("https://shop-1.example.com/a", payload=at_limit).status == "added"
+    with pytest.raises(PayloadTooLarge, match=r"payload of 65,?537 bytes .*max_payload"):
+        q.enqueue_many(
+            ["https://shop-1.example.com/b", "https://shop-1.example.com/c"],
+            payload=at_limit + "y",
+        )
+    assert q.status()["counts"]["enqueued"] == 1, "nothing of a refused batch is written"
+
+
+def test_max_payload_must_stay_under_what_redis_accepts() -> None:
+    from scrapeq.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_payload"):
+        Settings(max_payload=600 * MiB)
+
+
+def test_enqueue_and_claim_calls_are_bounded_by_bytes(make_queue, redis_client) -> None:
+    q = make_queue(max_payload=MiB, domain_concurrency=100)
+    big = "x" * (MiB - 100)
+    results = q.enqueue_many([f"https://shop-1.example.com/{i}" for i in range(40)], payload=big)
+    assert len(results) == 40
+    first = q.claim(40).jobs
+    assert 1 <= len(first) <= 9, "one claim answers at most ~8 MiB of job texts"
+    got = len(first)
+    while got < 40:
+        more = q.claim(40).jobs
+        assert more
+        got += len(more)
+    assert got == 40
+
+
+def test_redis_refusing_a_huge_argument_is_payload_too_large(make_queue, redis_client) -> None:
+    from scrapeq.errors import PayloadTooLarge
+
+    q = make_queue(max_payload=4 * MiB)
+    redis_client.config_set("proto-max-bulk-len", MiB)
+    try:
+        with pytest.raises(PayloadTooLarge, match="too large"):
+            q.enqueue("https://shop-1.example.com/", payload="x" * (2 * MiB))
+    finally:
+        redis_client.config_set("proto-max-bulk-len", 512 * MiB)
+    assert q.enqueue("https://shop-1.example.com/", payload="fits").status == "added"
+
+
+def test_a_lease_never_heartbeated_gives_its_attempt_back(make_queue) -> None:
+    q = make_queue(max_attempts=2, lease=60, backoff_base=0.001, backoff_cap=0.001)
+    job_id = q.enqueue("https://shop-1.example.com/").id
+    claims = 0
+    offset = 0
+    while True:
+        claimed = q.claim().jobs
+        if not claimed:
+            dead = q.dead_letters()
+            assert [j.id for j in dead] == [job_id]
+            break
+        claims += 1
+        assert claims < 10, "a job whose claims are never answered must still die"
+        offset += 61_000  # nobody heartbeats: the claim's reply was lost, or the worker died
+        q.testing_clock_offset_ms = offset
+        q.reap()
+        q.testing_clock_offset_ms = offset = offset + 10
+    # max_attempts silent leases are given back, then each counts: 2 + 2 claims
+    assert claims == 4
+    (job,) = q.dead_letters()
+    assert job.dead_reason == "max_attempts"
+    assert [e.kind for e in job.errors] == ["lease_unused"] * 2 + ["lease_expired"] * 2
+
+
+def test_a_heartbeated_lease_that_expires_spends_its_attempt(make_queue) -> None:
+    q = make_queue(max_attempts=3, lease=60)
+    job_id = q.enqueue("https://shop-1.example.com/").id
+    (job,) = q.claim().jobs
+    q.testing_clock_offset_ms = 20_000
+    assert q.heartbeat([job]) == [True]
+    q.testing_clock_offset_ms = 90_000
+    q.reap()
+    stored = q.get_job(job_id)
+    assert stored is not None and stored.attempts == 1
+    assert [e.kind for e in stored.errors] == ["lease_expired"]

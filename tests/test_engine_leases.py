@@ -52,7 +52,7 @@ def kinds(job: Job) -> list[str]:
     return [e.kind for e in job.errors]
 
 
-# --- 1. lease expiry is an attempt ---------------------------------------------------------
+# --- 1. lease expiry is an attempt (once the worker renewed it: see test_engine_faults) -----
 
 
 def test_lease_expiry_is_reaped_as_an_attempt(make_queue: QueueFactory, redis_client) -> None:
@@ -60,12 +60,14 @@ def test_lease_expiry_is_reaped_as_an_attempt(make_queue: QueueFactory, redis_cl
     job_id = q.enqueue(url(1)).id
     first = claim_one(q)
     assert (first.id, first.attempts) == (job_id, 1)
+    at(q, 10)
+    assert q.heartbeat([first]) == [True]  # the worker had the job, then stopped (crash)
 
-    at(q, 59)
+    at(q, 69)
     assert q.claim().jobs == []
     assert redis_client.zscore(q.keys.inflight, job_id) is not None
 
-    at(q, 61)
+    at(q, 71)
     before = redis_now_ms(redis_client, q)
     again = q.claim().jobs
     assert redis_client.zscore(q.keys.inflight, job_id) is None
@@ -80,7 +82,7 @@ def test_lease_expiry_is_reaped_as_an_attempt(make_queue: QueueFactory, redis_cl
         assert stored.attempts == 1
         assert kinds(stored) == ["lease_expired"]
         assert stored.dead_reason is None
-        at(q, 61 + 16)
+        at(q, 71 + 16)
         second = claim_one(q)
     assert second.id == job_id
     assert second.attempts == 2
@@ -98,7 +100,9 @@ def test_job_that_keeps_crashing_workers_ends_dead(make_queue: QueueFactory) -> 
     for attempt in (1, 2, 3):
         job = claim_one(q)
         assert (job.id, job.attempts) == (job_id, attempt)
-        t += 61  # past the lease: the reap spends the attempt
+        at(q, t + 10)
+        assert q.heartbeat([job]) == [True]  # it ran, then took its worker down
+        t += 71  # past the lease: the reap spends the attempt
         at(q, t)
         assert q.reap()[0] == 1
         t += 2  # past the (<= 1 s) backoff

@@ -100,6 +100,7 @@ class MJob:
     place: str  # ready | delayed | inflight | done | dead
     eligible: int
     attempts: int = 0
+    unused: int = 0  # leases reaped that were never renewed (no heartbeats in this model)
     token: int = 0
     deadline: int = 0
     claim: Job | None = None
@@ -294,14 +295,19 @@ class EngineMachine(RuleBasedStateMachine):
         for mj in out:
             event("lease reaped")
             self.leave_inflight(mj)
-            if mj.attempts >= MAX_ATTEMPTS:
+            if mj.unused < MAX_ATTEMPTS:  # never renewed: the attempt is given back
+                mj.unused += 1
+                mj.attempts = max(mj.attempts - 1, 0)
+                bound = _backoff_bound(mj.unused)
+            elif mj.attempts >= MAX_ATTEMPTS:
                 assert mj.id in s.dead, f"{mj.id} reaped with its budget spent is not dead"
                 mj.place = "dead"
                 continue
+            else:
+                bound = _backoff_bound(mj.attempts)
             js = s.jobs[mj.id]
             assert js is not None
             eligible = int(js["eligible"])
-            bound = _backoff_bound(mj.attempts)
             assert t0 - M <= eligible <= t1 + bound + M, (mj.id, eligible - t0, bound)
             mj.place, mj.eligible = "delayed", eligible
         return out

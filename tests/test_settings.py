@@ -45,6 +45,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "respect_robots": False,
     "shutdown_grace": 30,
     "data_dir": None,  # XDG data dir, checked separately
+    "max_payload": 1048576,
 }
 
 

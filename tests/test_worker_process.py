@@ -269,6 +269,7 @@ def test_kill_9_mid_flight_loses_no_job(
 
     a = spawn("--concurrency", "10", lease=2)
     wait_until(lambda: counts(q)["inflight"] > 0, 15, "worker A to claim jobs")
+    time.sleep(1.0)  # A renews its leases (every lease/3): its attempts had started
     held = inflight_ids(q)
     a.signal(signal.SIGKILL)
     assert a.wait(5) == -signal.SIGKILL

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
-from .errors import ConfigError, InvalidURL, NotFound, ScrapeqError
+from .errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from .job import ms_to_iso
 from .queue import AsyncQueue, Queue
 from .settings import Settings, load_settings
@@ -531,7 +531,7 @@ def dashboard(
 
 # --- entry point -------------------------------------------------------------------------------
 
-_USER_ERRORS = (ConfigError, InvalidURL, NotFound)
+_USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ Every exception the library raises on purpose derives from :class:`ScrapeqError`
     ScrapeqError
     ├── ConfigError            a setting has a bad value (names the setting)
     ├── InvalidURL             a URL refused at enqueue (names the reason)
+    ├── PayloadTooLarge        a payload over ``max_payload``, or more than Redis accepts
     ├── RedisUnavailable       no Redis to talk to (unreachable, or no binary to embed)
     ├── ScriptError            a Lua script answered with an unexpected error code
     ├── StaleLease             a token no longer matches the job's lease (fencing)
@@ -24,6 +25,7 @@ __all__ = [
     "HandlerSignal",
     "InvalidURL",
     "NotFound",
+    "PayloadTooLarge",
     "Permanent",
     "RedisUnavailable",
     "Retry",
@@ -58,6 +60,10 @@ class InvalidURL(ScrapeqError, ValueError):
         self.reason = reason
         shown = url if len(url) <= 120 else url[:117] + "..."
         super().__init__(f"{shown}: {reason}")
+
+
+class PayloadTooLarge(ScrapeqError, ValueError):
+    """A job's payload is over ``max_payload``, or a call is larger than Redis accepts."""
 
 
 class RedisUnavailable(ScrapeqError):

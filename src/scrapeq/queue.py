@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -19,7 +19,7 @@ import redis.asyncio
 
 from . import scripts
 from .backoff import full_jitter
-from .errors import ConfigError, RedisUnavailable, StaleLease
+from .errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 from .job import Job, ms_to_iso
 from .keys import Keys
 from .scripts import Call, EnqueueSpec, ScriptConfig, Settlement
@@ -34,6 +34,10 @@ T = TypeVar("T")
 _PAGE = 200
 #: Most jobs one claim may take: a script must not block Redis for long.
 MAX_CLAIM = 1000
+#: Most jobs, and about the most bytes of arguments, one enqueue or settle call carries: a
+#: call must stay far below Redis's argument limit and answer well within the socket timeout.
+CALL_ITEMS = 500
+CALL_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +186,23 @@ class _QueueCore:
             fingerprint=fingerprint(target.url) if unique else None,
         )
 
+    def _check_payload_sizes(self, specs: Sequence[EnqueueSpec]) -> None:
+        limit = self.settings.max_payload
+        for spec in specs:
+            # the text is json.dumps' ASCII-only output: characters are bytes
+            size = len(spec.payload_json or "")
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"{spec.url}: payload of {size:,} bytes is over max_payload ({limit:,} bytes)"
+                )
+
     # --- operations --------------------------------------------------------------------------
 
     def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
+        self._check_payload_sizes(specs)  # before anything is written
         results: list[EnqueueResult] = []
-        for start in range(0, len(specs), 500):
-            answers = yield scripts.enqueue(specs[start : start + 500])
+        for chunk in _chunks(specs, _spec_size):
+            answers = yield scripts.enqueue(chunk)
             results.extend(_enqueue_result(a) for a in answers)
         return results
 
@@ -199,9 +214,11 @@ class _QueueCore:
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+        if len(items) <= CALL_ITEMS and sum(map(_settlement_size, items)) <= CALL_BYTES:
+            return (yield scripts.settle(items))  # type: ignore[no-any-return]
         out: list[str] = []
-        for start in range(0, len(items), 500):
-            out.extend((yield scripts.settle(items[start : start + 500])))
+        for chunk in _chunks(items, _settlement_size):
+            out.extend((yield scripts.settle(chunk)))
         return out
 
     def _op_settle_one(self, item: Settlement) -> Op[str]:
@@ -379,6 +396,29 @@ class _QueueCore:
         return Settlement(job.id, job.token, "release", delay_ms=_seconds_ms("delay", delay) or 0)
 
 
+def _spec_size(spec: EnqueueSpec) -> int:
+    """About the bytes a job adds to an enqueue call's arguments."""
+    return 200 + len(spec.url) + len(spec.payload_json or "")
+
+
+def _settlement_size(item: Settlement) -> int:
+    """About the bytes a settlement adds to a settle call's arguments."""
+    return 100 + len(item.message or "") + len(item.kind or "") + len(item.reason or "")
+
+
+def _chunks(items: Sequence[T], size: Callable[[T], int]) -> Iterator[Sequence[T]]:
+    """Consecutive slices of at most CALL_ITEMS items and about CALL_BYTES (one item at least)."""
+    start, used = 0, 0
+    for i, item in enumerate(items):
+        n = size(item)
+        if i > start and (i - start >= CALL_ITEMS or used + n > CALL_BYTES):
+            yield items[start:i]
+            start, used = i, 0
+        used += n
+    if start < len(items):
+        yield items[start:]
+
+
 def _enqueue_result(answer: str) -> EnqueueResult:
     if answer.startswith("dup:"):
         return EnqueueResult(answer[4:], "duplicate")
@@ -499,6 +539,32 @@ def _wrap_connection_error(exc: Exception) -> RedisUnavailable:
     return RedisUnavailable(f"Redis connection failed: {exc}")
 
 
+#: Redis's smallest ``proto-max-bulk-len``: a call this large may be refused for its size.
+_MIN_BULK_LIMIT = 1024 * 1024
+_BULK_LIMIT_QUERY = ("CONFIG", "GET", "proto-max-bulk-len")
+
+
+def _maybe_oversized(step: Step) -> bool:
+    return isinstance(step, Call) and len(step.args) >= _MIN_BULK_LIMIT // 4
+
+
+def _oversized(step: Step, limit_reply: Any) -> PayloadTooLarge | None:
+    """When Redis cut the connection on ``step``: the error if its argument was over the
+    server's ``proto-max-bulk-len`` (``limit_reply``: CONFIG GET's answer, None if refused;
+    Redis then answers the error, or resets the connection while the call is still sent)."""
+    assert isinstance(step, Call)
+    limit = 512 * 1024 * 1024
+    if isinstance(limit_reply, dict) and str(limit_reply.get("proto-max-bulk-len", "")).isdigit():
+        limit = int(limit_reply["proto-max-bulk-len"])
+    size = len(step.args.encode("utf-8", "replace"))
+    if size <= limit:
+        return None
+    return PayloadTooLarge(
+        f"payload too large: a {step.script} call of {size:,} bytes is over Redis's "
+        f"proto-max-bulk-len ({limit:,} bytes)"
+    )
+
+
 class Queue(_QueueCore):
     """A queue over a blocking redis-py client: for producers, admin tools and tests.
 
@@ -546,6 +612,10 @@ class Queue(_QueueCore):
                 return None
             raise scripts.map_error(str(exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if _maybe_oversized(step):
+                too_large = _oversized(step, self._step(Command(_BULK_LIMIT_QUERY, True)))
+                if too_large is not None:
+                    raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
 
@@ -704,6 +774,11 @@ class AsyncQueue(_QueueCore):
                 return None
             raise scripts.map_error(str(exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if _maybe_oversized(step):
+                limit = await self._step(Command(_BULK_LIMIT_QUERY, True))
+                too_large = _oversized(step, limit)
+                if too_large is not None:
+                    raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
 

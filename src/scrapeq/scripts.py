@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from .errors import NotFound, RedisUnavailable, ScriptError
+from .errors import NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
 __all__ = [
     "SCRIPTS",
@@ -90,6 +90,10 @@ _TRANSIENT = ("READONLY", "NOREPLICAS", "MISCONF", "OOM", "LOADING", "BUSY", "TR
 def map_error(message: str) -> Exception:
     """Map a script's error reply to the library's exception for it."""
     text = message.removeprefix("ERR ").strip()
+    if "invalid bulk length" in text:
+        return PayloadTooLarge(
+            f"payload too large: Redis refused a call over its proto-max-bulk-len ({text})"
+        )
     if any(f"-{code} " in text or text.startswith(code) for code in _TRANSIENT):
         return RedisUnavailable(f"Redis refused the call for now: {text}")
     for code, exc_type in _ERROR_CODES.items():
@@ -126,6 +130,9 @@ class ScriptConfig:
     max_throttles: int = 20
     backoff_base_ms: int = 15_000
     backoff_cap_ms: int = 3_600_000
+    #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
+    #: arrive well within the client's socket timeout.
+    claim_bytes: int = 8 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:

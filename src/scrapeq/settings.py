@@ -7,7 +7,7 @@ Units:
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``; lane offsets
       in ``lanes`` are seconds too;
-    * ``max_body`` is **bytes**;
+    * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
 
@@ -248,6 +248,16 @@ def _check_proxy(name: str, value: Any) -> None:
             raise ConfigError(name, f"proxy URL without a host: {_redact(parts)}")
 
 
+#: Largest ``max_payload``: Redis refuses an argument over ``proto-max-bulk-len`` (512 MiB by
+#: default) and an enqueue call carries a job's URL and fields beside its payload.
+MAX_PAYLOAD_LIMIT = 256 * 1024 * 1024
+
+
+def _check_max_payload(name: str, value: Any) -> None:
+    if value > MAX_PAYLOAD_LIMIT:
+        raise ConfigError(name, f"must be <= {MAX_PAYLOAD_LIMIT} bytes (256 MiB), got {value!r}")
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -380,6 +390,7 @@ class Settings:
     respect_robots: bool = _setting("bool", False)
     shutdown_grace: float = _seconds(30.0, positive=False)
     data_dir: Path = field(default_factory=default_data_dir, metadata=_meta("path"))
+    max_payload: int = _setting("int", 1_048_576, ge=1, check=_check_max_payload)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -1,6 +1,8 @@
 --[[
   Claim up to N jobs across domains, most urgent first.
 
+  A claim answers at most CFG.claim_bytes of job texts (one job at least).
+
   Before picking, a claim does bounded housekeeping so its cost stays O(log D + batch):
   reaps up to `batch` expired leases, promotes up to `batch` due delayed jobs, wakes up to
   `batch` due domains, and dead-letters up to `batch` jobs of retired domains.
@@ -56,11 +58,17 @@ end
 
 -- Lease one job: attempt spent, fresh token, lease deadline. The domain's counters are
 -- updated once per run by take_run, the job's places once per claim by flush_leases.
+-- Bytes of job texts this claim answers so far: a claim stops at CFG.claim_bytes (after one
+-- job at least), so its reply arrives well within the client's socket timeout.
+local CLAIMED_BYTES = 0
+local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
+
 local function lease(job, probe_domain)
   local l = LEASES
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW
+  job.lm = CFG.lease_ms  -- the reap tells a lease never renewed by its claim-time deadline
   l.ids[job.id] = true
   l.zadd[#l.zadd + 1] = NOW + CFG.lease_ms
   l.zadd[#l.zadd + 1] = job.id
@@ -75,6 +83,7 @@ local function lease(job, probe_domain)
   lane_ids[#lane_ids + 1] = job.id
   if probe_domain then redis.call('HSET', k_dom(probe_domain), 'probe', job.id) end
   local encoded = cjson.encode(job)
+  CLAIMED_BYTES = CLAIMED_BYTES + #encoded
   l.mset[#l.mset + 1] = k_job(job.id)
   l.mset[#l.mset + 1] = encoded
   return encoded
@@ -152,6 +161,7 @@ local function take_run(d, room, bound, out)
   end
   local leased = 0
   for i, id in ipairs(ids) do
+    if i > 1 and CLAIMED_BYTES >= CLAIM_BYTES then break end  -- the rest stay queued
     if RUN then RUN.upto = i end
     local job = claimable(id, d, raws[i])
     if job then
@@ -173,7 +183,7 @@ end
 local function pick(n)
   local out = {}
   local guard = 0
-  while #out < n and guard < 2 * n + 50 do
+  while #out < n and CLAIMED_BYTES < CLAIM_BYTES and guard < 2 * n + 50 do
     guard = guard + 1
     local top = redis.call('ZRANGE', K_READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end

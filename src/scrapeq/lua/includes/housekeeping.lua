@@ -80,18 +80,42 @@ local function reap_lost(id)
   refile(d)
 end
 
+-- A lease that expired at its claim-time deadline was never renewed nor settled: the claim's
+-- reply may never have reached a worker (timed out, connection cut) or the worker died at
+-- once. Its attempt is given back, at most max_attempts times per job, so a job whose claims
+-- kill workers still dies. Returns whether it was.
+local function give_back_unused(job, deadline)
+  local unused = job.unused or 0
+  if deadline > job.claimed + (job.lm or CFG.lease_ms) or unused >= job.max_attempts then
+    return false
+  end
+  job.unused = unused + 1
+  job.attempts = math.max(job.attempts - 1, 0)
+  push_error(job, 'lease_unused', 'lease expired with no heartbeat or result (the claim reply '
+    .. 'was lost, or the worker died at once): the attempt is not counted')
+  put_delayed(job, NOW + backoff_ms(job.unused))
+  save_job(job)
+  return true
+end
+
 -- Expired leases: the attempt is spent (a job that kills workers ends dead), no domain blamed.
 local function reap_expired(budget)
-  local ids = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, budget)
-  for _, id in ipairs(ids) do
+  local found = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0,
+    budget)
+  local ids = {}
+  for i = 1, #found, 2 do
+    local id, deadline = found[i], tonumber(found[i + 1])
+    ids[#ids + 1] = id
     local job, raw = load_job(id)
     if job then
       leave_inflight(job)
       local dk = k_dom(job.domain)
       if redis.call('HGET', dk, 'probe') == id then redis.call('HSET', dk, 'probe', '') end
       stat('reaped')
-      retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
-        'lease expired: the worker stopped heartbeating (crash or stall)')
+      if not give_back_unused(job, deadline) then
+        retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
+          'lease expired: the worker stopped heartbeating (crash or stall)')
+      end
       refile(job.domain)
     elseif job == false then
       local d = redis.call('HGET', K_LEASED, id) or ''
