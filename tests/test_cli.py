@@ -72,8 +72,8 @@ def test_enqueue_all_invalid_exits_2_and_writes_nothing(capsys: Any, redis_url: 
         (["enqueue", "https://a.example.com/", "--lane", "urgent"], "unknown lane 'urgent'"),
         (["enqueue", "https://a.example.com/", "--payload", "{bad"], "--payload"),
         (["enqueue", "--file", "/nonexistent/urls.txt"], "cannot read /nonexistent/urls.txt"),
-        (["status"], "unknown queue 'default'"),
-        (["breaker", "reset", "nowhere.example.com"], "unknown queue"),
+        (["breaker", "reset", "nowhere.example.com"], "unknown domain 'nowhere.example.com'"),
+        (["breaker", "trip", "nowhere.example.com"], "unknown domain 'nowhere.example.com'"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(
@@ -131,6 +131,92 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
         "consecutive_failures", "open_until",
     }  # fmt: skip
     q.close()
+
+
+def test_status_of_an_empty_queue_is_zeros_not_an_error(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Monitoring polls before the first enqueue: the full schema, the configured lanes at 0.
+    monkeypatch.setenv("SCRAPEQ_LANES", "fast=-60,slow=600")
+    code, out, err = run(capsys, "--redis", redis_url, "status", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == {
+        "queue": "default",
+        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "lanes": {
+            lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0} for lane in ("fast", "slow")
+        },
+        "domains": [],
+        "paused_until": None,
+        "alarms": [],
+    }
+    assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
+    code, out, _ = run(capsys, "--redis", redis_url, "status")
+    assert code == 0 and "queue default" in out and "fast" in out
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []  # looking created nothing
+
+
+def test_empty_queue_hint_names_the_known_queues(capsys: Any, redis_url: str) -> None:
+    for name in ("shops", "news"):
+        q = Queue.from_url(redis_url, settings=Settings(queue=name))
+        q.enqueue(urls(1)[0])
+        q.close()
+    code, out, err = run(capsys, "--redis", redis_url, "--queue", "shpos", "status", "--json")
+    assert code == 0 and json.loads(out)["counts"]["enqueued"] == 0
+    assert err.strip() == "scrapeq: queue 'shpos' is empty; known queues: news, shops"
+    code, _, err = run(capsys, "--redis", redis_url, "--queue", "shops", "status", "--json")
+    assert code == 0 and err == ""  # no hint for a queue that exists
+    code, _, err = run(capsys, "--redis", redis_url, "--queue", "shpos", "breaker", "reset",
+                       "shop-1.example.com")  # fmt: skip
+    assert code == 2
+    assert err == (
+        "scrapeq: error: unknown domain 'shop-1.example.com' "
+        "(queue 'shpos' is empty; known queues: news, shops)\n"
+    )
+
+
+def test_empty_queue_hint_scans_a_bounded_number_of_keys(
+    capsys: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.mset({f"other:{i}": 1 for i in range(20_000)})  # a Redis shared with others
+    redis_client.config_resetstat()
+    code, _, err = run(capsys, "--redis", redis_url, "status", "--json")
+    assert code == 0
+    assert err.strip() == (
+        "scrapeq: queue 'default' is empty; no queues among the first keys scanned"
+    )
+    assert redis_client.info("commandstats")["cmdstat_scan"]["calls"] == 5
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["dead", "list", "--json"], "[]"),
+        (["dead", "list"], ""),
+        (["dead", "replay", "--all"], "replayed 0 dead letters"),
+        (["dead", "replay", "--domain", "shop-1.example.com"], "replayed 0 dead letters"),
+        (["dead", "purge"], "purged 0 dead letters"),
+        (["breakers", "--json"], "[]"),
+        (["domains", "--json"], "[]"),
+    ],
+)
+def test_commands_on_an_empty_queue_answer_nothing_and_exit_0(
+    capsys: Any, redis_url: str, argv: list[str], expected: str
+) -> None:
+    code, out, err = run(capsys, "--redis", redis_url, *argv)
+    assert code == 0, err
+    assert expected in out
+    assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
+
+
+def test_dead_replay_of_an_id_on_an_empty_queue_is_not_a_dead_letter(
+    capsys: Any, redis_url: str
+) -> None:
+    code, _, err = run(capsys, "--redis", redis_url, "dead", "replay", "--id", "zz9")
+    assert code == 2 and "not a dead letter: zz9" in err
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
 
 
 def test_status_table_shows_lanes_domains_and_alarms(capsys: Any, redis_url: str) -> None:

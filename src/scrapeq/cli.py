@@ -7,13 +7,16 @@ No traceback for user errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import redis
 import typer
 from rich.console import Console
 
@@ -21,6 +24,7 @@ from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, ScrapeqError
 from .job import ms_to_iso
+from .keys import QUEUE_SCAN_PATTERN, queue_of_marker
 from .queue import AsyncQueue, Queue
 from .settings import Settings, load_settings
 
@@ -316,10 +320,52 @@ def _console() -> Console:
 
 
 def _existing_queue(ctx: typer.Context) -> Queue:
+    """The queue for a command that reads or tidies it; a queue never used is no error.
+
+    Monitoring may poll before the first enqueue, so such a queue answers zeros and empty
+    lists. A hint on stderr names the queues that do exist, in case the name is a typo.
+    """
     q = Context(_settings(ctx)).queue()
     if not q.exists():
-        _die(f"unknown queue {q.name!r}: nothing was ever enqueued to it", 2)
+        typer.echo(f"scrapeq: {_empty_queue_note(q)}", err=True)
     return q
+
+
+def _empty_queue_note(q: Queue) -> str:
+    """``queue 'shpos' is empty; known queues: shops`` (as much as a cheap look finds)."""
+    known = _known_queues(q.client)
+    if known is None:
+        return f"queue {q.name!r} is empty"
+    names, complete = known
+    if not names:
+        if complete:
+            return f"queue {q.name!r} is empty; no queues on this Redis yet"
+        return f"queue {q.name!r} is empty; no queues among the first keys scanned"
+    more = "" if complete else " (and maybe more: only the first keys were scanned)"
+    return f"queue {q.name!r} is empty; known queues: {', '.join(names)}{more}"
+
+
+#: A hint must stay cheap on a big Redis: at most this many SCAN calls of COUNT 1000 each.
+_SCAN_CALLS = 5
+
+
+def _known_queues(client: redis.Redis) -> tuple[list[str], bool] | None:
+    """The queues a bounded SCAN finds, and whether it saw every key; None if SCAN failed.
+
+    Failure is tolerated (e.g. an ACL user without SCAN): the hint just names none.
+    """
+    found: set[str] = set()
+    cursor = 0
+    try:
+        for _ in range(_SCAN_CALLS):
+            cursor, batch = client.scan(cursor, match=QUEUE_SCAN_PATTERN, count=1000)
+            names = (queue_of_marker(str(key)) for key in batch)
+            found.update(n for n in names if n is not None)
+            if cursor == 0:
+                return sorted(found), True
+    except redis.RedisError:
+        return None
+    return sorted(found), False
 
 
 # --- dead letters ------------------------------------------------------------------------------
@@ -425,7 +471,9 @@ def breaker_reset(
     ctx: typer.Context, domain: Annotated[str, typer.Argument(help="host[:port]")]
 ) -> None:
     """Close a domain's breaker (a retired domain is un-retired)."""
-    state = _existing_queue(ctx).breaker_reset(domain)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_reset(domain)
     typer.echo(f"{domain}: {state}")
 
 
@@ -438,8 +486,21 @@ def breaker_trip(
     ] = None,
 ) -> None:
     """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
-    state = _existing_queue(ctx).breaker_trip(domain, cooldown=cooldown)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_trip(domain, cooldown=cooldown)
     typer.echo(f"{domain}: {state}")
+
+
+@contextlib.contextmanager
+def _unknown_domain_hint(q: Queue) -> Iterator[None]:
+    """Add the empty-queue hint to an unknown domain's error when the queue was never used."""
+    try:
+        yield
+    except NotFound as exc:
+        if q.exists():
+            raise
+        raise NotFound(f"{exc} ({_empty_queue_note(q)})") from None
 
 
 @app.command()
