@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import redis
 
 from scrapeq import Queue, Settings
 from scrapeq.cli import main
+from sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq.cli"]
 
@@ -106,9 +108,85 @@ def test_unreachable_redis_exits_1_without_traceback(capsys: Any) -> None:
     assert code == 1 and "cannot reach Redis" in err and "Traceback" not in err
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: One command of each kind: a read, a write, the worker, the server, the demo. (The dashboard
+#: must fail before it binds: its port is only free when the module is collected.)
+EVERY_KIND = [
+    ["status"],
+    ["dead", "list", "--json"],
+    ["enqueue", "https://a.example.com/"],
+    ["worker", "--burst"],
+    ["dashboard", "--port", str(_free_port())],
+    ["demo", "--duration", "1"],
+]
+
+
+@pytest.fixture(scope="module")
+def not_redis_url() -> Any:
+    with NotRedis() as url:
+        yield url
+
+
+@pytest.mark.parametrize("argv", EVERY_KIND, ids=lambda a: a[0])
+def test_a_database_the_server_lacks_is_one_line_for_every_command(
+    capsys: Any, redis_url: str, argv: list[str]
+) -> None:
+    url = redis_url.removesuffix("/0") + "/99"
+    code, out, err = run(capsys, "--redis", url, *argv)
+    assert code == 1, (out, err)
+    assert err == (
+        f"scrapeq: error: Redis at {url} has no database 99 (DB index is out of range): "
+        "pick one below the server's 'databases' setting\n"
+    )
+
+
+@pytest.mark.parametrize("argv", EVERY_KIND, ids=lambda a: a[0])
+def test_a_port_where_something_else_answers_is_one_line_for_every_command(
+    capsys: Any, not_redis_url: str, argv: list[str]
+) -> None:
+    code, out, err = run(capsys, "--redis", not_redis_url, *argv)
+    assert code == 1, (out, err)
+    assert err.startswith(f"scrapeq: error: {not_redis_url} does not answer like a Redis server")
+    assert len(err.splitlines()) == 1
+
+
+def test_subprocess_protocol_error_prints_no_traceback(not_redis_url: str) -> None:
+    proc = subprocess.run([*SCRAPEQ, "--redis", not_redis_url, "status"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("scrapeq: error: ") and len(proc.stderr.splitlines()) == 1
+
+
+def test_dashboard_on_a_port_in_use_is_one_line(capsys: Any, redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code, out, err = run(capsys, "--redis", redis_url, "dashboard", "--port", str(port))
+    assert code == 1, (out, err)
+    assert err == (
+        f"scrapeq: error: cannot serve the dashboard on 127.0.0.1:{port}: "
+        "Address already in use (choose another --port)\n"
+    )
+
+
 def test_bad_redis_url_exits_2(capsys: Any) -> None:
     code, _, err = run(capsys, "--redis", "http://localhost:6379", "status")
     assert code == 2 and "redis_url" in err
+
+
+@pytest.mark.parametrize("query", ["db=x", "socket_timeout=soon", "colour=blue"])
+def test_a_url_option_redis_py_refuses_exits_2_in_one_line(
+    capsys: Any, redis_url: str, query: str
+) -> None:
+    code, _, err = run(capsys, "--redis", f"{redis_url}?{query}", "status")
+    assert code == 2, err
+    assert err.startswith("scrapeq: error: setting 'redis_url': ") and len(err.splitlines()) == 1
 
 
 def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +51,20 @@ class Context:
 
     def redis_url(self) -> str:
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
+
+    def checked_url(self) -> str:
+        """The Redis URL after one PING through it, for commands that connect later.
+
+        Raises:
+            RedisUnavailable: the URL cannot be used (one line, password hidden).
+        """
+        url = self.redis_url()
+        client = sync_client(url)
+        try:
+            check_reachable(client, url)
+        finally:
+            client.close()
+        return url
 
     def queue(self) -> Queue:
         url = self.redis_url()
@@ -141,8 +157,7 @@ def worker(
     if results is not None:
         _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
-    url = Context(settings).redis_url()
-    check_reachable(sync_client(url), url)
+    url = Context(settings).checked_url()
     if processes == 1:
         raise typer.Exit(run_worker_process(settings, url, options, 0))
     from .supervisor import supervise
@@ -567,7 +582,7 @@ def demo(
 
     settings = _settings(ctx)
     console = _console()
-    report = run_demo(settings, redis_url=Context(settings).redis_url(), duration=duration,
+    report = run_demo(settings, redis_url=Context(settings).checked_url(), duration=duration,
                       console=console)  # fmt: skip
     render_report(report, console)
 
@@ -582,10 +597,27 @@ def dashboard(
     from .web import serve
 
     context = Context(_settings(ctx))
-    url = context.redis_url()
-    check_reachable(sync_client(url), url)
-    typer.echo(f"dashboard on http://{host}:{port}/  (metrics: /metrics)", err=True)
-    serve(context.async_queue, host=host, port=port)
+    context.checked_url()
+    listening = False
+
+    def ready(base: str) -> None:
+        nonlocal listening
+        listening = True
+        typer.echo(f"dashboard on {base}/  (metrics: /metrics)", err=True)
+
+    try:
+        serve(context.async_queue, host=host, port=port, on_ready=ready)
+    except OSError as exc:
+        if listening:  # not a bind failure: a bug or the machine's, keep the traceback
+            raise
+        _die(f"cannot serve the dashboard on {host}:{port}: {_bind_problem(exc)}", 1)
+
+
+def _bind_problem(exc: OSError) -> str:
+    """Why an address could not be bound, in the OS's words, with a hint when there is one."""
+    # asyncio re-raises bind errors with the address in the text: keep only the OS's reason.
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return f"{reason} (choose another --port)" if exc.errno == errno.EADDRINUSE else reason
 
 
 # --- entry point -------------------------------------------------------------------------------
