@@ -34,6 +34,7 @@ __all__ = [
 CLIENT_NAME = "scrapeq"
 _SCHEMES = ("redis", "rediss", "unix")
 _MASK = "***"
+_CA_HINT = " (name the server's CA in the URL: ?ssl_ca_certs=/path/to/ca.pem)"
 _UNKNOWN_ARGUMENT = re.compile(r"unexpected keyword argument '([^']+)'")
 _USERINFO_PASSWORD = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^:/@?#]*):[^@]*@")
 # What PING can raise on a fresh client: the handshake (AUTH, CLIENT SETNAME, SELECT) runs first,
@@ -199,7 +200,8 @@ def _unavailable(url: str, exc: BaseException, db: object) -> RedisUnavailable:
     if isinstance(exc, redis.AuthenticationError):  # before ConnectionError: it is one
         return RedisUnavailable(f"Redis at {where} refused the login: {reason}")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
-        return RedisUnavailable(f"cannot reach Redis at {where}: {reason}")
+        hint = _CA_HINT if "CERTIFICATE_VERIFY_FAILED" in reason else ""
+        return RedisUnavailable(f"cannot reach Redis at {where}: {reason}{hint}")
     if isinstance(exc, redis.exceptions.InvalidResponse):
         return RedisUnavailable(
             f"{where} does not answer like a Redis server ({reason}): check the host and port"
