@@ -175,6 +175,18 @@ def test_dashboard_on_a_port_in_use_is_one_line(capsys: Any, redis_url: str) -> 
     )
 
 
+def test_dashboard_on_an_address_not_of_this_machine_is_one_line(
+    capsys: Any, redis_url: str
+) -> None:
+    # 192.0.2.1 is TEST-NET-1: never a local address, so bind fails at once, nothing is sent.
+    code, _, err = run(capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1")
+    assert code == 1
+    assert err == (
+        "scrapeq: error: cannot serve the dashboard on 192.0.2.1:8000: "
+        "Cannot assign requested address\n"
+    )
+
+
 def test_bad_redis_url_exits_2(capsys: Any) -> None:
     code, _, err = run(capsys, "--redis", "http://localhost:6379", "status")
     assert code == 2 and "redis_url" in err

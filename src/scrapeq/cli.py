@@ -616,7 +616,8 @@ def dashboard(
 def _bind_problem(exc: OSError) -> str:
     """Why an address could not be bound, in the OS's words, with a hint when there is one."""
     # asyncio re-raises bind errors with the address in the text: keep only the OS's reason.
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    # (A host that does not resolve is a gaierror, whose negative errno strerror() lacks.)
+    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
     return f"{reason} (choose another --port)" if exc.errno == errno.EADDRINUSE else reason
 
 
