@@ -1,8 +1,14 @@
-"""Real loopback HTTP sites for worker tests: each site is its own domain (its own port)."""
+"""Real loopback HTTP sites for worker tests: each site is its own domain (its own port).
+
+Also :class:`NotRedis`, a port where something other than Redis answers.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -100,3 +106,49 @@ def slow(seconds: float) -> Handler:
         return web.Response(text="slow but fine")
 
     return handler
+
+
+class NotRedis:
+    """A loopback TCP port where something other than Redis answers.
+
+    Every connection gets ``HTTP/1.1 400 Bad Request`` once the client has sent anything, then
+    is closed: what a Redis client meets when its URL names a web server's port. Served by a
+    daemon thread; use as a context manager (``with NotRedis() as url:``).
+    """
+
+    REPLY = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)  # the accept loop notices the stop flag within 0.1 s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.port = int(self._sock.getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2)
+                conn.recv(4096)
+                conn.sendall(self.REPLY)
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import redis
 
 from scrapeq import Queue, Settings
 from scrapeq.cli import main
+from sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq.cli"]
 
@@ -72,8 +74,8 @@ def test_enqueue_all_invalid_exits_2_and_writes_nothing(capsys: Any, redis_url: 
         (["enqueue", "https://a.example.com/", "--lane", "urgent"], "unknown lane 'urgent'"),
         (["enqueue", "https://a.example.com/", "--payload", "{bad"], "--payload"),
         (["enqueue", "--file", "/nonexistent/urls.txt"], "cannot read /nonexistent/urls.txt"),
-        (["status"], "unknown queue 'default'"),
-        (["breaker", "reset", "nowhere.example.com"], "unknown queue"),
+        (["breaker", "reset", "nowhere.example.com"], "unknown domain 'nowhere.example.com'"),
+        (["breaker", "trip", "nowhere.example.com"], "unknown domain 'nowhere.example.com'"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(
@@ -106,9 +108,97 @@ def test_unreachable_redis_exits_1_without_traceback(capsys: Any) -> None:
     assert code == 1 and "cannot reach Redis" in err and "Traceback" not in err
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: One command of each kind: a read, a write, the worker, the server, the demo. (The dashboard
+#: must fail before it binds: its port is only free when the module is collected.)
+EVERY_KIND = [
+    ["status"],
+    ["dead", "list", "--json"],
+    ["enqueue", "https://a.example.com/"],
+    ["worker", "--burst"],
+    ["dashboard", "--port", str(_free_port())],
+    ["demo", "--duration", "1"],
+]
+
+
+@pytest.fixture(scope="module")
+def not_redis_url() -> Any:
+    with NotRedis() as url:
+        yield url
+
+
+@pytest.mark.parametrize("argv", EVERY_KIND, ids=lambda a: a[0])
+def test_a_database_the_server_lacks_is_one_line_for_every_command(
+    capsys: Any, redis_url: str, argv: list[str]
+) -> None:
+    url = redis_url.removesuffix("/0") + "/99"
+    code, out, err = run(capsys, "--redis", url, *argv)
+    assert code == 1, (out, err)
+    assert err == (
+        f"scrapeq: error: Redis at {url} has no database 99 (DB index is out of range): "
+        "pick one below the server's 'databases' setting\n"
+    )
+
+
+@pytest.mark.parametrize("argv", EVERY_KIND, ids=lambda a: a[0])
+def test_a_port_where_something_else_answers_is_one_line_for_every_command(
+    capsys: Any, not_redis_url: str, argv: list[str]
+) -> None:
+    code, out, err = run(capsys, "--redis", not_redis_url, *argv)
+    assert code == 1, (out, err)
+    assert err.startswith(f"scrapeq: error: {not_redis_url} does not answer like a Redis server")
+    assert len(err.splitlines()) == 1
+
+
+def test_subprocess_protocol_error_prints_no_traceback(not_redis_url: str) -> None:
+    proc = subprocess.run([*SCRAPEQ, "--redis", not_redis_url, "status"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("scrapeq: error: ") and len(proc.stderr.splitlines()) == 1
+
+
+def test_dashboard_on_a_port_in_use_is_one_line(capsys: Any, redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code, out, err = run(capsys, "--redis", redis_url, "dashboard", "--port", str(port))
+    assert code == 1, (out, err)
+    assert err == (
+        f"scrapeq: error: cannot serve the dashboard on 127.0.0.1:{port}: "
+        "Address already in use (choose another --port)\n"
+    )
+
+
+def test_dashboard_on_an_address_not_of_this_machine_is_one_line(
+    capsys: Any, redis_url: str
+) -> None:
+    # 192.0.2.1 is TEST-NET-1: never a local address, so bind fails at once, nothing is sent.
+    code, _, err = run(capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1")
+    assert code == 1
+    assert err == (
+        "scrapeq: error: cannot serve the dashboard on 192.0.2.1:8000: "
+        "Cannot assign requested address\n"
+    )
+
+
 def test_bad_redis_url_exits_2(capsys: Any) -> None:
     code, _, err = run(capsys, "--redis", "http://localhost:6379", "status")
     assert code == 2 and "redis_url" in err
+
+
+@pytest.mark.parametrize("query", ["db=x", "socket_timeout=soon", "colour=blue"])
+def test_a_url_option_redis_py_refuses_exits_2_in_one_line(
+    capsys: Any, redis_url: str, query: str
+) -> None:
+    code, _, err = run(capsys, "--redis", f"{redis_url}?{query}", "status")
+    assert code == 2, err
+    assert err.startswith("scrapeq: error: setting 'redis_url': ") and len(err.splitlines()) == 1
 
 
 def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> None:
@@ -131,6 +221,92 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
         "consecutive_failures", "open_until",
     }  # fmt: skip
     q.close()
+
+
+def test_status_of_an_empty_queue_is_zeros_not_an_error(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Monitoring polls before the first enqueue: the full schema, the configured lanes at 0.
+    monkeypatch.setenv("SCRAPEQ_LANES", "fast=-60,slow=600")
+    code, out, err = run(capsys, "--redis", redis_url, "status", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == {
+        "queue": "default",
+        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "lanes": {
+            lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0} for lane in ("fast", "slow")
+        },
+        "domains": [],
+        "paused_until": None,
+        "alarms": [],
+    }
+    assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
+    code, out, _ = run(capsys, "--redis", redis_url, "status")
+    assert code == 0 and "queue default" in out and "fast" in out
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []  # looking created nothing
+
+
+def test_empty_queue_hint_names_the_known_queues(capsys: Any, redis_url: str) -> None:
+    for name in ("shops", "news"):
+        q = Queue.from_url(redis_url, settings=Settings(queue=name))
+        q.enqueue(urls(1)[0])
+        q.close()
+    code, out, err = run(capsys, "--redis", redis_url, "--queue", "shpos", "status", "--json")
+    assert code == 0 and json.loads(out)["counts"]["enqueued"] == 0
+    assert err.strip() == "scrapeq: queue 'shpos' is empty; known queues: news, shops"
+    code, _, err = run(capsys, "--redis", redis_url, "--queue", "shops", "status", "--json")
+    assert code == 0 and err == ""  # no hint for a queue that exists
+    code, _, err = run(capsys, "--redis", redis_url, "--queue", "shpos", "breaker", "reset",
+                       "shop-1.example.com")  # fmt: skip
+    assert code == 2
+    assert err == (
+        "scrapeq: error: unknown domain 'shop-1.example.com' "
+        "(queue 'shpos' is empty; known queues: news, shops)\n"
+    )
+
+
+def test_empty_queue_hint_scans_a_bounded_number_of_keys(
+    capsys: Any, redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.mset({f"other:{i}": 1 for i in range(20_000)})  # a Redis shared with others
+    redis_client.config_resetstat()
+    code, _, err = run(capsys, "--redis", redis_url, "status", "--json")
+    assert code == 0
+    assert err.strip() == (
+        "scrapeq: queue 'default' is empty; no queues among the first keys scanned"
+    )
+    assert redis_client.info("commandstats")["cmdstat_scan"]["calls"] == 5
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["dead", "list", "--json"], "[]"),
+        (["dead", "list"], ""),
+        (["dead", "replay", "--all"], "replayed 0 dead letters"),
+        (["dead", "replay", "--domain", "shop-1.example.com"], "replayed 0 dead letters"),
+        (["dead", "purge"], "purged 0 dead letters"),
+        (["breakers", "--json"], "[]"),
+        (["domains", "--json"], "[]"),
+    ],
+)
+def test_commands_on_an_empty_queue_answer_nothing_and_exit_0(
+    capsys: Any, redis_url: str, argv: list[str], expected: str
+) -> None:
+    code, out, err = run(capsys, "--redis", redis_url, *argv)
+    assert code == 0, err
+    assert expected in out
+    assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
+
+
+def test_dead_replay_of_an_id_on_an_empty_queue_is_not_a_dead_letter(
+    capsys: Any, redis_url: str
+) -> None:
+    code, _, err = run(capsys, "--redis", redis_url, "dead", "replay", "--id", "zz9")
+    assert code == 2 and "not a dead letter: zz9" in err
+    assert redis.Redis.from_url(redis_url).keys("sq:*") == []
 
 
 def test_status_table_shows_lanes_domains_and_alarms(capsys: Any, redis_url: str) -> None:

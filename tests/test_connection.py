@@ -21,6 +21,7 @@ from scrapeq.connection import (
 )
 from scrapeq.embedded import stop_server
 from scrapeq.errors import ConfigError, RedisUnavailable
+from sites import NotRedis
 
 SECRET = "hunter2"
 
@@ -35,6 +36,17 @@ def _closed_port_url() -> str:
 
 def _with_credentials(url: str) -> str:
     return url.replace("redis://", f"redis://nobody:{SECRET}@", 1)
+
+
+def _database(url: str, db: int) -> str:
+    """``url`` (ending in ``/0``) pointed at database ``db``."""
+    return url.removesuffix("/0") + f"/{db}"
+
+
+@pytest.fixture(scope="module")
+def not_redis_url() -> Iterator[str]:
+    with NotRedis() as url:
+        yield url
 
 
 @pytest.fixture
@@ -81,6 +93,11 @@ def test_resolve_url_returns_a_valid_url_unchanged(url: str, tmp_path: Path) -> 
         "unix://",
         "unix://relative.sock",
         "redis://[::1/0",
+        "redis://localhost:6379/0?db=x",
+        "redis://localhost:6379/0?socket_timeout=soon",
+        f"redis://:{SECRET}@localhost:6379/0?colour=blue",
+        f"rediss://:{SECRET}@localhost:6380/0?ssl_cert_reqs=maybe",
+        "unix:///tmp/redis.sock?db=one",
     ],
 )
 def test_resolve_url_refuses_a_bad_url_naming_the_setting(url: str, tmp_path: Path) -> None:
@@ -204,3 +221,55 @@ async def test_acheck_reachable_on_bad_credentials(redis_url: str) -> None:
         await client.aclose()
 
     assert SECRET not in str(caught.value)
+
+
+def test_check_reachable_on_a_database_the_server_lacks(redis_url: str) -> None:
+    # A default server has databases 0-15: SELECT 99 fails during the connection handshake.
+    url = _database(redis_url, 99)
+    client = sync_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            check_reachable(client, url)
+    finally:
+        client.close()
+
+    assert str(caught.value) == (
+        f"Redis at {url} has no database 99 (DB index is out of range): "
+        "pick one below the server's 'databases' setting"
+    )
+
+
+def test_check_reachable_where_something_else_answers(not_redis_url: str) -> None:
+    client = sync_client(not_redis_url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            check_reachable(client, not_redis_url)
+    finally:
+        client.close()
+
+    message = str(caught.value)
+    assert message.startswith(f"{not_redis_url} does not answer like a Redis server (")
+    assert message.endswith("): check the host and port")
+
+
+async def test_acheck_reachable_on_a_database_the_server_lacks(redis_url: str) -> None:
+    url = _database(redis_url, 99)
+    client = async_client(url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            await acheck_reachable(client, url)
+    finally:
+        await client.aclose()
+
+    assert "has no database 99" in str(caught.value)
+
+
+async def test_acheck_reachable_where_something_else_answers(not_redis_url: str) -> None:
+    client = async_client(not_redis_url)
+    try:
+        with pytest.raises(RedisUnavailable) as caught:
+            await acheck_reachable(client, not_redis_url)
+    finally:
+        await client.aclose()
+
+    assert "does not answer like a Redis server" in str(caught.value)

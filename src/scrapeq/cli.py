@@ -7,13 +7,18 @@ No traceback for user errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
+import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import redis
 import typer
 from rich.console import Console
 
@@ -21,6 +26,7 @@ from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from .job import ms_to_iso
+from .keys import QUEUE_SCAN_PATTERN, queue_of_marker
 from .queue import AsyncQueue, Queue
 from .settings import Settings, load_settings
 
@@ -45,6 +51,20 @@ class Context:
 
     def redis_url(self) -> str:
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
+
+    def checked_url(self) -> str:
+        """The Redis URL after one PING through it, for commands that connect later.
+
+        Raises:
+            RedisUnavailable: the URL cannot be used (one line, password hidden).
+        """
+        url = self.redis_url()
+        client = sync_client(url)
+        try:
+            check_reachable(client, url)
+        finally:
+            client.close()
+        return url
 
     def queue(self) -> Queue:
         url = self.redis_url()
@@ -137,8 +157,7 @@ def worker(
     if results is not None:
         _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
-    url = Context(settings).redis_url()
-    check_reachable(sync_client(url), url)
+    url = Context(settings).checked_url()
     if processes == 1:
         raise typer.Exit(run_worker_process(settings, url, options, 0))
     from .supervisor import supervise
@@ -316,10 +335,52 @@ def _console() -> Console:
 
 
 def _existing_queue(ctx: typer.Context) -> Queue:
+    """The queue for a command that reads or tidies it; a queue never used is no error.
+
+    Monitoring may poll before the first enqueue, so such a queue answers zeros and empty
+    lists. A hint on stderr names the queues that do exist, in case the name is a typo.
+    """
     q = Context(_settings(ctx)).queue()
     if not q.exists():
-        _die(f"unknown queue {q.name!r}: nothing was ever enqueued to it", 2)
+        typer.echo(f"scrapeq: {_empty_queue_note(q)}", err=True)
     return q
+
+
+def _empty_queue_note(q: Queue) -> str:
+    """``queue 'shpos' is empty; known queues: shops`` (as much as a cheap look finds)."""
+    known = _known_queues(q.client)
+    if known is None:
+        return f"queue {q.name!r} is empty"
+    names, complete = known
+    if not names:
+        if complete:
+            return f"queue {q.name!r} is empty; no queues on this Redis yet"
+        return f"queue {q.name!r} is empty; no queues among the first keys scanned"
+    more = "" if complete else " (and maybe more: only the first keys were scanned)"
+    return f"queue {q.name!r} is empty; known queues: {', '.join(names)}{more}"
+
+
+#: A hint must stay cheap on a big Redis: at most this many SCAN calls of COUNT 1000 each.
+_SCAN_CALLS = 5
+
+
+def _known_queues(client: redis.Redis) -> tuple[list[str], bool] | None:
+    """The queues a bounded SCAN finds, and whether it saw every key; None if SCAN failed.
+
+    Failure is tolerated (e.g. an ACL user without SCAN): the hint just names none.
+    """
+    found: set[str] = set()
+    cursor = 0
+    try:
+        for _ in range(_SCAN_CALLS):
+            cursor, batch = client.scan(cursor, match=QUEUE_SCAN_PATTERN, count=1000)
+            names = (queue_of_marker(str(key)) for key in batch)
+            found.update(n for n in names if n is not None)
+            if cursor == 0:
+                return sorted(found), True
+    except redis.RedisError:
+        return None
+    return sorted(found), False
 
 
 # --- dead letters ------------------------------------------------------------------------------
@@ -427,7 +488,9 @@ def breaker_reset(
     ctx: typer.Context, domain: Annotated[str, typer.Argument(help="host[:port]")]
 ) -> None:
     """Close a domain's breaker (a retired domain is un-retired)."""
-    state = _existing_queue(ctx).breaker_reset(domain)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_reset(domain)
     typer.echo(f"{domain}: {state}")
 
 
@@ -440,8 +503,21 @@ def breaker_trip(
     ] = None,
 ) -> None:
     """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
-    state = _existing_queue(ctx).breaker_trip(domain, cooldown=cooldown)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_trip(domain, cooldown=cooldown)
     typer.echo(f"{domain}: {state}")
+
+
+@contextlib.contextmanager
+def _unknown_domain_hint(q: Queue) -> Iterator[None]:
+    """Add the empty-queue hint to an unknown domain's error when the queue was never used."""
+    try:
+        yield
+    except NotFound as exc:
+        if q.exists():
+            raise
+        raise NotFound(f"{exc} ({_empty_queue_note(q)})") from None
 
 
 @app.command()
@@ -508,7 +584,7 @@ def demo(
 
     settings = _settings(ctx)
     console = _console()
-    report = run_demo(settings, redis_url=Context(settings).redis_url(), duration=duration,
+    report = run_demo(settings, redis_url=Context(settings).checked_url(), duration=duration,
                       console=console)  # fmt: skip
     render_report(report, console)
 
@@ -523,10 +599,28 @@ def dashboard(
     from .web import serve
 
     context = Context(_settings(ctx))
-    url = context.redis_url()
-    check_reachable(sync_client(url), url)
-    typer.echo(f"dashboard on http://{host}:{port}/  (metrics: /metrics)", err=True)
-    serve(context.async_queue, host=host, port=port)
+    context.checked_url()
+    listening = False
+
+    def ready(base: str) -> None:
+        nonlocal listening
+        listening = True
+        typer.echo(f"dashboard on {base}/  (metrics: /metrics)", err=True)
+
+    try:
+        serve(context.async_queue, host=host, port=port, on_ready=ready)
+    except OSError as exc:
+        if listening:  # not a bind failure: a bug or the machine's, keep the traceback
+            raise
+        _die(f"cannot serve the dashboard on {host}:{port}: {_bind_problem(exc)}", 1)
+
+
+def _bind_problem(exc: OSError) -> str:
+    """Why an address could not be bound, in the OS's words, with a hint when there is one."""
+    # asyncio re-raises bind errors with the address in the text: keep only the OS's reason.
+    # (A host that does not resolve is a gaierror, whose negative errno strerror() lacks.)
+    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+    return f"{reason} (choose another --port)" if exc.errno == errno.EADDRINUSE else reason
 
 
 # --- entry point -------------------------------------------------------------------------------

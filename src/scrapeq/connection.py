@@ -2,8 +2,10 @@
 
 :func:`resolve_url` validates a configured URL (or starts the embedded server when none is
 set), :func:`sync_client` / :func:`async_client` build clients with scrapeq's defaults, and
-:func:`check_reachable` / :func:`acheck_reachable` turn "cannot connect" into
-:class:`~scrapeq.errors.RedisUnavailable` with the password hidden (:func:`redact`).
+:func:`check_reachable` / :func:`acheck_reachable` turn every way the first exchange can fail
+into one :class:`~scrapeq.errors.RedisUnavailable` with the password hidden (:func:`redact`):
+nothing listening, refused credentials, a database the server lacks, a port where something
+other than Redis answers.
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ __all__ = [
 CLIENT_NAME = "scrapeq"
 _SCHEMES = ("redis", "rediss", "unix")
 _MASK = "***"
+_CA_HINT = " (name the server's CA in the URL: ?ssl_ca_certs=/path/to/ca.pem)"
+_UNKNOWN_ARGUMENT = re.compile(r"unexpected keyword argument '([^']+)'")
 _USERINFO_PASSWORD = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^:/@?#]*):[^@]*@")
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError)
+# What PING can raise on a fresh client: the handshake (AUTH, CLIENT SETNAME, SELECT) runs first,
+# so a refused login or database arrives as a ResponseError, a non-Redis peer as InvalidResponse.
+_UNREACHABLE = (redis.RedisError, OSError)
 _CLIENT_OPTIONS: dict[str, Any] = {
     "decode_responses": True,
     "socket_connect_timeout": 5.0,
@@ -75,12 +81,30 @@ def _url_problem(url: str) -> str | None:
         return f"not a valid URL ({exc})"
     if parts.scheme not in _SCHEMES:
         return "the scheme must be redis://, rediss:// or unix://"
-    if parts.scheme == "unix":
-        return None if parts.path else "a unix:// URL needs a socket path (unix:///path/to.sock)"
-    if not parts.hostname:
+    if parts.scheme == "unix" and not parts.path:
+        return "a unix:// URL needs a socket path (unix:///path/to.sock)"
+    if parts.scheme != "unix" and not parts.hostname:
         return f"a {parts.scheme}:// URL needs a host ({parts.scheme}://host:6379/0)"
     if port == 0:
         return "port 0 is not a valid port"
+    return _option_problem(url)
+
+
+def _option_problem(url: str) -> str | None:
+    """What redis-py refuses among the URL's options (``?db=x``), found without connecting.
+
+    redis-py reads the query into connection arguments: a bad value fails when the pool is
+    made, an unknown name only when the first connection is, so one connection is built
+    (not opened) here.
+    """
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.connection_class(**pool.connection_kwargs)
+    except TypeError as exc:
+        unknown = _UNKNOWN_ARGUMENT.search(str(exc))
+        return f"unknown option {unknown.group(1)!r} in the query" if unknown else str(exc)
+    except (ValueError, redis.RedisError) as exc:
+        return str(exc)
     return None
 
 
@@ -142,12 +166,13 @@ def check_reachable(client: redis.Redis, url: str) -> None:
         url: the URL, used (redacted) in the error message.
 
     Raises:
-        RedisUnavailable: the server cannot be reached or refuses the credentials.
+        RedisUnavailable: the server cannot be reached, refuses the login or the database,
+            or what answers is not Redis; one line naming the URL, its password hidden.
     """
     try:
         client.ping()
     except _UNREACHABLE as exc:
-        raise _unavailable(url, exc) from exc
+        raise _unavailable(url, exc, _db(client)) from exc
 
 
 async def acheck_reachable(client: redis.asyncio.Redis, url: str) -> None:
@@ -155,11 +180,44 @@ async def acheck_reachable(client: redis.asyncio.Redis, url: str) -> None:
     try:
         await client.ping()
     except _UNREACHABLE as exc:
-        raise _unavailable(url, exc) from exc
+        raise _unavailable(url, exc, _db(client)) from exc
 
 
-def _unavailable(url: str, exc: BaseException) -> RedisUnavailable:
-    """Build the error for an unreachable ``url``, never showing its password."""
+def _db(client: redis.Redis | redis.asyncio.Redis) -> object:
+    """The database number the client selects (from the URL's path or ``?db=``)."""
+    return client.connection_pool.connection_kwargs.get("db", 0)
+
+
+def _unavailable(url: str, exc: BaseException, db: object) -> RedisUnavailable:
+    """Build the one-line error for a ``url`` that cannot be used, never showing its password.
+
+    Args:
+        url: the URL as configured.
+        exc: what the first exchange raised.
+        db: the database number the client asked for.
+    """
+    reason, where = _masked_reason(url, exc), redact(url)
+    if isinstance(exc, redis.AuthenticationError):  # before ConnectionError: it is one
+        return RedisUnavailable(f"Redis at {where} refused the login: {reason}")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+        hint = _CA_HINT if "CERTIFICATE_VERIFY_FAILED" in reason else ""
+        return RedisUnavailable(f"cannot reach Redis at {where}: {reason}{hint}")
+    if isinstance(exc, redis.exceptions.InvalidResponse):
+        return RedisUnavailable(
+            f"{where} does not answer like a Redis server ({reason}): check the host and port"
+        )
+    if not isinstance(exc, redis.ResponseError):  # failed on this side, e.g. a TLS option
+        return RedisUnavailable(f"cannot use Redis at {where}: {reason}")
+    if "DB index is out of range" in reason:
+        return RedisUnavailable(
+            f"Redis at {where} has no database {db} ({reason}): "
+            "pick one below the server's 'databases' setting"
+        )
+    return RedisUnavailable(f"Redis at {where} refused the connection: {reason}")
+
+
+def _masked_reason(url: str, exc: BaseException) -> str:
+    """``exc``'s text with the URL's password (raw or percent-decoded) replaced by ``***``."""
     reason = str(exc) or type(exc).__name__
     try:
         password = urlsplit(url).password
@@ -167,4 +225,4 @@ def _unavailable(url: str, exc: BaseException) -> RedisUnavailable:
         password = None
     for secret in {password, unquote(password or "")} - {None, ""}:
         reason = reason.replace(str(secret), _MASK)
-    return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {reason}")
+    return reason

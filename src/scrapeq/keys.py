@@ -10,9 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Keys", "validate_queue_name"]
+__all__ = ["QUEUE_SCAN_PATTERN", "Keys", "queue_of_marker", "validate_queue_name"]
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+#: The keys that show a queue exists (the ones ``Queue.exists`` looks at).
+_MARKER = re.compile(r"^sq:\{([A-Za-z0-9_.\-]{1,64})\}:(?:meta|stats|domains)$")
+
+#: A SCAN pattern matching every scrapeq key of every queue (braces are literal in globs).
+QUEUE_SCAN_PATTERN = "sq:{*}:*"
 
 
 def validate_queue_name(name: str) -> str:
@@ -24,6 +29,17 @@ def validate_queue_name(name: str) -> str:
     if not _QUEUE_NAME.match(name):
         raise ValueError(f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'")
     return name
+
+
+def queue_of_marker(key: str) -> str | None:
+    """The queue a key shows to exist (``sq:{shops}:meta`` → ``shops``), or None.
+
+    Only a queue's marker keys answer (``meta``, ``stats``, ``domains``): every queue that
+    ``Queue.exists`` finds has at least one, so a SCAN finds each queue a bounded number of
+    times however many jobs it holds.
+    """
+    found = _MARKER.match(key)
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True, slots=True)
