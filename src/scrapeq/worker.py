@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import gc
 import inspect
+import json
 import logging
 import signal
 import time
@@ -36,6 +37,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from .classify import Classification, Outcome, classify_exception, classify_response
 from .errors import Permanent, RedisUnavailable, Retry, ScriptError
@@ -425,6 +428,14 @@ class Worker:
         settlement = self.queue.done(job, domain_failed=verdict.counts_against_domain)
         if self.sink is None:
             return settlement, None
+        problem = _not_json(result)
+        if problem is not None:
+            # The handler's error, not the sink's: a retry spending an attempt (so it ends
+            # dead), never a release of ours, and no str() of it written in its place.
+            settlement = self.queue.retrying(
+                job, kind="handler_result", message=problem, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, problem)
         return settlement, _record(job, "done", response, started, None, result)
 
     def _from_classification(
@@ -662,6 +673,26 @@ def _traceback_summary(exc: BaseException) -> str:
     where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
     text = f"{type(exc).__name__}: {exc}"
     return f"{text} ({where})" if where else text
+
+
+def _not_json(result: Any) -> str | None:
+    """Why a handler's result cannot be a results record's ``result``; None when it can.
+
+    JSON is what orjson or ``json`` writes without a ``default`` (so datetimes and dataclasses
+    pass, as orjson writes them, and integers over 64 bits as ``json`` does); a set, an
+    arbitrary object, a dict with tuple keys or a cycle do not. orjson first: it answers in
+    about a microsecond for a small result, and most results are small dicts.
+    """
+    try:
+        orjson.dumps(result)
+        return None
+    except TypeError:
+        pass
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        return f"handler result is not JSON: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _record(
