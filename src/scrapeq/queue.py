@@ -168,7 +168,14 @@ class _QueueCore:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ConfigError("max_attempts", f"must be an integer >= 1, got {attempts!r}")
         try:
-            payload_json = None if payload is None else json.dumps(payload, allow_nan=False)
+            # Compact, as people and programs write JSON: a payload of max_payload bytes as
+            # typed is max_payload bytes as stored and measured (default separators add one
+            # space per key and item).
+            payload_json = (
+                None
+                if payload is None
+                else json.dumps(payload, allow_nan=False, separators=(",", ":"))
+            )
         except (TypeError, ValueError) as exc:
             raise ConfigError("payload", f"not JSON-serialisable: {exc}") from None
         expires_ms = _seconds_ms("expires", expires)
