@@ -22,7 +22,7 @@ from scrapeq import worker as worker_module
 from scrapeq.fetch import Fetcher, StaticResolver
 from scrapeq.sinks import CallableSink, JsonlSink
 from scrapeq.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
-from sites import drip, hang, ok, sites, slow, status
+from sites import drip, hang, ok, proxy, sites, slow, status
 
 FAST = dict(
     allow_private=True,
@@ -330,6 +330,36 @@ async def test_a_handler_signal_that_cannot_be_settled_retries_to_a_bounded_end(
     assert (job.dead_reason, job.attempts) == ("max_attempts", 3)
     assert [e.kind for e in job.errors] == ["internal_error"] * 3
     assert "delay" in job.errors[-1].message
+
+
+async def test_a_proxy_refusing_one_target_charges_that_domain_and_never_pauses_the_worker(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    """Issue 10: a proxy answering CONNECT with 502 for one dead target paused the whole
+    worker for 2 s per job: 400 healthy jobs took 8 s instead of under 1 s."""
+    unreachable = f"127.0.0.1:{free_port()}"
+    async with sites(ok, ok, ok, ok) as healthy, proxy({unreachable: 502}) as p:
+        q = make_queue(proxy=(p.url,), domain_concurrency=10, breaker_failures=3)
+        refused = await q.enqueue_many([f"https://{unreachable}/p/{i}" for i in range(20)])
+        await q.enqueue_many([s.url(f"/p/{i}") for s in healthy for i in range(100)])
+        worker = Worker(q, concurrency=100)
+
+        async def healthy_done() -> bool:
+            infos = await q.domains_info([s.domain for s in healthy])
+            return sum(i["done"] for i in infos) == 400
+
+        elapsed = await run_for(worker, healthy_done, timeout=30)
+        (info,) = await q.domains_info([unreachable])
+    # about 0.25 s here (1 s is the issue's bar); 2 s leaves room for a busy machine
+    assert elapsed is not None and elapsed < 2.0, f"400 healthy jobs took {elapsed} s"
+    assert sum(s.total for s in healthy) == 400 and sum(p.forwards.values()) == 400
+    assert worker.stats.released == 0, "the proxy is up: nothing is ours"
+    assert info["state"] == "open", "the refused target's own breaker tripped"
+    assert 3 <= p.connects[unreachable] <= 10, "the breaker stopped the fetches"
+    jobs = [await q.get_job(r.id) for r in refused]
+    errors = [e for j in jobs if j is not None for e in j.errors]
+    assert errors and {e.kind for e in errors} == {"proxy_http_502"}
+    assert all(j is not None and j.releases == 0 and j.dead_reason is None for j in jobs)
 
 
 async def test_sink_failure_releases_the_job_instead_of_losing_it(
