@@ -12,6 +12,8 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -72,6 +74,123 @@ async def sites(*handlers: Handler) -> AsyncIterator[list[Site]]:
         yield started
     finally:
         await asyncio.gather(*(s.stop() for s in started), return_exceptions=True)
+
+
+class Proxy:
+    """A forward HTTP proxy on 127.0.0.1, on asyncio streams (what aiohttp's client speaks).
+
+    ``CONNECT host:port`` is tunnelled, unless ``host:port`` is in ``refuse``: then it is
+    answered with that status (``502 Bad Gateway`` for a target the proxy cannot reach) and
+    nothing is connected. An absolute-form request (``GET http://host:port/path``, a plain
+    http target) is sent on to its host and the answer relayed, one request per connection.
+
+    Attributes:
+        connects: CONNECT requests per ``host:port``.
+        forwards: plain requests per ``host:port``.
+    """
+
+    def __init__(self, refuse: dict[str, int] | None = None) -> None:
+        self.refuse = dict(refuse or {})
+        self.connects: Counter[str] = Counter()
+        self.forwards: Counter[str] = Counter()
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):  # open tunnels: Python 3.11 does not close them
+            writer.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            method, target, _ = head.split("\r\n", 1)[0].split(" ", 2)
+            if method == "CONNECT":
+                await self._connect(target, reader, writer)
+            else:
+                await self._forward(head, target, writer)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            pass  # a client or an upstream went away: so does this connection
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _connect(
+        self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.connects[target] += 1
+        refused = self.refuse.get(target)
+        if refused is not None:
+            phrase = HTTPStatus(refused).phrase
+            writer.write(f"HTTP/1.1 {refused} {phrase}\r\nContent-Length: 0\r\n\r\n".encode())
+            await writer.drain()
+            return
+        host, port = target.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        self._writers.add(up_writer)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            self._writers.discard(up_writer)
+            up_writer.close()
+
+    async def _forward(self, head: str, target: str, writer: asyncio.StreamWriter) -> None:
+        parts = urlsplit(target)
+        self.forwards[parts.netloc] += 1
+        request_line, *lines = head.rstrip("\r\n").split("\r\n")
+        method = request_line.split(" ", 1)[0]
+        kept = [h for h in lines if h.split(":", 1)[0].lower() not in _HOP_BY_HOP]
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        upstream = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""])
+        up_reader, up_writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        try:
+            up_writer.write(upstream.encode("latin-1"))
+            await up_writer.drain()
+            await _pipe(up_reader, writer)
+        finally:
+            up_writer.close()
+
+
+_HOP_BY_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization"})
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until end of file, then half-close the other side."""
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except OSError:
+        writer.close()
+
+
+@asynccontextmanager
+async def proxy(refuse: dict[str, int] | None = None) -> AsyncIterator[Proxy]:
+    """Run a :class:`Proxy` for the block."""
+    started = Proxy(refuse)
+    await started.start()
+    try:
+        yield started
+    finally:
+        with contextlib.suppress(Exception):
+            await started.stop()
 
 
 async def ok(request: web.Request) -> web.StreamResponse:

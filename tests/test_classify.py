@@ -345,12 +345,27 @@ EXCEPTION_TABLE: list[tuple[str, BaseException, Outcome, str, bool]] = [
         "proxy_error",
         False,
     ),
+    # the proxy answered CONNECT for one target with a refusal: the target's failure
     (
         "http-proxy-502",
         aiohttp.ClientHttpProxyError(_request_info(), (), status=502),
-        OURS,
-        "proxy_error",
-        False,
+        RETRY,
+        "proxy_http_502",
+        True,
+    ),
+    (
+        "http-proxy-503",
+        aiohttp.ClientHttpProxyError(_request_info(), (), status=503),
+        RETRY,
+        "proxy_http_503",
+        True,
+    ),
+    (
+        "http-proxy-403",
+        aiohttp.ClientHttpProxyError(_request_info(), (), status=403, message="Forbidden"),
+        RETRY,
+        "proxy_http_403",
+        True,
     ),
     # the site's network side
     (

@@ -192,6 +192,18 @@ def test_replay_without_reset_keeps_unspent_attempts(make_queue: QueueFactory) -
     assert job.attempts == 2  # the spent attempt still counts
 
 
+def test_replay_resets_the_release_budget(make_queue: QueueFactory) -> None:
+    q = make_queue(max_releases=1)
+    job_id = q.enqueue(url(1)).id
+    answers = [q.release(q.claim().jobs[0], delay=0) for _ in range(2)]
+    assert answers == ["released", "dead"]
+    assert q.dead_letters()[0].dead_reason == "max_releases"
+    assert q.replay(ids=[job_id]) == (1, [], [])
+    (job,) = q.claim().jobs
+    assert job.releases == 0
+    assert q.release(job, delay=0) == "released", "the budget starts again"
+
+
 def test_replay_by_domain_and_all(make_queue: QueueFactory) -> None:
     q = make_queue(domain_concurrency=10)
     q.enqueue_many([url(s, p) for s in (1, 2, 3) for p in range(4)])

@@ -257,10 +257,9 @@ def test_release_spends_no_attempt(make_queue: QueueFactory) -> None:
     q.enqueue(url(1))
     job = claim_one(q)
     assert job.attempts == 1
-    assert q.release(job) == "released"
+    assert q.release(job, delay=0) == "released"
     again = claim_one(q)
     assert (again.id, again.attempts) == (job.id, 1)
-    assert again.errors == ()
     info = domain_info(q, job.domain)
     assert info["consecutive_failures"] == 0
     assert info["window"] == ""
@@ -292,6 +291,81 @@ def test_release_does_not_touch_the_breaker(make_queue: QueueFactory) -> None:
     after = domain_info(q, second.domain)
     assert after["consecutive_failures"] == 1
     assert after["window"] == before["window"]
+
+
+def test_release_budget_ends_dead_with_the_releases_in_the_history(
+    make_queue: QueueFactory,
+) -> None:
+    q = make_queue(max_releases=2)
+    job_id = q.enqueue(url(1)).id
+    answers = []
+    for _ in range(3):
+        job = claim_one(q)
+        assert job.attempts == 1
+        answers.append(
+            q.release(job, delay=0, kind="released:proxy_error", message="proxy refused")
+        )
+    # max_releases = releases a job may take (like max_throttles): the third one kills it.
+    assert answers == ["released", "released", "dead"]
+    (dead,) = q.dead_letters()
+    assert (dead.id, dead.dead_reason, dead.releases, dead.attempts) == (
+        job_id,
+        "max_releases",
+        3,
+        0,
+    )
+    assert kinds(dead) == ["released:proxy_error"] * 3
+    assert {e.message for e in dead.errors} == {"proxy refused"}
+    assert q.status()["counts"]["dead"] == 1
+
+
+def test_each_release_is_counted_and_recorded(make_queue: QueueFactory) -> None:
+    q = make_queue()
+    q.enqueue(url(1))
+    job = claim_one(q)
+    assert job.releases == 0
+    assert q.release(job, delay=0) == "released"
+    again = claim_one(q)
+    assert again.releases == 1
+    assert kinds(again) == ["released"]
+
+
+def test_release_without_a_delay_backs_off_with_full_jitter(
+    make_queue: QueueFactory, redis_client
+) -> None:
+    base = 10.0
+    q = make_queue(backoff_base=base, backoff_cap=3600, domain_concurrency=50)
+    n = 30
+    q.enqueue_many([url(1, p) for p in range(n)])
+    jobs = q.claim(n).jobs
+    for j in jobs:  # one release taken already: the next bound is base * 2
+        assert q.release(j, delay=0) == "released"
+    jobs = q.claim(n).jobs
+    assert len(jobs) == n and {j.releases for j in jobs} == {1}
+    bound_ms = base * 2 * SEC
+    delays = []
+    for j in jobs:
+        before = redis_now_ms(redis_client, q)
+        assert q.release(j) == "released"
+        after = redis_now_ms(redis_client, q)
+        score = redis_client.zscore(q.keys.delayed, j.id)
+        assert score is not None, "a release without a delay waits"
+        assert score - before >= 0 and score - after <= bound_ms
+        delays.append(score - before)
+    # Full jitter spreads over [0, bound]: 30 draws all in one half has odds 2**-29.
+    assert min(delays) < bound_ms / 2 < max(delays)
+
+
+def test_shutdown_release_spends_no_budget_and_no_backoff(make_queue: QueueFactory) -> None:
+    q = make_queue(max_releases=1)
+    q.enqueue(url(1))
+    for _ in range(3):
+        job = claim_one(q)  # ready again at once: no backoff
+        assert q.release(job, shutdown=True) == "released"
+    stored = q.get_job(job.id)
+    assert stored is not None
+    assert (stored.releases, stored.attempts, stored.errors) == (0, 0, ())
+    assert q.dead_letters() == []
 
 
 # --- 7. throttle -----------------------------------------------------------------------------
@@ -489,7 +563,7 @@ async def test_async_queue_mirrors_queue(
     (again,) = (await aq.claim()).jobs
     assert again.attempts == 2
     assert await aq.heartbeat([again]) == [True]
-    assert await aq.release(again) == "released"
+    assert await aq.release(again, delay=0) == "released"
     assert (await aq.status())["counts"]["ready"] == 1
 
 

@@ -57,9 +57,11 @@ SETTINGS = Settings(
     backoff_base=5,
     backoff_cap=20,
     domain_delay=0,
+    max_releases=3,
 )
 CONC = SETTINGS.domain_concurrency
 MAX_ATTEMPTS = SETTINGS.max_attempts
+MAX_RELEASES = SETTINGS.max_releases
 LEASE_MS = round(SETTINGS.lease * SEC)
 BACKOFF_BASE_MS = round(SETTINGS.backoff_base * SEC)
 BACKOFF_CAP_MS = round(SETTINGS.backoff_cap * SEC)
@@ -101,6 +103,7 @@ class MJob:
     eligible: int
     attempts: int = 0
     unused: int = 0  # leases reaped that were never renewed (no heartbeats in this model)
+    releases: int = 0
     token: int = 0
     deadline: int = 0
     claim: Job | None = None
@@ -533,13 +536,20 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(pick=PICK)
     def release(self, pick: int) -> None:
-        """Given back: ready again at its old priority, the attempt not spent."""
+        """Given back: ready again at its old priority, the attempt not spent; dead once
+        past its release budget."""
         mj = self.pick_inflight(pick)
         if mj is None or mj.claim is None:
             return
-        assert self.q.release(mj.claim) == "released"
+        status = self.q.release(mj.claim, delay=0)
         self.leave_inflight(mj)
-        mj.place, mj.attempts = "ready", max(mj.attempts - 1, 0)
+        mj.attempts, mj.releases = max(mj.attempts - 1, 0), mj.releases + 1
+        if mj.releases > MAX_RELEASES:
+            assert status == "dead"
+            mj.place = "dead"
+            return
+        assert status == "released"
+        mj.place = "ready"
 
     @rule(pick=PICK, how=st.sampled_from(["ack", "ack_slow", "retry", "fail", "release"]))
     def stale_settle(self, pick: int, how: str) -> None:
@@ -590,6 +600,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def check_stored(self, mj: MJob, js: dict[str, Any], s: Snap) -> None:
         assert js["attempts"] == mj.attempts <= MAX_ATTEMPTS, (mj, js["attempts"])
+        assert js.get("releases", 0) == mj.releases, (mj, js.get("releases"))
         in_lane = {lane for lane, ids in s.lanes.items() if mj.id in ids}
         assert in_lane == ({mj.lane} if mj.place == "ready" else set()), (mj, in_lane)
         if mj.place == "ready":

@@ -26,6 +26,7 @@ from scrapeq.classify import (
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.fetch import Fetcher, GuardedResolver, Response, Robots, StaticResolver
 from scrapeq.settings import Settings
+from sites import proxy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -310,6 +311,83 @@ async def test_proxy_down_is_ours() -> None:
         "proxy_error",
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "reason", "counts"),
+    [
+        (502, Outcome.RETRY, "proxy_http_502", True),
+        (503, Outcome.RETRY, "proxy_http_503", True),
+        (403, Outcome.RETRY, "proxy_http_403", True),
+        (407, Outcome.OURS, "proxy_error", False),
+    ],
+)
+async def test_proxy_refusing_connect_for_one_target(
+    status: int, outcome: Outcome, reason: str, counts: bool
+) -> None:
+    """A proxy that answers CONNECT for one target with a 5xx or 403 says that target cannot
+    be reached: the target's failure. A 407 (our credentials) is ours: every target fails."""
+    refused = f"127.0.0.1:{_free_port()}"
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async with (
+        serve({"/": ok}) as base,
+        proxy({refused: status}) as p,
+        fetcher(loopback(proxy=p.url)) as f,
+    ):
+        with pytest.raises(aiohttp.ClientHttpProxyError) as info:
+            await f.fetch(f"https://{refused}/p/1")
+        other = await f.fetch(base + "/")  # the same proxy still serves other targets
+    assert info.value.status == status and other.status == 200
+    assert p.connects == {refused: 1} and sum(p.forwards.values()) == 1
+    verdict = classify_exception(info.value)
+    assert (verdict.outcome, verdict.reason, verdict.counts_against_domain) == (
+        outcome,
+        reason,
+        counts,
+    )
+
+
+class _Unresolvable(aiohttp.abc.AbstractResolver):
+    """Every name fails to resolve (our DNS is down)."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        raise socket.gaierror(socket.EAI_NONAME, f"{host}: Name or service not known")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_proxy_whose_name_does_not_resolve_is_ours() -> None:
+    # Through a proxy only the proxy's name is resolved here: its failure is not the target's.
+    settings = loopback(proxy="http://user:secret@proxy.invalid:3128")
+    async with fetcher(settings, resolver=_Unresolvable()) as f:
+        with pytest.raises(Exception) as info:
+            await f.fetch("http://shop.example.com/p/1")
+    verdict = classify_exception(info.value)
+    assert (verdict.outcome, verdict.counts_against_domain) == (Outcome.OURS, False)
+    assert "proxy.invalid" in str(info.value) and "secret" not in str(info.value)
+
+
+async def test_the_test_proxy_tunnels_the_targets_it_does_not_refuse() -> None:
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="through the tunnel")
+
+    async with serve({"/": ok}) as base, proxy({"127.0.0.1:1": 502}) as p:
+        target = base.removeprefix("http://")
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write(f"GET / HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode())
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"through the tunnel")
+    assert p.connects == {target: 1}
 
 
 def test_socks_proxy_is_refused() -> None:

@@ -64,6 +64,13 @@ def test_script_config_is_in_milliseconds() -> None:
     assert cfg.cool_ms == 2000
 
 
+def test_script_config_carries_the_release_budget() -> None:
+    from scrapeq.settings import Settings
+
+    assert scripts.ScriptConfig.from_settings(Settings(max_releases=4)).max_releases == 4
+    assert '"max_releases": 20' in scripts.ScriptConfig.from_settings(Settings()).to_json()
+
+
 def test_transient_refusals_map_to_redis_unavailable() -> None:
     from scrapeq.errors import RedisUnavailable
 

@@ -39,6 +39,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "allow_private": False,
     "max_body": 10485760,
     "max_throttles": 20,
+    "max_releases": 20,
     "max_redirects": 10,
     "proxy": [],
     "user_agent": None,  # scrapeq/<version>, checked separately
@@ -350,6 +351,8 @@ BAD_ENV = [
     ("global_trip_min", "0", "must be >= 1"),
     ("max_body", "0", "must be >= 1"),
     ("max_throttles", "0", "must be >= 1"),
+    ("max_releases", "0", "must be >= 1"),
+    ("max_releases", "2.5", "expected an integer"),
     ("max_redirects", "-1", "must be >= 0"),
     ("max_body", "1e6", "expected an integer"),
     ("allow_private", "maybe", "expected true/false"),
@@ -555,3 +558,13 @@ def test_repr_hides_passwords() -> None:
     assert "redis://:***@db:6379/0" in text
     assert "http://bob:***@p:8080" in text
     assert s.redis_url == "redis://:hunter2@db:6379/0"  # the value itself is intact
+
+
+def test_max_releases_from_env_file_and_flag(tmp_path: Path) -> None:
+    assert load(tmp_path, "max_releases = 7\n").max_releases == 7
+    assert load(tmp_path, "[scrapeq]\nmax_releases = 8\n").max_releases == 8
+    assert load(environ={"SCRAPEQ_MAX_RELEASES": "9"}).max_releases == 9
+    flag = load(environ={"SCRAPEQ_MAX_RELEASES": "9"}, overrides={"max_releases": 3})
+    assert flag.max_releases == 3
+    with pytest.raises(ConfigError, match="max_releases"):
+        load(tmp_path, 'max_releases = "many"\n')

@@ -11,8 +11,14 @@ ok          2xx, 3xx (the final response after redirects)           \\-         
 retry       timeout, connection error, 5xx, 408, 425, 403           yes             charged
 throttled   429, or 503 with a Retry-After                          no              charged
 fail        400, 404, 410, 451, other 4xx, invalid content          dead at once    \\-
-ours        our proxy or our network failing                        no              \\-
+ours        our proxy down or refusing us (407), our network        no              \\-
 ==========  ======================================================  ==============  =========
+
+A proxy that answers ``CONNECT`` for one target with anything but 200 or 407 (a 502 for a
+target it cannot reach, a 403 for one it will not reach) is that target's failure: ``retry``,
+charged to its domain, reason ``proxy_http_<status>``. Only a proxy we cannot reach, or one
+that refuses our credentials, fails every target alike: ``ours``. A proxy that refuses every
+target trips every breaker together, which the global-fault guard reads as our fault.
 
 ``counts_against_domain`` is what the domain's breaker sees as a failure: transient failures
 count, permanent per-page ones do not (a missing page says nothing about the site), and a call
@@ -317,10 +323,10 @@ def _aiohttp_types(*names: str) -> tuple[type[BaseException], ...]:
 @functools.cache
 def _exception_rules() -> _ExcRules:
     """The whole ordered rule table, aiohttp rows included when aiohttp is importable."""
-    # Proxy errors subclass the connector/response errors: they must be checked first.
+    # Proxy errors subclass the connector/response errors: they must be checked first. A
+    # proxy's answer to CONNECT (ClientHttpProxyError) is read by _from_proxy_answer.
     before_timeout: _ExcRules = (
-        (_aiohttp_types("ClientProxyConnectionError", "ClientHttpProxyError"),
-         _Rule(_OURS, "proxy_error", False)),
+        (_aiohttp_types("ClientProxyConnectionError"), _Rule(_OURS, "proxy_error", False)),
         (_aiohttp_types("TooManyRedirects"), _Rule(_FAIL, "redirect_loop", False)),
         (_aiohttp_types("InvalidURL", "InvalidUrlClientError", "NonHttpUrlClientError"),
          _Rule(_FAIL, "invalid_url", False)),
@@ -344,6 +350,22 @@ def _message(exc: BaseException) -> str:
     return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 3] + "..."
 
 
+#: A proxy's answer to CONNECT that fails every target alike: it refuses our credentials.
+_PROXY_REFUSES_US: Final = 407
+
+
+def _from_proxy_answer(exc: BaseException, message: str) -> Classification | None:
+    """An aiohttp ``ClientHttpProxyError``: the proxy answered CONNECT with ``status``."""
+    proxy_errors = _aiohttp_types("ClientHttpProxyError")
+    if not proxy_errors or not isinstance(exc, proxy_errors):
+        return None
+    status = getattr(exc, "status", None)
+    if status == _PROXY_REFUSES_US:
+        return Classification(Outcome.OURS, "proxy_error", False, message=message)
+    # The proxy is up and answered about this target alone: the target's failure.
+    return Classification(Outcome.RETRY, f"proxy_http_{status}", True, message=message)
+
+
 def _from_response_error(exc: BaseException, message: str) -> Classification | None:
     """An aiohttp ``ClientResponseError`` (``raise_for_status``) classified by its status."""
     response_errors = _aiohttp_types("ClientResponseError")
@@ -363,8 +385,9 @@ def classify_exception(exc: BaseException) -> Classification:
     Order matters and is a table (first match wins): the library's signals
     (:class:`~scrapeq.errors.Permanent` -> ``fail`` with its reason,
     :class:`~scrapeq.errors.Retry` -> ``retry``, not counting: the worker reads the delay
-    from the exception), the fetch layer's errors, proxy errors (``ours``) before the
-    connector errors they subclass, timeouts, network errors (``retry``, counting), an aiohttp
+    from the exception), a proxy's refusal of CONNECT (``retry`` counting against the target,
+    ``ours`` for a 407), the fetch layer's errors, an unreachable proxy (``ours``) before the
+    connector errors it subclasses, timeouts, network errors (``retry``, counting), an aiohttp
     ``ClientResponseError`` by its status (a ``raise_for_status`` 404 is not retried), and
     anything else as ``handler_error``: ``retry``, not counting (a parser bug says nothing
     about the site).
@@ -378,6 +401,9 @@ def classify_exception(exc: BaseException) -> Classification:
     message = _message(exc)
     if isinstance(exc, Permanent):
         return Classification(Outcome.FAIL, exc.reason or "permanent", False, message=message)
+    from_proxy = _from_proxy_answer(exc, message)
+    if from_proxy is not None:
+        return from_proxy
     for types, rule in _exception_rules():
         if isinstance(exc, types):
             return rule.make(message)

@@ -20,6 +20,8 @@ never swallows a plain bug, and a bug never masquerades as a signal.
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "ConfigError",
     "HandlerSignal",
@@ -90,13 +92,20 @@ class Retry(HandlerSignal):
     """Ask for this job to be retried.
 
     Args:
-        delay: seconds to wait before the retry; ``None`` uses the full-jitter backoff.
+        delay: seconds to wait before the retry, a finite number ``>= 0``; ``None`` uses the
+            full-jitter backoff.
         reason: a short text kept in the job's error history.
+
+    Raises:
+        ConfigError: (a :class:`ValueError`) ``delay`` is not a finite number ``>= 0``
+            (``inf``, ``nan``, negative, not a number): such a retry could never be scheduled.
     """
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
-        if delay is not None and delay < 0:
-            raise ValueError("Retry delay must be >= 0 seconds")
+        if delay is not None and not _finite_seconds(delay):
+            raise ConfigError(
+                "delay", f"Retry delay must be a finite number of seconds >= 0, got {delay!r}"
+            )
         self.delay = delay
         self.reason = reason
         super().__init__(reason)
@@ -112,3 +121,13 @@ class Permanent(HandlerSignal):
     def __init__(self, reason: str = "permanent") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+def _finite_seconds(value: object) -> bool:
+    """Whether ``value`` is a number of seconds a queue can schedule: finite and ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:  # an int too large for a float
+        return False

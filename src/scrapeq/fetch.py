@@ -20,10 +20,12 @@
   name if *any* of its addresses is private. The check is on the resolved address the socket
   connects to, so a public-looking name that resolves to ``127.0.0.1`` is refused, after a
   redirect as well, and after a DNS change (results are cached by aiohttp only once checked).
-* proxies (``proxy``): rotated per fetch (every hop of one fetch uses the same proxy). Their
-  failures surface as :class:`aiohttp.ClientProxyConnectionError` /
-  :class:`aiohttp.ClientHttpProxyError` (``ours``). Only ``http://`` and ``https://`` proxies
-  are supported (aiohttp has no SOCKS support built in).
+* proxies (``proxy``): rotated per fetch (every hop of one fetch uses the same proxy). A proxy
+  we cannot reach surfaces as :class:`aiohttp.ClientProxyConnectionError`, one whose name does
+  not resolve as :class:`~scrapeq.classify.OurNetworkDown` (both ``ours``); a proxy's refusal
+  of ``CONNECT`` for one target as :class:`aiohttp.ClientHttpProxyError` with its status (the
+  target's failure, except 407: ``ours``). Only ``http://`` and ``https://`` proxies are
+  supported (aiohttp has no SOCKS support built in).
 
 A private address in a URL is reported as ``BlockedAddress`` (``fail``, ``blocked_address``)
 whether it is literal or resolved; any other bad URL (a ``Location`` with a ``ftp:`` scheme,
@@ -69,7 +71,7 @@ import redis.asyncio
 from protego import Protego
 from redis.exceptions import RedisError
 
-from scrapeq.classify import BlockedAddress, BodyTooLarge, RobotsDisallowed
+from scrapeq.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
 from scrapeq.deadlines import Deadlines
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.settings import Settings
@@ -433,6 +435,11 @@ class Fetcher:
             blocked = _find_blocked(exc)
             if blocked is not None:
                 raise blocked from None
+            # Through a proxy we resolve only the proxy's name (the proxy resolves the
+            # target): a failed look-up is ours, not the target's.
+            if proxy is not None and isinstance(exc, aiohttp.ClientConnectorDNSError):
+                where = urlsplit(proxy).hostname
+                raise OurNetworkDown(f"proxy {where} does not resolve: {exc.os_error}") from exc
             raise
 
     def _validate(self, url: str) -> str:

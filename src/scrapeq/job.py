@@ -53,6 +53,8 @@ class Job:
         created_ms, eligible_ms: enqueue time and when the job is (or was) eligible.
         expires_ms: a not-yet-claimed job dies as ``expired`` at this time, if set.
         throttles: Retry-After deferrals taken (they spend no attempt).
+        releases: releases for our own faults taken (they spend no attempt; a worker
+            stopping does not count).
         errors: the bounded error history, oldest first.
         dead_reason, died_ms: set on dead letters.
         claimed_ms: time of the last claim.
@@ -71,6 +73,7 @@ class Job:
     eligible_ms: int = 0
     expires_ms: int | None = None
     throttles: int = 0
+    releases: int = 0
     errors: tuple[JobError, ...] = field(default=())
     dead_reason: str | None = None
     died_ms: int | None = None
@@ -113,6 +116,7 @@ class Job:
             get("eligible", 0),
             get("expires"),
             get("throttles", 0),
+            get("releases", 0),
             _errors(errors) if errors else (),
             get("dead_reason"),
             get("died"),
@@ -143,6 +147,7 @@ class Job:
             "created_at": ms_to_iso(self.created_ms),
             "expires_at": ms_to_iso(self.expires_ms),
             "throttles": self.throttles,
+            "releases": self.releases,
             "dead_reason": self.dead_reason,
             "died_at": ms_to_iso(self.died_ms),
             "last_error": self.last_error.as_dict() if self.last_error else None,

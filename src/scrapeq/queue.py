@@ -398,9 +398,40 @@ class _QueueCore:
             message=message,
         )
 
-    def releasing(self, job: Job, *, delay: float = 0.0) -> Settlement:
-        """Give a job back without spending an attempt or blaming its domain."""
-        return Settlement(job.id, job.token, "release", delay_ms=_seconds_ms("delay", delay) or 0)
+    def releasing(
+        self,
+        job: Job,
+        *,
+        delay: float | None = None,
+        kind: str = "released",
+        message: str = "",
+        shutdown: bool = False,
+    ) -> Settlement:
+        """Give a job back without spending an attempt or blaming its domain.
+
+        A release is for our own faults (proxy, sink, a bug of ours): it spends one of the
+        job's ``max_releases`` and is kept in its error history as ``kind``/``message``; past
+        the budget the job dies ``max_releases``. It waits ``delay`` seconds, by default a
+        full-jitter backoff over the releases already taken,
+        ``uniform(0, min(backoff_cap, backoff_base * 2**releases))``.
+
+        ``shutdown=True`` (a worker stopping) spends and records nothing and, without a
+        ``delay``, the job is ready again at once.
+        """
+        if shutdown:
+            delay_ms = _seconds_ms("delay", delay) or 0
+            return Settlement(job.id, job.token, "release", delay_ms=delay_ms, shutdown=True)
+        if delay is None:
+            s = self.settings
+            delay = full_jitter(job.releases, base=s.backoff_base, cap=s.backoff_cap)
+        return Settlement(
+            job.id,
+            job.token,
+            "release",
+            delay_ms=_seconds_ms("delay", delay) or 0,
+            kind=kind,
+            message=message,
+        )
 
 
 def _spec_size(spec: EnqueueSpec) -> int:
@@ -663,9 +694,10 @@ class Queue(_QueueCore):
         """Dead-letter a claimed job at once."""
         return self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
 
-    def release(self, job: Job, *, delay: float = 0.0) -> str:
-        """Give a claimed job back without spending an attempt."""
-        return self._drive(self._op_settle_one(self.releasing(job, delay=delay)))
+    def release(self, job: Job, **options: Any) -> str:
+        """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
+        ``dead`` when past its release budget."""
+        return self._drive(self._op_settle_one(self.releasing(job, **options)))
 
     def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
         """Renew leases; answers per job whether its token still owns it."""
@@ -824,9 +856,10 @@ class AsyncQueue(_QueueCore):
         """Dead-letter a claimed job at once."""
         return await self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
 
-    async def release(self, job: Job, *, delay: float = 0.0) -> str:
-        """Give a claimed job back without spending an attempt."""
-        return await self._drive(self._op_settle_one(self.releasing(job, delay=delay)))
+    async def release(self, job: Job, **options: Any) -> str:
+        """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
+        ``dead`` when past its release budget."""
+        return await self._drive(self._op_settle_one(self.releasing(job, **options)))
 
     async def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
         """Renew leases; answers per job whether its token still owns it."""

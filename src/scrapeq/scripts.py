@@ -128,6 +128,7 @@ class ScriptConfig:
     g_min: int = 5
     g_window_ms: int = 60_000
     max_throttles: int = 20
+    max_releases: int = 20
     backoff_base_ms: int = 15_000
     backoff_cap_ms: int = 3_600_000
     #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
@@ -152,6 +153,7 @@ class ScriptConfig:
             g_min=s.global_trip_min,
             g_window_ms=_ms(s.global_trip_window),
             max_throttles=s.max_throttles,
+            max_releases=s.max_releases,
             backoff_base_ms=_ms(s.backoff_base),
             backoff_cap_ms=_ms(s.backoff_cap),
         )
@@ -251,6 +253,8 @@ class Settlement:
         retry_after_ms: park the whole domain this long (Retry-After).
         kind, message: the error recorded in the job's history.
         reason: the dead-letter reason for ``fail``.
+        shutdown: a ``release`` because the worker is stopping: the job's release budget
+            is not spent and nothing is recorded.
     """
 
     job_id: str
@@ -262,6 +266,7 @@ class Settlement:
     kind: str | None = None
     message: str | None = None
     reason: str | None = None
+    shutdown: bool = False
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
@@ -274,6 +279,8 @@ class Settlement:
         for key, value in (("kind", self.kind), ("msg", self.message), ("reason", self.reason)):
             if value is not None:
                 arg[key] = value
+        if self.shutdown:
+            arg["sd"] = True
         return arg
 
 

@@ -382,6 +382,7 @@ class Settings:
     allow_private: bool = _setting("bool", False)
     max_body: int = _count(10_485_760)
     max_throttles: int = _count(20)
+    max_releases: int = _count(20)
     max_redirects: int = _count(10, ge=0)
     proxy: tuple[str, ...] = _setting("proxy", (), check=_check_proxy)
     user_agent: str = field(

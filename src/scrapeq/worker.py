@@ -359,14 +359,21 @@ class Worker:
             self._pending.append((settlement, job, None))
         except asyncio.CancelledError:
             raise
-        except Exception:  # a bug of ours: never lose the job, give it back
-            log.exception("job %s: internal error; releasing it", job.id)
+        except Exception as exc:  # a bug of ours: never lose the job, never loop on it either
+            log.exception("job %s: internal error; retrying it", job.id)
             if not flight.submitted:
                 flight.submitted = True
-                await self._submit(self.queue.releasing(job))
+                await self._submit(self._internal_error(job, exc))
         finally:
             self._flights.pop(job.id, None)
             self._slot_freed.set()
+
+    def _internal_error(self, job: Job, exc: Exception) -> Settlement:
+        """Settle a job whose attempt failed in our own code (a settlement that could not be
+        built, say): a retry with the reason kept. It keeps the attempt the claim spent, so a
+        job that always fails here ends dead (``max_attempts``) instead of going round."""
+        message = _traceback_summary(exc)
+        return self.queue.retrying(job, kind="internal_error", message=message, domain_failed=None)
 
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
         """Fetch, classify and handle one job; answers its settlement and result record."""
@@ -456,8 +463,13 @@ class Worker:
             )
             return s, None
         if verdict.outcome is Outcome.OURS:
+            # Our proxy or network: pause claiming, and give the job back with a backoff over
+            # its releases (spending a release, not an attempt; max_releases bounds them).
             self._claim_pause_until = time.monotonic() + OURS_PAUSE
-            return self.queue.releasing(job, delay=OURS_PAUSE), None
+            s = self.queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
+            if job.releases < self.settings.max_releases:
+                return s, None
+            return s, _record(job, "dead", response, started, f"max_releases: {message}", None)
         settlement = self.queue.retrying(
             job,
             kind=verdict.reason,
@@ -625,7 +637,9 @@ class Worker:
         await self._flush_until_empty()
         if not left:
             return
-        statuses = await self.queue.settle_many([self.queue.releasing(f.job) for f in left])
+        # Stopping is nobody's fault: no release budget spent, no backoff.
+        releases = [self.queue.releasing(f.job, shutdown=True) for f in left]
+        statuses = await self.queue.settle_many(releases)
         for status in statuses:
             self.stats.count(status)
         log.info("released %d jobs without spending an attempt", len(left))

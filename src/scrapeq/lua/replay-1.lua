@@ -6,7 +6,7 @@
     ARGV[1]  clock offset ms, ARGV[2] config JSON
     ARGV[3]  JSON {mode = 'ids' | 'domain' | 'all', ids?, domain?, reset = bool, limit}
       ids     dead letter ids (mode 'ids')
-      reset   attempts (and throttles) start again from zero
+      reset   attempts start again from zero (throttles and releases always do)
       limit   at most this many jobs are moved by this call (modes 'domain' and 'all')
       offset  skip this many dead letters first (those a previous call could not replay)
 
@@ -49,6 +49,7 @@ local function replay_one(id, touched)
   job.dead_reason = nil
   job.died = nil
   job.throttles = 0
+  job.releases = 0
   if ARG.reset then
     job.attempts = 0
   elseif job.attempts >= job.max_attempts then

@@ -4,15 +4,22 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?}]}
+    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?, sd?}]}
       o       'done' | 'retry' | 'throttle' | 'fail' | 'release'
       df      breaker input for the job's domain: true = a failure (timeout, 5xx, slow call),
               false = a success; absent = no information (released, our own fault, 404)
       delay   ms before the job is eligible again (retry, throttle, release)
       ra      ms the whole domain is parked (Retry-After); throttle and retry
-      kind    error kind kept in the history (retry, throttle, fail), e.g. 'http_503'
+      kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
       msg     error message kept in the history
       reason  dead-letter reason (fail), e.g. 'http_404'
+      sd      true: a release because the worker is stopping (see below)
+
+  Release: no attempt spent. A release for our own fault (no sd) counts in job.releases and
+  records kind (default 'released') and msg in the history; the release past CFG.max_releases
+  dead-letters the job as 'max_releases'. The caller chooses the delay (the client's default
+  is a full-jitter backoff over job.releases). A shutdown release (sd = true) counts and
+  records nothing.
 
   Output: one status per item, in order:
     'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
@@ -117,6 +124,15 @@ end
 
 local function settle_release(job, it)
   job.attempts = math.max(job.attempts - 1, 0)
+  if it.sd ~= true then
+    -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
+    job.releases = (job.releases or 0) + 1
+    push_error(job, it.kind or 'released', it.msg)
+    if job.releases > CFG.max_releases then
+      dead_letter(job, 'max_releases', nil)
+      return 'dead'
+    end
+  end
   stat('released')
   if (it.delay or 0) > 0 then
     put_delayed(job, NOW + it.delay)
