@@ -6,7 +6,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from scrapeq.embedded import find_redis_server
-from scrapeq.queue import Queue
+from scrapeq.queue import AsyncQueue, Queue
 from scrapeq.settings import Settings
 
 
@@ -101,3 +101,18 @@ def make_queue(redis_url: str) -> Iterator[Callable[..., Queue]]:
     yield make
     for q in made:
         q.close()
+
+
+@pytest.fixture
+async def make_async_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQueue]]:
+    """The asyncio twin of make_queue."""
+    made: list[AsyncQueue] = []
+
+    def make(**settings: Any) -> AsyncQueue:
+        q = AsyncQueue.from_url(redis_url, settings=Settings(**settings))
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        await q.close()

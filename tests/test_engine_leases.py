@@ -6,7 +6,7 @@ call), never by sleeping.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +15,6 @@ import redis
 from scrapeq.errors import StaleLease
 from scrapeq.job import Job
 from scrapeq.queue import AsyncQueue, Queue
-from scrapeq.settings import Settings
 
 SEC = 1000
 
@@ -474,20 +473,6 @@ def test_retry_default_delay_is_full_jitter(
 
 
 # --- 9. AsyncQueue mirrors Queue -------------------------------------------------------------
-
-
-@pytest.fixture
-async def make_async_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQueue]]:
-    made: list[AsyncQueue] = []
-
-    def make(**settings: Any) -> AsyncQueue:
-        q = AsyncQueue.from_url(redis_url, settings=Settings(**settings))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        await q.close()
 
 
 def _scenario_sync(q: Queue) -> dict[str, Any]:

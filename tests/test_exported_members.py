@@ -6,6 +6,8 @@ import scrapeq
 
 EXPECTED = [
     "AsyncQueue",
+    "AuditProblem",
+    "AuditReport",
     "Claimed",
     "ConfigError",
     "EnqueueResult",
@@ -15,6 +17,7 @@ EXPECTED = [
     "Lane",
     "Lanes",
     "NotFound",
+    "PayloadTooLarge",
     "Permanent",
     "Queue",
     "RedisUnavailable",

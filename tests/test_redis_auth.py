@@ -236,8 +236,9 @@ def _lua_and_client_commands() -> set[str]:
     """Every command scrapeq sends: the scripts' redis.call, the queue's reads, the client's."""
     lua = "\n".join(p.read_text() for p in (ROOT / "src/scrapeq/lua").rglob("*.lua"))
     needed = set(re.findall(r"(?:redis\.p?call|call_many)\('([A-Za-z]+)'", lua))
-    queue_py = (ROOT / "src/scrapeq/queue.py").read_text()
-    needed |= set(re.findall(r'Command\(\("([A-Z]+)"', queue_py))
+    for module in ("queue.py", "audit.py"):  # the operations' reads
+        text = (ROOT / "src/scrapeq" / module).read_text()
+        needed |= set(re.findall(r'Command\(\("([A-Z]+)"', text))
     # redis-py's handshake and script runner; the robots.txt cache (fetch.Robots) GETs and SETs.
     needed |= {"PING", "CLIENT|SETNAME", "EVALSHA", "SCRIPT|LOAD", "GET", "SET"}
     return {c.lower() for c in needed}
@@ -274,6 +275,7 @@ async def test_an_acl_user_limited_to_the_queue_works_end_to_end(
         ["domains", "--json"],
         ["dead", "replay", "--all"],
         ["dead", "purge"],
+        ["audit", "--repair"],
     ]
     for argv in admin_commands:
         code, _, err = run(capsys, *sq, *argv)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from .audit import AuditProblem, AuditReport
 from .errors import (
     ConfigError,
     InvalidURL,
     NotFound,
+    PayloadTooLarge,
     Permanent,
     RedisUnavailable,
     Retry,
@@ -22,6 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncQueue",
+    "AuditProblem",
+    "AuditReport",
     "Claimed",
     "ConfigError",
     "EnqueueResult",
@@ -31,6 +35,7 @@ __all__ = [
     "Lane",
     "Lanes",
     "NotFound",
+    "PayloadTooLarge",
     "Permanent",
     "Queue",
     "RedisUnavailable",

@@ -334,6 +334,34 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=width)
 
 
+@app.command()
+def audit(
+    ctx: typer.Context,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Fix what is safely fixable and say what was done.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Check the queue's Redis structures; exit 1 with the list when anything is off.
+
+    Every job in exactly one place, no id without its job nor job key that nothing names,
+    inflight counters equal to the leases, every domain with ready jobs reachable, counters
+    equal to the structures. With --repair, stranded domains are filed again, counters
+    recounted, orphan job keys filed again (and so on), and each fix is printed.
+
+    Examples:
+      scrapeq audit
+      scrapeq --queue shops audit --repair --json
+    """
+    report = _existing_queue(ctx).audit(repair=repair)
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        _console().print(render.audit_view(report))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def _existing_queue(ctx: typer.Context) -> Queue:
     """The queue for a command that reads or tidies it; a queue never used is no error.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -18,11 +18,12 @@ import redis
 import redis.asyncio
 
 from . import scripts
+from .audit import AuditReport, audit_op
 from .backoff import full_jitter
 from .errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 from .job import Job, ms_to_iso
 from .keys import Keys
-from .scripts import Call, EnqueueSpec, ScriptConfig, Settlement
+from .scripts import Call, Command, EnqueueSpec, Op, ScriptConfig, Settlement, Step
 from .settings import Settings
 from .urls import fingerprint, parse_target
 
@@ -38,24 +39,6 @@ MAX_CLAIM = 1000
 #: call must stay far below Redis's argument limit and answer well within the socket timeout.
 CALL_ITEMS = 500
 CALL_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """A read-only Redis command an operation wants run.
-
-    Attributes:
-        args: the command and its arguments.
-        tolerant: an error reply (a command an ACL user may not run) answers None instead
-            of raising.
-    """
-
-    args: tuple[Any, ...]
-    tolerant: bool = False
-
-
-Step = Call[Any] | Command
-Op = Generator[Step, Any, T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +305,10 @@ class _QueueCore:
             raise ConfigError("concurrency", f"must be an integer >= 1, got {concurrency!r}")
         got_delay, got_conc = yield scripts.domain_set(domain, delay_ms, concurrency)
         return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc}
+
+    def _op_audit(self, repair: bool) -> Op[AuditReport]:
+        s = self.settings
+        return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair)
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -760,6 +747,12 @@ class Queue(_QueueCore):
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return self._drive(self._op_exists())
 
+    def audit(self, *, repair: bool = False) -> AuditReport:
+        """Check the queue's structures (see :mod:`scrapeq.audit`); with ``repair``, fix
+        what is safely fixable. Suspicions a moving job raised are checked again atomically:
+        only problems that hold are reported."""
+        return self._drive(self._op_audit(repair))
+
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
         ``noeviction`` may delete job keys under memory pressure."""
@@ -921,6 +914,12 @@ class AsyncQueue(_QueueCore):
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return await self._drive(self._op_exists())
+
+    async def audit(self, *, repair: bool = False) -> AuditReport:
+        """Check the queue's structures (see :mod:`scrapeq.audit`); with ``repair``, fix
+        what is safely fixable. Suspicions a moving job raised are checked again atomically:
+        only problems that hold are reported."""
+        return await self._drive(self._op_audit(repair))
 
     async def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but

@@ -9,9 +9,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from .audit import AuditReport
 from .job import Job, ms_to_iso
 
 __all__ = [
+    "audit_view",
     "breakers_table",
     "dead_table",
     "domains_table",
@@ -125,3 +127,26 @@ def domains_table(infos: list[dict[str, Any]]) -> Table:
 def print_to(console: Console, renderable: Any) -> None:
     """Print a renderable (kept here so the CLI never builds rich objects itself)."""
     console.print(renderable)
+
+
+def audit_view(report: AuditReport) -> Group:
+    """The `audit` screen: what was checked, then each problem (and what repair did)."""
+    c = report.checked
+    head = (
+        f"audit of queue {report.queue}: {c['jobs']} jobs, {c['domains']} domains, "
+        f"{c['leases']} leases, {c['fingerprints']} fingerprints checked"
+    )
+    if not report.problems:
+        return Group(Text(head), Text("clean: nothing is off", style="green"))
+    table = Table(show_edge=False)
+    for name in ("problem", "subject", "detail", "repaired"):
+        table.add_column(name)
+    for p in report.problems:
+        mark = Text("yes", style="green") if p.repaired else Text("no", style="bold red")
+        table.add_row(p.kind, p.subject, p.detail, mark)
+    verdict = (
+        Text(f"{len(report.problems)} problems, all repaired", style="green")
+        if report.ok
+        else Text(f"{sum(not p.repaired for p in report.problems)} problems left", style="bold red")
+    )
+    return Group(Text(head), table, verdict)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,8 +27,11 @@ from .errors import NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 __all__ = [
     "SCRIPTS",
     "Call",
+    "Command",
+    "Op",
     "ScriptConfig",
     "Settlement",
+    "Step",
     "load_source",
     "map_error",
 ]
@@ -37,6 +40,7 @@ T = TypeVar("T")
 
 #: Every script: name -> file under ``lua/`` (``<action>-<numKeys>.lua``).
 SCRIPTS: dict[str, str] = {
+    "audit": "audit-1.lua",
     "breaker": "breaker-1.lua",
     "claim": "claim-1.lua",
     "domain_info": "domain_info-1.lua",
@@ -173,6 +177,25 @@ class Call(Generic[T]):
     script: str
     args: str
     parse: Callable[[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A read-only Redis command an operation wants run.
+
+    Attributes:
+        args: the command and its arguments.
+        tolerant: an error reply (a command an ACL user may not run) answers None instead
+            of raising.
+    """
+
+    args: tuple[Any, ...]
+    tolerant: bool = False
+
+
+Step = Call[Any] | Command
+#: An operation: a generator of steps that receives each step's answer and returns T.
+Op = Generator[Step, Any, T]
 
 
 def _seed() -> int:
@@ -390,6 +413,16 @@ def purge(
     if domain is not None:
         args["domain"] = domain
     return _call("purge", parse, **args)
+
+
+def audit(items: Sequence[dict[str, Any]], repair: bool) -> Call[list[tuple[bool, bool, str]]]:
+    """Confirm (and with ``repair`` fix) suspected problems; answers per item
+    (confirmed, repaired, detail). Items are documented in ``lua/audit-1.lua``."""
+
+    def parse(raw: list[Any]) -> list[tuple[bool, bool, str]]:
+        return [(bool(int(c)), bool(int(r)), str(d)) for c, r, d in raw]
+
+    return _call("audit", parse, items=list(items), repair=repair, seed=_seed())
 
 
 def status(lanes: Sequence[str]) -> Call[dict[str, Any]]:

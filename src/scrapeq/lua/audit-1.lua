@@ -1,0 +1,322 @@
+--[[
+  Confirm, and optionally repair, problems a scan of the queue's structures suspects.
+
+  `scrapeq audit` reads the queue in bounded slices (scrapeq/audit.py); on a live queue a
+  job may move between two reads, so every suspicion is checked again here, atomically, and
+  reported only when it still holds. With `repair`, what is safely fixable is fixed in the
+  same step.
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {repair = bool, seed, items = [{k, id?, d?, place?, lane?, fp?, exp?, obs?}]}
+      k  the suspected problem:
+         corrupt_job        id, d? (the ready queue holding it): its text is not a valid job
+         job_without_place  id: a job key no structure names
+         job_in_two_places  id: a job filed in more than one of delayed, inflight, dead, ready
+         wrong_domain_queue id, d: a job in dq:<d> whose domain is not d
+         id_without_job     id, place ('delayed', 'inflight', 'dead', 'dq', 'ddead', 'lane'),
+                            d (dq, ddead), lane (lane): an id whose job key is gone
+         lane_index         id, lane: a ready job missing from its lane index, or a lane
+                            member that is not ready
+         lease_domain       id: a lease without its domain record, or a record without lease
+         inflight_count     d: the domain's inflight counter is not its number of leases
+         delayed_count      d, exp, obs: the domain's delayed counter (obs when scanned) is
+                            not its number of delayed jobs (exp, counted by the scan)
+         lane_delayed_count lane, exp, obs: the same for a lane (stats delayed:<lane>)
+         stranded_domain    d: ready jobs, yet the domain is in neither domains:ready nor
+                            domains:wait, nor at its cap with leases out (nor draining)
+         stale_fingerprint  fp, id: a de-duplication fingerprint held by a job that is no
+                            longer pending
+
+  Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
+  (dead letter if it died, else ready); a job in two places keeps the most advanced one
+  (inflight, dead, ready, delayed); ids without a job leave their structure (an inflight one
+  frees its domain's slot, as a reap does); indexes, lease records and counters are set to
+  what the structures hold; a stranded domain is filed again; a stale fingerprint is dropped.
+  Delayed counters are counted again here while the delayed set holds at most 20,000 jobs;
+  beyond, the scan's count applies only while the counter still reads `obs` (best effort).
+
+  Cost: O(items), plus one pass over the leases (inflight) when a count of leases is needed
+  and one over the delayed set (at most 20,000) when a delayed counter is suspected.
+
+  Output: one entry per item, in order: {confirmed (0|1), repaired (0|1), detail}
+]]
+--@include common
+--@include domain
+--@include jobs
+--@include housekeeping
+
+local REPAIR = ARG.repair == true
+
+-- Leases per domain, counted once per call when first needed: the domain each lease
+-- recorded, else the one its job names.
+local LEASES = nil
+local function leases_of(d)
+  if not LEASES then
+    LEASES = {}
+    local recorded = {}
+    local flat = redis.call('HGETALL', K_LEASED)
+    for i = 1, #flat, 2 do recorded[flat[i]] = flat[i + 1] end
+    for _, id in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
+      local dom = recorded[id]
+      if not dom then
+        local job = load_job(id)
+        if job then dom = job.domain end
+      end
+      if dom then LEASES[dom] = (LEASES[dom] or 0) + 1 end
+    end
+  end
+  return LEASES[d] or 0
+end
+
+-- The places of a job filed under its own domain: list of 'inflight', 'dead', 'ready',
+-- 'delayed' (in that order: the most advanced first).
+local function places_of(job)
+  local out = {}
+  if redis.call('ZSCORE', K_INFLIGHT, job.id) then out[#out + 1] = 'inflight' end
+  if redis.call('ZSCORE', K_DEAD, job.id) then out[#out + 1] = 'dead' end
+  if redis.call('ZSCORE', k_dq(job.domain), job.id) then out[#out + 1] = 'ready' end
+  if redis.call('ZSCORE', K_DELAYED, job.id) then out[#out + 1] = 'delayed' end
+  return out
+end
+
+local function leave_place(job, place)
+  if place == 'dead' then
+    redis.call('ZREM', K_DEAD, job.id)
+    redis.call('ZREM', k_ddead(job.domain), job.id)
+  elseif place == 'ready' then
+    redis.call('ZREM', k_dq(job.domain), job.id)
+    redis.call('ZREM', k_lane(job.lane), job.id)
+  elseif place == 'delayed' then
+    redis.call('ZREM', K_DELAYED, job.id)
+    left_delayed(job)
+  end
+end
+
+local CHECKS = {}
+
+function CHECKS.corrupt_job(it)
+  local job, raw = load_job(it.id)
+  if job ~= false then return false end
+  if not REPAIR then return true, false, 'stored text is not a valid job' end
+  local place, domain = 'ready', ''
+  if redis.call('ZREM', K_INFLIGHT, it.id) == 1 then
+    place = 'inflight'
+    domain = redis.call('HGET', K_LEASED, it.id) or ''
+    redis.call('HDEL', K_LEASED, it.id)
+  elseif redis.call('ZREM', K_DELAYED, it.id) == 1 then
+    place = 'delayed'
+  elseif redis.call('ZSCORE', K_DEAD, it.id) then
+    redis.call('ZREM', K_DEAD, it.id)
+  end
+  local queued_in = it.d or salvage_fields(raw)
+  if queued_in and redis.call('ZREM', k_dq(queued_in), it.id) == 1 then
+    if domain == '' then domain = queued_in end
+    refile(queued_in)
+  end
+  dead_corrupt(it.id, raw, domain, place)
+  return true, true, 'kept as a corrupt_payload dead letter'
+end
+
+function CHECKS.job_without_place(it)
+  local job = load_job(it.id)
+  if not job or #places_of(job) > 0 then return false end
+  if not REPAIR then return true, false, 'domain ' .. job.domain end
+  if job.dead_reason then
+    redis.call('ZADD', K_DEAD, job.died or NOW, job.id)
+    redis.call('ZADD', k_ddead(job.domain), job.died or NOW, job.id)
+    return true, true, 'filed as a dead letter again'
+  end
+  put_ready(job)
+  refile(job.domain)
+  return true, true, 'filed as ready again'
+end
+
+function CHECKS.job_in_two_places(it)
+  local job = load_job(it.id)
+  if not job then return false end
+  local places = places_of(job)
+  if #places < 2 then return false end
+  local detail = table.concat(places, ', ')
+  if not REPAIR then return true, false, detail end
+  for i = 2, #places do leave_place(job, places[i]) end
+  refile(job.domain)
+  return true, true, detail .. ': kept ' .. places[1]
+end
+
+function CHECKS.wrong_domain_queue(it)
+  local job = load_job(it.id)
+  if not job or job.domain == it.d or not redis.call('ZSCORE', k_dq(it.d), it.id) then
+    return false
+  end
+  local detail = 'in dq:' .. it.d .. ', its domain is ' .. job.domain
+  if not REPAIR then return true, false, detail end
+  redis.call('ZREM', k_dq(it.d), it.id)
+  if #places_of(job) == 0 then put_ready(job) end
+  refile(it.d)
+  refile(job.domain)
+  return true, true, detail .. ': moved'
+end
+
+local PLACE_KEYS = {
+  delayed = function() return K_DELAYED end,
+  inflight = function() return K_INFLIGHT end,
+  dead = function() return K_DEAD end,
+  dq = function(it) return k_dq(it.d) end,
+  ddead = function(it) return k_ddead(it.d) end,
+  lane = function(it) return k_lane(it.lane) end,
+}
+
+function CHECKS.id_without_job(it)
+  local key_of = PLACE_KEYS[it.place]
+  if not key_of then return false end
+  local key = key_of(it)
+  if redis.call('EXISTS', k_job(it.id)) == 1 or not redis.call('ZSCORE', key, it.id) then
+    return false
+  end
+  if not REPAIR then return true, false, 'in ' .. it.place end
+  if it.place == 'inflight' then
+    reap_lost(it.id)
+  else
+    redis.call('ZREM', key, it.id)
+    if it.place == 'dq' then
+      forget_ready(it.id)
+      refile(it.d)
+    end
+  end
+  return true, true, 'removed from ' .. it.place
+end
+
+function CHECKS.lane_index(it)
+  local in_lane = redis.call('ZSCORE', k_lane(it.lane), it.id)
+  local job = load_job(it.id)
+  if job == false then return false end  -- corrupt: corrupt_job deals with it
+  local ready = job and redis.call('ZSCORE', k_dq(job.domain), it.id)
+  if ready and job.lane == it.lane and not in_lane then
+    if REPAIR then redis.call('ZADD', k_lane(it.lane), NOW, it.id) end
+    return true, REPAIR, 'ready job missing from lane ' .. it.lane
+  end
+  if in_lane and not (ready and job.lane == it.lane) then
+    if REPAIR then redis.call('ZREM', k_lane(it.lane), it.id) end
+    return true, REPAIR, 'lane ' .. it.lane .. ' names a job that is not ready there'
+  end
+  return false
+end
+
+function CHECKS.lease_domain(it)
+  local recorded = redis.call('HGET', K_LEASED, it.id)
+  local leased = redis.call('ZSCORE', K_INFLIGHT, it.id)
+  if recorded and not leased then
+    if REPAIR then redis.call('HDEL', K_LEASED, it.id) end
+    return true, REPAIR, 'lease record without a lease'
+  end
+  local job = leased and load_job(it.id)
+  if job and recorded ~= job.domain then
+    if REPAIR then redis.call('HSET', K_LEASED, it.id, job.domain) end
+    return true, REPAIR, 'lease without its domain record'
+  end
+  return false
+end
+
+function CHECKS.inflight_count(it)
+  local counted = tonumber(redis.call('HGET', k_dom(it.d), 'inflight')) or 0
+  local actual = leases_of(it.d)
+  if counted == actual then return false end
+  local detail = 'counter ' .. counted .. ', leases ' .. actual
+  if not REPAIR then return true, false, detail end
+  redis.call('HSET', k_dom(it.d), 'inflight', actual)
+  refile(it.d)
+  return true, true, detail .. ': set to ' .. actual
+end
+
+-- Delayed jobs per domain and per lane, counted here once per call when the delayed set is
+-- at most EXACT_DELAYED jobs (nil beyond: a pass would hold Redis too long).
+local EXACT_DELAYED = 20000
+local DELAYED = nil
+local function delayed_counts()
+  if DELAYED == nil then
+    DELAYED = false
+    if redis.call('ZCARD', K_DELAYED) <= EXACT_DELAYED then
+      DELAYED = {domain = {}, lane = {}}
+      for _, id in ipairs(redis.call('ZRANGE', K_DELAYED, 0, -1)) do
+        local job = load_job(id)
+        if job then
+          DELAYED.domain[job.domain] = (DELAYED.domain[job.domain] or 0) + 1
+          DELAYED.lane[job.lane] = (DELAYED.lane[job.lane] or 0) + 1
+        end
+      end
+    end
+  end
+  return DELAYED
+end
+
+-- A delayed counter against the delayed jobs: counted here when the set is small enough;
+-- else the scan's count `exp`, taken only while the counter still reads what the scan saw
+-- (`obs`): best effort on a busy queue (a job in and another out between the scan's reads
+-- would look the same).
+local function delayed_fix(key, field, kind, name, it)
+  local now = tonumber(redis.call('HGET', key, field)) or 0
+  local counts = delayed_counts()
+  local actual
+  if counts then
+    actual = counts[kind][name] or 0
+  elseif now == tonumber(it.obs) then
+    actual = tonumber(it.exp)
+  else
+    return false
+  end
+  if now == actual then return false end
+  local detail = 'counter ' .. now .. ', delayed jobs ' .. actual
+  if REPAIR then redis.call('HSET', key, field, actual) end
+  return true, REPAIR, detail
+end
+
+function CHECKS.delayed_count(it)
+  return delayed_fix(k_dom(it.d), 'delayed', 'domain', it.d, it)
+end
+
+function CHECKS.lane_delayed_count(it)
+  return delayed_fix(K_STATS, 'delayed:' .. it.lane, 'lane', it.lane, it)
+end
+
+function CHECKS.stranded_domain(it)
+  local d = it.d
+  if redis.call('ZCARD', k_dq(d)) == 0 or redis.call('ZSCORE', K_READY, d)
+      or redis.call('ZSCORE', K_WAIT, d) then
+    return false
+  end
+  local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc')
+  local state = f[2] or 'closed'
+  if state == 'retired' then
+    if redis.call('SISMEMBER', K_RETIRING, d) == 1 then return false end
+  else
+    local leases = leases_of(d)
+    if leases > 0 and leases >= domain_cap(f[3], state) and (tonumber(f[1]) or 0) == leases then
+      return false  -- at its cap: the next settle files it
+    end
+  end
+  local detail = 'state ' .. state .. ', inflight counter ' .. (f[1] or '0')
+  if not REPAIR then return true, false, detail end
+  if state ~= 'retired' then redis.call('HSET', k_dom(d), 'inflight', leases_of(d)) end
+  refile(d)
+  return true, true, detail .. ': filed again'
+end
+
+function CHECKS.stale_fingerprint(it)
+  if redis.call('HGET', K_UNIQUE, it.fp) ~= it.id then return false end
+  local pending = redis.call('EXISTS', k_job(it.id)) == 1
+    and not redis.call('ZSCORE', K_DEAD, it.id)
+  if pending then return false end
+  if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
+  return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+local out = {}
+for i, it in ipairs(ARG.items) do
+  local check = CHECKS[it.k]
+  local confirmed, repaired, detail = false, false, ''
+  if check then confirmed, repaired, detail = check(it) end
+  out[i] = {confirmed and 1 or 0, repaired and 1 or 0, detail or ''}
+end
+return out
