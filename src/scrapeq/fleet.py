@@ -16,6 +16,8 @@ Site modes (:class:`Mode`):
   ``Retry-After: 2`` beyond that.
 * ``drip``: answers 200 and then sends its body one byte at a time (a per-read timeout never
   fires on it).
+* ``flaky``: a shop that answers 500 to a share of its requests (``fail_share``, drawn at
+  random per request): retries succeed, a run of failures may trip its breaker.
 
 The fleet counts, per site, the requests that reached it, the body bytes it sent and the
 statuses it answered; :meth:`Fleet.stats` reads them from the child over a control port
@@ -74,6 +76,7 @@ class Mode(StrEnum):
     GONE = "gone"
     THROTTLE = "throttle"
     DRIP = "drip"
+    FLAKY = "flaky"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class SiteSpec:
         latency_ms: median latency of an answer, milliseconds (lognormal, sigma 0.5).
         weight: its share of the demo's jobs, relative to an ordinary shop (1.0).
         rate: requests a second a ``throttle`` site allows before answering 429.
+        fail_share: share of requests a ``flaky`` site answers with 500.
     """
 
     name: str
@@ -93,6 +97,7 @@ class SiteSpec:
     latency_ms: float = 60.0
     weight: float = 1.0
     rate: int = 4
+    fail_share: float = 0.3
 
     @property
     def healthy(self) -> bool:
@@ -171,6 +176,7 @@ class _Site:
             Mode.GONE: self._gone,
             Mode.THROTTLE: self._throttle,
             Mode.DRIP: self._drip,
+            Mode.FLAKY: self._flaky,
         }
         self._handler = modes[spec.mode]
 
@@ -218,6 +224,12 @@ class _Site:
         self._in_second += 1
         if self._in_second > self.spec.rate:
             return self._answer(429, "slow down", **{"Retry-After": str(RETRY_AFTER)})
+        return await self._shop(request)
+
+    async def _flaky(self, request: web.Request) -> web.StreamResponse:
+        if self.rng.random() < self.spec.fail_share:
+            await self._wait()
+            return self._answer(500, "internal server error")
         return await self._shop(request)
 
     async def _drip(self, request: web.Request) -> web.StreamResponse:
