@@ -321,6 +321,7 @@ class Ledger:
     done_ids: dict[str, float]  # id -> finished_at of its last done line
     dead_ids: set[str]
     lost_counter: int
+    reaped: int  # leases that expired unsettled: the jobs the kills caught
     stranded: list[str]
     audit: str
     audit_ok: bool
@@ -362,13 +363,16 @@ def read_ledger(q: Queue, run: Run, workers: Workers) -> Ledger:
     done_ids, torn = _results(workers.results)
     dead_ids = set(q.client.zrange(Keys(QUEUE).dead, 0, -1))
     lost = int(q.client.hget(Keys(QUEUE).stats, "lost") or 0)
+    reaped = int(q.client.hget(Keys(QUEUE).stats, "reaped") or 0)
     stranded = [
         f"{d['domain']} (inflight {d['inflight']}, ready {d['ready']}, delayed {d['delayed']})"
         for d in q.domains_info()
         if d["inflight"] or d["ready"] or d["delayed"]
     ]
     ok, text = _audit(q)
-    return Ledger(counts, len(run.enqueued_at), done_ids, dead_ids, lost, stranded, text, ok, torn)
+    return Ledger(
+        counts, len(run.enqueued_at), done_ids, dead_ids, lost, reaped, stranded, text, ok, torn
+    )
 
 
 def missing(ledger: Ledger, run: Run) -> list[str]:
@@ -452,6 +456,8 @@ def report(run: Run, ledger: Ledger, fleet: Fleet, elapsed: float) -> bool:
         ["jobs/s (ended, first enqueue to last done)", ledger.produced / span if span else 0.0],
         ["fetches per job (all sites)", fetches / max(ledger.produced, 1)],
         ["fetches per job (healthy shops)", healthy.fetches / max(healthy.jobs, 1)],
+        ["re-fetches of healthy jobs", healthy.fetches - healthy.jobs],
+        ["leases reaped (jobs the kills caught)", ledger.reaped],
         ["freshness p50 healthy (s)", pct(fresh, 50) if fresh else float("nan")],
         ["freshness p99 healthy (s)", pct(fresh, 99) if fresh else float("nan")],
         ["freshness max healthy (s)", max(fresh, default=float("nan"))],
