@@ -141,9 +141,11 @@ def worker(
     check_reachable(sync_client(url), url)
     if processes == 1:
         raise typer.Exit(run_worker_process(settings, url, options, 0))
-    from .supervisor import supervise
+    from .supervisor import KILL_MARGIN, supervise
 
-    raise typer.Exit(supervise(run_worker_process, (settings, url, options), processes))
+    kill_after = settings.shutdown_grace + KILL_MARGIN
+    code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+    raise typer.Exit(code)
 
 
 def _check_writable(path: Path) -> None:

@@ -12,7 +12,10 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 
 Graceful shutdown: the first SIGTERM/SIGINT stops claiming and gives in-flight jobs
 ``shutdown_grace`` seconds; what is left is released without spending an attempt. A second
-signal releases at once.
+signal releases at once. Whatever Redis does, the exit is bounded: the last settlements and
+releases get what is left of the grace period plus :data:`EXIT_MARGIN` seconds
+(:data:`HURRY_MARGIN` after a second signal); what Redis has not taken by then is left to the
+jobs' leases, which expire, so any worker's claim reaps the jobs.
 
 While it runs, a worker tunes CPython's cyclic garbage collector (``tune_gc``, on by default;
 see :func:`tuned_gc`): a claim brings a burst of objects that live for the tens of
@@ -65,6 +68,14 @@ RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
 OURS_PAUSE = 2.0
 #: The collector's first threshold while a worker runs (CPython's default: 700).
 GC_THRESHOLD = 10_000
+#: Seconds past the grace period the last settlements and releases may take. A healthy Redis
+#: takes them in milliseconds; one that does not answer must not hold the exit (a supervisor or
+#: an orchestrator kills a worker that overstays), and what it never took is safe with the
+#: jobs' leases.
+EXIT_MARGIN = 3.0
+#: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
+#: jobs back at once, short enough to be "now" when it does not answer.
+HURRY_MARGIN = 1.0
 
 _gc_users = 0  # workers of this process inside tuned_gc()
 _gc_before: tuple[int, ...] = ()
@@ -204,6 +215,8 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._release_now = asyncio.Event()
+        self._stop_at: float | None = None  # monotonic time the stop began
+        self._hurry_at: float | None = None  # monotonic time of the second stop
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
@@ -215,10 +228,19 @@ class Worker:
         return asyncio.run(self.run_async())
 
     def stop(self) -> None:
-        """Stop claiming; in-flight jobs get ``shutdown_grace`` seconds, then are released."""
+        """Stop claiming; in-flight jobs get ``shutdown_grace`` seconds, then are released.
+
+        A second call releases them at once, giving Redis :data:`HURRY_MARGIN` seconds.
+        """
+        now = time.monotonic()
         if self._stopping.is_set():
+            if self._hurry_at is None:
+                self._hurry_at = now
             self._release_now.set()
+        elif self._stop_at is None:
+            self._stop_at = now
         self._stopping.set()
+        self._slot_freed.set()  # wakes the claim loop and the drain
 
     async def run_async(self) -> WorkerStats:
         """Run in the current event loop until stopped."""
@@ -237,15 +259,18 @@ class Worker:
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
+        claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
         try:
-            await self._claim_loop()
-            await self._drain()
+            await self._until_stopped(claimer)
+            await self._drain(claimer)
         finally:
             self._stopping.set()
-            await self._flush_until_empty()
+            await self._stop_claiming(claimer)
+            await self._finish()
             for task in (settler, beater):
                 task.cancel()
             await asyncio.gather(settler, beater, return_exceptions=True)
+            self._report_unsent()
             await self._close_resources()
             self._remove_signals(loop)
         log.info(
@@ -282,7 +307,38 @@ class Worker:
 
     # --- claim -----------------------------------------------------------------------------------
 
+    async def _until_stopped(self, claimer: asyncio.Task[None]) -> None:
+        """Return when a stop is asked or the claim loop ends (burst done, max runtime)."""
+        stopped = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({claimer, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if claimer.done():
+            claimer.result()  # a bug of the claim loop is raised here
+
+    async def _stop_claiming(self, claimer: asyncio.Task[None]) -> None:
+        """End the claim loop: a claim in flight has until the exit deadline to answer.
+
+        Jobs it answers are released with the others; past the deadline it is abandoned.
+        """
+        if not claimer.done():
+            await asyncio.wait({claimer}, timeout=max(self._exit_deadline() - time.monotonic(), 0))
+        if not claimer.done():
+            # Redis may have run it: its jobs, if any, come back when their leases expire.
+            log.warning("a claim got no answer from redis in time: abandoning it")
+            claimer.cancel()
+        (outcome,) = await asyncio.gather(claimer, return_exceptions=True)
+        if isinstance(outcome, Exception):
+            log.error("claim loop failed", exc_info=outcome)
+
     async def _claim_loop(self) -> None:
+        try:
+            await self._claim_until_stopped()
+        finally:
+            self._slot_freed.set()  # the drain waits for a claim in flight too
+
+    async def _claim_until_stopped(self) -> None:
         deadline = None if self.max_runtime is None else time.monotonic() + self.max_runtime
         reconnect = RECONNECT_MIN
         while not self._stopping.is_set():
@@ -522,6 +578,9 @@ class Worker:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             try:
                 statuses = await self.queue.settle_many([item[0] for item in batch])
+            except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
+                self._pending = batch + self._pending
+                raise
             except ScriptError as exc:  # a deterministic refusal: never let it block the rest
                 await self._settle_singly(batch, exc)
                 continue
@@ -551,10 +610,6 @@ class Worker:
                 continue
             self._answer(item, status)
 
-    async def _flush_until_empty(self) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._flush(), timeout=30)
-
     # --- heartbeat -------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
@@ -577,42 +632,79 @@ class Worker:
 
     # --- shutdown --------------------------------------------------------------------------------
 
-    async def _drain(self) -> None:
-        """Wait for in-flight jobs up to the grace period, then release the rest."""
-        if not self._flights:
-            return
-        grace = float(self.settings.shutdown_grace)
-        log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
-        tasks = [f.task for f in self._flights.values() if f.task is not None]
-        release = asyncio.create_task(self._release_now.wait())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_wait_all_or(tasks, release), timeout=grace)
-        release.cancel()
-        await self._release_remaining()
+    async def _drain(self, claimer: asyncio.Task[None]) -> None:
+        """Wait for in-flight jobs (and a claim in flight) up to the grace period.
 
-    async def _release_remaining(self) -> None:
-        """Release every job whose attempt has not reached the settle buffer."""
-        left = [f for f in self._flights.values() if not f.submitted]
-        for flight in left:
+        A second stop ends the wait at once.
+        """
+        if self._stop_at is None:  # stopped by itself (burst, max runtime)
+            self._stop_at = time.monotonic()
+        grace = float(self.settings.shutdown_grace)
+        if self._flights:
+            log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
+        deadline = self._stop_at + grace
+        while (self._flights or not claimer.done()) and not self._release_now.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._slot_freed.clear()
+            await self._wait_for(self._slot_freed, left)
+
+    def _exit_deadline(self) -> float:
+        """When the exit stops waiting for Redis (monotonic time)."""
+        if self._stop_at is None:  # the run itself was cancelled
+            self._stop_at = time.monotonic()
+        deadline = self._stop_at + float(self.settings.shutdown_grace) + EXIT_MARGIN
+        if self._hurry_at is not None:
+            deadline = min(deadline, self._hurry_at + HURRY_MARGIN)
+        return deadline
+
+    async def _finish(self) -> None:
+        """Release the jobs still held and send every settlement, until the exit deadline.
+
+        What Redis has not answered by then stays in the buffer, counted by
+        :meth:`_report_unsent`.
+        """
+        held = self._release_held()
+        final = asyncio.create_task(self._flush_releases(held))
+        hurried = asyncio.create_task(self._release_now.wait())
+        try:
+            while not final.done():
+                left = self._exit_deadline() - time.monotonic()
+                if left <= 0:
+                    break
+                waits = {final} if hurried.done() else {final, hurried}
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurried.cancel()
+            final.cancel()
+            await asyncio.gather(final, return_exceptions=True)
+
+    def _release_held(self) -> list[_Flight]:
+        """Cancel every attempt that has not reached the settle buffer; buffer its release."""
+        held = [f for f in self._flights.values() if not f.submitted]
+        for flight in held:
+            flight.submitted = True
             if flight.task is not None:
                 flight.task.cancel()
-        await asyncio.gather(*(f.task for f in left if f.task is not None), return_exceptions=True)
-        await self._flush_until_empty()
-        if not left:
-            return
-        statuses = await self.queue.settle_many([self.queue.releasing(f.job) for f in left])
-        for status in statuses:
-            self.stats.count(status)
-        log.info("released %d jobs without spending an attempt", len(left))
+        self._pending.extend((self.queue.releasing(f.job), f.job, None) for f in held)
+        return held
 
+    async def _flush_releases(self, held: list[_Flight]) -> None:
+        await self._flush()
+        await asyncio.gather(*(f.task for f in held if f.task is not None), return_exceptions=True)
+        if held:
+            log.info("released %d jobs without spending an attempt", len(held))
 
-async def _wait_all_or(tasks: list[asyncio.Task[None]], release: asyncio.Task[bool]) -> None:
-    """Return when every task is finished, or as soon as ``release`` completes."""
-    pending: set[asyncio.Task[Any]] = {*tasks, release}
-    while pending - {release}:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if release in done:
+    def _report_unsent(self) -> None:
+        """Log the settlements Redis never answered: their jobs are left to their leases."""
+        if not self._pending:
             return
+        log.warning(
+            "redis did not answer in time: %d settlements left to their leases "
+            "(the jobs come back when the leases expire)",
+            len(self._pending),
+        )
 
 
 def _what(exc: BaseException) -> str:
