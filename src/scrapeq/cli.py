@@ -126,6 +126,13 @@ def worker(
         bool | None,
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
     ] = None,
+    handler_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a handler may run (default 60).")
+    ] = None,
+    max_job_time: Annotated[
+        float | None,
+        typer.Option(help="Seconds a job may be held before its attempt is given up (600)."),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -133,7 +140,12 @@ def worker(
       scrapeq worker --concurrency 200 --results results.jsonl
       scrapeq worker --processes 4 --burst
     """
-    settings = _settings(ctx, allow_private=allow_private)
+    settings = _settings(
+        ctx,
+        allow_private=allow_private,
+        handler_timeout=handler_timeout,
+        max_job_time=max_job_time,
+    )
     if results is not None:
         _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
