@@ -575,6 +575,67 @@ def test_second_sigterm_with_redis_black_holed_exits_at_once(
     assert "3 settlements left to their leases" in w.text()
 
 
+# --- a handler thread stuck for good -------------------------------------------------------------
+
+# A worker whose sync handler never returns (a parser in an endless loop, a read with no
+# timeout). The thread cannot be killed; the process must exit anyway.
+_STUCK_HANDLER = """
+import sys, threading
+from scrapeq import AsyncQueue, Settings
+from scrapeq.worker import Worker
+
+def handler(job, response):
+    print("handler stuck", flush=True)
+    threading.Event().wait()
+
+async def main():
+    settings = Settings(allow_private=True, shutdown_grace=1.0, handler_timeout=3600)
+    queue = AsyncQueue.from_url(sys.argv[1], settings=settings)
+    try:
+        await Worker(queue, handler=handler, concurrency=2).run_async()
+    finally:
+        await queue.close()
+
+if __name__ == "__main__":
+    import asyncio
+    asyncio.run(main())
+"""
+
+
+def test_sigterm_exits_while_a_handler_thread_is_stuck(
+    q: Queue, site_thread: SiteThread, redis_url: str, tmp_path: Path
+) -> None:
+    site = site_thread.start(ok)
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(2)])]
+    script = tmp_path / "stuck_worker.py"
+    script.write_text(_STUCK_HANDLER)
+    log = tmp_path / "stuck.log"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, str(script), redis_url],
+            env=clean_env(),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = WorkerProc(popen, log, out)
+        try:
+            wait_until(lambda: proc.text().count("handler stuck") == 2, 15, "2 stuck handlers")
+            started = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            assert proc.wait(15) == 0, proc.text()
+            assert time.monotonic() - started < 1.0 + 4, proc.text()
+        finally:
+            proc.kill_all()
+    c = counts(q)
+    assert (c["inflight"], c["ready"]) == (0, 2), "the stuck attempts were released"
+    for job_id in ids:
+        job = q.get_job(job_id)
+        assert job is not None and job.attempts == 0
+
+
 # --- exits ---------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,12 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 - **classify**: status, exception and timing become an outcome (``scrapeq.classify``);
 - **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
   flushed every few milliseconds;
-- **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed.
+- **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed, up to
+  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire.
+
+A handler runs for at most ``handler_timeout`` seconds: an async one is cancelled then, a sync
+one (on the worker's own daemon threads, :mod:`scrapeq.handlers`) is abandoned to its thread;
+either way the job is retried with the error kind ``handler_timeout``.
 
 Graceful shutdown: the first SIGTERM/SIGINT stops claiming and gives in-flight jobs
 ``shutdown_grace`` seconds; what is left is released without spending an attempt. A second
@@ -30,8 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import inspect
 import logging
+import os
 import signal
 import time
 import traceback
@@ -41,8 +46,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .classify import Classification, Outcome, classify_exception, classify_response
+from .deadlines import Deadlines
 from .errors import Permanent, RedisUnavailable, Retry, ScriptError
 from .fetch import Fetcher, Response, Robots
+from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from .job import Job
 from .queue import AsyncQueue
 from .scripts import Settlement
@@ -52,7 +59,6 @@ __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
 
 log = logging.getLogger("scrapeq.worker")
 
-Handler = Callable[[Job, Response], Any]
 
 #: Most jobs claimed in one call (a claim script must not hold Redis for long).
 BATCH = 256
@@ -76,6 +82,11 @@ EXIT_MARGIN = 3.0
 #: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
 #: jobs back at once, short enough to be "now" when it does not answer.
 HURRY_MARGIN = 1.0
+#: Most threads running sync handlers: the size of the executor the worker used before
+#: (asyncio's default, ``min(32, cpus + 4)``), as handlers are parsers held by the GIL: more
+#: threads add memory, not throughput. They start on demand, so they only add up when calls
+#: are stuck; then the calls that find none free time out like the stuck ones.
+HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 _gc_users = 0  # workers of this process inside tuned_gc()
 _gc_before: tuple[int, ...] = ()
@@ -132,6 +143,7 @@ class WorkerStats:
     dead: int = 0
     released: int = 0
     stale: int = 0
+    abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
     started: float = field(default_factory=time.monotonic)
 
     def count(self, status: str) -> None:
@@ -148,11 +160,13 @@ _Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
 
 @dataclass
 class _Flight:
-    """One job this worker holds: its task and, once finished, its settlement."""
+    """One job this worker holds: its task, when it was claimed, whether it is settled."""
 
     job: Job
+    started: float  # monotonic time of the claim
     task: asyncio.Task[None] | None = None
     submitted: bool = False
+    abandoned: bool = False
 
 
 class Worker:
@@ -162,13 +176,16 @@ class Worker:
         queue: the :class:`AsyncQueue` to work.
         handler: ``handler(job, response) -> result``, sync (run in a thread) or async; may
             raise :class:`~scrapeq.Retry` or :class:`~scrapeq.Permanent`. Default: metadata.
+            It may run ``handler_timeout`` seconds (a setting): then an async handler is
+            cancelled, a sync one abandoned to its thread, and the job retried.
         concurrency: jobs fetched at once by this worker (default 100).
         sink: where result records go (default: nowhere).
         fetcher: the :class:`~scrapeq.fetch.Fetcher` (default: one built from the settings).
         burst: stop once every job of the queue is done or dead.
         max_runtime: stop gracefully after this many seconds.
         handler_in_thread: run a sync handler in a thread (default: yes for a user
-            handler, no for the built-in one); ``False`` suits cheap parsers.
+            handler, no for the built-in one); ``False`` suits cheap parsers (which then run
+            on the event loop, with no ``handler_timeout``).
         tune_gc: tune the garbage collector while running (:func:`tuned_gc`; default yes).
             It is process-wide: pass ``False`` when the worker shares its process with code
             that sets the collector itself.
@@ -201,11 +218,11 @@ class Worker:
         self.tune_gc = tune_gc
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
         # the built-in handler is trivial and runs inline. Decided once, not per job.
-        self._call_handler = _handler_caller(
-            self.handler,
-            in_thread=handler is not None if handler_in_thread is None else handler_in_thread,
-            plain=handler is None,
-        )
+        self._in_thread = handler is not None if handler_in_thread is None else handler_in_thread
+        # Set per run (_open_resources): a run's threads and timer end with it.
+        self._call_handler: Callable[[Job, Response], Awaitable[Any]]
+        self._handler_deadlines: Deadlines
+        self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
         self._flights: dict[str, _Flight] = {}
         # Settlements waiting for the next settle call: the job, when its answer is only
@@ -250,12 +267,7 @@ class Worker:
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
-        if self._fetcher is None:
-            self._fetcher = Fetcher(self.settings)
-        if self.settings.respect_robots:
-            self._robots = Robots(
-                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
-            )
+        self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
@@ -299,7 +311,26 @@ class Worker:
         log.info("shutdown %s: %s", sig.name, "releasing now" if again else "draining")
         self.stop()
 
+    def _open_resources(self) -> None:
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.settings)
+        if self.settings.respect_robots:
+            self._robots = Robots(
+                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
+            )
+        self._handler_deadlines = Deadlines(self.settings.handler_timeout)
+        self._handler_threads = DaemonThreads(HANDLER_THREADS, "scrapeq-handler")
+        self._call_handler = handler_caller(
+            self.handler,
+            in_thread=self._in_thread,
+            plain=self.handler is default_handler,
+            deadlines=self._handler_deadlines,
+            threads=self._handler_threads,
+        )
+
     async def _close_resources(self) -> None:
+        self._handler_deadlines.close()
+        self._handler_threads.shutdown()  # never waits: a stuck handler's thread ends with us
         if self._own_fetcher and self._fetcher is not None:
             await self._fetcher.close()
         if self.sink is not None:
@@ -363,8 +394,9 @@ class Worker:
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             reconnect = RECONNECT_MIN
+            now = time.monotonic()
             for job in claimed.jobs:
-                self._start(job)
+                self._start(job, now)
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
@@ -377,9 +409,9 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, now: float) -> None:
         self.stats.claimed += 1
-        flight = _Flight(job)
+        flight = _Flight(job, now)
         self._flights[job.id] = flight
         flight.task = asyncio.create_task(self._run_job(flight))
 
@@ -458,6 +490,12 @@ class Worker:
             return self._maybe_dead(job, settlement, response, started, exc.reason)
         except Permanent as exc:
             return self._dead(job, exc.reason, str(exc), response, started)
+        except HandlerTimeout as exc:
+            log.warning("job %s: %s", job.id, exc)
+            settlement = self.queue.retrying(
+                job, kind="handler_timeout", message=str(exc), domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, str(exc))
         except Exception as exc:
             message = _traceback_summary(exc)
             settlement = self.queue.retrying(
@@ -616,7 +654,7 @@ class Worker:
         period = max(self.settings.lease / 3, 0.05)
         while True:
             await asyncio.sleep(period)
-            flights = list(self._flights.values())
+            flights = self._renewable()
             if not flights:
                 continue
             try:
@@ -629,6 +667,32 @@ class Worker:
                     log.warning("job %s: lease lost; abandoning the attempt", flight.job.id)
                     self.stats.stale += 1
                     flight.task.cancel()
+
+    def _renewable(self) -> list[_Flight]:
+        """The flights whose leases are renewed; those held past ``max_job_time`` are given up.
+
+        A given-up attempt is cancelled and its lease no longer renewed: it expires, and any
+        worker's claim reaps the job (which spends the attempt), as if this worker had crashed.
+        """
+        oldest = time.monotonic() - self.settings.max_job_time
+        renewable = []
+        for flight in self._flights.values():
+            if flight.started > oldest:
+                renewable.append(flight)
+            elif not flight.abandoned:
+                self._abandon(flight)
+        return renewable
+
+    def _abandon(self, flight: _Flight) -> None:
+        log.warning(
+            "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
+            flight.job.id,
+            self.settings.max_job_time,
+        )
+        flight.abandoned = True
+        self.stats.abandoned += 1
+        if flight.task is not None:
+            flight.task.cancel()
 
     # --- shutdown --------------------------------------------------------------------------------
 
@@ -710,29 +774,6 @@ class Worker:
 def _what(exc: BaseException) -> str:
     """How a failed Redis call is logged: unreachable, or an error reply (READONLY, OOM...)."""
     return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
-
-
-def _handler_caller(
-    handler: Handler, *, in_thread: bool, plain: bool
-) -> Callable[[Job, Response], Awaitable[Any]]:
-    """How the worker calls ``handler``: awaited, in a thread, or inline (``plain``: the
-    built-in handler, whose result is never awaitable)."""
-    if inspect.iscoroutinefunction(handler):
-        return handler
-
-    async def inline(job: Job, response: Response) -> Any:
-        result = handler(job, response)
-        if not plain and inspect.isawaitable(result):
-            return await result
-        return result
-
-    async def threaded(job: Job, response: Response) -> Any:
-        result = await asyncio.to_thread(handler, job, response)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    return threaded if in_thread else inline
 
 
 def _traceback_summary(exc: BaseException) -> str:
