@@ -277,6 +277,7 @@ class Worker:
             await self._drain(claimer)
         finally:
             self._stopping.set()
+            self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
             await self._stop_claiming(claimer)
             await self._finish()
             for task in (settler, beater):
