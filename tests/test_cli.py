@@ -433,3 +433,24 @@ def test_usage_errors_are_one_line(capsys: Any, redis_url: str) -> None:
     assert len(err.strip().splitlines()) == 1 and err.startswith("scrapeq: error:")
     code, _, err = run(capsys, "worker", "--bogus")
     assert code == 2 and "--bogus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_worker_timeouts_flags_reach_the_settings(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Settings] = []
+
+    def fake_run(settings: Settings, url: str, options: Any, slot: int) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr("scrapeq.cli.run_worker_process", fake_run)
+    monkeypatch.setenv("SCRAPEQ_MAX_JOB_TIME", "300")
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--handler-timeout", "2.5")
+    assert code == 0, err
+    assert (seen[-1].handler_timeout, seen[-1].max_job_time) == (2.5, 300.0)
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--max-job-time", "45")
+    assert code == 0, err
+    assert (seen[-1].handler_timeout, seen[-1].max_job_time) == (60.0, 45.0)
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--handler-timeout", "0")
+    assert code == 2 and "handler_timeout" in err and len(err.strip().splitlines()) == 1

@@ -7,11 +7,15 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 
 from scrapeq.connection import (
     CLIENT_NAME,
+    SOCKET_TIMEOUT,
     acheck_reachable,
     async_client,
     check_reachable,
@@ -21,6 +25,7 @@ from scrapeq.connection import (
 )
 from scrapeq.embedded import stop_server
 from scrapeq.errors import ConfigError, RedisUnavailable
+from scrapeq.queue import AsyncQueue, Queue
 from sites import NotRedis
 
 SECRET = "hunter2"
@@ -273,3 +278,45 @@ async def test_acheck_reachable_where_something_else_answers(not_redis_url: str)
         await client.aclose()
 
     assert "does not answer like a Redis server" in str(caught.value)
+
+
+# --- client options: a stalled connection must end in an error, not hang ------------------------
+
+
+def _options(client: redis.Redis | redis.asyncio.Redis) -> dict[str, Any]:
+    return dict(client.connection_pool.connection_kwargs)
+
+
+def test_every_client_has_a_socket_timeout_and_tcp_keepalive(redis_url: str) -> None:
+    # The asyncio clients are only built, never connected: nothing of theirs to close.
+    sync_queue, plain = Queue.from_url(redis_url), sync_client(redis_url)
+    clients = [sync_queue.client, plain, AsyncQueue.from_url(redis_url).client]
+    try:
+        for client in [*clients, async_client(redis_url)]:
+            options = _options(client)
+            assert options["socket_timeout"] == SOCKET_TIMEOUT
+            assert options["socket_keepalive"] is True
+            assert options["socket_connect_timeout"] == 5
+            assert options["health_check_interval"] == 30
+        assert sync_queue.client.client_getname() == CLIENT_NAME  # the same options
+    finally:
+        sync_queue.close()
+        plain.close()
+
+
+def test_socket_timeout_outlasts_the_longest_script_call() -> None:
+    # A claim or a settle is bounded (about 100 items a call: milliseconds); the timeout only
+    # has to end a call that will never be answered, without cutting a slow honest one.
+    assert 10 <= SOCKET_TIMEOUT <= 30
+
+
+def test_unix_socket_clients_work_without_tcp_options(short_dir: Path) -> None:
+    url = resolve_url(None, short_dir)
+    queue = Queue.from_url(url)
+    try:
+        assert queue.client.ping()
+        options = _options(queue.client)
+        assert options["socket_timeout"] == SOCKET_TIMEOUT
+        assert "socket_keepalive" not in options  # a unix socket has no TCP keepalive
+    finally:
+        queue.close()

@@ -47,6 +47,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "shutdown_grace": 30,
     "data_dir": None,  # XDG data dir, checked separately
     "max_payload": 1048576,
+    "handler_timeout": 60,
+    "max_job_time": 600,  # not in INTERFACE.md yet
 }
 
 
@@ -156,6 +158,16 @@ def test_env_beats_default_without_file() -> None:
     s = load(environ={"SCRAPEQ_BREAKER_COOLDOWN": "7.5", "SCRAPEQ_RESPECT_ROBOTS": "YES"})
     assert s.breaker_cooldown == 7.5
     assert s.respect_robots is True
+
+
+def test_handler_timeout_and_max_job_time_from_each_source(tmp_path: Path) -> None:
+    toml = "handler_timeout = 12.5\n[scrapeq]\nmax_job_time = 120\n"
+    assert (load(tmp_path, toml).handler_timeout, load(tmp_path, toml).max_job_time) == (12.5, 120)
+    env = {"SCRAPEQ_HANDLER_TIMEOUT": "7", "SCRAPEQ_MAX_JOB_TIME": "90.5"}
+    s = load(tmp_path, toml, environ=env)
+    assert (s.handler_timeout, s.max_job_time) == (7.0, 90.5)
+    s = load(tmp_path, toml, environ=env, overrides={"handler_timeout": 3, "max_job_time": "45"})
+    assert (s.handler_timeout, s.max_job_time) == (3.0, 45.0)
 
 
 def test_override_strings_are_parsed_like_env() -> None:
@@ -328,6 +340,13 @@ BAD_ENV = [
     ("backoff_base", "0", "must be > 0"),
     ("domain_delay", "-0.1", "must be >= 0"),
     ("shutdown_grace", "-1", "must be >= 0"),
+    ("handler_timeout", "0", "must be > 0 seconds"),
+    ("handler_timeout", "-5", "must be > 0 seconds"),
+    ("handler_timeout", "inf", "finite"),
+    ("handler_timeout", "nan", "finite"),
+    ("handler_timeout", "soon", "expected a number of seconds"),
+    ("max_job_time", "0", "must be > 0 seconds"),
+    ("max_job_time", "inf", "finite"),
     ("breaker_rate", "1.5", "must be in (0, 1]"),
     ("breaker_rate", "0", "must be in (0, 1]"),
     ("breaker_rate", "-0.5", "must be in (0, 1]"),

@@ -7,6 +7,7 @@ import gc
 import json
 import math
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -614,3 +615,89 @@ async def test_exit_waits_for_a_settle_call_in_flight_and_counts_its_answers(
         assert (await q.status())["counts"]["done"] == 5
     finally:
         await q.close()
+
+
+# --- handlers that never return, jobs held too long ---------------------------------------------
+
+
+async def test_async_handler_is_cancelled_at_handler_timeout(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(max_attempts=2, handler_timeout=0.3)
+    cancelled = 0
+
+    async def handler(job: Any, response: Any) -> Any:
+        nonlocal cancelled
+        if job.url.endswith("/hang"):
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled += 1
+                raise
+        return {"ok": True}
+
+    async with sites(ok) as (site,):
+        await q.enqueue_many([site.url("/hang"), site.url("/fine")])
+        await asyncio.wait_for(Worker(q, handler=handler, burst=True).run_async(), 15)
+    (dead,) = await q.dead_letters()
+    assert dead.url.endswith("/hang") and dead.dead_reason == "max_attempts"
+    assert [e.kind for e in dead.errors] == ["handler_timeout", "handler_timeout"]
+    assert "handler_timeout" in dead.errors[-1].message
+    assert cancelled == 2, "the handler's coroutine was cancelled, not left running"
+    assert (await q.status())["counts"]["done"] == 1
+
+
+async def test_stuck_sync_handlers_time_out_and_never_wedge_the_worker(
+    make_queue: Callable[..., AsyncQueue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six parses stuck for good, more than the worker has threads: every call times out."""
+    monkeypatch.setattr(worker_module, "HANDLER_THREADS", 2)
+    q = make_queue(max_attempts=2, handler_timeout=0.3, domain_concurrency=6)
+    stuck = threading.Event()  # never set while the worker runs
+    calls: list[str] = []
+
+    def handler(job: Any, response: Any) -> Any:
+        calls.append(job.id)
+        stuck.wait(30)
+        return {"ok": True}
+
+    try:
+        async with sites(ok) as (site,):
+            await q.enqueue_many([site.url(f"/p/{i}") for i in range(6)])
+            worker = Worker(q, handler=handler, concurrency=6, burst=True)
+            await asyncio.wait_for(worker.run_async(), 20)
+    finally:
+        stuck.set()
+    dead = await q.dead_letters()
+    assert len(dead) == 6 and {d.dead_reason for d in dead} == {"max_attempts"}
+    messages = [e.message for d in dead for e in d.errors if e.kind == "handler_timeout"]
+    assert len(messages) == 12
+    assert sum("its thread is abandoned" in m for m in messages) == 2
+    assert sum("no handler thread free" in m for m in messages) == 10
+    # Only the calls that got a thread ran; those that timed out waiting for one never did.
+    assert len(calls) == 2, calls
+
+
+async def test_max_job_time_stops_renewing_the_lease_and_abandons_the_attempt(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(max_attempts=1, lease=0.5, max_job_time=0.6, handler_timeout=60)
+    cancelled = asyncio.Event()
+
+    async def handler(job: Any, response: Any) -> Any:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with sites(ok) as (site,):
+        job_id = (await q.enqueue(site.url("/slow-parse"))).id
+        started = time.monotonic()
+        stats = await asyncio.wait_for(Worker(q, handler=handler, burst=True).run_async(), 15)
+    assert cancelled.is_set(), "the attempt was abandoned"
+    assert time.monotonic() - started < 5
+    (dead,) = await q.dead_letters()
+    assert dead.id == job_id
+    assert [e.kind for e in dead.errors] == ["lease_expired"], "reaped: its lease ran out"
+    assert stats.done == 0

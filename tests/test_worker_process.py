@@ -37,6 +37,7 @@ from scrapeq.errors import RedisUnavailable
 from scrapeq.keys import Keys
 from scrapeq.worker import Worker
 from sites import Handler, Site, ok, sites, slow
+from tcpproxy import TcpProxy
 
 T = TypeVar("T")
 
@@ -225,14 +226,17 @@ def q(redis_url: str) -> Iterator[Queue]:
 
 @pytest.fixture
 def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
-    """Start ``scrapeq worker --allow-private ARGS`` with SCRAPEQ_* settings from keywords."""
+    """Start ``scrapeq worker --allow-private ARGS`` with SCRAPEQ_* settings from keywords.
+
+    ``redis=URL`` points the worker at another URL than the test server's (a proxy of it).
+    """
     started: list[WorkerProc] = []
 
-    def start(*args: str, **settings: Any) -> WorkerProc:
+    def start(*args: str, redis: str | None = None, **settings: Any) -> WorkerProc:
         log = tmp_path / f"worker-{len(started)}.log"
         out = open(log, "wb")  # noqa: SIM115 (closed by the finalizer)
         popen = subprocess.Popen(
-            [SCRAPEQ, "--redis", redis_url, "worker", "--allow-private", *args],
+            [SCRAPEQ, "--redis", redis or redis_url, "worker", "--allow-private", *args],
             env=clean_env(**settings),
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,
@@ -387,6 +391,52 @@ def test_two_processes_burst_finish_every_job_exactly_once(
     assert "worker process 0 started" in text and "worker process 1 started" in text
 
 
+# A supervisor whose first child ignores SIGTERM (as a child wedged in a C call would): run as
+# a script, so its spawned children find the target in their re-imported main module.
+_STUBBORN = """
+import signal, sys, time
+from scrapeq.supervisor import supervise
+
+def child(slot: int) -> int:
+    if slot == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"child {slot} ready", flush=True)
+    while True:
+        time.sleep(0.1)
+
+if __name__ == "__main__":
+    sys.exit(supervise(child, (), 2, kill_after=float(sys.argv[1])))
+"""
+
+
+def test_supervisor_kills_a_child_that_outlives_grace_plus_margin(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(_STUBBORN)
+    log = tmp_path / "supervisor.log"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, str(script), "1.0"],
+            env=clean_env(),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = WorkerProc(popen, log, out)
+        try:
+            kids = wait_for_children(proc, 2)
+            wait_until(lambda: "child 0 ready" in proc.text(), 15, "the children to start")
+            started = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            assert proc.wait(10) == 1, proc.text()  # a killed child is not a clean exit
+            assert time.monotonic() - started < 4
+            wait_until(lambda: not any(alive(p) for p in kids), 5, "every child to exit")
+            assert "did not exit" in proc.text() and "killing it" in proc.text()
+        finally:
+            proc.kill_all()
+
+
 @pytest.mark.slow
 def test_supervisor_restarts_a_crashed_child_and_stops_on_sigterm(
     q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc]
@@ -459,6 +509,132 @@ def test_children_do_not_outlive_a_killed_supervisor(
     w.signal(signal.SIGKILL)
     assert w.wait(5) == -signal.SIGKILL
     wait_until(lambda: not any(alive(p) for p in kids), 10, "the orphaned children to stop")
+
+
+# --- Redis black-holed ---------------------------------------------------------------------------
+# The worker reaches Redis through a proxy that stops forwarding while keeping the connections
+# open: calls in flight get no answer and no error, only a socket timeout would end them.
+
+
+@pytest.fixture
+def proxy(redis_url: str) -> Iterator[TcpProxy]:
+    with TcpProxy.for_redis_url(redis_url) as p:
+        yield p
+
+
+def test_sigterm_with_redis_black_holed_exits_within_grace_and_loses_nothing(
+    q: Queue,
+    site_thread: SiteThread,
+    spawn: Callable[..., WorkerProc],
+    proxy: TcpProxy,
+    redis_url: str,
+) -> None:
+    site = site_thread.start(slow(0.2))
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(40)])]
+    grace = 2.0
+    w = spawn("--concurrency", "4", redis=proxy.url(redis_url), shutdown_grace=grace, lease=2)
+    wait_until(lambda: counts(q)["done"] >= 4, 15, "jobs done through the proxy")
+    proxy.blackhole()
+    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(grace + 10) == 0, w.text()
+    elapsed = time.monotonic() - started
+    assert elapsed < grace + 4, (elapsed, w.text())
+    assert "left to their leases" in w.text()
+
+    # What the worker could not settle was left leased: a worker that reaches Redis reaps it.
+    proxy.resume()
+    b = spawn("--concurrency", "20", "--burst", lease=2)
+    assert b.wait(30) == 0, b.text()
+    c = counts(q)
+    assert (c["done"], c["dead"], c["inflight"], c["ready"], c["delayed"]) == (40, 0, 0, 0, 0)
+    assert all(q.get_job(i) is None for i in ids), "every job finished"
+
+
+def test_second_sigterm_with_redis_black_holed_exits_at_once(
+    q: Queue,
+    site_thread: SiteThread,
+    spawn: Callable[..., WorkerProc],
+    proxy: TcpProxy,
+    redis_url: str,
+) -> None:
+    site = site_thread.start(slow(30))
+    q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+    w = spawn("--concurrency", "10", redis=proxy.url(redis_url), shutdown_grace=30)
+    wait_until(lambda: counts(q)["inflight"] == 3, 15, "3 jobs in flight")
+    proxy.blackhole()
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in w.text(), 10, "the worker to start draining")
+    time.sleep(0.3)
+    assert w.running(), "within the grace period the worker waits for its jobs"
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(40) == 0, w.text()
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, (elapsed, w.text())
+    assert "3 settlements left to their leases" in w.text()
+
+
+# --- a handler thread stuck for good -------------------------------------------------------------
+
+# A worker whose sync handler never returns (a parser in an endless loop, a read with no
+# timeout). The thread cannot be killed; the process must exit anyway.
+_STUCK_HANDLER = """
+import sys, threading
+from scrapeq import AsyncQueue, Settings
+from scrapeq.worker import Worker
+
+def handler(job, response):
+    print("handler stuck", flush=True)
+    threading.Event().wait()
+
+async def main():
+    settings = Settings(allow_private=True, shutdown_grace=1.0, handler_timeout=3600)
+    queue = AsyncQueue.from_url(sys.argv[1], settings=settings)
+    try:
+        await Worker(queue, handler=handler, concurrency=2).run_async()
+    finally:
+        await queue.close()
+
+if __name__ == "__main__":
+    import asyncio
+    asyncio.run(main())
+"""
+
+
+def test_sigterm_exits_while_a_handler_thread_is_stuck(
+    q: Queue, site_thread: SiteThread, redis_url: str, tmp_path: Path
+) -> None:
+    site = site_thread.start(ok)
+    ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(2)])]
+    script = tmp_path / "stuck_worker.py"
+    script.write_text(_STUCK_HANDLER)
+    log = tmp_path / "stuck.log"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, str(script), redis_url],
+            env=clean_env(),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = WorkerProc(popen, log, out)
+        try:
+            wait_until(lambda: proc.text().count("handler stuck") == 2, 15, "2 stuck handlers")
+            started = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            assert proc.wait(15) == 0, proc.text()
+            assert time.monotonic() - started < 1.0 + 4, proc.text()
+        finally:
+            proc.kill_all()
+    c = counts(q)
+    assert (c["inflight"], c["ready"]) == (0, 2), "the stuck attempts were released"
+    for job_id in ids:
+        job = q.get_job(job_id)
+        assert job is not None and job.attempts == 0
 
 
 # --- exits ---------------------------------------------------------------------------------------

@@ -146,6 +146,13 @@ def worker(
         bool | None,
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
     ] = None,
+    handler_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a handler may run (default 60).")
+    ] = None,
+    max_job_time: Annotated[
+        float | None,
+        typer.Option(help="Seconds a job may be held before its attempt is given up (600)."),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -153,16 +160,23 @@ def worker(
       scrapeq worker --concurrency 200 --results results.jsonl
       scrapeq worker --processes 4 --burst
     """
-    settings = _settings(ctx, allow_private=allow_private)
+    settings = _settings(
+        ctx,
+        allow_private=allow_private,
+        handler_timeout=handler_timeout,
+        max_job_time=max_job_time,
+    )
     if results is not None:
         _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
     url = Context(settings).checked_url()
     if processes == 1:
         raise typer.Exit(run_worker_process(settings, url, options, 0))
-    from .supervisor import supervise
+    from .supervisor import KILL_MARGIN, supervise
 
-    raise typer.Exit(supervise(run_worker_process, (settings, url, options), processes))
+    kill_after = settings.shutdown_grace + KILL_MARGIN
+    code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+    raise typer.Exit(code)
 
 
 def _check_writable(path: Path) -> None:

@@ -1,7 +1,8 @@
 """From the ``redis_url`` setting to a connected client.
 
 :func:`resolve_url` validates a configured URL (or starts the embedded server when none is
-set), :func:`sync_client` / :func:`async_client` build clients with scrapeq's defaults, and
+set), :func:`sync_client` / :func:`async_client` build clients with scrapeq's defaults (every
+client of the package, ``Queue.from_url`` included, is built by them), and
 :func:`check_reachable` / :func:`acheck_reachable` turn every way the first exchange can fail
 into one :class:`~scrapeq.errors.RedisUnavailable` with the password hidden (:func:`redact`):
 nothing listening, refused credentials, a database the server lacks, a port where something
@@ -23,6 +24,7 @@ from .errors import ConfigError, RedisUnavailable
 
 __all__ = [
     "CLIENT_NAME",
+    "SOCKET_TIMEOUT",
     "acheck_reachable",
     "async_client",
     "check_reachable",
@@ -40,12 +42,22 @@ _USERINFO_PASSWORD = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^:/@?#]*):
 # What PING can raise on a fresh client: the handshake (AUTH, CLIENT SETNAME, SELECT) runs first,
 # so a refused login or database arrives as a ResponseError, a non-Redis peer as InvalidResponse.
 _UNREACHABLE = (redis.RedisError, OSError)
+#: Seconds a Redis call may wait for its answer before it fails. Without one, a connection
+#: whose peer vanished without a reset (a dead route, a frozen server) waits forever, and so
+#: does the worker. Every scrapeq script bounds its work (about 100 items a call: a claim or a
+#: settle of a few hundred jobs answers in milliseconds), so 15 s ends only calls that will
+#: never be answered, with room for a server busy with a fork or a slow disk.
+SOCKET_TIMEOUT = 15.0
 _CLIENT_OPTIONS: dict[str, Any] = {
     "decode_responses": True,
+    "socket_timeout": SOCKET_TIMEOUT,
     "socket_connect_timeout": 5.0,
     "health_check_interval": 30,
     "client_name": CLIENT_NAME,
 }
+#: TCP only: a unix socket connection refuses the option. Keepalive probes find a peer that
+#: is gone while the connection idles (an idle worker's pool), before a call waits for it.
+_TCP_OPTIONS: dict[str, Any] = {"socket_keepalive": True}
 
 
 def resolve_url(redis_url: str | None, data_dir: Path) -> str:
@@ -147,15 +159,23 @@ def _mask_query(query: str) -> str:
 def sync_client(url: str) -> redis.Redis:
     """A redis-py client for ``url`` with scrapeq's defaults.
 
-    Responses are decoded to ``str``; connecting times out after 5 s; idle connections are
-    health-checked after 30 s; connections are named ``scrapeq`` (``CLIENT LIST``).
+    Responses are decoded to ``str``; connecting times out after 5 s and a call after
+    :data:`SOCKET_TIMEOUT` (15 s) without an answer; TCP connections use keepalive; idle
+    connections are health-checked after 30 s; connections are named ``scrapeq``
+    (``CLIENT LIST``).
     """
-    return redis.Redis.from_url(url, **_CLIENT_OPTIONS)
+    return redis.Redis.from_url(url, **_options(url))
 
 
 def async_client(url: str) -> redis.asyncio.Redis:
     """The asyncio twin of :func:`sync_client`."""
-    return redis.asyncio.Redis.from_url(url, **_CLIENT_OPTIONS)
+    return redis.asyncio.Redis.from_url(url, **_options(url))
+
+
+def _options(url: str) -> dict[str, Any]:
+    if urlsplit(url).scheme == "unix":
+        return _CLIENT_OPTIONS
+    return {**_CLIENT_OPTIONS, **_TCP_OPTIONS}
 
 
 def check_reachable(client: redis.Redis, url: str) -> None:

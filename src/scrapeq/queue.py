@@ -20,6 +20,7 @@ import redis.asyncio
 from . import scripts
 from .audit import AuditReport, audit_op
 from .backoff import full_jitter
+from .connection import async_client, sync_client
 from .errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 from .job import Job, ms_to_iso
 from .keys import Keys
@@ -610,8 +611,12 @@ class Queue(_QueueCore):
     def from_url(
         cls, url: str, name: str | None = None, *, settings: Settings | None = None
     ) -> Queue:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
-        return cls(redis.Redis.from_url(url, decode_responses=True), name, settings=settings)
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``).
+
+        The client has scrapeq's options (:func:`scrapeq.connection.sync_client`): a call
+        that gets no answer fails after a socket timeout instead of waiting forever.
+        """
+        return cls(sync_client(url), name, settings=settings)
 
     def close(self) -> None:
         self.client.close()
@@ -777,10 +782,8 @@ class AsyncQueue(_QueueCore):
     def from_url(
         cls, url: str, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
-        return cls(
-            redis.asyncio.Redis.from_url(url, decode_responses=True), name, settings=settings
-        )
+        """Connect to ``url``, with the options of :func:`scrapeq.connection.async_client`."""
+        return cls(async_client(url), name, settings=settings)
 
     async def close(self) -> None:
         await self.client.aclose()

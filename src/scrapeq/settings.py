@@ -5,8 +5,8 @@ Precedence is flag > environment > file > default (INTERFACE.md, "Settings").
 Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
-      ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``; lane offsets
-      in ``lanes`` are seconds too;
+      ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
+      ``handler_timeout``, ``max_job_time``; lane offsets in ``lanes`` are seconds too;
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
@@ -392,6 +392,11 @@ class Settings:
     shutdown_grace: float = _seconds(30.0, positive=False)
     data_dir: Path = field(default_factory=default_data_dir, metadata=_meta("path"))
     max_payload: int = _setting("int", 1_048_576, ge=1, check=_check_max_payload)
+    handler_timeout: float = _seconds(60.0)
+    # Ten times the default lease, five times the longest a well-behaved job holds its lease
+    # with the defaults (robots.txt and the page, 30 s each, then the handler's 60 s): past
+    # it the attempt is stuck, not slow.
+    max_job_time: float = _seconds(600.0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

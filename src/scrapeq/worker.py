@@ -8,11 +8,19 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 - **classify**: status, exception and timing become an outcome (``scrapeq.classify``);
 - **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
   flushed every few milliseconds;
-- **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed.
+- **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed, up to
+  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire.
+
+A handler runs for at most ``handler_timeout`` seconds: an async one is cancelled then, a sync
+one (on the worker's own daemon threads, :mod:`scrapeq.handlers`) is abandoned to its thread;
+either way the job is retried with the error kind ``handler_timeout``.
 
 Graceful shutdown: the first SIGTERM/SIGINT stops claiming and gives in-flight jobs
 ``shutdown_grace`` seconds; what is left is released without spending an attempt. A second
-signal releases at once.
+signal releases at once. Whatever Redis does, the exit is bounded: the last settlements and
+releases get what is left of the grace period plus :data:`EXIT_MARGIN` seconds
+(:data:`HURRY_MARGIN` after a second signal); what Redis has not taken by then is left to the
+jobs' leases, which expire, so any worker's claim reaps the jobs.
 
 While it runs, a worker tunes CPython's cyclic garbage collector (``tune_gc``, on by default;
 see :func:`tuned_gc`): a claim brings a burst of objects that live for the tens of
@@ -27,9 +35,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import inspect
 import json
 import logging
+import os
 import signal
 import time
 import traceback
@@ -41,8 +49,10 @@ from typing import Any
 import orjson
 
 from .classify import Classification, Outcome, classify_exception, classify_response
+from .deadlines import Deadlines
 from .errors import Permanent, RedisUnavailable, Retry, ScriptError
 from .fetch import Fetcher, Response, Robots
+from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from .job import Job
 from .queue import AsyncQueue
 from .scripts import Settlement
@@ -52,7 +62,6 @@ __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
 
 log = logging.getLogger("scrapeq.worker")
 
-Handler = Callable[[Job, Response], Any]
 
 #: Most jobs claimed in one call (a claim script must not hold Redis for long).
 BATCH = 256
@@ -68,6 +77,19 @@ RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
 OURS_PAUSE = 2.0
 #: The collector's first threshold while a worker runs (CPython's default: 700).
 GC_THRESHOLD = 10_000
+#: Seconds past the grace period the last settlements and releases may take. A healthy Redis
+#: takes them in milliseconds; one that does not answer must not hold the exit (a supervisor or
+#: an orchestrator kills a worker that overstays), and what it never took is safe with the
+#: jobs' leases.
+EXIT_MARGIN = 3.0
+#: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
+#: jobs back at once, short enough to be "now" when it does not answer.
+HURRY_MARGIN = 1.0
+#: Most threads running sync handlers: the size of the executor the worker used before
+#: (asyncio's default, ``min(32, cpus + 4)``), as handlers are parsers held by the GIL: more
+#: threads add memory, not throughput. They start on demand, so they only add up when calls
+#: are stuck; then the calls that find none free time out like the stuck ones.
+HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 _gc_users = 0  # workers of this process inside tuned_gc()
 _gc_before: tuple[int, ...] = ()
@@ -124,6 +146,7 @@ class WorkerStats:
     dead: int = 0
     released: int = 0
     stale: int = 0
+    abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
     started: float = field(default_factory=time.monotonic)
 
     def count(self, status: str) -> None:
@@ -140,11 +163,13 @@ _Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
 
 @dataclass
 class _Flight:
-    """One job this worker holds: its task and, once finished, its settlement."""
+    """One job this worker holds: its task, when it was claimed, whether it is settled."""
 
     job: Job
+    started: float  # monotonic time of the claim
     task: asyncio.Task[None] | None = None
     submitted: bool = False
+    abandoned: bool = False
 
 
 class Worker:
@@ -154,13 +179,16 @@ class Worker:
         queue: the :class:`AsyncQueue` to work.
         handler: ``handler(job, response) -> result``, sync (run in a thread) or async; may
             raise :class:`~scrapeq.Retry` or :class:`~scrapeq.Permanent`. Default: metadata.
+            It may run ``handler_timeout`` seconds (a setting): then an async handler is
+            cancelled, a sync one abandoned to its thread, and the job retried.
         concurrency: jobs fetched at once by this worker (default 100).
         sink: where result records go (default: nowhere).
         fetcher: the :class:`~scrapeq.fetch.Fetcher` (default: one built from the settings).
         burst: stop once every job of the queue is done or dead.
         max_runtime: stop gracefully after this many seconds.
         handler_in_thread: run a sync handler in a thread (default: yes for a user
-            handler, no for the built-in one); ``False`` suits cheap parsers.
+            handler, no for the built-in one); ``False`` suits cheap parsers (which then run
+            on the event loop, with no ``handler_timeout``).
         tune_gc: tune the garbage collector while running (:func:`tuned_gc`; default yes).
             It is process-wide: pass ``False`` when the worker shares its process with code
             that sets the collector itself.
@@ -193,11 +221,11 @@ class Worker:
         self.tune_gc = tune_gc
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
         # the built-in handler is trivial and runs inline. Decided once, not per job.
-        self._call_handler = _handler_caller(
-            self.handler,
-            in_thread=handler is not None if handler_in_thread is None else handler_in_thread,
-            plain=handler is None,
-        )
+        self._in_thread = handler is not None if handler_in_thread is None else handler_in_thread
+        # Set per run (_open_resources): a run's threads and timer end with it.
+        self._call_handler: Callable[[Job, Response], Awaitable[Any]]
+        self._handler_deadlines: Deadlines
+        self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
         self._flights: dict[str, _Flight] = {}
         # Settlements waiting for the next settle call: the job, when its answer is only
@@ -207,6 +235,8 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._release_now = asyncio.Event()
+        self._stop_at: float | None = None  # monotonic time the stop began
+        self._hurry_at: float | None = None  # monotonic time of the second stop
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
@@ -218,10 +248,19 @@ class Worker:
         return asyncio.run(self.run_async())
 
     def stop(self) -> None:
-        """Stop claiming; in-flight jobs get ``shutdown_grace`` seconds, then are released."""
+        """Stop claiming; in-flight jobs get ``shutdown_grace`` seconds, then are released.
+
+        A second call releases them at once, giving Redis :data:`HURRY_MARGIN` seconds.
+        """
+        now = time.monotonic()
         if self._stopping.is_set():
+            if self._hurry_at is None:
+                self._hurry_at = now
             self._release_now.set()
+        elif self._stop_at is None:
+            self._stop_at = now
         self._stopping.set()
+        self._slot_freed.set()  # wakes the claim loop and the drain
 
     async def run_async(self) -> WorkerStats:
         """Run in the current event loop until stopped."""
@@ -231,25 +270,24 @@ class Worker:
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
-        if self._fetcher is None:
-            self._fetcher = Fetcher(self.settings)
-        if self.settings.respect_robots:
-            self._robots = Robots(
-                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
-            )
+        self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
         await self._warn_eviction()
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
+        claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
         try:
-            await self._claim_loop()
-            await self._drain()
+            await self._until_stopped(claimer)
+            await self._drain(claimer)
         finally:
             self._stopping.set()
-            await self._flush_until_empty()
+            self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
+            await self._stop_claiming(claimer)
+            await self._finish()
             for task in (settler, beater):
                 task.cancel()
             await asyncio.gather(settler, beater, return_exceptions=True)
+            self._report_unsent()
             await self._close_resources()
             self._remove_signals(loop)
         log.info(
@@ -291,7 +329,26 @@ class Worker:
         log.info("shutdown %s: %s", sig.name, "releasing now" if again else "draining")
         self.stop()
 
+    def _open_resources(self) -> None:
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.settings)
+        if self.settings.respect_robots:
+            self._robots = Robots(
+                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
+            )
+        self._handler_deadlines = Deadlines(self.settings.handler_timeout)
+        self._handler_threads = DaemonThreads(HANDLER_THREADS, "scrapeq-handler")
+        self._call_handler = handler_caller(
+            self.handler,
+            in_thread=self._in_thread,
+            plain=self.handler is default_handler,
+            deadlines=self._handler_deadlines,
+            threads=self._handler_threads,
+        )
+
     async def _close_resources(self) -> None:
+        self._handler_deadlines.close()
+        self._handler_threads.shutdown()  # never waits: a stuck handler's thread ends with us
         if self._own_fetcher and self._fetcher is not None:
             await self._fetcher.close()
         if self.sink is not None:
@@ -299,7 +356,38 @@ class Worker:
 
     # --- claim -----------------------------------------------------------------------------------
 
+    async def _until_stopped(self, claimer: asyncio.Task[None]) -> None:
+        """Return when a stop is asked or the claim loop ends (burst done, max runtime)."""
+        stopped = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({claimer, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if claimer.done():
+            claimer.result()  # a bug of the claim loop is raised here
+
+    async def _stop_claiming(self, claimer: asyncio.Task[None]) -> None:
+        """End the claim loop: a claim in flight has until the exit deadline to answer.
+
+        Jobs it answers are released with the others; past the deadline it is abandoned.
+        """
+        if not claimer.done():
+            await asyncio.wait({claimer}, timeout=max(self._exit_deadline() - time.monotonic(), 0))
+        if not claimer.done():
+            # Redis may have run it: its jobs, if any, come back when their leases expire.
+            log.warning("a claim got no answer from redis in time: abandoning it")
+            claimer.cancel()
+        (outcome,) = await asyncio.gather(claimer, return_exceptions=True)
+        if isinstance(outcome, Exception):
+            log.error("claim loop failed", exc_info=outcome)
+
     async def _claim_loop(self) -> None:
+        try:
+            await self._claim_until_stopped()
+        finally:
+            self._slot_freed.set()  # the drain waits for a claim in flight too
+
+    async def _claim_until_stopped(self) -> None:
         deadline = None if self.max_runtime is None else time.monotonic() + self.max_runtime
         reconnect = RECONNECT_MIN
         while not self._stopping.is_set():
@@ -324,8 +412,9 @@ class Worker:
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             reconnect = RECONNECT_MIN
+            now = time.monotonic()
             for job in claimed.jobs:
-                self._start(job)
+                self._start(job, now)
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
@@ -338,9 +427,9 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, now: float) -> None:
         self.stats.claimed += 1
-        flight = _Flight(job)
+        flight = _Flight(job, now)
         self._flights[job.id] = flight
         flight.task = asyncio.create_task(self._run_job(flight))
 
@@ -426,6 +515,12 @@ class Worker:
             return self._maybe_dead(job, settlement, response, started, exc.reason)
         except Permanent as exc:
             return self._dead(job, exc.reason, str(exc), response, started)
+        except HandlerTimeout as exc:
+            log.warning("job %s: %s", job.id, exc)
+            settlement = self.queue.retrying(
+                job, kind="handler_timeout", message=str(exc), domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, str(exc))
         except Exception as exc:
             message = _traceback_summary(exc)
             settlement = self.queue.retrying(
@@ -559,6 +654,9 @@ class Worker:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             try:
                 statuses = await self.queue.settle_many([item[0] for item in batch])
+            except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
+                self._pending = batch + self._pending
+                raise
             except ScriptError as exc:  # a deterministic refusal: never let it block the rest
                 await self._settle_singly(batch, exc)
                 continue
@@ -588,17 +686,13 @@ class Worker:
                 continue
             self._answer(item, status)
 
-    async def _flush_until_empty(self) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._flush(), timeout=30)
-
     # --- heartbeat -------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         period = max(self.settings.lease / 3, 0.05)
         while True:
             await asyncio.sleep(period)
-            flights = list(self._flights.values())
+            flights = self._renewable()
             if not flights:
                 continue
             try:
@@ -612,74 +706,115 @@ class Worker:
                     self.stats.stale += 1
                     flight.task.cancel()
 
+    def _renewable(self) -> list[_Flight]:
+        """The flights whose leases are renewed; those held past ``max_job_time`` are given up.
+
+        A given-up attempt is cancelled and its lease no longer renewed: it expires, and any
+        worker's claim reaps the job (which spends the attempt), as if this worker had crashed.
+        """
+        oldest = time.monotonic() - self.settings.max_job_time
+        renewable = []
+        for flight in self._flights.values():
+            if flight.started > oldest:
+                renewable.append(flight)
+            elif not flight.abandoned:
+                self._abandon(flight)
+        return renewable
+
+    def _abandon(self, flight: _Flight) -> None:
+        log.warning(
+            "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
+            flight.job.id,
+            self.settings.max_job_time,
+        )
+        flight.abandoned = True
+        self.stats.abandoned += 1
+        if flight.task is not None:
+            flight.task.cancel()
+
     # --- shutdown --------------------------------------------------------------------------------
 
-    async def _drain(self) -> None:
-        """Wait for in-flight jobs up to the grace period, then release the rest."""
-        if not self._flights:
-            return
-        grace = float(self.settings.shutdown_grace)
-        log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
-        tasks = [f.task for f in self._flights.values() if f.task is not None]
-        release = asyncio.create_task(self._release_now.wait())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_wait_all_or(tasks, release), timeout=grace)
-        release.cancel()
-        await self._release_remaining()
+    async def _drain(self, claimer: asyncio.Task[None]) -> None:
+        """Wait for in-flight jobs (and a claim in flight) up to the grace period.
 
-    async def _release_remaining(self) -> None:
-        """Release every job whose attempt has not reached the settle buffer."""
-        left = [f for f in self._flights.values() if not f.submitted]
-        for flight in left:
+        A second stop ends the wait at once.
+        """
+        if self._stop_at is None:  # stopped by itself (burst, max runtime)
+            self._stop_at = time.monotonic()
+        grace = float(self.settings.shutdown_grace)
+        if self._flights:
+            log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
+        deadline = self._stop_at + grace
+        while (self._flights or not claimer.done()) and not self._release_now.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._slot_freed.clear()
+            await self._wait_for(self._slot_freed, left)
+
+    def _exit_deadline(self) -> float:
+        """When the exit stops waiting for Redis (monotonic time)."""
+        if self._stop_at is None:  # the run itself was cancelled
+            self._stop_at = time.monotonic()
+        deadline = self._stop_at + float(self.settings.shutdown_grace) + EXIT_MARGIN
+        if self._hurry_at is not None:
+            deadline = min(deadline, self._hurry_at + HURRY_MARGIN)
+        return deadline
+
+    async def _finish(self) -> None:
+        """Release the jobs still held and send every settlement, until the exit deadline.
+
+        What Redis has not answered by then stays in the buffer, counted by
+        :meth:`_report_unsent`.
+        """
+        held = self._release_held()
+        final = asyncio.create_task(self._flush_releases(held))
+        hurried = asyncio.create_task(self._release_now.wait())
+        try:
+            while not final.done():
+                left = self._exit_deadline() - time.monotonic()
+                if left <= 0:
+                    break
+                waits = {final} if hurried.done() else {final, hurried}
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurried.cancel()
+            final.cancel()
+            await asyncio.gather(final, return_exceptions=True)
+
+    def _release_held(self) -> list[_Flight]:
+        """Cancel every attempt that has not reached the settle buffer; buffer its release."""
+        held = [f for f in self._flights.values() if not f.submitted]
+        for flight in held:
+            flight.submitted = True
             if flight.task is not None:
                 flight.task.cancel()
-        await asyncio.gather(*(f.task for f in left if f.task is not None), return_exceptions=True)
-        await self._flush_until_empty()
-        if not left:
-            return
         # Stopping is nobody's fault: no release budget spent, no backoff.
-        releases = [self.queue.releasing(f.job, shutdown=True) for f in left]
-        statuses = await self.queue.settle_many(releases)
-        for status in statuses:
-            self.stats.count(status)
-        log.info("released %d jobs without spending an attempt", len(left))
+        self._pending.extend(
+            (self.queue.releasing(f.job, shutdown=True), f.job, None) for f in held
+        )
+        return held
 
+    async def _flush_releases(self, held: list[_Flight]) -> None:
+        await self._flush()
+        await asyncio.gather(*(f.task for f in held if f.task is not None), return_exceptions=True)
+        if held:
+            log.info("released %d jobs without spending an attempt", len(held))
 
-async def _wait_all_or(tasks: list[asyncio.Task[None]], release: asyncio.Task[bool]) -> None:
-    """Return when every task is finished, or as soon as ``release`` completes."""
-    pending: set[asyncio.Task[Any]] = {*tasks, release}
-    while pending - {release}:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if release in done:
+    def _report_unsent(self) -> None:
+        """Log the settlements Redis never answered: their jobs are left to their leases."""
+        if not self._pending:
             return
+        log.warning(
+            "redis did not answer in time: %d settlements left to their leases "
+            "(the jobs come back when the leases expire)",
+            len(self._pending),
+        )
 
 
 def _what(exc: BaseException) -> str:
     """How a failed Redis call is logged: unreachable, or an error reply (READONLY, OOM...)."""
     return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
-
-
-def _handler_caller(
-    handler: Handler, *, in_thread: bool, plain: bool
-) -> Callable[[Job, Response], Awaitable[Any]]:
-    """How the worker calls ``handler``: awaited, in a thread, or inline (``plain``: the
-    built-in handler, whose result is never awaitable)."""
-    if inspect.iscoroutinefunction(handler):
-        return handler
-
-    async def inline(job: Job, response: Response) -> Any:
-        result = handler(job, response)
-        if not plain and inspect.isawaitable(result):
-            return await result
-        return result
-
-    async def threaded(job: Job, response: Response) -> Any:
-        result = await asyncio.to_thread(handler, job, response)
-        if inspect.isawaitable(result):
-            return await result
-        return result
-
-    return threaded if in_thread else inline
 
 
 def _traceback_summary(exc: BaseException) -> str:

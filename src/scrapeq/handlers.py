@@ -1,0 +1,179 @@
+"""How the worker calls the user's handler: within ``handler_timeout``, on threads of its own.
+
+A handler is user code, and user code may never return: a parser in an endless loop, a read
+with no timeout. :func:`handler_caller` bounds every call that can be bounded: an async
+handler is cancelled at the timeout; a sync one runs on :class:`DaemonThreads` and is
+abandoned to its thread (a thread cannot be killed), or never runs when no thread was free in
+time. Either way the caller gets :class:`HandlerTimeout`. A handler called inline (on the event
+loop) blocks the loop while it runs, so no timer could fire: it gets none.
+
+Why not the loop's executor: ``concurrent.futures.ThreadPoolExecutor`` (behind
+``asyncio.to_thread``) joins its threads when the interpreter exits, and ``asyncio.run`` waits
+for the default executor's threads on its way out, so one stuck call kept the process alive
+after SIGTERM. :class:`DaemonThreads` runs calls on at most ``size`` daemon threads, which
+never hold the exit; a call cancelled before a thread picks it up never runs; its
+:meth:`~DaemonThreads.shutdown` never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from .deadlines import Deadlines
+from .fetch import Response
+from .job import Job
+
+__all__ = ["DaemonThreads", "Handler", "HandlerTimeout", "handler_caller"]
+
+#: ``handler(job, response) -> result``: sync or async.
+Handler = Callable[[Job, Response], Any]
+
+T = TypeVar("T")
+
+_Item = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+class DaemonThreads:
+    """Run calls on at most ``size`` daemon threads, started when work finds none idle.
+
+    Args:
+        size: most threads (>= 1). A stuck call keeps its thread: when all are stuck, new
+            calls wait in the queue (their caller's timeout is what ends the wait).
+        name: thread name prefix.
+    """
+
+    def __init__(self, size: int, name: str = "scrapeq-thread") -> None:
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self.size = size
+        self._name = name
+        self._work: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one permit per thread waiting for work
+        self._lock = threading.Lock()
+        self._started = 0
+
+    @property
+    def started(self) -> int:
+        """Threads started so far."""
+        return self._started
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue ``fn(*args)``; its future is cancellable until a thread starts it."""
+        future: Future[T] = Future()
+        self._work.put((future, fn, args))
+        if not self._idle.acquire(blocking=False):
+            self._maybe_start()
+        return future
+
+    def shutdown(self) -> None:
+        """Ask every thread to end once idle; returns at once (stuck ones end with the process)."""
+        with self._lock:
+            for _ in range(self._started):
+                self._work.put(None)
+
+    def _maybe_start(self) -> None:
+        with self._lock:
+            if self._started >= self.size:
+                return
+            self._started += 1
+            name = f"{self._name}-{self._started}"
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            future, fn, args = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as exc:  # handed to the caller, like an executor does
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, fn, args  # no references kept while idle
+            self._idle.release()
+
+
+class HandlerTimeout(Exception):
+    """The handler ran past ``handler_timeout``; the message says what became of the call.
+
+    Internal to the worker, which retries the job with the error kind ``handler_timeout``.
+    """
+
+
+def handler_caller(
+    handler: Handler, *, in_thread: bool, plain: bool, deadlines: Deadlines, threads: DaemonThreads
+) -> Callable[[Job, Response], Awaitable[Any]]:
+    """How the worker calls ``handler``: awaited, on ``threads``, or inline.
+
+    Args:
+        handler: the user's handler.
+        in_thread: run a sync handler on ``threads`` (else inline, on the event loop).
+        plain: the built-in handler, whose result is never awaitable.
+        deadlines: one deadline of ``handler_timeout`` seconds per awaited or threaded call.
+        threads: the worker's handler threads.
+
+    Returns:
+        ``call(job, response)``, awaited; raises :class:`HandlerTimeout` past the deadline.
+    """
+    if inspect.iscoroutinefunction(handler):
+
+        async def awaited(job: Job, response: Response) -> Any:
+            call = handler(job, response)
+            return await _within(deadlines, call, lambda: _overran(deadlines, "cancelled"))
+
+        return awaited
+
+    async def inline(job: Job, response: Response) -> Any:
+        result = handler(job, response)
+        if not plain and inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def threaded(job: Job, response: Response) -> Any:
+        future = threads.submit(contextvars.copy_context().run, handler, job, response)
+
+        def fate() -> str:
+            if future.cancel():  # still queued: it will never run
+                busy = f"handler_timeout; all {threads.size} threads busy"
+                return f"no handler thread free within {deadlines.seconds:g} s ({busy})"
+            return _overran(deadlines, "its thread is abandoned")
+
+        return await _within(deadlines, _result_of(future), fate)
+
+    return threaded if in_thread else inline
+
+
+async def _result_of(future: Future[Any]) -> Any:
+    """The result of a handler run in a thread (awaited too, when it is awaitable)."""
+    result = await asyncio.wrap_future(future)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+async def _within(deadlines: Deadlines, call: Awaitable[T], fate: Callable[[], str]) -> T:
+    """Await a handler ``call`` within a handler deadline; past it, raise HandlerTimeout
+    with ``fate()``, the message saying what became of the call."""
+    deadline = deadlines.start()
+    try:
+        with deadline:
+            return await call
+    except TimeoutError:
+        if not deadline.fired:  # the handler's own TimeoutError
+            raise
+        raise HandlerTimeout(fate()) from None
+
+
+def _overran(deadlines: Deadlines, fate: str) -> str:
+    return f"handler still running after {deadlines.seconds:g} s (handler_timeout): {fate}"

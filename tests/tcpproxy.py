@@ -1,0 +1,150 @@
+"""A loopback TCP forwarder that can turn into a black hole, for tests of a stalled network.
+
+:class:`TcpProxy` listens on 127.0.0.1 and forwards every connection to one upstream
+address (also loopback), from an event loop in a background thread, so a test that blocks
+(``subprocess.wait``) or a worker under test never stops it. :meth:`TcpProxy.blackhole` keeps
+every connection open but stops moving bytes in both directions, as a dead route or a
+frozen server does: writes still succeed (the kernel buffers them) and nothing ever answers.
+New connections are accepted and held too. :meth:`TcpProxy.resume` forwards again,
+including what was held meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from types import TracebackType
+from urllib.parse import urlsplit
+
+_CHUNK = 65536
+
+
+class TcpProxy:
+    """Forward ``127.0.0.1:<port>`` to ``upstream_host:upstream_port``.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        if upstream_host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the test proxy forwards to loopback only")
+        self.upstream = (upstream_host, upstream_port)
+        self.port = 0
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._flowing: asyncio.Event | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @classmethod
+    def for_redis_url(cls, url: str) -> TcpProxy:
+        """A proxy in front of the Redis server of ``url`` (``redis://127.0.0.1:PORT/DB``)."""
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        return cls(parts.hostname, parts.port)
+
+    def url(self, template: str) -> str:
+        """``template`` (a ``redis://`` URL of the upstream) pointed at the proxy instead."""
+        parts = urlsplit(template)
+        return parts._replace(netloc=f"127.0.0.1:{self.port}").geturl()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        self._call(self._start())
+        return self
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._call(self._stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- steering ------------------------------------------------------------------------------
+
+    def blackhole(self) -> None:
+        """Stop forwarding bytes, both ways, on every connection (open ones and new ones)."""
+        self._call(self._set_flowing(False))
+
+    def resume(self) -> None:
+        """Forward again, held bytes included."""
+        self._call(self._set_flowing(True))
+
+    @property
+    def connections(self) -> int:
+        """Open client connections (each has one upstream connection beside it)."""
+        return len(self._writers) // 2
+
+    # --- inside the proxy's loop -------------------------------------------------------------
+
+    def _call(self, coro: object) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)  # type: ignore[arg-type]
+
+    async def _start(self) -> None:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    async def _set_flowing(self, flowing: bool) -> None:
+        assert self._flowing is not None
+        if flowing:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            upstream_r, upstream_w = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            client_w.transport.abort()
+            return
+        self._writers |= {client_w, upstream_w}
+        try:
+            await asyncio.gather(self._pump(client_r, upstream_w), self._pump(upstream_r, client_w))
+        except (OSError, asyncio.CancelledError):
+            # A reset is how a forwarded connection may end; a cancel is close(). Both end
+            # here: start_server reports a handler task that ends cancelled as an error.
+            pass
+        finally:
+            for writer in (client_w, upstream_w):
+                self._writers.discard(writer)
+                writer.transport.abort()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self._flowing is not None
+        while True:
+            await self._flowing.wait()  # black-holed: stop reading, so the sender's bytes pile up
+            data = await reader.read(_CHUNK)
+            if not data:
+                writer.transport.abort()
+                return
+            await self._flowing.wait()  # a chunk read just before the black hole is held too
+            writer.write(data)
+            await writer.drain()
