@@ -11,6 +11,9 @@ Units:
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
 
+``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
+:func:`scrapeq.urls.canonical_url`'s options for de-duplication fingerprints.
+
 Sources:
     * the file: ``config_file``, else ``$SCRAPEQ_CONFIG``, else ``./scrapeq.toml`` when it
       exists. Keys are setting names, at the top level or in a ``[scrapeq]`` table;
@@ -392,6 +395,8 @@ class Settings:
     shutdown_grace: float = _seconds(30.0, positive=False)
     data_dir: Path = field(default_factory=default_data_dir, metadata=_meta("path"))
     max_payload: int = _setting("int", 1_048_576, ge=1, check=_check_max_payload)
+    canonical_keep_fragments: bool = _setting("bool", False)
+    canonical_keep_blank_values: bool = _setting("bool", True)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
