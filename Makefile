@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/parked_claim_cost.py
 	$(BIN)/python bench/memory_per_job.py
 	$(BIN)/python bench/worker_throughput.py
+	$(BIN)/python bench/link_extract.py
 	$(BIN)/python bench/soak.py --quick
 
 clean:

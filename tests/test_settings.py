@@ -49,6 +49,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_payload": 1048576,
     "handler_timeout": 60,
     "max_job_time": 600,  # not in INTERFACE.md yet
+    "canonical_keep_fragments": False,
+    "canonical_keep_blank_values": True,
 }
 
 
@@ -587,3 +589,22 @@ def test_max_releases_from_env_file_and_flag(tmp_path: Path) -> None:
     assert flag.max_releases == 3
     with pytest.raises(ConfigError, match="max_releases"):
         load(tmp_path, 'max_releases = "many"\n')
+
+
+def test_canonical_options_from_env_file_and_flag(tmp_path: Path) -> None:
+    s = load()
+    assert (s.canonical_keep_fragments, s.canonical_keep_blank_values) == (False, True)
+    s = load(tmp_path, "canonical_keep_fragments = true\ncanonical_keep_blank_values = false\n")
+    assert (s.canonical_keep_fragments, s.canonical_keep_blank_values) == (True, False)
+    env = {"SCRAPEQ_CANONICAL_KEEP_FRAGMENTS": "yes", "SCRAPEQ_CANONICAL_KEEP_BLANK_VALUES": "0"}
+    s = load(environ=env)
+    assert (s.canonical_keep_fragments, s.canonical_keep_blank_values) == (True, False)
+    flag = load(environ=env, overrides={"canonical_keep_fragments": False})
+    assert flag.canonical_keep_fragments is False
+    for name, bad in (("canonical_keep_fragments", "maybe"), ("canonical_keep_blank_values", "")):
+        with pytest.raises(ConfigError, match="expected true/false") as info:
+            load(environ={f"SCRAPEQ_{name.upper()}": bad})
+        assert info.value.name == name
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, "canonical_keep_fragments = 1\n")
+    assert info.value.name == "canonical_keep_fragments"

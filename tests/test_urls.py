@@ -1,22 +1,32 @@
-"""URL validation and normalisation at enqueue (scrapeq.urls)."""
+"""URL validation at enqueue, canonical URLs, fingerprints and scope (scrapeq.urls)."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 
 import pytest
+import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapeq.errors import InvalidURL
+from scrapeq.errors import ConfigError, InvalidURL
+from scrapeq.queue import Queue
+from scrapeq.settings import Settings
 from scrapeq.urls import (
     MAX_URL_BYTES,
+    SCOPES,
     TargetURL,
+    UrlFilter,
+    canonical_url,
     domain_of,
     fingerprint,
+    fingerprint64,
+    in_scope,
     is_private_address,
     is_private_host,
     parse_target,
+    registrable_domain,
 )
 
 PRIVATE_REASON = "private address not allowed (set allow_private)"
@@ -286,3 +296,285 @@ _URLISH = st.builds(
 @given(_URLISH)
 def test_parse_target_only_raises_invalid_url_on_url_like_text(text: str) -> None:
     _check_never_crashes(text)
+
+
+# --- canonical URLs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        # scheme and host case
+        ("HTTP://WWW.Example.COM/Path", "http://www.example.com/Path"),
+        # default ports dropped, others kept
+        ("http://example.com:80/x", "http://example.com/x"),
+        ("https://example.com:443/x", "https://example.com/x"),
+        ("http://example.com:0080/", "http://example.com/"),
+        ("https://example.com:8443/x", "https://example.com:8443/x"),
+        # dot segments
+        ("http://example.com/a/../b/./c", "http://example.com/b/c"),
+        ("http://example.com/a/b/../../../c", "http://example.com/c"),
+        ("http://example.com/a/b/..", "http://example.com/a/"),
+        ("http://example.com/%2E%2e/a", "http://example.com/a"),
+        # percent-encoding: unreserved decoded, others upper-cased, non-ASCII as UTF-8
+        ("http://example.com/%7Euser", "http://example.com/~user"),
+        ("http://example.com/%7euser", "http://example.com/~user"),
+        ("http://example.com/%41%62c", "http://example.com/Abc"),
+        ("http://example.com/a%2fb", "http://example.com/a%2Fb"),
+        ("http://example.com/ü?x=ü", "http://example.com/%C3%BC?x=%C3%BC"),
+        ("http://example.com/%c3%bc", "http://example.com/%C3%BC"),
+        # query: sorted by name then value, space as "+", an empty query dropped
+        ("http://example.com/?b=1&a=2", "http://example.com/?a=2&b=1"),
+        ("http://example.com/?a=2&a=1", "http://example.com/?a=1&a=2"),
+        ("http://example.com/?q=a%20b", "http://example.com/?q=a+b"),
+        ("http://example.com/?q=%7E", "http://example.com/?q=~"),
+        ("http://example.com/?q=%2B", "http://example.com/?q=%2B"),
+        ("http://example.com/?", "http://example.com/"),
+        # fragment dropped
+        ("http://example.com/p#frag", "http://example.com/p"),
+        # blank values kept by default, "?a" written "?a="
+        ("http://example.com/?a=&b=1", "http://example.com/?a=&b=1"),
+        ("http://example.com/?b=1&a", "http://example.com/?a=&b=1"),
+        # IDN hosts, trailing dot, numeric IPv4 spellings, IPv6 compressed
+        ("https://BÜCHER.example/x", "https://xn--bcher-kva.example/x"),
+        ("http://example.com./", "http://example.com/"),
+        ("http://0x7f.1/", "http://127.0.0.1/"),
+        ("http://[0:0:0:0:0:0:0:1]:80/", "http://[::1]/"),
+        # no path, userinfo kept (a different request)
+        ("http://example.com", "http://example.com/"),
+        ("http://u:p@Example.com/", "http://u:p@example.com/"),
+    ],
+)
+def test_canonical_url(raw: str, canonical: str) -> None:
+    assert canonical_url(raw) == canonical
+    assert canonical_url(canonical) == canonical  # a fixed point
+
+
+def test_canonical_url_keeps_fragments_when_asked() -> None:
+    assert canonical_url("http://example.com/p#frag", keep_fragments=True) == (
+        "http://example.com/p#frag"
+    )
+    assert canonical_url("http://example.com/p#%7Ea%2f", keep_fragments=True) == (
+        "http://example.com/p#~a%2F"
+    )
+    assert canonical_url("http://example.com/p#", keep_fragments=True) == "http://example.com/p"
+    assert canonical_url("http://example.com/p", keep_fragments=True) == "http://example.com/p"
+    assert canonical_url("HTTP://Example.com:80/a/../p?b=2&a=1#/route/1", keep_fragments=True) == (
+        "http://example.com/p?a=1&b=2#/route/1"
+    )
+
+
+def test_canonical_url_drops_blank_values_when_asked() -> None:
+    drop = {"keep_blank_values": False}
+    assert canonical_url("http://example.com/?a=&b=1", **drop) == "http://example.com/?b=1"
+    assert canonical_url("http://example.com/?a&b=1", **drop) == "http://example.com/?b=1"
+    assert canonical_url("http://example.com/?a=", **drop) == "http://example.com/"
+    assert canonical_url("http://example.com/?a=0", **drop) == "http://example.com/?a=0"
+
+
+def test_canonical_url_refuses_invalid_urls() -> None:
+    for bad in ("ftp://example.com/", "not a url", "http://exa mple.com/", "http://a..b/"):
+        with pytest.raises(InvalidURL):
+            canonical_url(bad)
+
+
+def test_canonical_url_allows_private_hosts() -> None:
+    assert canonical_url("http://LOCALHOST:8080/a/./b") == "http://localhost:8080/a/b"
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None)
+@given(_URLISH, st.booleans(), st.booleans())
+def test_canonical_url_is_idempotent_or_refuses(text: str, fragments: bool, blanks: bool) -> None:
+    options = {"keep_fragments": fragments, "keep_blank_values": blanks}
+    try:
+        once = canonical_url(text, **options)
+    except InvalidURL:
+        return
+    assert once.isascii()
+    assert canonical_url(once, **options) == once
+    assert parse_target(once, allow_private=True)
+
+
+_SPELLINGS = [
+    "http://example.com/a/b?x=1&y=",
+    "HTTP://EXAMPLE.COM:80/a/b?y=&x=1",
+    "http://example.com./a/./c/../b?x=1&y=#top",
+    "http://example.com/%61/%62?x=%31&y",
+    "  http://Example.com/a/b/?x=1&y=".replace("/?", "?"),
+]
+
+
+def test_fingerprints_are_equal_across_spellings() -> None:
+    assert len({fingerprint(url) for url in _SPELLINGS}) == 1
+    assert len({fingerprint64(url) for url in _SPELLINGS}) == 1
+    assert fingerprint("http://example.com/%7Euser") == fingerprint("http://example.com/~user")
+    assert fingerprint("http://example.com/?b=1&a=2") == fingerprint("http://example.com/?a=2&b=1")
+
+
+def test_fingerprint_options_follow_canonical_url() -> None:
+    a, b = "http://example.com/#/item/1", "http://example.com/#/item/2"
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a, keep_fragments=True) != fingerprint(b, keep_fragments=True)
+    assert fingerprint64(a, keep_fragments=True) != fingerprint64(b, keep_fragments=True)
+    blank, none = "http://example.com/?a=&b=1", "http://example.com/?b=1"
+    assert fingerprint(blank) != fingerprint(none)
+    assert fingerprint(blank, keep_blank_values=False) == fingerprint(none)
+    assert fingerprint64(blank, keep_blank_values=False) == fingerprint64(none)
+
+
+def test_fingerprint_is_the_sha1_of_the_canonical_url() -> None:
+    url = "HTTP://Example.com/b?y=2&x=1"
+    digest = hashlib.sha1(b"http://example.com/b?x=1&y=2").digest()
+    assert fingerprint(url) == digest[:8].hex()
+    assert fingerprint64(url) == int.from_bytes(digest[:8], "big", signed=True)
+
+
+def test_fingerprint64_is_a_stable_signed_64_bit_integer() -> None:
+    values = [fingerprint64(f"http://example.com/item/{i}") for i in range(2000)]
+    assert all(-(2**63) <= v < 2**63 for v in values)
+    assert any(v < 0 for v in values) and any(v > 0 for v in values)
+    assert len(set(values)) == len(values)
+    # Fixed values: the same on every machine, process and Python version (no hash()).
+    assert fingerprint64("http://example.com/") == -7199038879661321696
+    assert fingerprint64("https://example.com/a") == -4256715142368812815
+    for url in ("http://example.com/", "https://bücher.example/x?b=1&a=2"):
+        assert fingerprint64(url) == int.from_bytes(
+            bytes.fromhex(fingerprint(url)), "big", signed=True
+        )
+
+
+def test_fingerprint64_refuses_invalid_urls() -> None:
+    with pytest.raises(InvalidURL):
+        fingerprint64("mailto:a@example.com")
+
+
+def test_prepare_fingerprints_the_canonical_form_and_follows_the_settings() -> None:
+    client = redis.Redis()  # never connected: prepare touches no server
+    try:
+        q = Queue(client)
+        spec = q.prepare("http://Example.com/a/../b?y=2&x=1#f", unique=True)
+        assert spec.url == "http://example.com/a/../b?y=2&x=1"  # fetched as given
+        assert spec.fingerprint == fingerprint("http://example.com/b?x=1&y=2")
+        assert q.prepare("http://example.com/", unique=False).fingerprint is None
+        kept = Queue(client, settings=Settings(canonical_keep_fragments=True))
+        spec = kept.prepare("http://example.com/#/route", unique=True)
+        assert spec.url == "http://example.com/"
+        assert spec.fingerprint == fingerprint("http://example.com/#/route", keep_fragments=True)
+        assert spec.fingerprint != fingerprint("http://example.com/")
+        dropped = Queue(client, settings=Settings(canonical_keep_blank_values=False))
+        spec = dropped.prepare("http://example.com/?a=&b=1", unique=True)
+        assert spec.fingerprint == fingerprint("http://example.com/?b=1")
+    finally:
+        client.close()
+
+
+# --- scope -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "registrable"),
+    [
+        ("example.com", "example.com"),
+        ("www.example.com", "example.com"),
+        ("a.b.c.example.com", "example.com"),
+        ("a.example.co.uk", "example.co.uk"),
+        ("WWW.Example.CO.UK.", "example.co.uk"),
+        ("co.uk", "co.uk"),  # a public suffix is its own
+        ("com", "com"),
+        ("foo.github.io", "foo.github.io"),  # the list's private section counts
+        ("github.io", "github.io"),
+        ("bücher.example.de", "example.de"),
+        ("www.xn--bcher-kva.de", "xn--bcher-kva.de"),
+        ("shop.bücher.de", "xn--bcher-kva.de"),
+        ("localhost", "localhost"),
+        ("intranet", "intranet"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("93.184.216.34", "93.184.216.34"),
+        ("[::1]", "[::1]"),
+        ("::1", "[::1]"),
+        ("[2606:4700:0::1111]", "[2606:4700::1111]"),
+        ("example.com:8080", "example.com"),
+        ("[::1]:8080", "[::1]"),
+        ("127.0.0.1:8043", "127.0.0.1"),
+        ("a.example.co.uk:443", "example.co.uk"),
+    ],
+)
+def test_registrable_domain(host: str, registrable: str) -> None:
+    assert registrable_domain(host) == registrable
+
+
+@pytest.mark.parametrize("host", ["", "exa$mple.com", "a..b", "[::1", "[::g]", "-" * 64 + ".com"])
+def test_registrable_domain_refuses_invalid_hosts(host: str) -> None:
+    with pytest.raises(InvalidURL):
+        registrable_domain(host)
+
+
+@pytest.mark.parametrize(
+    ("url", "reference", "host", "domain"),
+    [
+        ("http://example.com/a", "https://example.com/b", True, True),
+        ("http://WWW.example.com/", "http://www.example.com./x", True, True),
+        ("http://www.example.com/", "http://example.com/", False, True),
+        ("http://a.example.co.uk/", "http://b.example.co.uk/", False, True),
+        ("http://example.co.uk/", "http://other.co.uk/", False, False),
+        ("http://foo.github.io/", "http://bar.github.io/", False, False),
+        ("http://example.com:8080/", "http://example.com/", False, True),
+        ("http://example.com:80/", "http://example.com/", True, True),
+        ("http://127.0.0.1:8001/", "http://127.0.0.1:8002/", False, True),
+        ("http://127.0.0.1:8001/x", "http://127.0.0.1:8001/", True, True),
+        ("http://127.0.0.2/", "http://127.0.0.1/", False, False),
+        ("http://[::1]:8001/", "http://[0::1]:8001/", True, True),
+        ("http://localhost/", "http://127.0.0.1/", False, False),
+        ("http://a.localhost/", "http://localhost/", False, False),
+        ("https://bücher.example.de/", "http://www.example.de/", False, True),
+        ("http://example.org/", "http://example.com/", False, False),
+    ],
+)
+def test_in_scope(url: str, reference: str, host: bool, domain: bool) -> None:
+    assert in_scope(url, reference, "host") is host
+    assert in_scope(url, reference, "domain") is domain
+    assert in_scope(url, reference, "any") is True
+
+
+@pytest.mark.parametrize("bad", ["mailto:a@example.com", "javascript:x", "http://exa mple/", ""])
+def test_in_scope_is_false_for_an_invalid_link(bad: str) -> None:
+    for scope in SCOPES:
+        assert in_scope(bad, "http://example.com/", scope) is False
+
+
+def test_in_scope_refuses_a_bad_scope_or_reference() -> None:
+    with pytest.raises(ConfigError) as info:
+        in_scope("http://example.com/", "http://example.com/", "site")
+    assert info.value.name == "scope"
+    with pytest.raises(InvalidURL):
+        in_scope("http://example.com/", "not a url", "host")
+
+
+def test_url_filter_deny_wins() -> None:
+    f = UrlFilter(allow=[r"/products/", r"^https://blog\."], deny=[r"\.pdf$", r"[?&]sort="])
+    assert f.allows("https://shop.example.com/products/1")
+    assert f.allows("https://blog.example.com/post")
+    assert not f.allows("https://shop.example.com/about")
+    assert not f.allows("https://shop.example.com/products/manual.pdf")
+    assert not f.allows("https://shop.example.com/products/?sort=price")
+
+
+def test_url_filter_defaults_allow_everything_not_denied() -> None:
+    assert UrlFilter([], []).allows("http://example.com/anything")
+    assert UrlFilter().allows("http://example.com/anything")
+    assert not UrlFilter(deny=["example"]).allows("http://example.com/")
+    assert UrlFilter(allow=["(?i)EXAMPLE"]).allows("http://example.com/")
+    assert not UrlFilter(allow=["EXAMPLE"]).allows("http://example.com/")
+    assert repr(UrlFilter(["a"], ["b"])) == "UrlFilter(allow=['a'], deny=['b'])"
+
+
+@pytest.mark.parametrize(
+    ("allow", "deny", "name"),
+    [(["("], [], "allow"), ([], ["[a-"], "deny"), ("just-a-string", [], "allow")],
+)
+def test_url_filter_refuses_bad_patterns(allow: list[str], deny: list[str], name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        UrlFilter(allow, deny)
+    assert info.value.name == name

@@ -137,7 +137,8 @@ class _QueueCore:
             delay: seconds before the job is eligible.
             max_attempts: attempt budget; default ``settings.max_attempts``.
             payload: any JSON-serialisable value, handed to the handler.
-            unique: skip the job while a pending job has the same URL.
+            unique: skip the job while a pending job has the same URL, up to
+                :func:`~scrapeq.urls.canonical_url` (``canonical_*`` settings).
             expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
 
         Raises:
@@ -174,7 +175,16 @@ class _QueueCore:
             max_attempts=attempts,
             payload_json=payload_json,
             expires_ms=expires_ms,
-            fingerprint=fingerprint(target.url) if unique else None,
+            fingerprint=self._fingerprint(url) if unique else None,
+        )
+
+    def _fingerprint(self, url: str) -> str:
+        # From the URL as given, not the job's: parse_target drops the fragment, which
+        # canonical_keep_fragments may keep.
+        return fingerprint(
+            url,
+            keep_fragments=self.settings.canonical_keep_fragments,
+            keep_blank_values=self.settings.canonical_keep_blank_values,
         )
 
     def _check_payload_sizes(self, specs: Sequence[EnqueueSpec]) -> None:

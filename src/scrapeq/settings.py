@@ -11,6 +11,9 @@ Units:
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
 
+``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
+:func:`scrapeq.urls.canonical_url`'s options for de-duplication fingerprints.
+
 Sources:
     * the file: ``config_file``, else ``$SCRAPEQ_CONFIG``, else ``./scrapeq.toml`` when it
       exists. Keys are setting names, at the top level or in a ``[scrapeq]`` table;
@@ -397,6 +400,8 @@ class Settings:
     # with the defaults (robots.txt and the page, 30 s each, then the handler's 60 s): past
     # it the attempt is stuck, not slow.
     max_job_time: float = _seconds(600.0)
+    canonical_keep_fragments: bool = _setting("bool", False)
+    canonical_keep_blank_values: bool = _setting("bool", True)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

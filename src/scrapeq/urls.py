@@ -4,6 +4,13 @@ Everything here is pure (no DNS, no I/O). :func:`parse_target` is the one gate a
 before it becomes a job; it returns the normalised URL and the *domain* (``host[:port]``,
 INTERFACE.md) every per-domain structure is keyed by.
 
+A job keeps its URL as :func:`parse_target` normalised it, to fetch exactly what was asked.
+De-duplication goes further: :func:`canonical_url` is the form two spellings of one page
+share (dot segments resolved, percent-encoding and query order normalised ...), and
+:func:`fingerprint` and :func:`fingerprint64` hash it. A crawl's scope is decided by
+:func:`in_scope` (same domain key, same registrable domain by the Public Suffix List, or any)
+and :class:`UrlFilter` (allow and deny regular expressions).
+
 Private-address refusal covers what can be decided from the text alone: ``localhost`` names
 and literal IP addresses in every spelling a resolver accepts (``127.1``, ``2130706433``,
 ``0x7f000001``, ``0177.0.0.1``, ``[::ffff:127.0.0.1]`` ...). A hostname that merely resolves
@@ -13,23 +20,35 @@ resolved addresses.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
-from scrapeq.errors import InvalidURL
+from publicsuffixlist import PublicSuffixList
+from w3lib.url import canonicalize_url
+
+from scrapeq.errors import ConfigError, InvalidURL
 
 __all__ = [
     "MAX_URL_BYTES",
+    "SCOPES",
     "TargetURL",
+    "UrlFilter",
+    "canonical_url",
     "domain_of",
     "fingerprint",
+    "fingerprint64",
+    "in_scope",
     "is_private_address",
     "is_private_host",
     "parse_target",
+    "registrable_domain",
 ]
 
 MAX_URL_BYTES = 8192
@@ -54,6 +73,13 @@ _PRIVATE = "private address not allowed (set allow_private)"
 _INVALID_HOST = "invalid host"
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+SCOPES: Final = ("host", "domain", "any")
+"""The scopes :func:`in_scope` knows, narrowest first."""
+
+# RFC 3986 unreserved characters: their percent-encoded form means the same (section 6.2.2.2).
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +136,175 @@ def domain_of(url: str) -> str:
     return parse_target(url, allow_private=True).domain
 
 
-def fingerprint(url: str) -> str:
-    """Return 16 hex characters identifying a URL up to normalisation, for de-duplication.
+def canonical_url(url: str, *, keep_fragments: bool = False, keep_blank_values: bool = True) -> str:
+    """Return the canonical form of a URL: the one all its equivalent spellings share.
 
-    Equivalent spellings (``HTTP://Example.com:80/#x`` and ``http://example.com/``) share a
-    fingerprint.
+    :func:`parse_target` (allowing private hosts) normalises the scheme, the host (lower
+    case, punycode, no trailing dot, IPv4 in dotted decimal, IPv6 compressed) and the port
+    (a default one dropped); then w3lib's ``canonicalize_url`` (what Scrapy uses) resolves
+    dot segments (``/a/../b/./c`` -> ``/b/c``), decodes percent-encoded unreserved
+    characters (``%7Euser`` -> ``~user``), upper-cases the other escapes, percent-encodes
+    non-ASCII characters as UTF-8, sorts the query by name then value, writes a space in
+    the query as ``+`` (``a%20b`` and ``a+b`` are one) and ``?a`` as ``?a=``. A kept
+    fragment has its unreserved escapes decoded too.
+
+    The canonical form is for comparing and hashing only: a job fetches its URL as given
+    (normalised by :func:`parse_target`), since a server may tell ``?a=1&b=2`` from
+    ``?b=2&a=1``.
+
+    Args:
+        url: an http(s) URL, absolute.
+        keep_fragments: keep the ``#fragment`` (default: drop it; it never reaches the
+            server, but client-side routes like ``#/item/1`` may name distinct pages).
+        keep_blank_values: keep query parameters with an empty value (``?a=&b=1``); when
+            false, ``?a=&b=1`` and ``?b=1`` are one URL.
+
+    Returns:
+        An ASCII URL.
 
     Raises:
         InvalidURL: the URL is not a valid http(s) URL.
     """
-    normalised = parse_target(url, allow_private=True).url
-    return hashlib.sha1(normalised.encode("utf-8"), usedforsecurity=False).hexdigest()[:16]
+    text = parse_target(url, allow_private=True).url
+    if keep_fragments:
+        fragment = urlsplit(url.strip()).fragment
+        if fragment:
+            text += "#" + _PERCENT.sub(_normalise_escape, fragment)
+    return canonicalize_url(
+        text, keep_blank_values=keep_blank_values, keep_fragments=keep_fragments
+    )
+
+
+def fingerprint(url: str, *, keep_fragments: bool = False, keep_blank_values: bool = True) -> str:
+    """Return 16 hex characters identifying a URL up to canonicalisation, for de-duplication.
+
+    The first 8 bytes of the SHA-1 of :func:`canonical_url`, in hex: equivalent spellings
+    (``HTTP://Example.com:80/a/../b?y=2&x=1#f`` and ``http://example.com/b?x=1&y=2``) share a
+    fingerprint. The keyword arguments are :func:`canonical_url`'s.
+
+    Raises:
+        InvalidURL: the URL is not a valid http(s) URL.
+    """
+    canonical = canonical_url(
+        url, keep_fragments=keep_fragments, keep_blank_values=keep_blank_values
+    )
+    return _digest8(canonical).hex()
+
+
+def fingerprint64(url: str, *, keep_fragments: bool = False, keep_blank_values: bool = True) -> int:
+    """Return :func:`fingerprint` as a signed 64-bit integer, for a compact seen-set.
+
+    ``int.from_bytes(sha1(canonical_url(url))[:8], "big", signed=True)``: in
+    ``[-2**63, 2**63)``, stable across processes, machines and Python versions (no
+    ``hash()``), and ``fingerprint64(u) == int.from_bytes(bytes.fromhex(fingerprint(u)),
+    "big", signed=True)``. Two distinct URLs share one with probability about
+    ``n**2 / 2**65`` among ``n`` URLs (one in 37 million for a million URLs).
+
+    Raises:
+        InvalidURL: the URL is not a valid http(s) URL.
+    """
+    canonical = canonical_url(
+        url, keep_fragments=keep_fragments, keep_blank_values=keep_blank_values
+    )
+    return int.from_bytes(_digest8(canonical), "big", signed=True)
+
+
+def registrable_domain(host: str) -> str:
+    """Return the registrable domain of a host by the Public Suffix List ("eTLD+1").
+
+    ``a.example.co.uk`` -> ``example.co.uk``; ``foo.github.io`` -> ``foo.github.io`` (the
+    list's private section counts: ``github.io`` is a suffix under which each name is a
+    separate owner). The list is the snapshot bundled with the ``publicsuffixlist`` package
+    (no network; upgrade the package for a newer list), loaded on first use (about 50 ms).
+
+    Args:
+        host: a host name (any case, IDN or punycode, a trailing dot allowed) or an IP
+            literal (IPv6 with or without brackets); a scrapeq domain key ``host:port`` is
+            accepted too, its port ignored.
+
+    Returns:
+        The registrable domain in punycode; the host itself (normalised as
+        :func:`parse_target` writes hosts) when it is an IP address, ``localhost``, a
+        single label or itself a public suffix (``co.uk``).
+
+    Raises:
+        InvalidURL: the host is not a valid host name or address.
+    """
+    return _site(_normalise_host(host, _strip_port(host.strip())))
+
+
+def in_scope(url: str, seed_or_parent_url: str, scope: str) -> bool:
+    """Tell whether a link is within a crawl's scope, judged from its seed or parent page.
+
+    Scopes:
+        * ``host``: the same scrapeq domain key, ``host[:port]`` (:func:`domain_of`):
+          ``www.example.com`` is not ``example.com``, and ``127.0.0.1:8001`` is not
+          ``127.0.0.1:8002``. The scheme does not count.
+        * ``domain``: the same :func:`registrable_domain`, ports ignored:
+          ``a.example.co.uk`` and ``b.example.co.uk`` are in one scope, ``example.co.uk``
+          and ``other.co.uk`` are not; an IP address is its own domain.
+        * ``any``: every valid http(s) URL.
+
+    Args:
+        url: the candidate link.
+        seed_or_parent_url: the URL it is judged against.
+        scope: one of :data:`SCOPES`.
+
+    Returns:
+        False for an invalid ``url`` (never raises on it).
+
+    Raises:
+        ConfigError: ``scope`` is not one of :data:`SCOPES` (named ``scope``).
+        InvalidURL: ``seed_or_parent_url`` is not a valid http(s) URL.
+    """
+    if scope not in SCOPES:
+        raise ConfigError("scope", f"expected one of {', '.join(SCOPES)}, got {scope!r}")
+    reference = _reference_domain(seed_or_parent_url)
+    try:
+        candidate = domain_of(url)
+    except InvalidURL:
+        return False
+    if scope == "host":
+        return candidate == reference
+    if scope == "domain":
+        return _site(candidate) == _site(reference)
+    return True
+
+
+class UrlFilter:
+    """Allow and deny URLs by regular expressions; deny wins.
+
+    A URL is allowed when no ``deny`` pattern matches it and, if any ``allow`` pattern is
+    given, at least one matches it. Patterns are Python regular expressions searched
+    anywhere in the URL (``re.search``: anchor with ``^`` and ``$``), case-sensitively
+    unless they say ``(?i)``. They are matched against the URL as given: pass the form the
+    crawl enqueues (or :func:`canonical_url`'s, to match one spelling).
+
+    Args:
+        allow: patterns of which one must match; empty: every URL not denied.
+        deny: patterns of which none may match.
+
+    Raises:
+        ConfigError: a pattern does not compile, or a bare string was given instead of a
+            list of patterns (named ``allow`` or ``deny``).
+    """
+
+    __slots__ = ("_allow", "_deny")
+
+    def __init__(self, allow: Sequence[str] = (), deny: Sequence[str] = ()) -> None:
+        self._allow = _compile_patterns("allow", allow)
+        self._deny = _compile_patterns("deny", deny)
+
+    def allows(self, url: str) -> bool:
+        """Tell whether ``url`` passes the filter."""
+        if any(pattern.search(url) for pattern in self._deny):
+            return False
+        return not self._allow or any(pattern.search(url) for pattern in self._allow)
+
+    def __repr__(self) -> str:
+        allow = [p.pattern for p in self._allow]
+        deny = [p.pattern for p in self._deny]
+        return f"UrlFilter(allow={allow!r}, deny={deny!r})"
 
 
 def is_private_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -161,6 +345,67 @@ def is_private_host(host: str) -> bool:
     if ip is not None:
         return is_private_address(ip)
     return name == "localhost" or name.endswith(".localhost")
+
+
+def _digest8(text: str) -> bytes:
+    """The first 8 bytes of the SHA-1 of ``text`` (UTF-8)."""
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).digest()[:8]
+
+
+def _normalise_escape(match: re.Match[str]) -> str:
+    """``%7e`` -> ``~`` for an unreserved character, ``%2f`` -> ``%2F`` otherwise."""
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else match.group(0).upper()
+
+
+@functools.cache
+def _suffix_list() -> PublicSuffixList:
+    return PublicSuffixList()  # the bundled snapshot, ICANN and private sections
+
+
+@functools.lru_cache(maxsize=4096)
+def _registrable(name: str) -> str:
+    """eTLD+1 of a normalised host name, or the name itself when it has none."""
+    found = _suffix_list().privatesuffix(name)
+    return found if isinstance(found, str) else name
+
+
+@functools.lru_cache(maxsize=1024)
+def _reference_domain(url: str) -> str:
+    """:func:`domain_of`, cached: a crawl judges every link of a page against one URL."""
+    return domain_of(url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _site(domain: str) -> str:
+    """The registrable domain of a domain key (``host[:port]``, already normalised)."""
+    if domain.startswith("["):
+        return domain[: domain.index("]") + 1]
+    host = domain.partition(":")[0]
+    return host if _NUMERIC_HOST.fullmatch(host) else _registrable(host)
+
+
+def _strip_port(host: str) -> str:
+    """``host`` without a ``:port`` suffix; an unbracketed IPv6 literal gets brackets."""
+    if host.startswith("["):
+        if "]" not in host:
+            raise InvalidURL(host, _INVALID_HOST)
+        return host.partition("]")[0] + "]"
+    if host.count(":") > 1:
+        return f"[{host}]"
+    return host.partition(":")[0]
+
+
+def _compile_patterns(name: str, patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+    if isinstance(patterns, str):
+        raise ConfigError(name, f"expected a list of patterns, got the string {patterns!r}")
+    compiled: list[re.Pattern[str]] = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except (re.error, TypeError) as exc:
+            raise ConfigError(name, f"invalid pattern {pattern!r}: {exc}") from None
+    return tuple(compiled)
 
 
 def _check_text(url: str, text: str) -> None:
