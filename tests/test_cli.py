@@ -213,6 +213,7 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     assert set(doc) == {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
     assert doc["counts"] == {
         "enqueued": 4, "ready": 2, "delayed": 1, "inflight": 0, "done": 0, "dead": 1,
+        "cancelled": 0,
     }  # fmt: skip
     assert set(doc["lanes"]) == {"critical", "normal", "bulk"}
     assert set(doc["lanes"]["normal"]) == {"ready", "delayed", "oldest_ready_age"}
@@ -233,7 +234,9 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
     doc = json.loads(out)
     assert doc == {
         "queue": "default",
-        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "counts": dict.fromkeys(
+            ("enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled"), 0
+        ),
         "lanes": {
             lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0} for lane in ("fast", "slow")
         },

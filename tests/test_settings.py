@@ -49,6 +49,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_payload": 1048576,
     "handler_timeout": 60,
     "max_job_time": 600,  # not in INTERFACE.md yet
+    "keep_done": 0,  # not in INTERFACE.md yet
 }
 
 
