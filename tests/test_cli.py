@@ -350,7 +350,7 @@ def test_dead_list_replay_and_purge(capsys: Any, redis_url: str) -> None:
     assert code == 0 and "replayed" in out
     code, _, err = run(capsys, "--redis", redis_url, "dead", "replay")
     assert code == 2 and "exactly one" in err
-    code, out, _ = run(capsys, "--redis", redis_url, "dead", "purge")
+    code, out, _ = run(capsys, "--redis", redis_url, "dead", "purge", "--all", "--yes")
     assert code == 0 and out.strip().startswith("purged ")
     assert q.status()["counts"]["dead"] == 0
     q.close()

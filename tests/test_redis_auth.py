@@ -277,7 +277,7 @@ async def test_an_acl_user_limited_to_the_queue_works_end_to_end(
         ["breakers", "--json"],
         ["domains", "--json"],
         ["dead", "replay", "--all"],
-        ["dead", "purge"],
+        ["dead", "purge", "--all", "--yes"],
         ["audit", "--repair"],
     ]
     for argv in admin_commands:
