@@ -213,6 +213,7 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     assert set(doc) == {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
     assert doc["counts"] == {
         "enqueued": 4, "ready": 2, "delayed": 1, "inflight": 0, "done": 0, "dead": 1,
+        "cancelled": 0,
     }  # fmt: skip
     assert set(doc["lanes"]) == {"critical", "normal", "bulk"}
     assert set(doc["lanes"]["normal"]) == {"ready", "delayed", "oldest_ready_age"}
@@ -233,7 +234,9 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
     doc = json.loads(out)
     assert doc == {
         "queue": "default",
-        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "counts": dict.fromkeys(
+            ("enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled"), 0
+        ),
         "lanes": {
             lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0} for lane in ("fast", "slow")
         },
@@ -347,7 +350,7 @@ def test_dead_list_replay_and_purge(capsys: Any, redis_url: str) -> None:
     assert code == 0 and "replayed" in out
     code, _, err = run(capsys, "--redis", redis_url, "dead", "replay")
     assert code == 2 and "exactly one" in err
-    code, out, _ = run(capsys, "--redis", redis_url, "dead", "purge")
+    code, out, _ = run(capsys, "--redis", redis_url, "dead", "purge", "--all", "--yes")
     assert code == 0 and out.strip().startswith("purged ")
     assert q.status()["counts"]["dead"] == 0
     q.close()

@@ -541,6 +541,7 @@ async def test_async_queue_mirrors_queue(
         "inflight": 0,
         "done": 1,
         "dead": 0,
+        "cancelled": 0,
     }
 
     aq = make_async_queue(queue="mirror-async")

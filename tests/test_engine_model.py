@@ -1,7 +1,7 @@
 """A stateful model of the engine: places, attempts, leases, lanes and breakers against Redis.
 
 A hypothesis ``RuleBasedStateMachine`` drives a real :class:`~scrapeq.queue.Queue` (enqueue,
-claim, ack, retry, fail, release, stale settlements, reap, time travel) and keeps a model of
+claim, ack, retry, fail, release, stale settlements, cancel, reap, time travel) and keeps a model of
 what the Lua scripts must have done. After every step the invariants read Redis directly.
 
 Time: the machine owns a virtual clock (``Queue.testing_clock_offset_ms``, whole seconds, only
@@ -99,7 +99,7 @@ class MJob:
     id: str
     domain: str
     lane: str
-    place: str  # ready | delayed | inflight | done | dead
+    place: str  # ready | delayed | inflight | done | dead | cancelled
     eligible: int
     attempts: int = 0
     unused: int = 0  # leases reaped that were never renewed (no heartbeats in this model)
@@ -570,6 +570,32 @@ class EngineMachine(RuleBasedStateMachine):
             calls[how]()
         assert self.dump() == before, "a stale settlement changed Redis"
 
+    @rule(pick=PICK, force=st.booleans())
+    def cancel(self, pick: int, force: bool) -> None:
+        """Cancel one job by id, wherever it is: a pending one leaves, one in flight only with
+        ``force`` (its claim then goes stale), a dead letter is refused, a done or cancelled
+        one is unknown (keep_done is 0)."""
+        if not self.jobs:
+            return
+        ids = sorted(self.jobs, key=lambda i: (len(i), i))
+        mj = self.jobs[ids[pick % len(ids)]]
+        note(f"cancel {mj.id} ({mj.place}), force={force}")
+        result = self.q.cancel(ids=[mj.id], force=force)
+        expected = {
+            "ready": "cancelled",
+            "delayed": "cancelled",
+            "inflight": "cancelled" if force else "inflight",
+            "dead": "dead",
+        }.get(mj.place, "unknown")
+        refused = [n for n in ("inflight", "dead", "done", "unknown", "corrupt")
+                   if mj.id in getattr(result, n)]  # fmt: skip
+        assert (["cancelled"] if result.cancelled == 1 else refused) == [expected], (mj, result)
+        if expected == "cancelled":
+            event(f"cancelled {mj.place}")
+            if mj.place == "inflight":
+                self.leave_inflight(mj)
+            mj.place = "cancelled"
+
     # --- invariants --------------------------------------------------------------------------
 
     @invariant()
@@ -590,10 +616,11 @@ class EngineMachine(RuleBasedStateMachine):
             expected = {
                 "ready": {f"ready:{mj.domain}"},
                 "done": set(),
+                "cancelled": set(),
             }.get(mj.place, {mj.place})
             assert where == expected, (mj, where)
-            if mj.place == "done":
-                assert js is None, f"done job {mj.id} still stored"
+            if mj.place in ("done", "cancelled"):
+                assert js is None, f"{mj.place} job {mj.id} still stored"
                 continue
             assert js is not None, f"{mj.place} job {mj.id} has no stored payload"
             self.check_stored(mj, js, s)
@@ -656,9 +683,11 @@ class EngineMachine(RuleBasedStateMachine):
         counts = status["counts"]
         model = {p: len(self.in_place(p)) for p in ("ready", "delayed", "inflight", "dead")}
         model["done"] = len(self.in_place("done"))
+        model["cancelled"] = len(self.in_place("cancelled"))
         model["enqueued"] = len(self.jobs)
         assert counts == model, (counts, model)
-        placed = sum(counts[p] for p in ("ready", "delayed", "inflight", "dead", "done"))
+        places = ("ready", "delayed", "inflight", "dead", "done", "cancelled")
+        placed = sum(counts[p] for p in places)
         assert placed == counts["enqueued"]
 
 

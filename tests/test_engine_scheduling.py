@@ -457,6 +457,7 @@ def test_no_double_claim_with_concurrent_workers(
         "inflight": 0,
         "done": total,
         "dead": 0,
+        "cancelled": 0,
     }
     assert len(status["domains"]) == domains
     assert all(d["done"] == total // domains for d in status["domains"])
@@ -744,7 +745,7 @@ def test_unicode_url_round_trips(make_queue: MakeQueue) -> None:
 # --- 12. the status schema -----------------------------------------------------------------
 
 STATUS_KEYS = {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
-COUNT_KEYS = {"enqueued", "ready", "delayed", "inflight", "done", "dead"}
+COUNT_KEYS = {"enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled"}
 LANE_KEYS = {"ready", "delayed", "oldest_ready_age"}
 DOMAIN_KEYS = {
     "domain",
@@ -805,6 +806,7 @@ def test_status_counts_lanes_and_domains(make_queue: MakeQueue) -> None:
         "inflight": 1,
         "done": 1,
         "dead": 1,
+        "cancelled": 0,
     }
     lanes = status["lanes"]
     assert list(lanes) == ["critical", "normal", "bulk"]

@@ -175,7 +175,10 @@ async def test_password_in_the_url_runs_enqueue_worker_and_status(
         worker_output = await burst_worker(url)
 
     counts = status_counts(capsys, url)
-    assert counts == {"enqueued": 2, "ready": 0, "delayed": 0, "inflight": 0, "done": 1, "dead": 1}
+    assert counts == {
+        "enqueued": 2, "ready": 0, "delayed": 0, "inflight": 0, "done": 1, "dead": 1,
+        "cancelled": 0,
+    }  # fmt: skip
     assert good.hits["/a"] == 1 and gone.hits["/b"] == 1
     for secret in (PASSWORD, quote(PASSWORD, safe="")):
         assert secret not in worker_output + out + err
@@ -274,7 +277,7 @@ async def test_an_acl_user_limited_to_the_queue_works_end_to_end(
         ["breakers", "--json"],
         ["domains", "--json"],
         ["dead", "replay", "--all"],
-        ["dead", "purge"],
+        ["dead", "purge", "--all", "--yes"],
         ["audit", "--repair"],
     ]
     for argv in admin_commands:

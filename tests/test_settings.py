@@ -51,6 +51,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_job_time": 600,  # not in INTERFACE.md yet
     "canonical_keep_fragments": False,
     "canonical_keep_blank_values": True,
+    "keep_done": 0,  # not in INTERFACE.md yet
 }
 
 

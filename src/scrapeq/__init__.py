@@ -14,9 +14,9 @@ from .errors import (
     ScrapeqError,
     StaleLease,
 )
-from .job import Job, JobError
+from .job import Job, JobError, JobInfo
 from .lanes import Lane, Lanes
-from .queue import AsyncQueue, Claimed, EnqueueResult, Queue, ReplayResult
+from .queue import AsyncQueue, CancelResult, Claimed, EnqueueResult, Queue, ReplayResult
 from .scripts import Settlement
 from .settings import Settings, load_settings
 
@@ -26,12 +26,14 @@ __all__ = [
     "AsyncQueue",
     "AuditProblem",
     "AuditReport",
+    "CancelResult",
     "Claimed",
     "ConfigError",
     "EnqueueResult",
     "InvalidURL",
     "Job",
     "JobError",
+    "JobInfo",
     "Lane",
     "Lanes",
     "NotFound",

@@ -8,7 +8,9 @@ the same step when asked. What it checks:
 
 - every job id is in exactly one place (delayed, its domain's ready queue, inflight, dead),
   under its own domain, with its lane index in step;
-- no id without its job key, no job key that no structure names, no corrupt job text;
+- no id without its job key, no job key that no structure names, no corrupt job text (a done
+  job kept by ``keep_done`` is in no structure: it is done, unless its key outlived its
+  ``keep_done`` time, a sign it lost its TTL);
 - every lease records its domain; each domain's inflight counter equals its leases;
 - the delayed counters (per domain and per lane) equal the delayed jobs;
 - every domain with ready jobs is reachable: in ``domains:ready`` or ``domains:wait``, at its
@@ -117,6 +119,8 @@ class Snapshot:
     retiring: set[str] = field(default_factory=set)
     stats: dict[str, str] = field(default_factory=dict)
     default_conc: int = 2
+    now_ms: int = 0  # the Redis clock when the scan began
+    keep_done_ms: int = 0
 
 
 def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
@@ -136,9 +140,11 @@ def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
 # --- the scan --------------------------------------------------------------------------------
 
 
-def scan_op(keys: Keys, lanes: list[str], default_conc: int) -> Op[Snapshot]:
+def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int = 0) -> Op[Snapshot]:
     """Read the queue's structures in bounded slices."""
-    snap = Snapshot(default_conc=default_conc)
+    snap = Snapshot(default_conc=default_conc, keep_done_ms=keep_done_ms)
+    secs, usecs = yield Command(("TIME",))
+    snap.now_ms = int(secs) * 1000 + int(usecs) // 1000
     ids = yield from _scan_keys(keys.job("*"))
     cut = len(keys.job(""))
     snap.jobs = yield from _job_texts(keys, [key[cut:] for key in ids])
@@ -242,9 +248,24 @@ def _job_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
         places = (job_id in delayed) + (job_id in inflight) + (job_id in dead)
         places += job["domain"] in domains
         if places == 0 and not domains:
+            if _kept_done(snap, job):
+                continue
             yield {"k": "job_without_place", "id": job_id}
         elif places > 1:
             yield {"k": "job_in_two_places", "id": job_id}
+
+
+#: A done job's key may outlive its keep_done time by this much (expiry is not instant).
+_EXPIRY_SLACK_MS = 1000
+
+
+def _kept_done(snap: Snapshot, job: dict[str, Any]) -> bool:
+    """A done job kept by keep_done, still within its time (its TTL is then not read: a job
+    that lost it is found once that time is over)."""
+    done_at = job.get("done_at")
+    if not isinstance(done_at, int | float):
+        return False
+    return bool(done_at + snap.keep_done_ms + _EXPIRY_SLACK_MS >= snap.now_ms)
 
 
 def _orphan_ids(snap: Snapshot) -> Iterator[dict[str, Any]]:
@@ -341,7 +362,8 @@ def _stranded_domains(snap: Snapshot) -> Iterator[dict[str, Any]]:
 def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
     dead = set(snap.dead)
     for fp, job_id in snap.unique.items():
-        if job_id not in snap.jobs or job_id in dead:
+        job = snap.jobs.get(job_id)
+        if job_id not in snap.jobs or job_id in dead or (job or {}).get("done_at") is not None:
             yield {"k": "stale_fingerprint", "fp": fp, "id": job_id}
 
 
@@ -367,12 +389,14 @@ def _subject(item: dict[str, Any]) -> str:
 REPAIR_PASSES = 3
 
 
-def audit_op(keys: Keys, lanes: list[str], default_conc: int, repair: bool) -> Op[AuditReport]:
+def audit_op(
+    keys: Keys, lanes: list[str], default_conc: int, repair: bool, keep_done_ms: int = 0
+) -> Op[AuditReport]:
     """Scan, then confirm (and with ``repair`` fix) each suspicion atomically."""
     problems: list[AuditProblem] = []
     suspected = 0
     for _ in range(REPAIR_PASSES if repair else 1):
-        snap = yield from scan_op(keys, lanes, default_conc)
+        snap = yield from scan_op(keys, lanes, default_conc, keep_done_ms)
         suspects = find_suspects(snap)
         found = yield from _confirm(suspects, repair)
         problems += found

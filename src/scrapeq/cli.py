@@ -18,16 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import redis
 import typer
 from rich.console import Console
 
 from . import render
 from .connection import async_client, check_reachable, resolve_url, sync_client
-from .errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from .errors import (
+    ConfigError,
+    InvalidURL,
+    NotFound,
+    PayloadTooLarge,
+    RedisUnavailable,
+    ScrapeqError,
+)
 from .job import ms_to_iso
-from .keys import QUEUE_SCAN_PATTERN, queue_of_marker
-from .queue import AsyncQueue, Queue
+from .queue import AsyncQueue, CancelResult, Queue
 from .settings import Settings, load_settings
 
 __all__ = ["app", "main"]
@@ -96,6 +101,24 @@ def setup_logging(verbose: int) -> None:
     root.propagate = False
 
 
+def _package_version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scrapeq")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"scrapeq {_package_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
@@ -110,6 +133,12 @@ def _global(
         Path | None, typer.Option("--data-dir", help="Where the embedded Redis keeps its data.")
     ] = None,
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="Per-job logs.")] = 0,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
     overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
@@ -170,6 +199,9 @@ def worker(
         _check_writable(results)
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
     url = Context(settings).checked_url()
+    if burst and _nothing_to_do(settings, url):
+        typer.echo(f"scrapeq: queue {settings.queue!r} is empty: nothing to do", err=True)
+        raise typer.Exit(0)
     if processes == 1:
         raise typer.Exit(run_worker_process(settings, url, options, 0))
     from .supervisor import KILL_MARGIN, supervise
@@ -177,6 +209,16 @@ def worker(
     kill_after = settings.shutdown_grace + KILL_MARGIN
     code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
     raise typer.Exit(code)
+
+
+def _nothing_to_do(settings: Settings, url: str) -> bool:
+    """No job ready, delayed or in flight: a burst worker would stop at once."""
+    q = Queue(sync_client(url), settings=settings)
+    try:
+        c = q.counts()
+    finally:
+        q.close()
+    return c["ready"] + c["delayed"] + c["inflight"] == 0
 
 
 def _check_writable(path: Path) -> None:
@@ -254,10 +296,9 @@ def enqueue(
       scrapeq enqueue --file urls.txt --lane bulk --unique
     """
     settings = _settings(ctx, allow_private=allow_private)
-    try:
-        payload_value = None if payload is None else json.loads(payload)
-    except json.JSONDecodeError as exc:
-        _die(f"--payload is not valid JSON: {exc}", 2)
+    if not urls and file is None:
+        _die("give URLs or --file PATH ('-' for stdin)", 2)
+    payload_value = _payload_object(payload)
     q = Context(settings).queue()
     options: dict[str, Any] = dict(
         lane=lane,
@@ -275,6 +316,31 @@ def enqueue(
         typer.echo(f"added {added} job{'s' if added != 1 else ''}")
     if bad and not added:
         raise typer.Exit(2)
+
+
+def _payload_object(text: str | None) -> dict[str, Any] | None:
+    """``--payload``: a JSON object (the handler reads named fields from it), or None."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _die(f"--payload is not valid JSON: {exc}", 2)
+    if not isinstance(value, dict):
+        _die(f"--payload must be a JSON object, got {_json_kind(value)}", 2)
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
 
 
 def _url_lines(urls: list[str], file: str | None) -> Any:
@@ -390,7 +456,7 @@ def _existing_queue(ctx: typer.Context) -> Queue:
 
 def _empty_queue_note(q: Queue) -> str:
     """``queue 'shpos' is empty; known queues: shops`` (as much as a cheap look finds)."""
-    known = _known_queues(q.client)
+    known = _known_queues(q)
     if known is None:
         return f"queue {q.name!r} is empty"
     names, complete = known
@@ -406,23 +472,15 @@ def _empty_queue_note(q: Queue) -> str:
 _SCAN_CALLS = 5
 
 
-def _known_queues(client: redis.Redis) -> tuple[list[str], bool] | None:
+def _known_queues(q: Queue) -> tuple[list[str], bool] | None:
     """The queues a bounded SCAN finds, and whether it saw every key; None if SCAN failed.
 
     Failure is tolerated (e.g. an ACL user without SCAN): the hint just names none.
     """
-    found: set[str] = set()
-    cursor = 0
     try:
-        for _ in range(_SCAN_CALLS):
-            cursor, batch = client.scan(cursor, match=QUEUE_SCAN_PATTERN, count=1000)
-            names = (queue_of_marker(str(key)) for key in batch)
-            found.update(n for n in names if n is not None)
-            if cursor == 0:
-                return sorted(found), True
-    except redis.RedisError:
+        return q.known_queues(max_calls=_SCAN_CALLS)
+    except RedisUnavailable:
         return None
-    return sorted(found), False
 
 
 # --- dead letters ------------------------------------------------------------------------------
@@ -443,11 +501,12 @@ def dead_list(
     Examples:
       scrapeq dead list --domain shop-43.example.com --limit 20
     """
-    jobs = _existing_queue(ctx).dead_letters(domain=domain, limit=limit)
+    q = _existing_queue(ctx)
+    jobs = q.dead_letters(domain=domain, limit=limit)
     if as_json:
         _emit_json([j.as_dict() for j in jobs])
         return
-    _console().print(render.dead_table(jobs))
+    _console().print(render.dead_table(jobs, total=q.dead_count(domain)))
 
 
 @dead_app.command("replay")
@@ -488,14 +547,218 @@ def dead_purge(
         float | None, typer.Option(min=0, help="Only those that died at least S seconds ago.")
     ] = None,
     domain: Annotated[str | None, typer.Option(help="Only this domain.")] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every dead letter (with --yes: without asking).")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
 ) -> None:
-    """Delete dead letters for good.
+    """Delete dead letters for good. Without --older-than or --domain it asks first on a
+    terminal; elsewhere it needs --all --yes.
 
     Examples:
       scrapeq dead purge --older-than 604800
+      scrapeq dead purge --all --yes
     """
-    purged = _existing_queue(ctx).purge(older_than=older_than, domain=domain)
+    if everything and (older_than is not None or domain is not None):
+        _die("--all purges every dead letter: not with --older-than or --domain", 2)
+    q = _existing_queue(ctx)
+    if older_than is None and domain is None and not (everything and yes):
+        total = q.dead_count()
+        if total:
+            _confirm(
+                f"Purge all {total} dead letters of queue {q.name!r}?",
+                f"refusing to purge every dead letter of queue {q.name!r} without --all --yes",
+            )
+    purged = q.purge(older_than=older_than, domain=domain)
     typer.echo(f"purged {purged} dead letter{'s' if purged != 1 else ''}")
+
+
+def _confirm(question: str, refusal: str) -> None:
+    """Ask ``question`` on a terminal; without one, stop with ``refusal`` (exit 2)."""
+    if not sys.stdin.isatty():
+        _die(refusal, 2)
+    if not typer.confirm(question, default=False, err=True):  # stdout keeps the result only
+        _die("not confirmed: nothing done", 1)
+
+
+# --- one job ------------------------------------------------------------------------------------
+
+job_app = typer.Typer(help="One job: where it is; cancel pending jobs.", no_args_is_help=True)
+app.add_typer(job_app, name="job")
+
+
+@job_app.command("show")
+def job_show(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job's id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Where a job is (ready and its place in line, delayed until, in flight and its lease,
+    dead and why, done), its attempts, lane, times and error history.
+
+    Examples:
+      scrapeq job show b1f
+      scrapeq job show b1f --json | jq .state
+    """
+    q = Context(_settings(ctx)).queue()
+    info = q.job_info(job_id)
+    if info is None:
+        _die(_no_job(q, job_id, hint=True), 2)
+    if as_json:
+        _emit_json(info.as_dict(queue=q.name))
+        return
+    _console().print(render.job_view(info, q.name))
+
+
+def _no_job(q: Queue, job_id: str, *, hint: bool = False) -> str:
+    text = f"no job {job_id} in queue {q.name!r}"
+    if not hint:
+        return text
+    if not q.exists():
+        return f"{text} ({_empty_queue_note(q)})"
+    if q.settings.keep_done <= 0:
+        return f"{text} (a done job is deleted unless keep_done keeps it)"
+    return text
+
+
+@job_app.command("cancel")
+def job_cancel(
+    ctx: typer.Context,
+    ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[ID]...", help="Jobs to cancel.")
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(help="Cancel every pending job of this domain instead.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Cancel jobs in flight too (by id).")
+    ] = False,
+) -> None:
+    """Remove pending jobs (ready or delayed): from every structure, counted as cancelled.
+
+    A job in flight is refused unless --force (its worker's result is then refused as
+    stale); a dead letter is purged with `dead purge`, not cancelled. --domain cancels the
+    domain's ready and delayed jobs and leaves its jobs in flight to finish.
+
+    Examples:
+      scrapeq job cancel b1f b20
+      scrapeq job cancel --domain shop-43.example.com
+    """
+    if not ids and domain is None:
+        _die("give job ids or --domain D", 2)
+    if ids and domain is not None:
+        _die("give job ids or --domain D, not both", 2)
+    if domain is not None and force:
+        _die("--force cancels jobs in flight by id: --domain leaves them to finish", 2)
+    q = Context(_settings(ctx)).queue()
+    if domain is not None:
+        with _unknown_domain_hint(q):
+            result = q.cancel(domain=domain)
+        typer.echo(_cancelled(result.cancelled, f" of {domain}", result.left_inflight))
+        return
+    assert ids is not None
+    result = q.cancel(ids=ids, force=force)
+    refusals = _refusals(q, result)
+    for job_id in dict.fromkeys(ids):
+        if job_id in refusals:
+            typer.echo(refusals[job_id], err=True)
+    typer.echo(_cancelled(result.cancelled, "", 0))
+    if refusals and not result.cancelled:
+        raise typer.Exit(2)
+
+
+def _cancelled(n: int, where: str, left_inflight: int) -> str:
+    text = f"cancelled {n} job{'s' if n != 1 else ''}{where}"
+    if left_inflight:
+        them = "it" if left_inflight == 1 else "them"
+        text += f"; {left_inflight} in flight left to finish (cancel {them} by id with --force)"
+    return text
+
+
+def _refusals(q: Queue, result: CancelResult) -> dict[str, str]:
+    """Job id -> why it was not cancelled, one line each."""
+    why: dict[str, str] = {}
+    for job_id in result.unknown:
+        why[job_id] = _no_job(q, job_id)
+    for job_id in result.corrupt:
+        why[job_id] = f"{job_id} is not a readable job: see scrapeq audit"
+    for job_id in result.done:
+        why[job_id] = f"{job_id} is done"
+    for job_id in result.dead:
+        why[job_id] = f"{job_id} is a dead letter: use dead purge"
+    for job_id in result.inflight:
+        why[job_id] = f"job {job_id} is in flight; --force to cancel it"
+    return why
+
+
+# --- the queues of a Redis -----------------------------------------------------------------------
+
+queue_app = typer.Typer(help="The queues on this Redis: list, clear.", no_args_is_help=True)
+app.add_typer(queue_app, name="queue")
+
+#: ``queue list`` looks at most at this many keys (SCAN calls of COUNT 1000): about 1 s of
+#: server time in small steps, so a big shared Redis is never held up.
+_LIST_SCAN_CALLS = 1000
+
+
+@queue_app.command("list")
+def queue_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """The queues on this Redis with their counts (found by a bounded SCAN).
+
+    Examples:
+      scrapeq queue list
+      scrapeq queue list --json | jq '.[].queue'
+    """
+    settings = _settings(ctx)
+    q = Context(settings).queue()
+    found = q.known_queues(max_calls=_LIST_SCAN_CALLS)
+    if found is None:
+        _die("the server refused SCAN: cannot list its queues", 1)
+    rows = [
+        {"queue": name, "counts": Queue(q.client, settings=settings.replace(queue=name)).counts()}
+        for name in found.names
+    ]
+    if not found.complete:
+        typer.echo(
+            f"scrapeq: only the first {_LIST_SCAN_CALLS * 1000:,} keys were scanned: "
+            "more queues may exist",
+            err=True,
+        )
+    if as_json:
+        _emit_json(rows)
+        return
+    _console().print(render.queues_table(rows))
+
+
+@queue_app.command("clear")
+def queue_clear(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The queue to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
+) -> None:
+    """Delete every key of queue NAME (jobs, dead letters, counters, settings), in slices.
+
+    Stop its workers first. Without --yes it asks on a terminal, and refuses elsewhere.
+
+    Examples:
+      scrapeq queue clear old-crawl --yes
+    """
+    q = Context(_settings(ctx).replace(queue=name)).queue()
+    if not q.exists():
+        typer.echo(f"queue {name!r} has no keys: nothing to clear")
+        return
+    if not yes:
+        c = q.counts()
+        pending = c["ready"] + c["delayed"] + c["inflight"]
+        _confirm(
+            f"Delete queue {name!r} ({pending} pending jobs, {c['dead']} dead letters)?",
+            f"refusing to clear queue {name!r} without --yes",
+        )
+    deleted = q.clear()
+    typer.echo(f"cleared queue {name!r}: {deleted} keys deleted")
 
 
 # --- breakers and domains ----------------------------------------------------------------------

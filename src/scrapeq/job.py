@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Job", "JobError", "ms_to_datetime", "ms_to_iso"]
+__all__ = ["Job", "JobError", "JobInfo", "ms_to_datetime", "ms_to_iso"]
 
 
 def ms_to_datetime(ms: int | float | None) -> datetime | None:
@@ -153,6 +153,81 @@ class Job:
             "last_error": self.last_error.as_dict() if self.last_error else None,
             "errors": [e.as_dict() for e in self.errors],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """Where a job is and what it holds: the answer of ``Queue.job_info`` (one atomic look).
+
+    Times are ms since the epoch on the Redis clock.
+
+    Attributes:
+        job: the stored job (attempts, lane, URL, payload, error history...).
+        state: ``ready``, ``delayed``, ``inflight``, ``dead``, ``done`` (kept by
+            ``keep_done``) or ``unplaced`` (a job key no structure names: see ``audit``).
+        now_ms: the Redis clock when it looked.
+        position, depth: ``ready`` only: 1-based place in its domain's queue, and how many
+            jobs that queue holds.
+        eligible_ms: when it may be claimed (for ``delayed``: the time it waits for).
+        lease_deadline_ms: ``inflight`` only: when its lease expires unless renewed.
+        worker: the worker holding it: always None, claims do not record one (docs/DESIGN.md).
+        done_ms, kept_until_ms: ``done`` only: when it was done, and when its key expires.
+    """
+
+    job: Job
+    state: str
+    now_ms: int
+    position: int | None = None
+    depth: int | None = None
+    eligible_ms: int | None = None
+    lease_deadline_ms: int | None = None
+    worker: str | None = None
+    done_ms: int | None = None
+    kept_until_ms: int | None = None
+
+    def as_dict(self, queue: str | None = None) -> dict[str, Any]:
+        """The ``job show --json`` document: ISO 8601 times with ``_ms`` twins."""
+        job = self.job
+        out: dict[str, Any] = {"id": job.id}
+        if queue is not None:
+            out["queue"] = queue
+        out.update(
+            state=self.state,
+            url=job.url,
+            domain=job.domain,
+            lane=job.lane,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            throttles=job.throttles,
+            releases=job.releases,
+            payload=job.payload,
+            position=self.position,
+            depth=self.depth,
+        )
+        _times(out, created_at=job.created_ms, eligible_at=self.eligible_ms,
+               expires_at=job.expires_ms)  # fmt: skip
+        lease = None
+        if self.state == "inflight":
+            lease = {"token": job.token, "worker": self.worker}
+            _times(lease, deadline_at=self.lease_deadline_ms, claimed_at=job.claimed_ms)
+        out["lease"] = lease
+        out["dead_reason"] = job.dead_reason
+        _times(out, died_at=job.died_ms, done_at=self.done_ms, kept_until=self.kept_until_ms)
+        out["errors"] = [
+            {"at": ms_to_iso(e.at_ms), "at_ms": e.at_ms, "kind": e.kind, "message": e.message}
+            for e in job.errors
+        ]
+        if job.raw is not None:
+            out["raw"] = job.raw
+        _times(out, now=self.now_ms)
+        return out
+
+
+def _times(out: dict[str, Any], **times: int | None) -> None:
+    """``name``: ISO 8601 text and ``name_ms``: the number, for each time given."""
+    for name, ms in times.items():
+        out[name] = ms_to_iso(ms)
+        out[f"{name}_ms"] = ms
 
 
 def _errors(errors: Any) -> tuple[JobError, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import redis
@@ -22,13 +22,31 @@ from .audit import AuditReport, audit_op
 from .backoff import full_jitter
 from .connection import async_client, sync_client
 from .errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
-from .job import Job, ms_to_iso
-from .keys import Keys
-from .scripts import Call, Command, EnqueueSpec, Op, ScriptConfig, Settlement, Step
+from .job import Job, JobInfo, ms_to_iso
+from .keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
+from .scripts import (
+    SCAN_START,
+    Call,
+    Command,
+    EnqueueSpec,
+    JobPlace,
+    Op,
+    ScriptConfig,
+    Settlement,
+    Step,
+)
 from .settings import Settings
 from .urls import fingerprint, parse_target
 
-__all__ = ["AsyncQueue", "Claimed", "EnqueueResult", "Queue", "ReplayResult"]
+__all__ = [
+    "AsyncQueue",
+    "CancelResult",
+    "Claimed",
+    "EnqueueResult",
+    "KnownQueues",
+    "Queue",
+    "ReplayResult",
+]
 
 T = TypeVar("T")
 
@@ -40,6 +58,17 @@ MAX_CLAIM = 1000
 #: call must stay far below Redis's argument limit and answer well within the socket timeout.
 CALL_ITEMS = 500
 CALL_BYTES = 8 * 1024 * 1024
+#: Jobs a ``cancel(domain=)`` call examines at most (ready ones, then delayed ones).
+CANCEL_SLICE = 500
+#: SCAN's COUNT for ``clear``: about the keys of the database one call looks at (and at most
+#: about that many deleted: one UNLINK).
+CLEAR_COUNT = 500
+#: Passes of ``clear`` at most: another when the queue's marker keys came back (a worker
+#: still running wrote while the first pass went).
+CLEAR_PASSES = 3
+#: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
+#: domain's delayed counter says some were missed (they moved while it paged).
+CANCEL_DELAYED_PASSES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +118,40 @@ class ReplayResult(NamedTuple):
     moved: int
     missing: list[str]
     duplicates: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What a cancel did.
+
+    Attributes:
+        cancelled: pending jobs removed (counted in ``status`` as ``cancelled``).
+        inflight: ids refused because a worker holds them (``force=True`` cancels them).
+        dead: ids that are dead letters (``purge`` deletes those).
+        done: ids of done jobs (kept by ``keep_done``).
+        unknown: ids with no job (never enqueued, or done and not kept, or cancelled).
+        corrupt: ids whose stored text is not a job (``audit --repair`` deals with them).
+        left_inflight: ``domain=`` only: the domain's jobs in flight, left to finish.
+    """
+
+    cancelled: int
+    inflight: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+    left_inflight: int = 0
+
+
+#: Why ``cancel-1.lua`` did not cancel an id: the CancelResult list it goes to.
+_REFUSALS = ("inflight", "dead", "done", "unknown", "corrupt")
+
+
+class KnownQueues(NamedTuple):
+    """The queues a bounded SCAN found, and whether it looked at every key."""
+
+    names: list[str]
+    complete: bool
 
 
 def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> int | None:
@@ -268,6 +331,86 @@ class _QueueCore:
         texts = yield Command(("MGET", *[self.keys.job(i) for i in ids]))
         return [_dead_job(i, t) for i, t in zip(ids, texts, strict=True) if t is not None]
 
+    def _op_dead_count(self, domain: str | None) -> Op[int]:
+        key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
+        return int((yield Command(("ZCARD", key))))
+
+    def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
+        place: JobPlace = yield scripts.job_info(job_id)
+        if place.place == "unknown" or place.text is None:
+            return None
+        return _job_info(job_id, place)
+
+    def _op_cancel(
+        self, ids: Sequence[str] | None, domain: str | None, force: bool
+    ) -> Op[CancelResult]:
+        if (ids is None) == (domain is None):
+            raise ConfigError("cancel", "choose exactly one of ids or domain")
+        if domain is not None:
+            if force:
+                why = "applies to ids only: a domain's jobs in flight are left to finish"
+                raise ConfigError("force", why)
+            return (yield from self._op_cancel_domain(domain))
+        assert ids is not None
+        cancelled = 0
+        refused: dict[str, list[str]] = {k: [] for k in _REFUSALS}
+        for start in range(0, len(ids), CALL_ITEMS):
+            chunk = ids[start : start + CALL_ITEMS]
+            answers = yield scripts.cancel_ids(chunk, force)
+            for job_id, answer in zip(chunk, answers, strict=True):
+                if answer == "cancelled":
+                    cancelled += 1
+                else:
+                    refused[answer].append(job_id)
+        r = refused
+        return CancelResult(
+            cancelled, r["inflight"], r["dead"], r["done"], r["unknown"], r["corrupt"]
+        )
+
+    def _op_cancel_domain(self, domain: str) -> Op[CancelResult]:
+        cancelled, cursor, passes = 0, SCAN_START, 1
+        while True:
+            got = yield scripts.cancel_domain(domain, cursor, CANCEL_SLICE)
+            cancelled += got.cancelled
+            cursor = got.cursor
+            if got.scan_end and got.ready_left == 0:
+                if got.delayed_left <= 0 or passes >= CANCEL_DELAYED_PASSES:
+                    return CancelResult(cancelled, left_inflight=got.inflight)
+                passes, cursor = passes + 1, SCAN_START
+
+    def _op_known_queues(self, max_calls: int) -> Op[KnownQueues | None]:
+        found: set[str] = set()
+        cursor = 0
+        for _ in range(max_calls):
+            scan = ("SCAN", cursor, "MATCH", QUEUE_SCAN_PATTERN, "COUNT", 1000)
+            reply = yield Command(scan, tolerant=True)
+            if reply is None:  # an ACL user without SCAN
+                return None
+            cursor, batch = int(reply[0]), reply[1]
+            found.update(n for n in map(queue_of_marker, map(str, batch)) if n is not None)
+            if cursor == 0:
+                return KnownQueues(sorted(found), True)
+        return KnownQueues(sorted(found), False)
+
+    def _op_clear(self) -> Op[int]:
+        deleted = 0
+        for _ in range(CLEAR_PASSES):
+            cursor = "0"
+            while True:
+                cursor, n = yield scripts.clear(cursor, CLEAR_COUNT)
+                deleted += n
+                if cursor == "0":
+                    break
+            # the markers last: a clear cut short leaves the queue listed, to clear again
+            deleted += (yield scripts.clear(markers=True))[1]
+            if not (yield from self._op_exists()):
+                break
+        return deleted
+
+    def _op_counts(self) -> Op[dict[str, int]]:
+        raw = yield scripts.status(self.settings.lanes.names)
+        return _shape_counts(raw)
+
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
         text = yield Command(("GET", self.keys.job(job_id)))
         return None if text is None else _dead_job(job_id, text)
@@ -319,7 +462,8 @@ class _QueueCore:
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         s = self.settings
-        return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair)
+        keep_ms = round(s.keep_done * 1000)
+        return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -470,6 +614,29 @@ def _dead_job(job_id: str, text: str) -> Job:
         return Job(id=job_id, url="", domain="", lane="", attempts=0, max_attempts=0, raw=text)
 
 
+def _job_info(job_id: str, place: JobPlace) -> JobInfo:
+    text = place.text or ""
+    data: Any = None
+    try:
+        data = json.loads(text)
+        job = Job.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        data, job = {}, _dead_job(job_id, text)
+    state = place.place
+    done = state == "done"
+    return JobInfo(
+        job,
+        state,
+        place.now_ms,
+        position=place.position,
+        depth=place.depth,
+        eligible_ms=place.score if state == "delayed" else (job.eligible_ms or None),
+        lease_deadline_ms=place.score if state == "inflight" else None,
+        done_ms=data.get("done_at") if done else None,
+        kept_until_ms=place.now_ms + place.ttl_ms if done and place.ttl_ms is not None else None,
+    )
+
+
 def _event(entry_id: str, fields: Any) -> dict[str, Any]:
     data = fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2], strict=True))
     at = data.get("at")
@@ -544,19 +711,24 @@ def _eviction_alarm(policy: str) -> dict[str, str]:
     }
 
 
-def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
+def _shape_counts(raw: dict[str, Any]) -> dict[str, int]:
     stats = raw.get("stats") or {}
+    return {
+        "enqueued": int(stats.get("enqueued", 0)),
+        "ready": int(raw["ready"]),
+        "delayed": int(raw["delayed"]),
+        "inflight": int(raw["inflight"]),
+        "done": int(stats.get("done", 0)),
+        "dead": int(raw["dead"]),
+        "cancelled": int(stats.get("cancelled", 0)),
+    }
+
+
+def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
     lanes = raw.get("lanes") or {}
     return {
         "queue": name,
-        "counts": {
-            "enqueued": int(stats.get("enqueued", 0)),
-            "ready": int(raw["ready"]),
-            "delayed": int(raw["delayed"]),
-            "inflight": int(raw["inflight"]),
-            "done": int(stats.get("done", 0)),
-            "dead": int(raw["dead"]),
-        },
+        "counts": _shape_counts(raw),
         "lanes": {
             lane: {
                 "ready": int(lanes[lane]["ready"]),
@@ -722,8 +894,58 @@ class Queue(_QueueCore):
         return self._drive(self._op_dead_letters(domain, limit))
 
     def get_job(self, job_id: str) -> Job | None:
-        """The stored job, or None when it does not exist (done jobs are deleted)."""
+        """The stored job, or None when it does not exist (done jobs are deleted unless
+        ``keep_done`` keeps them)."""
         return self._drive(self._op_get_job(job_id))
+
+    def job_info(self, job_id: str) -> JobInfo | None:
+        """Where job ``job_id`` is (ready with its place in line, delayed until when, in
+        flight until when, dead, done) and what it holds; None when there is no such job (a
+        done job is deleted unless ``keep_done`` keeps it). One atomic look."""
+        return self._drive(self._op_job_info(job_id))
+
+    def cancel(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        force: bool = False,
+    ) -> CancelResult:
+        """Remove pending jobs: ``ids``, or every pending job of ``domain``.
+
+        A cancelled job leaves every structure (counters fixed, fingerprint released) and is
+        counted in ``status`` as ``cancelled``. Jobs in flight are refused unless
+        ``force=True`` (ids only): the lease is dropped and the domain's slot freed; the
+        worker's later settle is stale. Dead letters and done jobs are not cancelled. A
+        domain is worked through in slices of ``CANCEL_SLICE`` jobs a call; its jobs in flight
+        are left to finish.
+
+        Raises:
+            ConfigError: not exactly one of ``ids`` and ``domain``, or ``force`` with
+                ``domain``.
+            NotFound: ``domain`` was never seen by this queue.
+        """
+        return self._drive(self._op_cancel(ids, domain, force))
+
+    def counts(self) -> dict[str, int]:
+        """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
+        return self._drive(self._op_counts())
+
+    def dead_count(self, domain: str | None = None) -> int:
+        """How many dead letters the queue (or one domain) holds."""
+        return self._drive(self._op_dead_count(domain))
+
+    def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
+        """The queues on this Redis (found by their marker keys), with at most ``max_calls``
+        SCAN calls of COUNT 1000; ``complete`` says whether every key was looked at. None when
+        the server refuses SCAN (an ACL user)."""
+        return self._drive(self._op_known_queues(max_calls))
+
+    def clear(self) -> int:
+        """Delete every key of this queue, in slices (SCAN and UNLINK of about
+        ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
+        they write meanwhile may be left."""
+        return self._drive(self._op_clear())
 
     def replay(
         self,
@@ -888,8 +1110,58 @@ class AsyncQueue(_QueueCore):
         return await self._drive(self._op_dead_letters(domain, limit))
 
     async def get_job(self, job_id: str) -> Job | None:
-        """The stored job, or None when it does not exist (done jobs are deleted)."""
+        """The stored job, or None when it does not exist (done jobs are deleted unless
+        ``keep_done`` keeps them)."""
         return await self._drive(self._op_get_job(job_id))
+
+    async def job_info(self, job_id: str) -> JobInfo | None:
+        """Where job ``job_id`` is (ready with its place in line, delayed until when, in
+        flight until when, dead, done) and what it holds; None when there is no such job (a
+        done job is deleted unless ``keep_done`` keeps it). One atomic look."""
+        return await self._drive(self._op_job_info(job_id))
+
+    async def cancel(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        force: bool = False,
+    ) -> CancelResult:
+        """Remove pending jobs: ``ids``, or every pending job of ``domain``.
+
+        A cancelled job leaves every structure (counters fixed, fingerprint released) and is
+        counted in ``status`` as ``cancelled``. Jobs in flight are refused unless
+        ``force=True`` (ids only): the lease is dropped and the domain's slot freed; the
+        worker's later settle is stale. Dead letters and done jobs are not cancelled. A
+        domain is worked through in slices of ``CANCEL_SLICE`` jobs a call; its jobs in flight
+        are left to finish.
+
+        Raises:
+            ConfigError: not exactly one of ``ids`` and ``domain``, or ``force`` with
+                ``domain``.
+            NotFound: ``domain`` was never seen by this queue.
+        """
+        return await self._drive(self._op_cancel(ids, domain, force))
+
+    async def counts(self) -> dict[str, int]:
+        """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
+        return await self._drive(self._op_counts())
+
+    async def dead_count(self, domain: str | None = None) -> int:
+        """How many dead letters the queue (or one domain) holds."""
+        return await self._drive(self._op_dead_count(domain))
+
+    async def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
+        """The queues on this Redis (found by their marker keys), with at most ``max_calls``
+        SCAN calls of COUNT 1000; ``complete`` says whether every key was looked at. None when
+        the server refuses SCAN (an ACL user)."""
+        return await self._drive(self._op_known_queues(max_calls))
+
+    async def clear(self) -> int:
+        """Delete every key of this queue, in slices (SCAN and UNLINK of about
+        ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
+        they write meanwhile may be left."""
+        return await self._drive(self._op_clear())
 
     async def replay(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,17 +11,21 @@ from rich.table import Table
 from rich.text import Text
 
 from .audit import AuditReport
-from .job import Job, ms_to_iso
+from .job import Job, JobInfo, ms_to_iso
 
 __all__ = [
     "audit_view",
     "breakers_table",
     "dead_table",
     "domains_table",
+    "human_delta",
+    "job_view",
+    "queues_table",
     "status_view",
     "worth_a_look",
 ]
 
+_COUNTS = ("enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled")
 _STATE_STYLE = {"open": "bold red", "half_open": "yellow", "retired": "bold magenta"}
 _STATE_RANK = {"retired": 0, "open": 1, "half_open": 2, "closed": 3}
 
@@ -48,11 +53,9 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
     """The `status` screen: totals, lanes, the domains worth a look, alarms."""
     c = data["counts"]
     totals = Table(title=f"queue {data['queue']}", show_edge=False)
-    for name in ("enqueued", "ready", "delayed", "inflight", "done", "dead"):
+    for name in _COUNTS:
         totals.add_column(name, justify="right")
-    totals.add_row(
-        *(str(c[n]) for n in ("enqueued", "ready", "delayed", "inflight", "done", "dead"))
-    )
+    totals.add_row(*(str(c.get(n, 0)) for n in _COUNTS))
     lanes = Table(title="lanes", show_edge=False)
     for col in ("lane", "ready", "delayed", "oldest ready"):
         lanes.add_column(col, justify="left" if col == "lane" else "right")
@@ -81,9 +84,11 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
     return Group(*parts)
 
 
-def dead_table(jobs: list[Job]) -> Table:
-    """Dead letters, newest first, with reason and last error."""
-    table = Table(title=f"dead letters ({len(jobs)})", show_edge=False)
+def dead_table(jobs: list[Job], total: int | None = None) -> Table:
+    """Dead letters, newest first, with reason and last error; ``total``: how many the
+    queue (or the domain) holds, for the footer ``50 of 150``."""
+    caption = None if total is None else f"{len(jobs)} of {total}"
+    table = Table(title=f"dead letters ({len(jobs)})", show_edge=False, caption=caption)
     for col in ("id", "domain", "lane", "attempts", "reason", "last error", "url"):
         table.add_column(col, overflow="fold")
     for job in jobs:
@@ -150,3 +155,92 @@ def audit_view(report: AuditReport) -> Group:
         else Text(f"{sum(not p.repaired for p in report.problems)} problems left", style="bold red")
     )
     return Group(Text(head), table, verdict)
+
+
+def queues_table(rows: list[dict[str, Any]]) -> Table:
+    """The queues on a Redis, each with its counts (``queue list``)."""
+    table = Table(title=f"queues ({len(rows)})", show_edge=False)
+    table.add_column("queue")
+    for name in _COUNTS:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(row["queue"], *(str(row["counts"].get(n, 0)) for n in _COUNTS))
+    return table
+
+
+def human_delta(ms: int | float) -> str:
+    """A time from now, for people: ``in 66 s``, ``6.4 s ago``, ``in 5 min``, ``2.5 h ago``."""
+    size = abs(ms) / 1000
+    if size < 10:
+        text = f"{size:.1f} s"
+    elif size < 120:
+        text = f"{size:.0f} s"
+    elif size < 7200:
+        text = f"{size / 60:.0f} min"
+    elif size < 172_800:
+        text = f"{size / 3600:.1f} h"
+    else:
+        text = f"{size / 86400:.1f} days"
+    return f"in {text}" if ms > 0 else f"{text} ago"
+
+
+def _when(ms: int | None, now_ms: int) -> str:
+    if ms is None:
+        return ""
+    return f"{ms_to_iso(ms)} ({human_delta(ms - now_ms)})"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _where(info: JobInfo) -> str:
+    job, now = info.job, info.now_ms
+    if info.state == "ready":
+        return f"ready: {_ordinal(info.position or 0)} of {info.depth} in {job.domain}'s queue"
+    if info.state == "delayed":
+        return f"delayed until {_when(info.eligible_ms, now)}"
+    if info.state == "inflight":
+        return (
+            f"inflight: lease until {_when(info.lease_deadline_ms, now)}, token {job.token}, "
+            f"claimed {human_delta((job.claimed_ms or now) - now)}, worker not recorded"
+        )
+    if info.state == "dead":
+        return f"dead ({job.dead_reason}) since {_when(job.died_ms, now)}"
+    if info.state == "done":
+        return f"done {_when(info.done_ms, now)}; kept until {_when(info.kept_until_ms, now)}"
+    return f"{info.state}: in no structure of the queue (see scrapeq audit)"
+
+
+def job_view(info: JobInfo, queue: str) -> Group:
+    """The ``job show`` screen: where the job is, its fields, its error history."""
+    job, now = info.job, info.now_ms
+    fields = Table(title=f"job {job.id} in queue {queue!r}", show_edge=False, show_header=False)
+    fields.add_column(style="bold")
+    fields.add_column(overflow="fold")
+    rows = [
+        ("state", _where(info)),
+        ("url", job.url),
+        ("domain", job.domain),
+        ("lane", job.lane),
+        ("attempts", f"{job.attempts} of {job.max_attempts} "
+                     f"(throttles {job.throttles}, releases {job.releases})"),
+        ("created", _when(job.created_ms or None, now)),
+        ("eligible", _when(info.eligible_ms, now)),
+        ("expires", _when(job.expires_ms, now)),
+        ("payload", "" if job.payload is None else json.dumps(job.payload)[:300]),
+        ("raw", (job.raw or "")[:300]),
+    ]  # fmt: skip
+    for name, value in rows:
+        if value:
+            fields.add_row(name, value)
+    parts: list[Any] = [fields]
+    if job.errors:
+        errors = Table(title=f"errors ({len(job.errors)}, oldest first)", show_edge=False)
+        for col in ("when", "kind", "message"):
+            errors.add_column(col, overflow="fold")
+        for e in job.errors:
+            errors.add_row(human_delta(e.at_ms - now), e.kind, e.message[:300])
+        parts.append(errors)
+    return Group(*parts)

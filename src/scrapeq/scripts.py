@@ -42,11 +42,14 @@ T = TypeVar("T")
 SCRIPTS: dict[str, str] = {
     "audit": "audit-1.lua",
     "breaker": "breaker-1.lua",
+    "cancel": "cancel-1.lua",
     "claim": "claim-1.lua",
+    "clear": "clear-1.lua",
     "domain_info": "domain_info-1.lua",
     "domain_set": "domain_set-1.lua",
     "enqueue": "enqueue-1.lua",
     "heartbeat": "heartbeat-1.lua",
+    "job_info": "job_info-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
     "replay": "replay-1.lua",
@@ -138,6 +141,8 @@ class ScriptConfig:
     #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
     #: arrive well within the client's socket timeout.
     claim_bytes: int = 8 * 1024 * 1024
+    #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
+    keep_done_ms: int = 0
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -160,6 +165,7 @@ class ScriptConfig:
             max_releases=s.max_releases,
             backoff_base_ms=_ms(s.backoff_base),
             backoff_cap_ms=_ms(s.backoff_cap),
+            keep_done_ms=_ms(s.keep_done),
         )
 
     def to_json(self) -> str:
@@ -413,6 +419,115 @@ def purge(
     if domain is not None:
         args["domain"] = domain
     return _call("purge", parse, **args)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelSlice:
+    """What one ``cancel_domain`` call did (see ``lua/cancel-1.lua``).
+
+    Attributes:
+        cancelled: jobs cancelled by this call.
+        ready_left: jobs still in the domain's ready queue.
+        delayed_left: the domain's delayed counter after this call.
+        scan_end: the delayed scan is over (the end of the set, or the counter reached 0).
+        cursor: where the next call resumes the delayed scan: (score, members of that score
+            already passed).
+        inflight: the domain's jobs in flight (never cancelled by a domain call).
+    """
+
+    cancelled: int
+    ready_left: int
+    delayed_left: int
+    scan_end: bool
+    cursor: tuple[str, int]
+    inflight: int
+
+
+#: Where a delayed scan starts: before the lowest score, nothing passed.
+SCAN_START = ("-inf", 0)
+
+
+def cancel_ids(ids: Sequence[str], force: bool = False) -> Call[list[str]]:
+    """Cancel jobs by id; answers per id ``cancelled``, ``inflight`` (refused without
+    ``force``), ``dead``, ``done``, ``unknown`` or ``corrupt``."""
+    return _call("cancel", _str_list, mode="ids", ids=list(ids), force=force)
+
+
+def cancel_domain(
+    domain: str, cursor: tuple[str, int] = SCAN_START, limit: int = 500
+) -> Call[CancelSlice]:
+    """Cancel a slice of a domain's pending jobs: its ready queue's head first, then delayed
+    jobs found from ``cursor`` on; at most ``limit`` jobs examined."""
+
+    def parse(raw: list[Any]) -> CancelSlice:
+        cursor = (str(raw[4]), int(raw[5]))
+        return CancelSlice(
+            int(raw[0]), int(raw[1]), int(raw[2]), bool(int(raw[3])), cursor, int(raw[6])
+        )
+
+    return _call(
+        "cancel",
+        parse,
+        mode="domain",
+        domain=domain,
+        after=cursor[0],
+        skip=cursor[1],
+        limit=limit,
+    )
+
+
+def clear(cursor: str = "0", count: int = 500, *, markers: bool = False) -> Call[tuple[str, int]]:
+    """Delete one SCAN slice of the queue's keys but its marker keys (``markers=True``:
+    those only); answers (next cursor, keys deleted)."""
+
+    def parse(raw: list[Any]) -> tuple[str, int]:
+        return str(raw[0]), int(raw[1])
+
+    if markers:
+        return _call("clear", parse, markers=True)
+    return _call("clear", parse, cursor=cursor, count=count)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlace:
+    """Where one job is, as ``lua/job_info-1.lua`` answers (read-only, atomic).
+
+    Attributes:
+        now_ms: the Redis clock when it looked.
+        place: ``ready``, ``delayed``, ``inflight``, ``dead``, ``done``, ``unplaced`` or
+            ``unknown`` (no job key).
+        score: the place's score (ms, or the priority for ``ready``); None when it has none.
+        position, depth: ``ready``: 1-based rank in its domain's queue and that queue's size.
+        ttl_ms: the job key's time to live (None: no TTL).
+        text: the stored job text (None when unknown).
+    """
+
+    now_ms: int
+    place: str
+    score: int | None
+    position: int | None
+    depth: int | None
+    ttl_ms: int | None
+    text: str | None
+
+
+def job_info(job_id: str) -> Call[JobPlace]:
+    """Where job ``job_id`` is (read only)."""
+
+    def parse(raw: list[Any]) -> JobPlace:
+        score = str(raw[2])
+        position, depth, ttl = int(raw[3]), int(raw[4]), int(raw[5])
+        return JobPlace(
+            int(raw[0]),
+            str(raw[1]),
+            int(float(score)) if score else None,
+            position if position > 0 else None,
+            depth if position > 0 else None,
+            ttl if ttl >= 0 else None,
+            str(raw[6]) if raw[6] else None,
+        )
+
+    return _call("job_info", parse, id=job_id)
 
 
 def audit(items: Sequence[dict[str, Any]], repair: bool) -> Call[list[tuple[bool, bool, str]]]:

@@ -6,7 +6,8 @@ Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
-      ``handler_timeout``, ``max_job_time``; lane offsets in ``lanes`` are seconds too;
+      ``handler_timeout``, ``max_job_time``, ``keep_done``; lane offsets in ``lanes`` are
+      seconds too;
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
@@ -402,6 +403,9 @@ class Settings:
     max_job_time: float = _seconds(600.0)
     canonical_keep_fragments: bool = _setting("bool", False)
     canonical_keep_blank_values: bool = _setting("bool", True)
+    # 0: a done job's key is deleted at once; > 0: kept that long (with ``done_at``) so
+    # ``scrapeq job show`` can say it is done.
+    keep_done: float = _seconds(0.0, positive=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -12,7 +12,8 @@
     ARGV[3]  JSON {repair = bool, seed, items = [{k, id?, d?, place?, lane?, fp?, exp?, obs?}]}
       k  the suspected problem:
          corrupt_job        id, d? (the ready queue holding it): its text is not a valid job
-         job_without_place  id: a job key no structure names
+         job_without_place  id: a job key no structure names (a done job kept by
+                            keep_done is one only when its key has no TTL)
          job_in_two_places  id: a job filed in more than one of delayed, inflight, dead, ready
          wrong_domain_queue id, d: a job in dq:<d> whose domain is not d
          id_without_job     id, place ('delayed', 'inflight', 'dead', 'dq', 'ddead', 'lane'),
@@ -30,10 +31,11 @@
                             longer pending
 
   Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
-  (dead letter if it died, else ready); a job in two places keeps the most advanced one
-  (inflight, dead, ready, delayed); ids without a job leave their structure (an inflight one
-  frees its domain's slot, as a reap does); indexes, lease records and counters are set to
-  what the structures hold; a stranded domain is filed again; a stale fingerprint is dropped.
+  (dead letter if it died, else ready; a done one gets its TTL back, or is deleted); a job in
+  two places keeps the most advanced one (inflight, dead, ready, delayed); ids without a job
+  leave their structure (an inflight one frees its domain's slot, as a reap does); indexes,
+  lease records and counters are set to what the structures hold; a stranded domain is filed
+  again; a stale fingerprint is dropped.
   Delayed counters are counted again here while the delayed set holds at most 20,000 jobs;
   beyond, the scan's count applies only while the counter still reads `obs` (best effort).
 
@@ -119,9 +121,27 @@ function CHECKS.corrupt_job(it)
   return true, true, 'kept as a corrupt_payload dead letter'
 end
 
+-- A done job kept by keep_done (`done_at`) is in no place, with a TTL: it is done. Without
+-- a TTL it would stay for ever: given one again for the rest of its keep_done time, or
+-- deleted when that is over.
+local function done_without_ttl(job)
+  local key = k_job(job.id)
+  if redis.call('PTTL', key) ~= -1 then return false end
+  local left = (tonumber(job.done_at) or 0) + (tonumber(CFG.keep_done_ms) or 0) - NOW
+  local detail = 'done, kept with no TTL'
+  if not REPAIR then return true, false, detail end
+  if left > 0 then
+    redis.call('PEXPIRE', key, left)
+    return true, true, detail .. ': expires in ' .. math.ceil(left / 1000) .. ' s'
+  end
+  redis.call('DEL', key)
+  return true, true, detail .. ': deleted (its keep_done time is over)'
+end
+
 function CHECKS.job_without_place(it)
   local job = load_job(it.id)
   if not job or #places_of(job) > 0 then return false end
+  if job.done_at then return done_without_ttl(job) end
   if not REPAIR then return true, false, 'domain ' .. job.domain end
   if job.dead_reason then
     redis.call('ZADD', K_DEAD, job.died or NOW, job.id)
@@ -305,7 +325,8 @@ end
 
 function CHECKS.stale_fingerprint(it)
   if redis.call('HGET', K_UNIQUE, it.fp) ~= it.id then return false end
-  local pending = redis.call('EXISTS', k_job(it.id)) == 1
+  local job = load_job(it.id)
+  local pending = job ~= nil and not (job and job.done_at)
     and not redis.call('ZSCORE', K_DEAD, it.id)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end

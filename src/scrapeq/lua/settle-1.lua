@@ -15,6 +15,9 @@
       reason  dead-letter reason (fail), e.g. 'http_404'
       sd      true: a release because the worker is stopping (see below)
 
+  Done: the job key is deleted, or with CFG.keep_done_ms > 0 kept that long with `done_at`
+  (SET ... PX); a kept job is in no other structure, and a later settle of it is stale.
+
   Release: no attempt spent. A release for our own fault (no sd) counts in job.releases and
   records kind (default 'released') and msg in the history; the release past CFG.max_releases
   dead-letters the job as 'max_releases'. The caller chooses the delay (the client's default
@@ -92,8 +95,17 @@ local function flush_items()
   end
 end
 
+-- keep_done: a done job's key is kept KEEP_DONE_MS with `done_at` (one SET PX per job), so
+-- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
+local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
+
 local function settle_done(job)
-  DONE.keys[#DONE.keys + 1] = k_job(job.id)
+  if KEEP_DONE_MS > 0 then
+    job.done_at = NOW
+    redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
+  else
+    DONE.keys[#DONE.keys + 1] = k_job(job.id)
+  end
   if type(job.fp) == 'string' then
     DONE.fps[#DONE.fps + 1] = job.fp
     DONE.fp_ids[#DONE.fp_ids + 1] = job.id

@@ -7,7 +7,8 @@
     delayed   sq:{Q}:delayed (score: eligible time)
     inflight  sq:{Q}:inflight (score: lease deadline)
     dead      sq:{Q}:dead and sq:{Q}:ddead:<domain> (score: died time)
-    done      nowhere: the job key is deleted and counters move
+    done      nowhere: the job key is deleted and counters move (with keep_done, the key is
+              kept that long with done_at and a TTL)
 ]]
 
 local function put_ready(job)

@@ -1,0 +1,40 @@
+--[[
+  Delete the queue's keys, one SCAN slice per call (`scrapeq queue clear`).
+
+  Input:
+    KEYS[1]  queue key prefix
+    ARGV[1]  clock offset ms, ARGV[2] config JSON
+    ARGV[3]  JSON {cursor, count} or {markers = true}
+      cursor   the SCAN cursor ('0' to start)
+      count    SCAN's COUNT: about how many keys of the database one call looks at
+      markers  delete the queue's marker keys (meta, stats, domains: what `Queue.exists`
+               and `scrapeq queue list` look for) and nothing else
+
+  Every key matching `<prefix>*` that this SCAN step returns, but the marker keys, is deleted
+  with UNLINK: Redis frees a big sorted set or hash in the background instead of blocking on
+  it. The caller repeats until the cursor is '0' again, then deletes the markers: a clear cut
+  short leaves the queue listed, so it can be cleared again. Keys a running worker creates
+  meanwhile may be left (the caller then sees the markers again and makes another pass).
+
+  Output: {next cursor, keys deleted}
+
+  Cost: one SCAN step (about `count` keys looked at) and one UNLINK of what it found.
+]]
+--@include common
+
+local MARKERS = {[P .. 'meta'] = true, [P .. 'stats'] = true, [P .. 'domains'] = true}
+
+if ARG.markers then
+  return {'0', redis.call('UNLINK', P .. 'meta', P .. 'stats', P .. 'domains')}
+end
+local reply = redis.call('SCAN', ARG.cursor or '0', 'MATCH', P .. '*',
+  'COUNT', tonumber(ARG.count) or 500)
+local found = {}
+for _, key in ipairs(reply[2]) do
+  if not MARKERS[key] then found[#found + 1] = key end
+end
+local deleted = 0
+for i = 1, #found, 500 do
+  deleted = deleted + redis.call('UNLINK', unpack(found, i, math.min(i + 499, #found)))
+end
+return {reply[1], deleted}
