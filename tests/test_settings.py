@@ -47,6 +47,11 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "shutdown_grace": 30,
     "data_dir": None,  # XDG data dir, checked separately
     "max_payload": 1048576,
+    "unique": "off",
+    "recrawl_after": None,  # forever, checked separately
+    "seen_filter": "exact",
+    "seen_capacity": 10_000_000,
+    "seen_error_rate": 0.001,
 }
 
 

@@ -22,7 +22,8 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from .errors import NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
+from .errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
+from .seen import SeenLayout
 
 __all__ = [
     "SCRIPTS",
@@ -60,6 +61,7 @@ _INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
 _ERROR_CODES: dict[str, type[Exception]] = {
     "SQ_UNKNOWN_DOMAIN": NotFound,
     "SQ_BAD_OUTCOME": ScriptError,
+    "SQ_SEEN_LAYOUT": ConfigError,
 }
 
 
@@ -105,8 +107,21 @@ def map_error(message: str) -> Exception:
             detail = text.split(code, 1)[1].strip()
             if exc_type is NotFound:
                 return NotFound(f"unknown domain {detail!r}")
+            if exc_type is ConfigError:
+                return _seen_layout_error(detail)
             return exc_type(f"{code}: {detail}")
     return ScriptError(text)
+
+
+def _seen_layout_error(detail: str) -> ConfigError:
+    stored, given = ([*detail.split(), "?", "?"])[:2]
+    return ConfigError(
+        "seen_filter",
+        f"this queue's seen-set was built as {stored} and these settings make {given}: every "
+        "client of a queue must agree on seen_filter, seen_capacity, seen_error_rate and "
+        "recrawl_after (to change them, delete the queue's sq:{Q}:seen* keys and the 'seen' "
+        "field of sq:{Q}:meta)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +153,14 @@ class ScriptConfig:
     #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
     #: arrive well within the client's socket timeout.
     claim_bytes: int = 8 * 1024 * 1024
+    #: The seen-set's layout (``SeenLayout.stamp``) and, exact with recrawl_after, its slice.
+    seen_layout: str = "exact"
+    seen_slice_ms: int = 0
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
         """Convert a Settings object (seconds) to script units (milliseconds)."""
+        seen = SeenLayout.from_settings(s)
         return cls(
             conc=s.domain_concurrency,
             delay_ms=_ms(s.domain_delay),
@@ -160,6 +179,8 @@ class ScriptConfig:
             max_releases=s.max_releases,
             backoff_base_ms=_ms(s.backoff_base),
             backoff_cap_ms=_ms(s.backoff_cap),
+            seen_layout=seen.stamp,
+            seen_slice_ms=seen.slice_ms,
         )
 
     def to_json(self) -> str:
@@ -220,7 +241,14 @@ def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueSpec:
-    """One job to enqueue, already validated (see ``Queue.prepare``)."""
+    """One job to enqueue, already validated (see ``Queue.prepare``).
+
+    Attributes:
+        unique: ``pending`` or ``seen`` (None: no de-duplication asked).
+        fingerprint: the URL's :func:`~scrapeq.urls.fingerprint`; set for unique jobs, and
+            for the others once the queue has had a unique enqueue (they take it when free).
+        seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
+    """
 
     url: str
     domain: str
@@ -231,6 +259,8 @@ class EnqueueSpec:
     payload_json: str | None = None
     expires_ms: int | None = None
     fingerprint: str | None = None
+    unique: str | None = None
+    seen: dict[str, Any] | None = None
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {
@@ -247,12 +277,22 @@ class EnqueueSpec:
             arg["expires"] = self.expires_ms
         if self.fingerprint is not None:
             arg["fp"] = self.fingerprint
+        if self.unique is not None:
+            arg["unique"] = self.unique
+        if self.seen is not None:
+            arg["seen"] = self.seen
         return arg
 
 
-def enqueue(specs: Sequence[EnqueueSpec]) -> Call[list[str]]:
-    """Add jobs; answers per job ``"<id>"``, ``"dup:<id>"`` or ``"dead:<id>"``."""
-    return _call("enqueue", _str_list, jobs=[s.as_arg() for s in specs])
+def enqueue(specs: Sequence[EnqueueSpec]) -> Call[tuple[list[str], bool]]:
+    """Add jobs; answers (per job ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or ``"dead:<id>"``,
+    whether the queue has had a unique enqueue: then every job should carry its fingerprint).
+    """
+
+    def parse(raw: list[Any]) -> tuple[list[str], bool]:
+        return [str(x) for x in raw[:-1]], bool(int(raw[-1]))
+
+    return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
 def claim(n: int) -> Call[tuple[int, list[str]]]:
