@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/parked_claim_cost.py
 	$(BIN)/python bench/memory_per_job.py
 	$(BIN)/python bench/worker_throughput.py
+	$(BIN)/python bench/seen_set.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -20,7 +20,9 @@ from scrapeq.cli import main
 from scrapeq.errors import ConfigError
 from scrapeq.job import Job
 from scrapeq.queue import AsyncQueue
+from scrapeq.scripts import ScriptConfig, expand_includes, map_error
 from scrapeq.seen import (
+    BLOOM_CHUNK_BYTES,
     SEEN_BUCKETS,
     SeenLayout,
     bloom_geometry,
@@ -124,7 +126,11 @@ def test_bloom_geometry_and_positions() -> None:
     assert all(0 <= p < bits for p in positions)
     assert positions == bloom_positions(fingerprint64(url(1)), bits, hashes)
     layout = SeenLayout.from_settings(Settings(seen_filter="bloom", seen_capacity=1000))
-    assert layout.stamp == f"bloom/m={layout.bits}/k={layout.hashes}"
+    assert layout.stamp == f"bloom/m={layout.bits}/k={layout.hashes}/chunk={layout.bits}"
+    big = SeenLayout.from_settings(Settings(seen_filter="bloom"))  # 10 million URLs
+    assert big.chunk_bits == BLOOM_CHUNK_BYTES * 8 and big.bits % big.chunk_bits == 0
+    assert 0 <= big.bits - bloom_geometry(10_000_000, 1e-3)[0] < big.chunk_bits
+    assert (big.bits / 8 + 16 * big.bits / big.chunk_bits) / 10_000_000 < 1.82
     exact = SeenLayout.from_settings(Settings(recrawl_after=100))
     assert (exact.slice_ms, exact.stamp) == (25_000, "exact/slice_ms=25000")
 
@@ -277,6 +283,28 @@ def test_a_client_with_another_layout_is_refused_before_writing(
         bloom.enqueue(url(7))
 
 
+def test_seen_add_raises_when_its_caller_did_not_check_the_layout(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    """The contract another script (settle's follow-ups) relies on: seen_add itself refuses
+    a layout the queue's seen-set was not built with."""
+    make_queue(unique="seen").enqueue(url(1))
+    settings = Settings(unique="seen", recrawl_after=60)
+    probe = redis_client.register_script(
+        expand_includes("--@include common\n--@include seen\nreturn seen_add(ARG.seen) and 1\n")
+    )
+    config = ScriptConfig.from_settings(settings).to_json()
+    arg = json.dumps({"seen": SeenLayout.from_settings(settings).arg(fingerprint64(url(2)))})
+    with pytest.raises(redis.ResponseError) as raised:
+        probe(keys=[make_queue().keys.prefix], args=[0, config, arg])
+    error = map_error(str(raised.value))
+    assert isinstance(error, ConfigError)
+    assert "built as exact and these settings make exact/slice_ms=15000:" in str(error)
+    good = ScriptConfig.from_settings(Settings(unique="seen")).to_json()
+    assert probe(keys=[make_queue().keys.prefix], args=[0, good, arg]) == 1
+    assert probe(keys=[make_queue().keys.prefix], args=[0, good, arg]) is None  # seen: false
+
+
 async def test_the_async_queue_refuses_seen_urls(
     make_async_queue: Callable[..., AsyncQueue],
 ) -> None:
@@ -348,7 +376,10 @@ def test_recrawl_slice_keys_expire(make_queue: QueueFactory, redis_client: redis
 
 def test_bloom_mode_refuses_seen_urls(make_queue: QueueFactory, redis_client: redis.Redis) -> None:
     q = make_queue(unique="seen", seen_filter="bloom", seen_capacity=2000)
+    layout = SeenLayout.from_settings(q.settings)
     bits, hashes = bloom_geometry(2000, 1e-3)
+    assert (layout.bits, layout.hashes, layout.chunk_bits) == (math.ceil(bits / 8) * 8, hashes,
+                                                               layout.bits)  # fmt: skip
     urls = [url(i % 20, i) for i in range(300)]
     assert all(r.status == "added" for r in q.enqueue_many(urls))
     for job in q.claim(40).jobs:
@@ -356,14 +387,31 @@ def test_bloom_mode_refuses_seen_urls(make_queue: QueueFactory, redis_client: re
     again = q.enqueue_many(urls)
     assert sum(r.status == "seen" for r in again) == 40
     assert sum(r.status == "duplicate" for r in again) == 260
-    assert redis_client.hget(q.keys.meta, "seen") == f"bloom/m={bits}/k={hashes}"
-    assert redis_client.strlen(q.keys.seen_bloom) <= math.ceil(bits / 8)
-    set_bits = redis_client.bitcount(q.keys.seen_bloom)
+    assert redis_client.hget(q.keys.meta, "seen") == layout.stamp
+    assert redis_client.strlen(q.keys.seen_bloom(0)) == math.ceil(bits / 8)  # made whole at once
+    set_bits = redis_client.bitcount(q.keys.seen_bloom(0))
     assert 300 * hashes * 0.9 < set_bits <= 300 * hashes
-    assert (
-        redis_client.keys(q.keys.prefix.replace("{", "[{]").replace("}", "[}]") + "seen:1*") == []
-    )
+    assert not redis_client.exists(q.keys.seen_bloom(1))
     assert q.enqueue(url(99, 99)).status == "added"
+
+
+def test_a_bloom_filter_of_several_chunks(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    q = make_queue(unique="seen", seen_filter="bloom", seen_capacity=300_000)
+    layout = SeenLayout.from_settings(q.settings)
+    chunks = layout.bits // layout.chunk_bits
+    assert chunks == 3 and layout.chunk_bits == BLOOM_CHUNK_BYTES * 8
+    urls = [url(i % 20, i) for i in range(200)]
+    assert all(r.added for r in q.enqueue_many(urls))
+    sizes = [redis_client.strlen(q.keys.seen_bloom(c)) for c in range(chunks + 1)]
+    assert sizes == [BLOOM_CHUNK_BYTES] * chunks + [0]  # all made at once, exactly
+    set_bits = sum(redis_client.bitcount(q.keys.seen_bloom(c)) for c in range(chunks))
+    assert 200 * layout.hashes * 0.95 < set_bits <= 200 * layout.hashes
+    assert all(redis_client.bitcount(q.keys.seen_bloom(c)) > 0 for c in range(chunks))
+    for job in q.claim(20).jobs:
+        q.ack(job)
+    assert sum(r.status == "seen" for r in q.enqueue_many(urls)) == 20
 
 
 # --- replay ------------------------------------------------------------------------------------

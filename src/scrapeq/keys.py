@@ -106,10 +106,9 @@ class Keys:
             return f"{self.prefix}seen:{bucket}"
         return f"{self.prefix}seen:{time_slice}:{bucket}"
 
-    @property
-    def seen_bloom(self) -> str:
-        """The seen-set's Bloom filter (``seen_filter = bloom``)."""
-        return f"{self.prefix}seen:bloom"
+    def seen_bloom(self, chunk: int) -> str:
+        """A chunk of the seen-set's Bloom filter (``seen_filter = bloom``)."""
+        return f"{self.prefix}seen:bloom:{chunk}"
 
     @property
     def events(self) -> str:

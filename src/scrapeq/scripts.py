@@ -33,6 +33,7 @@ __all__ = [
     "ScriptConfig",
     "Settlement",
     "Step",
+    "expand_includes",
     "load_source",
     "map_error",
 ]
@@ -75,6 +76,12 @@ def load_source(name: str) -> str:
 
     Each include (``lua/includes/<name>.lua``) is inserted once, at its first mention.
     """
+    return expand_includes(_read(SCRIPTS[name]))
+
+
+def expand_includes(source: str) -> str:
+    """Expand the ``--@include <name>`` lines of a Lua ``source`` (as :func:`load_source`
+    does), for a script outside the table: a benchmark's probe, a test's."""
     seen: set[str] = set()
 
     def expand(match: re.Match[str]) -> str:
@@ -84,7 +91,7 @@ def load_source(name: str) -> str:
         seen.add(include)
         return _INCLUDE.sub(expand, _read(f"includes/{include}.lua"))
 
-    return _INCLUDE.sub(expand, _read(SCRIPTS[name]))
+    return _INCLUDE.sub(expand, source)
 
 
 #: Error replies that say Redis cannot take writes for now (failover, disk, memory,
@@ -153,9 +160,12 @@ class ScriptConfig:
     #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
     #: arrive well within the client's socket timeout.
     claim_bytes: int = 8 * 1024 * 1024
-    #: The seen-set's layout (``SeenLayout.stamp``) and, exact with recrawl_after, its slice.
+    #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
+    #: bloom, its size and its chunks' in bits.
     seen_layout: str = "exact"
     seen_slice_ms: int = 0
+    seen_bits: int = 0
+    seen_chunk_bits: int = 0
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -181,6 +191,8 @@ class ScriptConfig:
             backoff_cap_ms=_ms(s.backoff_cap),
             seen_layout=seen.stamp,
             seen_slice_ms=seen.slice_ms,
+            seen_bits=seen.bits,
+            seen_chunk_bits=seen.chunk_bits,
         )
 
     def to_json(self) -> str:

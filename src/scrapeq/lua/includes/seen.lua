@@ -17,22 +17,29 @@
 
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
-    records it in the 'seen' field of sq:{Q}:meta): clients that disagree would not see
-    each other's URLs. A script calls it before its first write when an item may call
+    records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
+    clients that disagree would not see each other's URLs. A script calls it before its first write when an item may call
     seen_add and answers redis.error_reply(text) (an error raised after writes would leave
     them in place). It reads Redis once per script call.
 
-  Layout (CFG.seen_layout, CFG.seen_slice_ms, from the client's settings):
+  Layout (CFG.seen_layout, seen_slice_ms, seen_bits, seen_chunk_bits: the client's settings):
     exact          SADD f to sq:{Q}:seen:<b>, a set of integers: an intset of 8 bytes a member
                    while it holds at most set-max-intset-entries members (512 by default)
     exact, sliced  (recrawl_after = 4 slices of CFG.seen_slice_ms ms) looked up in the
                    current slice s = floor(NOW / seen_slice_ms) and the 4 before it, added to
                    sq:{Q}:seen:<s>:<b>, which expires when s leaves the window: a URL comes back
                    between recrawl_after and 1.25 x recrawl_after after it went in
-    bloom          the k bits in sq:{Q}:seen:bloom: one BITFIELD GET, and one BITFIELD SET when
-                   a bit was 0
+    bloom          the k bits of a bitmap of CFG.seen_bits bits kept in strings of
+                   seen_chunk_bits bits, sq:{Q}:seen:bloom:<c> holding bits c * chunk to
+                   (c + 1) * chunk - 1: GETBIT until one is 0 (all 1: seen), then SETBIT of
+                   the k. The call that records the layout creates every chunk (SET of
+                   seen_chunk_bits / 8 zero bytes each), so each takes exactly its size (a
+                   bitmap grown by SETBIT keeps up to 1 MiB more); a chunk deleted since is
+                   grown again by SETBIT
 
-  Cost: exact 1 SADD; sliced 4 SISMEMBER + SADD + PEXPIREAT; bloom 1 or 2 BITFIELD (k bits).
+  Cost: exact 1 SADD; sliced 4 SISMEMBER + SADD + PEXPIREAT; bloom 1 to k GETBIT, and k
+  SETBIT for a new URL. The call that records a Bloom layout writes the whole filter once
+  (seen_bits / 8 bytes, at most 512 MiB).
 ]]
 
 local SEEN_LOOKBACK = 4
@@ -43,6 +50,12 @@ local function seen_layout_error()
     local stored = redis.call('HGET', K_META, 'seen')
     if not stored then
       redis.call('HSET', K_META, 'seen', CFG.seen_layout)
+      if (tonumber(CFG.seen_chunk_bits) or 0) > 0 then
+        local zeros = string.rep('\0', CFG.seen_chunk_bits / 8)
+        for c = 0, CFG.seen_bits / CFG.seen_chunk_bits - 1 do
+          redis.call('SET', P .. 'seen:bloom:' .. string.format('%d', c), zeros)
+        end
+      end
       SEEN_CHECKED = true
     elseif stored == CFG.seen_layout then
       SEEN_CHECKED = true
@@ -72,29 +85,22 @@ local function seen_exact(b, f)
 end
 
 local function seen_bloom(bits)
-  local key = P .. 'seen:bloom'
-  local args = {}
-  for _, pos in ipairs(bits) do
-    args[#args + 1] = 'GET'
-    args[#args + 1] = 'u1'
-    args[#args + 1] = string.format('%d', pos)
+  local chunk = CFG.seen_chunk_bits
+  local keys, offsets = {}, {}
+  for i, pos in ipairs(bits) do
+    local c = math.floor(pos / chunk)
+    keys[i] = P .. 'seen:bloom:' .. string.format('%d', c)
+    offsets[i] = pos - c * chunk
   end
   local new = false
-  for _, bit in ipairs(redis.call('BITFIELD', key, unpack(args))) do
-    if bit == 0 then
+  for i = 1, #keys do
+    if redis.call('GETBIT', keys[i], offsets[i]) == 0 then
       new = true
       break
     end
   end
   if not new then return false end
-  local set_args = {}
-  for i = 1, #args, 3 do
-    set_args[#set_args + 1] = 'SET'
-    set_args[#set_args + 1] = 'u1'
-    set_args[#set_args + 1] = args[i + 2]
-    set_args[#set_args + 1] = 1
-  end
-  redis.call('BITFIELD', key, unpack(set_args))
+  for i = 1, #keys do redis.call('SETBIT', keys[i], offsets[i], 1) end
   return true
 end
 
