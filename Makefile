@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/worker_throughput.py
 	$(BIN)/python bench/link_extract.py
 	$(BIN)/python bench/soak.py --quick
+	$(BIN)/python bench/seen_set.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,10 @@ The domain count changes the zset encodings: with 10,000 domains each domain's r
 key family (``MEMORY USAGE``) follows the summary. An extra, sparse case (N/2 domains with 2
 jobs each) shows the per-domain keys' share when few jobs share them.
 
+A second extra case enqueues the jobs (without uniqueness) into a queue that has had one
+unique enqueue: each job then holds its URL's fingerprint (``sq:{Q}:unique`` and ``fp`` in its
+JSON), the cost a queue pays once it asks for uniqueness (docs/DESIGN.md).
+
 Bar: <= 600 bytes per job in the worst of the six listed cases; the sparse case is reported
 beside it.
 
@@ -45,13 +49,19 @@ class Case:
     domains: int
     delayed: bool
     sparse: bool = False  # the extra case: 2 jobs per domain
+    holds: bool = False  # the other extra case: the queue has had a unique enqueue
 
     @property
     def label(self) -> str:
         text = f"{self.domains:,} domain{'s' if self.domains > 1 else ''}, " + (
             "delayed" if self.delayed else "ready"
         )
+        text += " (queue had a unique enqueue)" if self.holds else ""
         return text + (" (2 jobs each)" if self.sparse else "")
+
+    @property
+    def listed(self) -> bool:
+        return not (self.sparse or self.holds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +121,7 @@ def breakdown(q: Queue, case: Case, ids: list[str]) -> tuple[dict[str, float], d
         "delayed": memory_usage(c, [k.delayed]),
         "domain:*": memory_usage(c, [k.domain(d) for d in domains]),
         "domain sets": memory_usage(c, [k.domains, k.domains_ready]),
+        "unique": memory_usage(c, [k.unique]),
     }
     encodings = {
         "dq:<domain>": str(c.object("encoding", k.domain_queue(domains[0])) or "-"),
@@ -124,6 +135,8 @@ def breakdown(q: Queue, case: Case, ids: list[str]) -> tuple[dict[str, float], d
 def measure(q: Queue, case: Case, n: int) -> Result:
     specs = build_specs(q, case, n)
     q.client.flushall()
+    if case.holds:
+        q.enqueue("https://unique.example.com/", unique=True)
     before = used_memory(q.client)
     ids: list[str] = []
     for start in range(0, n, CHUNK):
@@ -163,7 +176,7 @@ _LEGEND = """\
   job          the job's JSON string (key sq:{Q}:job:<id>, MEMORY USAGE of a sample)
   dq:*         the domains' ready zsets        lane      sq:{Q}:lane:normal (ready jobs)
   delayed      sq:{Q}:delayed                  domain:*  the per-domain hashes
-  domain sets  sq:{Q}:domains + domains:ready
+  domain sets  sq:{Q}:domains + domains:ready  unique    sq:{Q}:unique (held fingerprints)
   rest         used_memory delta minus the keys above: the keyspace hash table, stats, meta"""
 
 
@@ -194,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = [min(d, max(1, n // 10)) for d in DOMAIN_COUNTS]  # at least 10 jobs a domain
     cases = [Case(d, delayed) for delayed in (False, True) for d in counts]
     cases.append(Case(n // 2, False, sparse=True))
+    cases.append(Case(counts[0], False, holds=True))
     with private_redis(args.redis_server) as server:
         print(f"redis-server {server.version}: {server.binary}")
         print(f"{n:,} jobs per case, {URL_LEN}-character URLs, no payload, lane normal")
@@ -208,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\nBreakdown by key family, bytes per job:")
     print(format_table(*breakdown_rows(results)))
     print(_LEGEND)
-    listed = [r for r in results if not r.case.sparse]
+    listed = [r for r in results if r.case.listed]
     worst = max(listed, key=lambda r: r.per_job)
     sparse = next(r for r in results if r.case.sparse)
+    holds = next(r for r in results if r.case.holds)
     passed = worst.per_job <= BAR_BYTES
     verdict = "PASS" if passed else "FAIL"
     over = "over" if sparse.per_job > BAR_BYTES else "within"
@@ -218,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nWorst case of all: {max(r.per_job for r in results):,.0f} bytes/job. "
         f"Sparse queue ({sparse.case.label}):\n{sparse.per_job:,.0f} bytes/job, {over} the "
         "bar: the per-domain keys are shared by only 2 jobs each."
+    )
+    print(
+        f"Once the queue has had a unique enqueue ({holds.case.label}): "
+        f"{holds.per_job:,.0f} bytes/job,\nevery job holding its fingerprint (not a listed case)."
     )
     print(
         f"{verdict}: worst listed case {worst.per_job:,.0f} bytes/job ({worst.case.label}); "

@@ -52,6 +52,11 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "canonical_keep_fragments": False,
     "canonical_keep_blank_values": True,
     "keep_done": 0,  # not in INTERFACE.md yet
+    "unique": "off",
+    "recrawl_after": None,  # forever, checked separately
+    "seen_filter": "exact",
+    "seen_capacity": 10_000_000,
+    "seen_error_rate": 0.001,
 }
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -33,7 +33,7 @@ from .errors import (
 )
 from .job import ms_to_iso
 from .queue import AsyncQueue, CancelResult, Queue
-from .settings import Settings, load_settings
+from .settings import UNIQUE_MODES, Settings, load_settings
 
 __all__ = ["app", "main"]
 
@@ -279,7 +279,16 @@ def enqueue(
     lane: Annotated[str | None, typer.Option(help="Lane name (default: normal).")] = None,
     delay: Annotated[float, typer.Option(min=0, help="Seconds before eligible.")] = 0.0,
     max_attempts: Annotated[int | None, typer.Option(min=1, help="Attempt budget.")] = None,
-    unique: Annotated[bool, typer.Option(help="Skip URLs already pending.")] = False,
+    unique: Annotated[
+        str | None,
+        typer.Option(
+            "--unique",
+            metavar="[=MODE]",
+            help="Skip duplicates: pending (bare --unique: skip URLs already pending), seen "
+            "(skip URLs ever enqueued with seen, or within recrawl_after), off. "
+            "Default: the unique setting.",
+        ),
+    ] = None,
     payload: Annotated[str | None, typer.Option(help="JSON payload for every job.")] = None,
     expires: Annotated[
         float | None, typer.Option(min=0, help="Unclaimed jobs die after S.")
@@ -294,11 +303,14 @@ def enqueue(
     Examples:
       scrapeq enqueue https://shop-43.example.com/p/1 --lane critical
       scrapeq enqueue --file urls.txt --lane bulk --unique
+      scrapeq enqueue --file urls.txt --unique=seen --json
     """
     settings = _settings(ctx, allow_private=allow_private)
     if not urls and file is None:
         _die("give URLs or --file PATH ('-' for stdin)", 2)
     payload_value = _payload_object(payload)
+    if unique is not None and unique not in UNIQUE_MODES:
+        _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
     q = Context(settings).queue()
     options: dict[str, Any] = dict(
         lane=lane,
@@ -309,12 +321,16 @@ def enqueue(
         expires=expires,
     )
     q.prepare("https://example.com/", **options)  # bad options fail once, before any input
-    added, ids, bad = _enqueue_stream(q, _url_lines(urls or [], file), options, as_json)
+    counts = _enqueue_stream(q, _url_lines(urls or [], file), options, as_json)
+    added, skipped, bad = counts.added, counts.skipped, counts.invalid
     if as_json:
-        _emit_json({"added": added, "ids": ids, "invalid": bad})
+        _emit_json({"added": added, "skipped": skipped, "ids": counts.ids, "invalid": bad})
     else:
-        typer.echo(f"added {added} job{'s' if added != 1 else ''}")
-    if bad and not added:
+        line = f"added {added} job{'s' if added != 1 else ''}"
+        if (unique or settings.unique) != "off":
+            line += f", skipped {skipped} duplicate{'s' if skipped != 1 else ''}"
+        typer.echo(line)
+    if bad and not added and not skipped:
         raise typer.Exit(2)
 
 
@@ -359,33 +375,42 @@ def _url_lines(urls: list[str], file: str | None) -> Any:
                 yield f"line {n}", text
 
 
+@dataclass
+class _EnqueueCounts:
+    added: int = 0
+    skipped: int = 0  # duplicates: pending, or in the seen-set
+    invalid: int = 0
+    ids: list[str] = field(default_factory=list)
+
+
 def _enqueue_stream(
     q: Queue, lines: Any, options: dict[str, Any], keep_ids: bool
-) -> tuple[int, list[str], int]:
+) -> _EnqueueCounts:
     """Validate and add URLs in batches of 1000, never holding the whole input."""
     batch: list[Any] = []
-    added, ids, bad = 0, [], 0
+    counts = _EnqueueCounts()
 
     def flush() -> None:
-        nonlocal added
         for r in q.enqueue_many(batch):
-            if r.added:
-                added += 1
-                if keep_ids:
-                    ids.append(r.id)
+            if not r.added:
+                counts.skipped += 1
+                continue
+            counts.added += 1
+            if keep_ids:
+                counts.ids.append(r.id)
         batch.clear()
 
     for where, url in lines:
         try:
             batch.append(q.prepare(url, **options))
         except (InvalidURL, ConfigError) as exc:
-            bad += 1
+            counts.invalid += 1
             typer.echo(f"{where}: {exc}", err=True)
         if len(batch) >= 1000:
             flush()
     if batch:
         flush()
-    return added, ids, bad
+    return counts
 
 
 @app.command()
@@ -938,8 +963,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Usage errors and the library's errors become one line on stderr.
     """
+    args = _bare_unique(sys.argv[1:] if argv is None else list(argv))
     try:
-        rv = app(args=argv, prog_name="scrapeq", standalone_mode=False)
+        rv = app(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except _USER_ERRORS as exc:
@@ -957,6 +983,21 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(str(format_message()), code)
         raise
     return rv if isinstance(rv, int) else 0
+
+
+def _bare_unique(argv: list[str]) -> list[str]:
+    """``enqueue --unique`` without ``=MODE`` is ``--unique=pending`` (typer options have no
+    optional values); ``--unique MODE`` with a mode name is left as it is."""
+    if "enqueue" not in argv:
+        return argv
+    start = argv.index("enqueue") + 1
+    out = argv[:start]
+    for i, arg in enumerate(argv[start:], start):
+        if arg == "--":
+            return out + argv[i:]
+        bare = arg == "--unique" and (i + 1 == len(argv) or argv[i + 1] not in UNIQUE_MODES)
+        out.append("--unique=pending" if bare else arg)
+    return out
 
 
 def _fail(message: str, code: int) -> int:

@@ -100,6 +100,16 @@ class Keys:
     def unique(self) -> str:
         return f"{self.prefix}unique"
 
+    def seen(self, bucket: int, time_slice: int | None = None) -> str:
+        """A bucket set of the exact seen-set (``time_slice``: with ``recrawl_after``)."""
+        if time_slice is None:
+            return f"{self.prefix}seen:{bucket}"
+        return f"{self.prefix}seen:{time_slice}:{bucket}"
+
+    def seen_bloom(self, chunk: int) -> str:
+        """A chunk of the seen-set's Bloom filter (``seen_filter = bloom``)."""
+        return f"{self.prefix}seen:bloom:{chunk}"
+
     @property
     def events(self) -> str:
         return f"{self.prefix}events"

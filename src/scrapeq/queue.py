@@ -8,6 +8,7 @@ queue with ``redis.asyncio``; the bookkeeping is shared, the I/O is theirs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,8 +36,9 @@ from .scripts import (
     Settlement,
     Step,
 )
-from .settings import Settings
-from .urls import fingerprint, parse_target
+from .seen import SeenLayout
+from .settings import UNIQUE_MODES, Settings
+from .urls import fingerprint, fingerprint64, parse_target
 
 __all__ = [
     "AsyncQueue",
@@ -76,9 +78,11 @@ class EnqueueResult:
     """What happened to one enqueued URL.
 
     Attributes:
-        id: the job's id (for a duplicate: the pending job that has the fingerprint).
-        status: ``added``, ``duplicate``, or ``dead`` (its domain is retired: the job went
-            straight to the dead letters, replayable).
+        id: the job's id (for a duplicate: the pending job that has the fingerprint; for
+            ``seen``: empty, no job was made).
+        status: ``added``; ``duplicate`` (a pending job has the URL); ``seen`` (``unique=
+            "seen"``: the queue's seen-set has the URL); or ``dead`` (its domain is retired:
+            the job went straight to the dead letters, replayable).
     """
 
     id: str
@@ -86,7 +90,8 @@ class EnqueueResult:
 
     @property
     def added(self) -> bool:
-        return self.status != "duplicate"
+        """Whether a job was made (``added`` or ``dead``), not skipped as a duplicate."""
+        return self.status not in ("duplicate", "seen")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,15 @@ class _QueueCore:
         self.name = self.settings.queue
         self.keys = Keys(self.name)
         self._config_json = ScriptConfig.from_settings(self.settings).to_json()
+        self._seen = SeenLayout.from_settings(self.settings)
+        #: How URLs are compared for de-duplication (canonical_url's options).
+        self._canonical = {
+            "keep_fragments": self.settings.canonical_keep_fragments,
+            "keep_blank_values": self.settings.canonical_keep_blank_values,
+        }
+        #: Whether jobs without uniqueness should carry their fingerprint: the queue has had
+        #: a unique enqueue (or this client has not heard yet). Every enqueue answer says.
+        self._fingerprint_all = True
         #: Testing switch: milliseconds added to the Redis clock in every script call.
         self.testing_clock_offset_ms = 0
 
@@ -189,7 +203,7 @@ class _QueueCore:
         delay: float = 0.0,
         max_attempts: int | None = None,
         payload: Any = None,
-        unique: bool = False,
+        unique: bool | str | None = None,
         expires: float | None = None,
     ) -> EnqueueSpec:
         """Validate one job without touching Redis.
@@ -200,7 +214,10 @@ class _QueueCore:
             delay: seconds before the job is eligible.
             max_attempts: attempt budget; default ``settings.max_attempts``.
             payload: any JSON-serialisable value, handed to the handler.
-            unique: skip the job while a pending job has the same URL, up to
+            unique: ``"pending"`` (or True): skip the job while a pending job has the same
+                URL; ``"seen"``: skip it too when the URL was ever enqueued with ``"seen"``
+                (or within ``recrawl_after``); ``"off"`` (or False): no de-duplication.
+                Default: the ``unique`` setting. URLs are the same up to
                 :func:`~scrapeq.urls.canonical_url` (``canonical_*`` settings).
             expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
 
@@ -229,6 +246,10 @@ class _QueueCore:
         expires_ms = _seconds_ms("expires", expires)
         if expires_ms is not None and expires_ms <= 0:
             raise ConfigError("expires", "must be > 0 seconds")
+        mode = self._unique_mode(unique)
+        # From the URL as given, not the job's: parse_target drops the fragment, which
+        # canonical_keep_fragments may keep.
+        fp64 = fingerprint64(url, **self._canonical) if mode == "seen" else None
         return EnqueueSpec(
             url=target.url,
             domain=target.domain,
@@ -238,17 +259,25 @@ class _QueueCore:
             max_attempts=attempts,
             payload_json=payload_json,
             expires_ms=expires_ms,
-            fingerprint=self._fingerprint(url) if unique else None,
+            fingerprint=self._fingerprint(url, fp64) if mode != "off" else None,
+            unique=None if mode == "off" else mode,
+            seen=None if fp64 is None else self._seen.arg(fp64),
         )
 
-    def _fingerprint(self, url: str) -> str:
-        # From the URL as given, not the job's: parse_target drops the fragment, which
-        # canonical_keep_fragments may keep.
-        return fingerprint(
-            url,
-            keep_fragments=self.settings.canonical_keep_fragments,
-            keep_blank_values=self.settings.canonical_keep_blank_values,
-        )
+    def _fingerprint(self, url: str, fp64: int | None) -> str:
+        """The URL's fingerprint; from its 64-bit form when known (the same 8 bytes in hex)."""
+        if fp64 is None:
+            return fingerprint(url, **self._canonical)
+        return format(fp64 & 0xFFFF_FFFF_FFFF_FFFF, "016x")
+
+    def _unique_mode(self, unique: bool | str | None) -> str:
+        if unique is None:
+            return self.settings.unique
+        if isinstance(unique, bool):
+            return "pending" if unique else "off"
+        if unique not in UNIQUE_MODES:
+            raise ConfigError("unique", f"expected off, pending or seen, got {unique!r}")
+        return unique
 
     def _check_payload_sizes(self, specs: Sequence[EnqueueSpec]) -> None:
         limit = self.settings.max_payload
@@ -266,7 +295,9 @@ class _QueueCore:
         self._check_payload_sizes(specs)  # before anything is written
         results: list[EnqueueResult] = []
         for chunk in _chunks(specs, _spec_size):
-            answers = yield scripts.enqueue(chunk)
+            if self._fingerprint_all:
+                chunk = [_with_fingerprint(s) for s in chunk]
+            answers, self._fingerprint_all = yield scripts.enqueue(chunk)
             results.extend(_enqueue_result(a) for a in answers)
         return results
 
@@ -599,9 +630,18 @@ def _chunks(items: Sequence[T], size: Callable[[T], int]) -> Iterator[Sequence[T
         yield items[start:]
 
 
+def _with_fingerprint(spec: EnqueueSpec) -> EnqueueSpec:
+    """The spec with its fingerprint, so a job without uniqueness can take it when free."""
+    if spec.fingerprint is not None:
+        return spec
+    return dataclasses.replace(spec, fingerprint=fingerprint(spec.url))
+
+
 def _enqueue_result(answer: str) -> EnqueueResult:
     if answer.startswith("dup:"):
         return EnqueueResult(answer[4:], "duplicate")
+    if answer == "seen":
+        return EnqueueResult("", "seen")
     if answer.startswith("dead:"):
         return EnqueueResult(answer[5:], "dead")
     return EnqueueResult(answer, "added")

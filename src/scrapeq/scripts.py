@@ -22,7 +22,8 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from .errors import NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
+from .errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
+from .seen import SeenLayout
 
 __all__ = [
     "SCRIPTS",
@@ -32,6 +33,7 @@ __all__ = [
     "ScriptConfig",
     "Settlement",
     "Step",
+    "expand_includes",
     "load_source",
     "map_error",
 ]
@@ -63,6 +65,7 @@ _INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
 _ERROR_CODES: dict[str, type[Exception]] = {
     "SQ_UNKNOWN_DOMAIN": NotFound,
     "SQ_BAD_OUTCOME": ScriptError,
+    "SQ_SEEN_LAYOUT": ConfigError,
 }
 
 
@@ -76,6 +79,12 @@ def load_source(name: str) -> str:
 
     Each include (``lua/includes/<name>.lua``) is inserted once, at its first mention.
     """
+    return expand_includes(_read(SCRIPTS[name]))
+
+
+def expand_includes(source: str) -> str:
+    """Expand the ``--@include <name>`` lines of a Lua ``source`` (as :func:`load_source`
+    does), for a script outside the table: a benchmark's probe, a test's."""
     seen: set[str] = set()
 
     def expand(match: re.Match[str]) -> str:
@@ -85,7 +94,7 @@ def load_source(name: str) -> str:
         seen.add(include)
         return _INCLUDE.sub(expand, _read(f"includes/{include}.lua"))
 
-    return _INCLUDE.sub(expand, _read(SCRIPTS[name]))
+    return _INCLUDE.sub(expand, source)
 
 
 #: Error replies that say Redis cannot take writes for now (failover, disk, memory,
@@ -108,8 +117,21 @@ def map_error(message: str) -> Exception:
             detail = text.split(code, 1)[1].strip()
             if exc_type is NotFound:
                 return NotFound(f"unknown domain {detail!r}")
+            if exc_type is ConfigError:
+                return _seen_layout_error(detail)
             return exc_type(f"{code}: {detail}")
     return ScriptError(text)
+
+
+def _seen_layout_error(detail: str) -> ConfigError:
+    stored, given = ([*detail.split(), "?", "?"])[:2]
+    return ConfigError(
+        "seen_filter",
+        f"this queue's seen-set was built as {stored} and these settings make {given}: every "
+        "client of a queue must agree on seen_filter, seen_capacity, seen_error_rate and "
+        "recrawl_after (to change them, delete the queue's sq:{Q}:seen* keys and the 'seen' "
+        "field of sq:{Q}:meta)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +165,17 @@ class ScriptConfig:
     claim_bytes: int = 8 * 1024 * 1024
     #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
     keep_done_ms: int = 0
+    #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
+    #: bloom, its size and its chunks' in bits.
+    seen_layout: str = "exact"
+    seen_slice_ms: int = 0
+    seen_bits: int = 0
+    seen_chunk_bits: int = 0
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
         """Convert a Settings object (seconds) to script units (milliseconds)."""
+        seen = SeenLayout.from_settings(s)
         return cls(
             conc=s.domain_concurrency,
             delay_ms=_ms(s.domain_delay),
@@ -166,6 +195,10 @@ class ScriptConfig:
             backoff_base_ms=_ms(s.backoff_base),
             backoff_cap_ms=_ms(s.backoff_cap),
             keep_done_ms=_ms(s.keep_done),
+            seen_layout=seen.stamp,
+            seen_slice_ms=seen.slice_ms,
+            seen_bits=seen.bits,
+            seen_chunk_bits=seen.chunk_bits,
         )
 
     def to_json(self) -> str:
@@ -226,7 +259,14 @@ def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueSpec:
-    """One job to enqueue, already validated (see ``Queue.prepare``)."""
+    """One job to enqueue, already validated (see ``Queue.prepare``).
+
+    Attributes:
+        unique: ``pending`` or ``seen`` (None: no de-duplication asked).
+        fingerprint: the URL's :func:`~scrapeq.urls.fingerprint`; set for unique jobs, and
+            for the others once the queue has had a unique enqueue (they take it when free).
+        seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
+    """
 
     url: str
     domain: str
@@ -237,6 +277,8 @@ class EnqueueSpec:
     payload_json: str | None = None
     expires_ms: int | None = None
     fingerprint: str | None = None
+    unique: str | None = None
+    seen: dict[str, Any] | None = None
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {
@@ -253,12 +295,22 @@ class EnqueueSpec:
             arg["expires"] = self.expires_ms
         if self.fingerprint is not None:
             arg["fp"] = self.fingerprint
+        if self.unique is not None:
+            arg["unique"] = self.unique
+        if self.seen is not None:
+            arg["seen"] = self.seen
         return arg
 
 
-def enqueue(specs: Sequence[EnqueueSpec]) -> Call[list[str]]:
-    """Add jobs; answers per job ``"<id>"``, ``"dup:<id>"`` or ``"dead:<id>"``."""
-    return _call("enqueue", _str_list, jobs=[s.as_arg() for s in specs])
+def enqueue(specs: Sequence[EnqueueSpec]) -> Call[tuple[list[str], bool]]:
+    """Add jobs; answers (per job ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or ``"dead:<id>"``,
+    whether the queue has had a unique enqueue: then every job should carry its fingerprint).
+    """
+
+    def parse(raw: list[Any]) -> tuple[list[str], bool]:
+        return [str(x) for x in raw[:-1]], bool(int(raw[-1]))
+
+    return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
 def claim(n: int) -> Call[tuple[int, list[str]]]:

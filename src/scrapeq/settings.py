@@ -6,10 +6,13 @@ Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
-      ``handler_timeout``, ``max_job_time``, ``keep_done``; lane offsets in ``lanes`` are
-      seconds too;
+      ``handler_timeout``, ``max_job_time``, ``keep_done``, ``recrawl_after`` (none: never);
+      lane offsets in ``lanes`` are seconds too;
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
+      ``seen_error_rate`` is a fraction in (0, 0.5];
+    * ``unique`` is ``off``, ``pending`` or ``seen`` (a boolean means ``pending`` or
+      ``off``); ``seen_filter`` is ``exact`` or ``bloom``;
     * every other number is a count.
 
 ``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
@@ -45,11 +48,13 @@ from urllib.parse import SplitResult, urlsplit
 from .errors import ConfigError
 from .keys import validate_queue_name
 from .lanes import Lanes
+from .seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
 
 __all__ = [
     "CONFIG_FILE_NAME",
     "ENV_PREFIX",
     "SETTING_NAMES",
+    "UNIQUE_MODES",
     "Settings",
     "default_data_dir",
     "default_user_agent",
@@ -64,6 +69,8 @@ _PROXY_SCHEMES = ("http", "https", "socks4", "socks5")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 _INT = re.compile(r"^[+-]?[0-9]+$")
+#: The de-duplication modes of an enqueue (setting ``unique``).
+UNIQUE_MODES = ("off", "pending", "seen")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -153,6 +160,21 @@ def _text_str(name: str, text: str, spec: _Spec) -> object:
     return text
 
 
+def _text_optional_float(name: str, text: str, spec: _Spec) -> object:
+    if text.strip().lower() in ("", "none"):
+        return None
+    return _text_float(name, text, spec)
+
+
+def _text_unique(name: str, text: str, spec: _Spec) -> object:
+    word = text.strip().lower()
+    if word in UNIQUE_MODES:
+        return word
+    if word in _TRUE or word in _FALSE:
+        return _text_bool(name, word, spec)
+    raise ConfigError(name, f"expected off, pending or seen, got {text!r}")
+
+
 # --- normalising typed values (constructor, TOML, overrides) ---------------------------
 
 
@@ -184,6 +206,20 @@ def _norm_str(name: str, value: object, spec: _Spec) -> object:
 
 def _norm_optional(name: str, value: object, spec: _Spec) -> object:
     return None if value is None else _norm_str(name, value, spec)
+
+
+def _norm_optional_float(name: str, value: object, spec: _Spec) -> object:
+    return None if value is None else _norm_float(name, value, spec)
+
+
+def _norm_unique(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, bool):
+        return "pending" if value else "off"
+    if isinstance(value, str) and value in UNIQUE_MODES:
+        return value
+    if isinstance(value, str):
+        return _text_unique(name, value, spec)
+    raise ConfigError(name, f"expected off, pending or seen, got {_shown(value)}")
 
 
 def _norm_proxy(name: str, value: object, spec: _Spec) -> object:
@@ -262,6 +298,11 @@ def _check_max_payload(name: str, value: Any) -> None:
         raise ConfigError(name, f"must be <= {MAX_PAYLOAD_LIMIT} bytes (256 MiB), got {value!r}")
 
 
+def _check_seen_filter(name: str, value: Any) -> None:
+    if value not in SEEN_FILTERS:
+        raise ConfigError(name, f"expected exact or bloom, got {value!r}")
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -279,6 +320,8 @@ _KINDS: dict[str, tuple[_Text, _Norm]] = {
     "bool": (_text_bool, _norm_bool),
     "str": (_text_str, _norm_str),
     "optional_str": (_text_optional, _norm_optional),
+    "optional_float": (_text_optional_float, _norm_optional_float),
+    "unique": (_text_unique, _norm_unique),
     "proxy": (_text_proxy, _norm_proxy),
     "path": (_text_path, _norm_path),
     "lanes": (_text_lanes, _norm_lanes),
@@ -312,6 +355,8 @@ class _Spec:
         return self.normalize(name, value)
 
     def check_bounds(self, name: str, value: Any) -> None:
+        if value is None:
+            return
         unit = f" {self.unit}" if self.unit else ""
         if self.gt is not None and self.le is not None and not self.gt < value <= self.le:
             raise ConfigError(name, f"must be in ({self.gt:g}, {self.le:g}], got {value!r}")
@@ -352,6 +397,23 @@ def _cross_checks(s: Settings) -> None:
         )
     if s.breaker_min_calls > s.breaker_window:
         raise ConfigError("breaker_min_calls", f"must be <= breaker_window ({s.breaker_window})")
+    if s.seen_filter == "bloom":
+        _check_bloom(s)
+
+
+def _check_bloom(s: Settings) -> None:
+    if s.recrawl_after is not None:
+        raise ConfigError(
+            "recrawl_after",
+            "a Bloom filter cannot forget a URL: use seen_filter = exact with recrawl_after",
+        )
+    bits, _ = bloom_geometry(s.seen_capacity, s.seen_error_rate)
+    if bits > BLOOM_MAX_BITS:
+        raise ConfigError(
+            "seen_capacity",
+            f"a Bloom filter for {s.seen_capacity:,} URLs at error rate {s.seen_error_rate:g} "
+            f"needs {bits:,} bits, over Redis's 512 MiB string ({BLOOM_MAX_BITS:,} bits)",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +468,11 @@ class Settings:
     # 0: a done job's key is deleted at once; > 0: kept that long (with ``done_at``) so
     # ``scrapeq job show`` can say it is done.
     keep_done: float = _seconds(0.0, positive=False)
+    unique: str = _setting("unique", "off")
+    recrawl_after: float | None = _setting("optional_float", None, gt=0.0, unit="seconds")
+    seen_filter: str = _setting("str", "exact", check=_check_seen_filter)
+    seen_capacity: int = _count(10_000_000)
+    seen_error_rate: float = _setting("float", 0.001, gt=0.0, le=0.5)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -15,9 +15,12 @@
   text of a damaged job) cannot be replayed: they are skipped. A retired domain whose jobs are replayed is un-retired
   (breaker reset): replaying is the operator saying "try this site again".
 
-  A dead letter with a de-duplication fingerprint that a pending job holds now (the URL was
-  enqueued again after it died) is not replayed: two pending jobs for one URL would break
-  uniqueness. It stays a dead letter and is reported as a duplicate.
+  A dead letter enqueued with uniqueness whose fingerprint a pending job holds now (the URL
+  was enqueued again after it died) is not replayed: two pending jobs for one URL would break
+  uniqueness. It stays a dead letter and is reported as a duplicate. A dead letter that held
+  its fingerprint without asking for uniqueness (fpw, see enqueue-1.lua) is replayed either
+  way and takes the fingerprint back only when no pending job holds it. The seen-set is not
+  consulted: a replay is the same job again, not a new enqueue of its URL.
 
   Output: {moved, remaining, skipped, n_dups, dup_1, ..., dup_n, missing_1, ...}
     remaining  dead letters of the selection still after offset + skipped
@@ -43,7 +46,8 @@ local function replay_one(id, touched)
   if not redis.call('ZSCORE', K_DEAD, id) then return false end
   local job = load_job(id)
   if not job or job.corrupt then return false end
-  if job.fp and held_by_other(job.fp, id) then return 'dup' end
+  local taken = job.fp and held_by_other(job.fp, id)
+  if taken and not job.fpw then return 'dup' end
   redis.call('ZREM', K_DEAD, id)
   redis.call('ZREM', k_ddead(job.domain), id)
   job.dead_reason = nil
@@ -57,7 +61,7 @@ local function replay_one(id, touched)
   end
   job.eligible = NOW
   job.expires = nil
-  if job.fp then redis.call('HSET', K_UNIQUE, job.fp, id) end
+  if job.fp and not taken then redis.call('HSET', K_UNIQUE, job.fp, id) end
   if redis.call('HGET', k_dom(job.domain), 'state') == 'retired' then
     close_breaker(job.domain)
     emit('reset', job.domain, 'un-retired: its dead letters were replayed')

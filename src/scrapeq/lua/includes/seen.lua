@@ -1,0 +1,112 @@
+--[[
+  The seen-set: URLs a queue has enqueued with unique = 'seen', so each is enqueued once for
+  the queue's life, or once per recrawl period. Depends on common.lua (P, CFG, NOW, K_META).
+  The client computes every hash (scrapeq/seen.py, SeenLayout.arg); this file only looks up
+  and writes.
+
+  seen_add(seen) -> true when the URL is new (it is recorded now), false when it was seen.
+    seen  the `seen` table of a job spec, as the client built it:
+            exact  {b = bucket, f = "fingerprint"}: f the URL's signed 64-bit fingerprint as
+                   a decimal string (never a number: cjson keeps 14 significant digits), b
+                   its low 16 bits (0..65535)
+            bloom  {bits = {p_1, ..., p_k}}: the URL's k bit positions, each in [0, m)
+    Check and add are one step: call it in the script that creates the job, create the job
+    only on true, and a repeat in the same script (or any later call) answers false. A seen
+    URL writes nothing. Raises the seen_layout_error text when the layout disagrees and the
+    caller did not check first.
+
+  seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
+    queue's seen-set was built with another layout than CFG.seen_layout (the first call
+    records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
+    clients that disagree would not see each other's URLs. A script calls it before its first write when an item may call
+    seen_add and answers redis.error_reply(text) (an error raised after writes would leave
+    them in place). It reads Redis once per script call.
+
+  Layout (CFG.seen_layout, seen_slice_ms, seen_bits, seen_chunk_bits: the client's settings):
+    exact          SADD f to sq:{Q}:seen:<b>, a set of integers: an intset of 8 bytes a member
+                   while it holds at most set-max-intset-entries members (512 by default)
+    exact, sliced  (recrawl_after = 4 slices of CFG.seen_slice_ms ms) looked up in the
+                   current slice s = floor(NOW / seen_slice_ms) and the 4 before it, added to
+                   sq:{Q}:seen:<s>:<b>, which expires when s leaves the window: a URL comes back
+                   between recrawl_after and 1.25 x recrawl_after after it went in
+    bloom          the k bits of a bitmap of CFG.seen_bits bits kept in strings of
+                   seen_chunk_bits bits, sq:{Q}:seen:bloom:<c> holding bits c * chunk to
+                   (c + 1) * chunk - 1: GETBIT until one is 0 (all 1: seen), then SETBIT of
+                   the k. The call that records the layout creates every chunk (SET of
+                   seen_chunk_bits / 8 zero bytes each), so each takes exactly its size (a
+                   bitmap grown by SETBIT keeps up to 1 MiB more); a chunk deleted since is
+                   grown again by SETBIT
+
+  Cost: exact 1 SADD; sliced 4 SISMEMBER + SADD + PEXPIREAT; bloom 1 to k GETBIT, and k
+  SETBIT for a new URL. The call that records a Bloom layout writes the whole filter once
+  (seen_bits / 8 bytes, at most 512 MiB).
+]]
+
+local SEEN_LOOKBACK = 4
+local SEEN_CHECKED = nil  -- nil: not yet; true: agrees; else the error text
+
+local function seen_layout_error()
+  if SEEN_CHECKED == nil then
+    local stored = redis.call('HGET', K_META, 'seen')
+    if not stored then
+      redis.call('HSET', K_META, 'seen', CFG.seen_layout)
+      if (tonumber(CFG.seen_chunk_bits) or 0) > 0 then
+        local zeros = string.rep('\0', CFG.seen_chunk_bits / 8)
+        for c = 0, CFG.seen_bits / CFG.seen_chunk_bits - 1 do
+          redis.call('SET', P .. 'seen:bloom:' .. string.format('%d', c), zeros)
+        end
+      end
+      SEEN_CHECKED = true
+    elseif stored == CFG.seen_layout then
+      SEEN_CHECKED = true
+    else
+      SEEN_CHECKED = 'SQ_SEEN_LAYOUT ' .. stored .. ' ' .. tostring(CFG.seen_layout)
+    end
+  end
+  if SEEN_CHECKED == true then return nil end
+  return SEEN_CHECKED
+end
+
+local function seen_exact(b, f)
+  local slice_ms = tonumber(CFG.seen_slice_ms) or 0
+  if slice_ms <= 0 then
+    return redis.call('SADD', P .. 'seen:' .. b, f) == 1
+  end
+  local now_slice = math.floor(NOW / slice_ms)
+  for s = now_slice - SEEN_LOOKBACK, now_slice - 1 do
+    if redis.call('SISMEMBER', P .. 'seen:' .. string.format('%d', s) .. ':' .. b, f) == 1 then
+      return false
+    end
+  end
+  local key = P .. 'seen:' .. string.format('%d', now_slice) .. ':' .. b
+  if redis.call('SADD', key, f) == 0 then return false end
+  redis.call('PEXPIREAT', key, string.format('%.0f', (now_slice + SEEN_LOOKBACK + 1) * slice_ms))
+  return true
+end
+
+local function seen_bloom(bits)
+  local chunk = CFG.seen_chunk_bits
+  local keys, offsets = {}, {}
+  for i, pos in ipairs(bits) do
+    local c = math.floor(pos / chunk)
+    keys[i] = P .. 'seen:bloom:' .. string.format('%d', c)
+    offsets[i] = pos - c * chunk
+  end
+  local new = false
+  for i = 1, #keys do
+    if redis.call('GETBIT', keys[i], offsets[i]) == 0 then
+      new = true
+      break
+    end
+  end
+  if not new then return false end
+  for i = 1, #keys do redis.call('SETBIT', keys[i], offsets[i], 1) end
+  return true
+end
+
+local function seen_add(seen)
+  local bad = seen_layout_error()
+  if bad then error(bad, 0) end
+  if seen.bits then return seen_bloom(seen.bits) end
+  return seen_exact(string.format('%d', seen.b), seen.f)
+end
