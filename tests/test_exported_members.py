@@ -12,6 +12,7 @@ EXPECTED = [
     "Claimed",
     "ConfigError",
     "EnqueueResult",
+    "Follow",
     "InvalidURL",
     "Job",
     "JobError",

@@ -57,6 +57,12 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "seen_filter": "exact",
     "seen_capacity": 10_000_000,
     "seen_error_rate": 0.001,
+    "handler": None,
+    "scope": "host",
+    "max_depth": None,
+    "max_pages": None,
+    "allow": [],
+    "deny": [],
 }
 
 

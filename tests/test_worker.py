@@ -131,6 +131,8 @@ async def test_healthy_site_every_job_done_and_results_written(
         "finished_at",
         "error",
         "result",
+        "depth",  # links followed from a seed (0: a seed), added for crawls
+        "parent",
     }
     assert rows[0]["status"] == 200 and rows[0]["attempts"] == 1 and rows[0]["bytes"] > 0
     assert (await q.status())["counts"]["done"] == 30

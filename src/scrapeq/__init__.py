@@ -14,6 +14,7 @@ from .errors import (
     ScrapeqError,
     StaleLease,
 )
+from .follow import Follow
 from .job import Job, JobError, JobInfo
 from .lanes import Lane, Lanes
 from .queue import AsyncQueue, CancelResult, Claimed, EnqueueResult, Queue, ReplayResult
@@ -30,6 +31,7 @@ __all__ = [
     "Claimed",
     "ConfigError",
     "EnqueueResult",
+    "Follow",
     "InvalidURL",
     "Job",
     "JobError",

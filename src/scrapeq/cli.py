@@ -182,24 +182,118 @@ def worker(
         float | None,
         typer.Option(help="Seconds a job may be held before its attempt is given up (600)."),
     ] = None,
+    handler: Annotated[
+        str | None,
+        typer.Option(help="Your handler, package.module:function (default: page metadata)."),
+    ] = None,
+    save_bodies: Annotated[
+        Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
     Examples:
       scrapeq worker --concurrency 200 --results results.jsonl
-      scrapeq worker --processes 4 --burst
+      scrapeq worker --processes 4 --burst --handler myproject.parse:product
     """
     settings = _settings(
         ctx,
         allow_private=allow_private,
         handler_timeout=handler_timeout,
         max_job_time=max_job_time,
+        handler=handler,
     )
+    options = _worker_options(settings, concurrency, burst, max_runtime, results, save_bodies)
+    _run_workers(settings, options, processes)
+
+
+@app.command()
+def crawl(
+    ctx: typer.Context,
+    urls: Annotated[list[str], typer.Argument(help="Seed URLs.", show_default=False)],
+    scope: Annotated[
+        str | None, typer.Option(help="Links followed: host (default), domain or any.")
+    ] = None,
+    max_depth: Annotated[
+        int | None, typer.Option(min=0, help="Links followed from a seed, at most.")
+    ] = None,
+    max_pages: Annotated[int | None, typer.Option(min=1, help="Pages per domain, at most.")] = None,
+    results: Annotated[
+        Path | None, typer.Option(help="Append one JSON line per finished page.")
+    ] = None,
+    handler: Annotated[
+        str | None, typer.Option(help="Your handler, package.module:function.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Fetches at once per process.")] = 100,
+    processes: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    save_bodies: Annotated[
+        Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
+    ] = None,
+    allow_private: Annotated[
+        bool | None,
+        typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
+    ] = None,
+) -> None:
+    """Crawl from the seeds: follow links in scope until none is left, then exit 0.
+
+    Every page is fetched once (the seen-set), its links resolved, canonicalised, kept in
+    scope and enqueued with the page's settlement. Stops like `worker --burst`.
+
+    Examples:
+      scrapeq crawl https://shop.example.com/ --max-depth 3 --results pages.jsonl
+      scrapeq crawl https://example.com/ --scope domain --handler myproject.parse:page
+    """
+    settings = _settings(
+        ctx,
+        allow_private=allow_private,
+        handler=handler,
+        scope=scope,
+        max_depth=max_depth,
+        max_pages=max_pages,
+    )
+    options = _worker_options(
+        settings, concurrency, True, None, results, save_bodies, follow_links=True
+    )
+    q = Context(settings).queue()
+    seeds = q.enqueue_many(urls, unique="seen")
+    added = sum(r.added for r in seeds)
+    typer.echo(f"crawl: {added} seeds enqueued ({len(seeds) - added} seen before)", err=True)
+    _run_workers(settings, options, processes)
+
+
+def _worker_options(
+    settings: Settings,
+    concurrency: int,
+    burst: bool,
+    max_runtime: float | None,
+    results: Path | None,
+    save_bodies: Path | None,
+    *,
+    follow_links: bool = False,
+) -> WorkerOptions:
+    """Check what a worker needs before any job is claimed: the results file, the bodies'
+    folder, the handler (imported here, so a typo is one line and exit 2)."""
     if results is not None:
         _check_writable(results)
-    options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
+    if save_bodies is not None and not save_bodies.is_dir():
+        _die(f"--save-bodies {save_bodies}: not a folder", 2)
+    if settings.handler is not None:
+        from .handlers import import_handler
+
+        import_handler(settings.handler)
+    return WorkerOptions(
+        concurrency,
+        burst,
+        max_runtime,
+        str(results) if results else None,
+        follow_links=follow_links,
+        save_bodies=str(save_bodies) if save_bodies else None,
+    )
+
+
+def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> NoReturn:
     url = Context(settings).checked_url()
-    if burst and _nothing_to_do(settings, url):
+    if options.burst and _nothing_to_do(settings, url):
         typer.echo(f"scrapeq: queue {settings.queue!r} is empty: nothing to do", err=True)
         raise typer.Exit(0)
     if processes == 1:
@@ -238,12 +332,15 @@ class WorkerOptions:
     burst: bool
     max_runtime: float | None
     results: str | None
+    follow_links: bool = False
+    save_bodies: str | None = None
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(0)
+    from .handlers import import_handler
     from .sinks import JsonlSink
     from .worker import Worker
 
@@ -252,10 +349,13 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
         sink = JsonlSink(options.results) if options.results else None
         w = Worker(
             queue,
+            handler=import_handler(settings.handler) if settings.handler else None,
             concurrency=options.concurrency,
             sink=sink,
             burst=options.burst,
             max_runtime=options.max_runtime,
+            follow_links=options.follow_links,
+            save_bodies=options.save_bodies,
         )
         try:
             await w.run_async()

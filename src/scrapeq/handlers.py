@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib
 import inspect
+import os
 import queue
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from .deadlines import Deadlines
+from .errors import ConfigError
 from .fetch import Response
 from .job import Job
 
-__all__ = ["DaemonThreads", "Handler", "HandlerTimeout", "handler_caller"]
+__all__ = ["DaemonThreads", "Handler", "HandlerTimeout", "handler_caller", "import_handler"]
 
 #: ``handler(job, response) -> result``: sync or async.
 Handler = Callable[[Job, Response], Any]
@@ -177,3 +181,50 @@ async def _within(deadlines: Deadlines, call: Awaitable[T], fate: Callable[[], s
 
 def _overran(deadlines: Deadlines, fate: str) -> str:
     return f"handler still running after {deadlines.seconds:g} s (handler_timeout): {fate}"
+
+
+def import_handler(spec: str) -> Handler:
+    """The handler named by ``package.module:function`` (as uvicorn and Celery name apps).
+
+    The module is imported as ``import`` would, the current directory first on the path (so
+    ``handlers:parse`` finds ``./handlers.py``); ``function`` may be dotted
+    (``module:Class.method``). It must be callable with ``(job, response)`` or
+    ``(job, response, ctx)``.
+
+    Raises:
+        ConfigError: named ``handler``: malformed, not importable, not found, not callable or
+            not callable with those arguments; the message says which.
+    """
+    module_name, colon, attr = spec.partition(":")
+    if not colon or not module_name or not attr:
+        raise ConfigError("handler", f"expected package.module:function, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may raise anything while importing
+        raise ConfigError("handler", f"cannot import {module_name!r}: {exc!r}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError("handler", f"{module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigError("handler", f"{spec} is not callable")
+    _check_signature(spec, target)
+    return target  # type: ignore[no-any-return]
+
+
+def _check_signature(spec: str, handler: Any) -> None:
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: trust it
+    for args in (("job", "response"), ("job", "response", "ctx")):
+        try:
+            signature.bind(*args)
+            return
+        except TypeError:
+            continue
+    raise ConfigError(
+        "handler", f"{spec} must take (job, response) or (job, response, ctx): {signature}"
+    )

@@ -59,6 +59,8 @@ class Job:
         dead_reason, died_ms: set on dead letters.
         claimed_ms: time of the last claim.
         raw: for a corrupt dead letter, the stored text that could not be read.
+        depth: links followed from a seed to reach this job (a seed is 0).
+        parent: the id of the job whose page linked this one (None for a seed).
     """
 
     id: str
@@ -79,6 +81,8 @@ class Job:
     died_ms: int | None = None
     claimed_ms: int | None = None
     raw: str | None = None
+    depth: int = 0
+    parent: str | None = None
 
     @classmethod
     def from_json(cls, text: str) -> Job:
@@ -122,6 +126,8 @@ class Job:
             get("died"),
             get("claimed"),
             get("corrupt"),
+            get("depth", 0),
+            get("parent"),
         )
 
     @property
@@ -148,6 +154,8 @@ class Job:
             "expires_at": ms_to_iso(self.expires_ms),
             "throttles": self.throttles,
             "releases": self.releases,
+            "depth": self.depth,
+            "parent": self.parent,
             "dead_reason": self.dead_reason,
             "died_at": ms_to_iso(self.died_ms),
             "last_error": self.last_error.as_dict() if self.last_error else None,

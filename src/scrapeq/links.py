@@ -54,7 +54,14 @@ from scrapeq.errors import InvalidURL
 from scrapeq.fetch import Response
 from scrapeq.urls import MAX_URL_BYTES, parse_target
 
-__all__ = ["HTML_TYPES", "SKIP_REASONS", "Extracted", "extract", "extract_counted"]
+__all__ = [
+    "HTML_TYPES",
+    "SKIP_REASONS",
+    "Extracted",
+    "extract",
+    "extract_counted",
+    "resolve_link",
+]
 
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 """Media types whose bodies are parsed for links."""
@@ -157,6 +164,17 @@ def extract_counted(response: Response, *, respect_nofollow: bool = False) -> Ex
         else:
             links[url] = None
     return Extracted(list(links), dict(skipped), duplicates, html=True)
+
+
+def resolve_link(base_url: str, href: str) -> str | None:
+    """``href`` resolved against ``base_url`` as a page's link is (RFC 3986): an absolute
+    http(s) URL, or None when it cannot be followed (another scheme, invalid, too long)."""
+    try:
+        base: _Base | None = _Base.parse(base_url)
+    except InvalidURL:
+        base = None
+    url, _ = _absolute(base, href, "utf-8")
+    return url
 
 
 def _is_html(response: Response) -> bool:

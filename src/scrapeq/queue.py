@@ -506,9 +506,14 @@ class _QueueCore:
 
     # --- settlements ---------------------------------------------------------------------------
 
-    def done(self, job: Job, *, domain_failed: bool = False) -> Settlement:
-        """A finished job; ``domain_failed`` charges the domain (a slow call)."""
-        return Settlement(job.id, job.token, "done", domain_failed=domain_failed)
+    def done(
+        self, job: Job, *, domain_failed: bool = False, follow: Sequence[EnqueueSpec] = ()
+    ) -> Settlement:
+        """A finished job; ``domain_failed`` charges the domain (a slow call); ``follow``:
+        job specs (see :meth:`prepare`) enqueued with the settlement, atomically."""
+        return Settlement(
+            job.id, job.token, "done", domain_failed=domain_failed, follow=tuple(follow)
+        )
 
     def retrying(
         self,
@@ -614,7 +619,8 @@ def _spec_size(spec: EnqueueSpec) -> int:
 
 def _settlement_size(item: Settlement) -> int:
     """About the bytes a settlement adds to a settle call's arguments."""
-    return 100 + len(item.message or "") + len(item.kind or "") + len(item.reason or "")
+    size = 100 + len(item.message or "") + len(item.kind or "") + len(item.reason or "")
+    return size + sum(map(_spec_size, item.follow)) if item.follow else size
 
 
 def _chunks(items: Sequence[T], size: Callable[[T], int]) -> Iterator[Sequence[T]]:

@@ -11,6 +11,7 @@ configuration JSON, call arguments JSON); see ``lua/includes/common.lua``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -165,6 +166,8 @@ class ScriptConfig:
     claim_bytes: int = 8 * 1024 * 1024
     #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
     keep_done_ms: int = 0
+    #: Jobs a domain may have enqueued before follow-ups to it are skipped (None: no cap).
+    max_pages: int | None = None
     #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
     #: bloom, its size and its chunks' in bits.
     seen_layout: str = "exact"
@@ -195,6 +198,7 @@ class ScriptConfig:
             backoff_base_ms=_ms(s.backoff_base),
             backoff_cap_ms=_ms(s.backoff_cap),
             keep_done_ms=_ms(s.keep_done),
+            max_pages=s.max_pages,
             seen_layout=seen.stamp,
             seen_slice_ms=seen.slice_ms,
             seen_bits=seen.bits,
@@ -279,6 +283,12 @@ class EnqueueSpec:
     fingerprint: str | None = None
     unique: str | None = None
     seen: dict[str, Any] | None = None
+    depth: int = 0
+    parent: str | None = None
+
+    def child_of(self, parent: str, depth: int) -> EnqueueSpec:
+        """This spec as a follow-up of job ``parent``, ``depth`` links from a seed."""
+        return dataclasses.replace(self, parent=parent, depth=depth)
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {
@@ -299,6 +309,10 @@ class EnqueueSpec:
             arg["unique"] = self.unique
         if self.seen is not None:
             arg["seen"] = self.seen
+        if self.depth:
+            arg["depth"] = self.depth
+        if self.parent is not None:
+            arg["parent"] = self.parent
         return arg
 
 
@@ -336,6 +350,8 @@ class Settlement:
         reason: the dead-letter reason for ``fail``.
         shutdown: a ``release`` because the worker is stopping: the job's release budget
             is not spent and nothing is recorded.
+        follow: follow-ups of a ``done`` job, enqueued by the same script call that settles
+            it (nothing is enqueued when the token no longer owns the job).
     """
 
     job_id: str
@@ -348,6 +364,7 @@ class Settlement:
     message: str | None = None
     reason: str | None = None
     shutdown: bool = False
+    follow: tuple[EnqueueSpec, ...] = ()
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
@@ -362,6 +379,8 @@ class Settlement:
                 arg[key] = value
         if self.shutdown:
             arg["sd"] = True
+        if self.follow:
+            arg["f"] = [spec.as_arg() for spec in self.follow]
         return arg
 
 

@@ -175,6 +175,15 @@ def _text_unique(name: str, text: str, spec: _Spec) -> object:
     raise ConfigError(name, f"expected off, pending or seen, got {text!r}")
 
 
+def _text_optional_int(name: str, text: str, spec: _Spec) -> object:
+    return None if not text.strip() else _text_int(name, text, spec)
+
+
+def _text_patterns(name: str, text: str, spec: _Spec) -> object:
+    # whitespace-separated: a regex for URLs has no need of a space (write \s or %20)
+    return tuple(text.split())
+
+
 # --- normalising typed values (constructor, TOML, overrides) ---------------------------
 
 
@@ -220,6 +229,18 @@ def _norm_unique(name: str, value: object, spec: _Spec) -> object:
     if isinstance(value, str):
         return _text_unique(name, value, spec)
     raise ConfigError(name, f"expected off, pending or seen, got {_shown(value)}")
+
+
+def _norm_optional_int(name: str, value: object, spec: _Spec) -> object:
+    return None if value is None else _norm_int(name, value, spec)
+
+
+def _norm_patterns(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, str):
+        return _text_patterns(name, value, spec)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(name, f"expected a list of URL patterns, got {_shown(value)}")
+    return tuple(value)
 
 
 def _norm_proxy(name: str, value: object, spec: _Spec) -> object:
@@ -303,6 +324,35 @@ def _check_seen_filter(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected exact or bloom, got {value!r}")
 
 
+def _check_handler(name: str, value: Any) -> None:
+    if value is None:
+        return
+    module, colon, attr = value.partition(":")
+    if not colon or not module.strip() or not attr.strip():
+        raise ConfigError(name, f"expected package.module:function, got {value!r}")
+
+
+def _check_scope(name: str, value: Any) -> None:
+    if value not in ("host", "domain", "any"):
+        raise ConfigError(name, f"expected host, domain or any, got {value!r}")
+
+
+def _at_least(low: int) -> _Check:
+    def check(name: str, value: Any) -> None:
+        if value is not None and value < low:
+            raise ConfigError(name, f"must be >= {low} (or unset), got {value!r}")
+
+    return check
+
+
+def _check_patterns(name: str, value: Any) -> None:
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(name, f"bad pattern {pattern!r}: {exc}") from None
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -325,6 +375,8 @@ _KINDS: dict[str, tuple[_Text, _Norm]] = {
     "proxy": (_text_proxy, _norm_proxy),
     "path": (_text_path, _norm_path),
     "lanes": (_text_lanes, _norm_lanes),
+    "optional_int": (_text_optional_int, _norm_optional_int),
+    "patterns": (_text_patterns, _norm_patterns),
 }
 
 
@@ -473,6 +525,12 @@ class Settings:
     seen_filter: str = _setting("str", "exact", check=_check_seen_filter)
     seen_capacity: int = _count(10_000_000)
     seen_error_rate: float = _setting("float", 0.001, gt=0.0, le=0.5)
+    handler: str | None = _setting("optional_str", None, check=_check_handler)
+    scope: str = _setting("str", "host", check=_check_scope)
+    max_depth: int | None = _setting("optional_int", None, check=_at_least(0))
+    max_pages: int | None = _setting("optional_int", None, check=_at_least(1))
+    allow: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
+    deny: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

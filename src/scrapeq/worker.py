@@ -41,7 +41,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -52,10 +52,12 @@ from .classify import Classification, Outcome, classify_exception, classify_resp
 from .deadlines import Deadlines
 from .errors import Permanent, RedisUnavailable, Retry, ScriptError
 from .fetch import Fetcher, Response, Robots
+from .follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
 from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from .job import Job
+from .links import extract_counted
 from .queue import AsyncQueue
-from .scripts import Settlement
+from .scripts import EnqueueSpec, Settlement
 from .sinks import Sink
 
 __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
@@ -206,6 +208,8 @@ class Worker:
         max_runtime: float | None = None,
         handler_in_thread: bool | None = None,
         tune_gc: bool = True,
+        follow_links: bool = False,
+        save_bodies: str | os.PathLike[str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -219,9 +223,17 @@ class Worker:
         self.burst = burst
         self.max_runtime = max_runtime
         self.tune_gc = tune_gc
+        self.follow_links = follow_links
+        self._follow = FollowPolicy(queue)
+        self._bodies = None if save_bodies is None else BodyStore(save_bodies)
+        # A user's handler (or a crawl's, or one whose bodies are kept) is adapted to take a
+        # context and give follow-ups; the built-in handler alone stays as is, on the hot path.
+        self._adapted = handler is not None or follow_links or save_bodies is not None
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
-        # the built-in handler is trivial and runs inline. Decided once, not per job.
-        self._in_thread = handler is not None if handler_in_thread is None else handler_in_thread
+        # the built-in handler is trivial and runs inline, unless links are extracted after
+        # it (CPU work: a thread too). Decided once, not per job.
+        default_in_thread = self._adapted
+        self._in_thread = default_in_thread if handler_in_thread is None else handler_in_thread
         # Set per run (_open_resources): a run's threads and timer end with it.
         self._call_handler: Callable[[Job, Response], Awaitable[Any]]
         self._handler_deadlines: Deadlines
@@ -339,9 +351,9 @@ class Worker:
         self._handler_deadlines = Deadlines(self.settings.handler_timeout)
         self._handler_threads = DaemonThreads(HANDLER_THREADS, "scrapeq-handler")
         self._call_handler = handler_caller(
-            self.handler,
+            adapt_handler(self.handler, self._finish_page) if self._adapted else self.handler,
             in_thread=self._in_thread,
-            plain=self.handler is default_handler,
+            plain=not self._adapted,
             deadlines=self._handler_deadlines,
             threads=self._handler_threads,
         )
@@ -527,7 +539,15 @@ class Worker:
                 job, kind="handler_error", message=message, domain_failed=None
             )
             return self._maybe_dead(job, settlement, response, started, message)
-        settlement = self.queue.done(job, domain_failed=verdict.counts_against_domain)
+        follow: list[EnqueueSpec] = []
+        links = body_path = None
+        if isinstance(result, Handled):
+            result, follow, links, body_path = (
+                result.result, result.follow, result.links, result.body_path
+            )  # fmt: skip
+        settlement = self.queue.done(
+            job, domain_failed=verdict.counts_against_domain, follow=follow
+        )
         if self.sink is None:
             return settlement, None
         problem = _not_json(result)
@@ -538,7 +558,27 @@ class Worker:
                 job, kind="handler_result", message=problem, domain_failed=None
             )
             return self._maybe_dead(job, settlement, response, started, problem)
-        return settlement, _record(job, "done", response, started, None, result)
+        record = _record(job, "done", response, started, None, result)
+        if links is not None:
+            record["links"] = links.as_dict()
+        if body_path is not None:
+            record["body_path"] = body_path
+        return settlement, record
+
+    def _finish_page(
+        self, job: Job, response: Response, result: Any, follows: list[Follow]
+    ) -> Handled:
+        """After the handler, where it ran (a thread for a sync one): the job specs of the
+        page's follow-ups (the handler's; with ``follow_links`` every link of the page), and
+        the body stored when ``save_bodies`` is set."""
+        skipped: Mapping[str, int] = {}
+        if self.follow_links:
+            page = extract_counted(response, respect_nofollow=self.settings.respect_robots)
+            follows = follows + [Follow(url) for url in page.links]
+            skipped = page.skipped
+        specs, counts = self._follow.specs(job, response.url, follows, skipped)
+        body_path = self._bodies.put(response.body) if self._bodies is not None else None
+        return Handled(result, specs, counts, body_path)
 
     def _from_classification(
         self,
@@ -866,4 +906,6 @@ def _record(
         "finished_at": datetime.now(tz=UTC).isoformat(),
         "error": error,
         "result": result,
+        "depth": job.depth,
+        "parent": job.parent,
     }

@@ -15,6 +15,8 @@
                         'seen': that, and skip it when the seen-set has the URL (seen_add);
                         absent: no de-duplication
                seen     with unique = 'seen': the seen-set argument (includes/seen.lua)
+               depth    links followed from a seed (absent: 0, a seed)
+               parent   id of the job whose page linked this one (absent for a seed)
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and
@@ -46,63 +48,14 @@
 --@include domain
 --@include jobs
 --@include seen
+--@include enqueue
 
 local specs = ARG.jobs
+local refused = enqueue_check(specs)
+if refused then return redis.error_reply(refused) end
+local hold_all = enqueue_begin(specs, #specs)
 local out = {}
-local any_unique = false
-for _, s in ipairs(specs) do
-  if s.seen and seen_layout_error() then return redis.error_reply(seen_layout_error()) end
-  if s.unique then any_unique = true end
-end
--- every job takes its free fingerprint once the queue has had a unique enqueue
-local hold_all = redis.call('HGET', K_META, 'uq') == '1'
-if any_unique and not hold_all then
-  redis.call('HSET', K_META, 'uq', 1)
-  hold_all = true
-end
--- ids: 1,000 per ms of the server clock before the counter leads it (see fresh_numbers)
-local base = fresh_numbers('seq', #specs, 1000) - 1
-local touched = {}
-for i, s in ipairs(specs) do
-  local holder = s.fp and hold_all and redis.call('HGET', K_UNIQUE, s.fp)
-  local new = true
-  if s.seen then new = seen_add(s.seen) end
-  if holder and s.unique then
-    out[i] = 'dup:' .. holder
-  elseif not new then
-    out[i] = 'seen'
-  else
-    local hex = string.format('%x', base + i)
-    local id = string.char(96 + #hex) .. hex
-    local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
-      attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
-      created = NOW, eligible = NOW + s.delay, payload = s.payload}
-    if s.expires then job.expires = NOW + s.expires end
-    if s.fp and hold_all and not holder then
-      redis.call('HSET', K_UNIQUE, s.fp, id)
-      job.fp = s.fp
-      if not s.unique then job.fpw = true end
-    end
-    redis.call('SADD', K_DOMAINS, s.domain)
-    redis.call('SADD', K_LANES, s.lane)
-    redis.call('HINCRBY', k_dom(s.domain), 'enq', 1)
-    stat('enqueued')
-    stat('enqueued:' .. s.lane)
-    if redis.call('HGET', k_dom(s.domain), 'state') == 'retired' then
-      dead_letter(job, 'domain_unavailable', 'domain is retired', true)
-      out[i] = 'dead:' .. id
-    else
-      if s.delay > 0 then
-        put_delayed(job, job.eligible)
-      else
-        put_ready(job)
-        touched[s.domain] = true
-      end
-      save_job(job)
-      out[i] = id
-    end
-  end
-end
-for d in pairs(touched) do refile(d) end
+for i, s in ipairs(specs) do out[i] = enqueue_one(s) end
+enqueue_end()
 out[#specs + 1] = hold_all and 1 or 0
 return out

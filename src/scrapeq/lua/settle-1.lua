@@ -4,7 +4,8 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?, sd?}]}
+    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?, sd?,
+             f?}]}
       o       'done' | 'retry' | 'throttle' | 'fail' | 'release'
       df      breaker input for the job's domain: true = a failure (timeout, 5xx, slow call),
               false = a success; absent = no information (released, our own fault, 404)
@@ -14,6 +15,12 @@
       msg     error message kept in the history
       reason  dead-letter reason (fail), e.g. 'http_404'
       sd      true: a release because the worker is stopping (see below)
+      f       with o = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
+              (with depth and parent), enqueued by this call when the token owns the job:
+              a crash never acks a parent without its children, and a stale settle adds
+              none. Each goes through the de-duplication and seen-set of enqueue-1.lua
+              (a retried parent's repeats are dropped there), and past CFG.max_pages jobs
+              enqueued for its domain it is skipped.
 
   Done: the job key is deleted, or with CFG.keep_done_ms > 0 kept that long with `done_at`
   (SET ... PX); a kept job is in no other structure, and a later settle of it is stale.
@@ -30,12 +37,28 @@
              nothing was changed for that item.
 
   Errors: 'SQ_BAD_OUTCOME <o>' when an item has an unknown outcome (nothing changed before it
-  for that item; earlier items stay settled).
+  for that item; earlier items stay settled). 'SQ_SEEN_LAYOUT ...' (seen.lua) before anything
+  is written, when a follow-up's seen-set argument does not match the queue's layout.
 ]]
 --@include common
 --@include domain
 --@include breaker
 --@include jobs
+--@include seen
+--@include enqueue
+
+-- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
+local FOLLOW = {}
+for _, it in ipairs(ARG.items) do
+  if type(it) == 'table' and type(it.f) == 'table' then
+    for _, s in ipairs(it.f) do FOLLOW[#FOLLOW + 1] = s end
+  end
+end
+if #FOLLOW > 0 then
+  local refused = enqueue_check(FOLLOW)
+  if refused then return redis.error_reply(refused) end
+  enqueue_begin(FOLLOW, #FOLLOW)
+end
 
 local OUTCOMES = {done = true, retry = true, throttle = true, fail = true, release = true}
 
@@ -99,7 +122,10 @@ end
 -- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
 local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
 
-local function settle_done(job)
+local function settle_done(job, it)
+  if it.f then
+    for _, s in ipairs(it.f) do enqueue_one(s) end
+  end
   if KEEP_DONE_MS > 0 then
     job.done_at = NOW
     redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
@@ -203,7 +229,7 @@ local function settle_one(i, it)
   end
   local status
   if it.o == 'done' then
-    status = settle_done(job)
+    status = settle_done(job, it)
   elseif it.o == 'retry' then
     park_domain(d, it.ra)
     local delay = math.max(it.delay or 0, it.ra or 0)
@@ -232,6 +258,7 @@ end
 
 local ok, out = pcall(settle_all)
 flush_items()
+enqueue_end()  -- the follow-ups of the items settled, even before an error
 if not ok then
   error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end

@@ -1,0 +1,288 @@
+"""Follow-ups: the links a handler (or a crawl's link extractor) asks to enqueue.
+
+A handler gets a :class:`HandlerContext` as its third argument, when it takes one, and calls
+``ctx.follow(url)``; it may also return or yield :class:`Follow` items beside its result.
+:class:`FollowPolicy` turns them into job specs: each link is resolved against the page's
+final URL, validated, checked against the crawl's scope, URL patterns and depth, and given the
+parent's depth plus one. The specs travel in the parent's settlement and are enqueued by the
+same script call that settles the parent (``lua/settle-1.lua``): a crash never acks a parent
+without its children, and the seen-set drops what a retried parent asks for again.
+
+An invalid or out-of-scope link is counted and skipped: it never fails its parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, InvalidURL, PayloadTooLarge
+from .job import Job
+from .links import resolve_link
+from .scripts import EnqueueSpec
+from .urls import UrlFilter, in_scope
+
+if TYPE_CHECKING:
+    from .fetch import Response
+    from .queue import _QueueCore
+
+__all__ = [
+    "BodyStore",
+    "Follow",
+    "FollowPolicy",
+    "Handled",
+    "HandlerContext",
+    "LinkCounts",
+    "adapt_handler",
+    "split_result",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    """A link to enqueue as a follow-up of the job being handled.
+
+    Attributes:
+        url: absolute, or relative to the page's final URL.
+        lane: the child's lane (default: the parent's).
+        payload: the child's JSON payload.
+        delay: seconds before the child is eligible.
+        max_attempts: the child's attempt budget (default: the setting).
+    """
+
+    url: str
+    lane: str | None = None
+    payload: Any = None
+    delay: float = 0.0
+    max_attempts: int | None = None
+
+
+class HandlerContext:
+    """What a handler taking three arguments gets beside the job and the response.
+
+    Attributes:
+        job: the job being handled.
+        response: its response.
+        follows: the follow-ups asked for so far.
+    """
+
+    __slots__ = ("follows", "job", "response")
+
+    def __init__(self, job: Job, response: Response) -> None:
+        self.job = job
+        self.response = response
+        self.follows: list[Follow] = []
+
+    def follow(
+        self,
+        url: str,
+        *,
+        lane: str | None = None,
+        payload: Any = None,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+    ) -> None:
+        """Enqueue ``url`` when this job is settled done (see :class:`Follow`)."""
+        self.follows.append(Follow(url, lane, payload, delay, max_attempts))
+
+
+def split_result(value: Any) -> tuple[Any, list[Follow]]:
+    """A handler's return value without its :class:`Follow` items, and those items.
+
+    A single Follow is a follow-up with no result; a list or tuple gives up its Follow items,
+    and what is left is the result (its only item when one is left, None when none).
+    """
+    if isinstance(value, Follow):
+        return None, [value]
+    if not isinstance(value, list | tuple):
+        return value, []
+    follows = [v for v in value if isinstance(v, Follow)]
+    if not follows:
+        return value, []
+    rest = [v for v in value if not isinstance(v, Follow)]
+    return (rest[0] if len(rest) == 1 else rest or None), follows
+
+
+@dataclass
+class LinkCounts:
+    """What became of one job's follow-ups (in its result line)."""
+
+    asked: int = 0
+    queued: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"asked": self.asked, "queued": self.queued, "skipped": dict(self.skipped)}
+
+
+class FollowPolicy:
+    """Scope, URL patterns and depth of a crawl; turns follow-ups into job specs.
+
+    Args:
+        queue: the queue whose ``prepare`` validates each link (its settings hold ``scope``,
+            ``allow``, ``deny`` and ``max_depth``).
+    """
+
+    def __init__(self, queue: _QueueCore) -> None:
+        s = queue.settings
+        self._queue = queue
+        self.scope = s.scope
+        self.max_depth = s.max_depth
+        self._filter = UrlFilter(allow=s.allow, deny=s.deny) if s.allow or s.deny else None
+
+    def specs(
+        self,
+        job: Job,
+        base_url: str,
+        follows: Iterable[Follow],
+        skipped: Mapping[str, int] | None = None,
+    ) -> tuple[list[EnqueueSpec], LinkCounts | None]:
+        """The specs to enqueue for ``job``'s follow-ups, and what became of each (None when
+        there was nothing to follow; ``skipped``: links the page's extraction skipped)."""
+        if not follows and not skipped:
+            return [], None
+        counts = LinkCounts(skipped=dict(skipped or {}))
+        out: list[EnqueueSpec] = []
+        depth = job.depth + 1
+        for follow in follows:
+            counts.asked += 1
+            reason = self._refusal(job, base_url, follow, depth)
+            if isinstance(reason, str):
+                counts.skip(reason)
+                continue
+            out.append(reason)
+        counts.queued = len(out)
+        return out, counts
+
+    def _refusal(self, job: Job, base: str, follow: Follow, depth: int) -> str | EnqueueSpec:
+        """Why the follow-up is skipped, or its spec."""
+        if self.max_depth is not None and depth > self.max_depth:
+            return "too_deep"
+        url = resolve_link(base, follow.url)
+        if url is None:
+            return "invalid"
+        if not in_scope(url, job.url, self.scope):
+            return "out_of_scope"
+        if self._filter is not None and not self._filter.allows(url):
+            return "filtered"
+        try:
+            spec = self._queue.prepare(
+                url,
+                lane=follow.lane or job.lane,
+                payload=follow.payload,
+                delay=follow.delay,
+                max_attempts=follow.max_attempts,
+                unique="seen",
+            )
+        except InvalidURL:
+            return "invalid"
+        except (ConfigError, PayloadTooLarge):
+            return "bad_follow"
+        return spec.child_of(job.id, depth)
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """What an adapted handler answers: its result, the job specs of its follow-ups, what
+    became of them (None when it asked for none), and where the body was stored (if it was).
+    """
+
+    result: Any
+    follow: list[EnqueueSpec]
+    links: LinkCounts | None = None
+    body_path: str | None = None
+
+
+#: ``finish(job, response, result, follows) -> Handled``: the worker's part after the
+#: handler (follow-ups, the stored body), run where the handler runs.
+Finish = Callable[[Job, "Response", Any, list[Follow]], Handled]
+
+
+def takes_context(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` takes a third positional argument (the :class:`HandlerContext`)."""
+    try:
+        params = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: called with two
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def adapt_handler(handler: Callable[..., Any], finish: Finish) -> Callable[[Job, Response], Any]:
+    """``handler`` as ``(job, response) -> Handled``: given a context when it takes one, its
+    generator (sync or async) consumed, its Follow items split from its result and turned
+    into job specs by ``finish``.
+
+    A sync handler stays sync (so it runs on the worker's threads, generator and ``finish``
+    included); an async one stays async.
+    """
+    with_context = takes_context(handler)
+
+    def call(job: Job, response: Response) -> tuple[HandlerContext, Any]:
+        ctx = HandlerContext(job, response)
+        return ctx, handler(job, response, ctx) if with_context else handler(job, response)
+
+    if inspect.isasyncgenfunction(handler):
+
+        async def agen(job: Job, response: Response) -> Handled:
+            ctx, items = call(job, response)
+            return _handled(ctx, [item async for item in items], finish)
+
+        return agen
+    if inspect.iscoroutinefunction(handler):
+
+        async def coro(job: Job, response: Response) -> Handled:
+            ctx, awaitable = call(job, response)
+            return _handled(ctx, await awaitable, finish)
+
+        return coro
+
+    def sync(job: Job, response: Response) -> Handled:
+        ctx, value = call(job, response)
+        if inspect.isgenerator(value):
+            value = list(value)
+        return _handled(ctx, value, finish)
+
+    return sync
+
+
+def _handled(ctx: HandlerContext, value: Any, finish: Finish) -> Handled:
+    result, follows = split_result(value)
+    return finish(ctx.job, ctx.response, result, ctx.follows + follows)
+
+
+class BodyStore:
+    """Response bodies kept content-addressed: ``DIR/ab/abcdef...`` (SHA-256 in hex).
+
+    The same body is written once; a write goes to a temporary file renamed into place, so a
+    reader never sees half a body.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = os.fspath(folder)
+
+    def put(self, body: bytes) -> str:
+        """Store ``body``; answers its path."""
+        digest = hashlib.sha256(body).hexdigest()
+        sub = os.path.join(self.folder, digest[:2])
+        path = os.path.join(sub, digest)
+        if os.path.exists(path):
+            return path
+        os.makedirs(sub, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=sub, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return path

@@ -1,0 +1,94 @@
+--[[
+  Adding jobs: the body of enqueue-1.lua, shared with settle-1.lua (the follow-ups of a done
+  job are enqueued by the call that settles it). Depends on common.lua, domain.lua, jobs.lua
+  and seen.lua. A job spec is documented in enqueue-1.lua's header.
+
+  enqueue_check(specs) -> nil, or an error text: call it on every spec a script may add,
+    before the script's first write (the seen-set's layout check; seen.lua).
+  enqueue_begin(specs, n) reserves n job ids (fresh_numbers) and reads the queue's
+    fingerprint flag; enqueue_one(s) then adds one spec, answering as enqueue-1.lua does;
+    enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
+    the queue has had a unique enqueue.
+  A spec with `parent` (a follow-up) is skipped as 'limit' when its domain already has
+  CFG.max_pages jobs enqueued (its 'enq' counter), when that is set.
+]]
+
+local ENQ = {base = 0, next = 0, hold_all = false, touched = {}}
+
+local function enqueue_check(specs)
+  for _, s in ipairs(specs) do
+    if s.seen and seen_layout_error() then return seen_layout_error() end
+  end
+  return nil
+end
+
+local function enqueue_begin(specs, n)
+  local any_unique = false
+  for _, s in ipairs(specs) do
+    if s.unique then any_unique = true end
+  end
+  -- every job takes its free fingerprint once the queue has had a unique enqueue
+  ENQ.hold_all = redis.call('HGET', K_META, 'uq') == '1'
+  if any_unique and not ENQ.hold_all then
+    redis.call('HSET', K_META, 'uq', 1)
+    ENQ.hold_all = true
+  end
+  -- ids: 1,000 per ms of the server clock before the counter leads it (see fresh_numbers)
+  if n > 0 then ENQ.next = fresh_numbers('seq', n, 1000) end
+  return ENQ.hold_all
+end
+
+local function new_id()
+  local hex = string.format('%x', ENQ.next)
+  ENQ.next = ENQ.next + 1
+  return string.char(96 + #hex) .. hex
+end
+
+local function over_max_pages(s)
+  local cap = tonumber(CFG.max_pages)
+  if not s.parent or not cap then return false end
+  return (tonumber(redis.call('HGET', k_dom(s.domain), 'enq')) or 0) >= cap
+end
+
+local function enqueue_one(s)
+  local hold_all = ENQ.hold_all
+  local holder = s.fp and hold_all and redis.call('HGET', K_UNIQUE, s.fp)
+  if over_max_pages(s) then return 'limit' end
+  local new = true
+  if s.seen then new = seen_add(s.seen) end
+  if holder and s.unique then return 'dup:' .. holder end
+  if not new then return 'seen' end
+  local id = new_id()
+  local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
+    attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
+    created = NOW, eligible = NOW + s.delay, payload = s.payload,
+    depth = s.depth, parent = s.parent}
+  if s.expires then job.expires = NOW + s.expires end
+  if s.fp and hold_all and not holder then
+    redis.call('HSET', K_UNIQUE, s.fp, id)
+    job.fp = s.fp
+    if not s.unique then job.fpw = true end
+  end
+  redis.call('SADD', K_DOMAINS, s.domain)
+  redis.call('SADD', K_LANES, s.lane)
+  redis.call('HINCRBY', k_dom(s.domain), 'enq', 1)
+  stat('enqueued')
+  stat('enqueued:' .. s.lane)
+  if redis.call('HGET', k_dom(s.domain), 'state') == 'retired' then
+    dead_letter(job, 'domain_unavailable', 'domain is retired', true)
+    return 'dead:' .. id
+  end
+  if s.delay > 0 then
+    put_delayed(job, job.eligible)
+  else
+    put_ready(job)
+    ENQ.touched[s.domain] = true
+  end
+  save_job(job)
+  return id
+end
+
+local function enqueue_end()
+  for d in pairs(ENQ.touched) do refile(d) end
+  ENQ.touched = {}
+end

@@ -1,0 +1,196 @@
+"""Crawls: follow-ups enqueued with their parent's settlement, the seen-set, scope and depth.
+
+A local site graph with cycles, relative and absolute links, one page under several
+spellings (query order, fragments, dot segments), off-site links, ``mailto:``, a 404, a
+redirect chain, ``<base href>`` and a page linking 5,000 others is crawled to completion:
+every in-scope page is fetched exactly once, nothing out of scope, and the crawl ends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scrapeq import Follow
+from scrapeq.follow import HandlerContext
+from scrapeq.queue import AsyncQueue
+from scrapeq.sinks import JsonlSink
+from scrapeq.worker import Worker
+from sites import Site, sites
+
+BIG = 5000
+
+
+def graph(other: Callable[[], str]) -> Callable[[web.Request], Any]:
+    """The site's pages; ``other()`` is the base URL of an off-site host."""
+
+    def page(*links: str, base: str | None = None) -> web.Response:
+        head = f'<base href="{base}">' if base else ""
+        body = "".join(f'<a href="{href}">x</a>' for href in links)
+        return web.Response(text=f"<html><head>{head}</head><body>{body}</body></html>",
+                            content_type="text/html")  # fmt: skip
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path == "/":
+            return page("/a", "/b?x=1&y=2", "/b?y=2&x=1", "c#top", "/c", "mailto:me@example.com",
+                        "javascript:void(0)", other() + "/off", "/missing", "/redir1", "/big",
+                        "/d")  # fmt: skip
+        if path == "/a":
+            return page("/", "/./a/../b?x=1&y=2", "b?x=1&y=2#frag", "HTTP://127.0.0.1:"
+                        + str(request.url.port) + "/c")  # fmt: skip
+        if path in ("/b", "/c", "/sub/e") or path.startswith("/p/"):
+            return page("/")
+        if path == "/d":
+            return page("e", "/a", base="/sub/")
+        if path == "/big":
+            return page(*(f"/p/{i}" for i in range(BIG)))
+        if path == "/redir1":
+            raise web.HTTPFound("/redir2")
+        if path == "/redir2":
+            raise web.HTTPFound("/final")
+        if path == "/final":
+            return page("/", "/c")
+        return web.Response(status=404, text="<a href='/never'>gone</a>", content_type="text/html")
+
+    return handle
+
+
+EXPECTED = {
+    "/", "/a", "/b", "/c", "/missing", "/redir1", "/redir2", "/final", "/big", "/d", "/sub/e",
+}  # fmt: skip
+
+
+async def test_a_crawl_fetches_every_page_in_scope_once_and_ends(
+    redis_url: str, tmp_path: Path
+) -> None:
+    holder: list[Site] = []
+    async with sites(graph(lambda: holder[0].base), graph(lambda: "http://0.0.0.0")) as (
+        home,
+        off,
+    ):
+        holder.append(off)
+        q = AsyncQueue.from_url(redis_url, settings=_settings(domain_concurrency=20))
+        try:
+            seeds = await q.enqueue_many([home.url("/")], unique="seen")
+            assert seeds[0].added
+            results = tmp_path / "r.jsonl"
+            w = Worker(q, burst=True, follow_links=True, sink=JsonlSink(results), concurrency=50)
+            await w.run_async()
+            status = await q.status()
+            assert await _audit_clean(q)
+        finally:
+            await q.close()
+
+    fetched = dict(home.hits)
+    assert off.total == 0, "nothing out of scope is fetched"
+    expected = EXPECTED | {f"/p/{i}" for i in range(BIG)}
+    assert set(fetched) == expected
+    assert all(n == 1 for n in fetched.values()), {p: n for p, n in fetched.items() if n > 1}
+    c = status["counts"]
+    assert (c["ready"], c["delayed"], c["inflight"], c["dead"]) == (0, 0, 0, 1)  # /missing
+    assert c["done"] == len(expected) - 3  # /redir2 and /final: /redir1 job; /missing died
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    root = next(r for r in rows if r["url"] == home.url("/"))
+    assert root["depth"] == 0 and root["parent"] is None
+    assert root["links"]["skipped"] == {"scheme": 2, "out_of_scope": 1}  # mailto:, javascript:
+    assert root["links"]["queued"] == 9  # /b and /c twice each: the seen-set drops repeats
+    leaf = next(r for r in rows if r["url"] == home.url("/sub/e"))
+    assert leaf["depth"] == 2 and leaf["parent"] is not None
+
+
+def _settings(**changes: Any) -> Any:
+    from scrapeq.settings import Settings
+
+    return Settings(allow_private=True, **changes)
+
+
+async def _audit_clean(q: AsyncQueue) -> bool:
+    report = await q.audit()
+    return report.ok and not report.problems
+
+
+async def test_max_depth_stops_following(redis_url: str) -> None:
+    async with sites(graph(lambda: "http://0.0.0.0"), graph(lambda: "http://0.0.0.0")) as (
+        home,
+        _,
+    ):
+        q = AsyncQueue.from_url(redis_url, settings=_settings(max_depth=1))
+        try:
+            await q.enqueue_many([home.url("/")], unique="seen")
+            await Worker(q, burst=True, follow_links=True).run_async()
+        finally:
+            await q.close()
+    assert "/big" in home.hits and "/p/1" not in home.hits, "depth 2 is not followed"
+    assert "/sub/e" not in home.hits
+
+
+async def test_handler_follow_ups_are_atomic_with_the_parent(redis_url: str) -> None:
+    """Follow-ups from ctx.follow and from returned Follow items; an invalid link never fails
+    its parent; a stale settle enqueues nothing."""
+    seen_ctx: list[int] = []
+
+    def handler(job: Any, response: Any, ctx: HandlerContext) -> Any:
+        seen_ctx.append(job.depth)
+        if job.depth == 0:
+            ctx.follow("/b")
+            ctx.follow("mailto:nobody@example.com")
+            return [{"title": "root"}, Follow("/c", payload={"k": 1})]
+        return {"title": "leaf"}
+
+    async with sites(graph(lambda: "http://0.0.0.0"), graph(lambda: "http://0.0.0.0")) as (
+        home,
+        _,
+    ):
+        q = AsyncQueue.from_url(redis_url, settings=_settings())
+        try:
+            await q.enqueue_many([home.url("/")], unique="seen")
+            await Worker(q, handler=handler, burst=True).run_async()
+            status = await q.status()
+        finally:
+            await q.close()
+    assert sorted(home.hits) == ["/", "/b", "/c"]
+    assert sorted(seen_ctx) == [0, 1, 1]
+    assert status["counts"]["done"] == 3 and status["counts"]["dead"] == 0
+
+
+@pytest.mark.slow
+def test_scrapeq_crawl_command(redis_url: str, tmp_path: Path, capsys: Any) -> None:
+    import asyncio
+    import threading
+
+    from scrapeq.cli import main
+
+    started = threading.Event()
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+
+    def serve() -> None:
+        async def run() -> None:
+            async with sites(graph(lambda: "http://0.0.0.0")) as (home,):
+                box["home"] = home
+                started.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert started.wait(10)
+        home: Site = box["home"]
+        results = tmp_path / "pages.jsonl"
+        code = main(["--redis", redis_url, "crawl", home.url("/d"), "--allow-private",
+                     "--results", str(results)])  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0, capsys.readouterr().err
+    assert set(home.hits) >= {"/d", "/sub/e", "/a", "/"}
+    assert all(n == 1 for n in home.hits.values())
