@@ -194,3 +194,38 @@ def test_scrapeq_crawl_command(redis_url: str, tmp_path: Path, capsys: Any) -> N
     assert code == 0, capsys.readouterr().err
     assert set(home.hits) >= {"/d", "/sub/e", "/a", "/"}
     assert all(n == 1 for n in home.hits.values())
+
+
+def test_follow_ups_commit_with_their_parent_only(make_queue: Any) -> None:
+    """A done settle adds its children in the same call; a stale one adds none; a retried
+    parent's repeated children are dropped by the seen-set."""
+    q = make_queue(domain_concurrency=10)
+    (seed,) = q.enqueue_many(["https://shop-1.example.com/"], unique="seen")
+    (parent,) = q.claim().jobs
+    children = [
+        q.prepare(f"https://shop-1.example.com/p/{i}", unique="seen").child_of(parent.id, 1)
+        for i in range(3)
+    ]
+    assert q.settle_many([q.retrying(parent, delay=0, domain_failed=None)]) == ["retried"]
+    assert q.status()["counts"]["enqueued"] == 1, "a retried parent enqueues nothing"
+    (again,) = q.claim().jobs
+    assert q.settle_many([q.done(parent, follow=children)]) == ["stale"]
+    assert q.status()["counts"]["enqueued"] == 1, "a stale settle enqueues nothing"
+    assert q.settle_many([q.done(again, follow=children + children[:1])]) == ["done"]
+    jobs = q.claim(10).jobs
+    assert sorted(j.url for j in jobs) == [c.url for c in children]
+    assert {(j.depth, j.parent) for j in jobs} == {(1, seed.id)}
+    assert q.settle_many([q.done(j, follow=children) for j in jobs]) == ["done"] * 3
+    assert q.claim(10).jobs == [], "the seen-set drops every repeat"
+
+
+def test_max_pages_caps_follow_ups_per_domain(make_queue: Any) -> None:
+    q = make_queue(max_pages=3)
+    q.enqueue_many(["https://shop-1.example.com/"], unique="seen")
+    (parent,) = q.claim().jobs
+    children = [
+        q.prepare(f"https://shop-1.example.com/p/{i}", unique="seen").child_of(parent.id, 1)
+        for i in range(5)
+    ]
+    assert q.settle_many([q.done(parent, follow=children)]) == ["done"]
+    assert q.status()["counts"]["enqueued"] == 3  # the seed and two children
