@@ -171,12 +171,44 @@ def worker(
     options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
     url = Context(settings).checked_url()
     if processes == 1:
-        raise typer.Exit(run_worker_process(settings, url, options, 0))
-    from .supervisor import KILL_MARGIN, supervise
+        code = run_worker_process(settings, url, options, 0)
+    else:
+        from .supervisor import KILL_MARGIN, supervise
 
-    kill_after = settings.shutdown_grace + KILL_MARGIN
-    code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+        kill_after = settings.shutdown_grace + KILL_MARGIN
+        args = (settings, url, options)
+        code = supervise(run_worker_process, args, processes, kill_after=kill_after)
+    _log_summary(settings, url)
     raise typer.Exit(code)
+
+
+def _log_summary(settings: Settings, url: str) -> None:
+    """Log the queue's counts as ``status`` shows them, once the run is over.
+
+    Each worker process logs what it settled itself; jobs a retirement sent to the dead
+    letters were drained by claims, never settled by anyone, so only the queue's own counts
+    add up to what ``scrapeq status`` says.
+    """
+    client = sync_client(url)
+    try:
+        data = Queue(client, settings=settings).status()
+    except ScrapeqError as exc:
+        log.warning("no summary: %s", exc)
+        return
+    finally:
+        client.close()
+    counts = data["counts"]
+    retired = sum(1 for d in data["domains"] if d["state"] == "retired")
+    names = ("done", "dead", "ready", "delayed", "inflight")
+    figures = {name: int(counts[name]) for name in names}
+    shown = " ".join(f"{name}={value}" for name, value in figures.items())
+    log.info(
+        "summary queue=%s %s retired_domains=%d (queue totals, as scrapeq status counts them)",
+        settings.queue,
+        shown,
+        retired,
+        extra={**figures, "retired_domains": retired},
+    )
 
 
 def _check_writable(path: Path) -> None:

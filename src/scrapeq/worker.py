@@ -287,8 +287,9 @@ class Worker:
             self._report_unsent()
             await self._close_resources()
             self._remove_signals(loop)
+        # What this process settled: jobs a retirement drained are the queue's (cli's summary).
         log.info(
-            "worker stopped done=%d retried=%d dead=%d released=%d",
+            "worker stopped; this process settled done=%d retried=%d dead=%d released=%d",
             self.stats.done,
             self.stats.retried,
             self.stats.dead,
