@@ -49,6 +49,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_payload": 1048576,
     "handler_timeout": 60,
     "max_job_time": 600,  # not in INTERFACE.md yet
+    "log_format": "text",  # not in INTERFACE.md yet
+    "log_every": 10,  # not in INTERFACE.md yet
 }
 
 
@@ -392,6 +394,8 @@ BAD_ENV = [
     ("user_agent", "", "non-empty"),
     ("user_agent", "evil\r\nX-Injected: 1", "control characters"),
     ("data_dir", "", "expected a path"),
+    ("log_format", "yaml", "expected text or json"),
+    ("log_every", "-1", ">= 0"),
 ]
 
 

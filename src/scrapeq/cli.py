@@ -27,6 +27,7 @@ from .connection import async_client, check_reachable, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from .job import ms_to_iso
 from .keys import QUEUE_SCAN_PATTERN, queue_of_marker
+from .logs import formatter
 from .queue import AsyncQueue, Queue
 from .settings import Settings, load_settings
 
@@ -45,9 +46,10 @@ log = logging.getLogger("scrapeq")
 
 @dataclass
 class Context:
-    """What the global options decided: the settings in force."""
+    """What the global options decided: the settings in force (and ``-v``)."""
 
     settings: Settings
+    verbose: int = 0
 
     def redis_url(self) -> str:
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
@@ -83,13 +85,12 @@ def _settings(ctx: typer.Context, **flags: Any) -> Settings:
     return root.settings.replace(**{k: v for k, v in flags.items() if v is not None})
 
 
-def setup_logging(verbose: int) -> None:
-    """Structured one-line logs on stderr; per-job lines only with ``-v``."""
+def setup_logging(verbose: int, log_format: str = "text") -> None:
+    """One line per record on stderr, text or JSON (:mod:`scrapeq.logs`); per-job lines
+    only with ``-v``."""
     level = logging.DEBUG if verbose > 0 else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
-    )
+    handler.setFormatter(formatter(log_format))
     root = logging.getLogger("scrapeq")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -114,8 +115,8 @@ def _global(
     """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
     overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
     settings = load_settings(config_file=config, overrides=overrides)
-    setup_logging(verbose)
-    ctx.obj = Context(settings)
+    setup_logging(verbose, settings.log_format)
+    ctx.obj = Context(settings, verbose)
 
 
 def _die(message: str, code: int) -> NoReturn:
@@ -153,6 +154,14 @@ def worker(
         float | None,
         typer.Option(help="Seconds a job may be held before its attempt is given up (600)."),
     ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(help="Log lines as 'text' (default) or 'json' (one object a line)."),
+    ] = None,
+    log_every: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -165,10 +174,16 @@ def worker(
         allow_private=allow_private,
         handler_timeout=handler_timeout,
         max_job_time=max_job_time,
+        log_format=log_format,
+        log_every=log_every,
     )
+    root: Context = ctx.obj
+    if log_format is not None:
+        setup_logging(root.verbose, settings.log_format)
     if results is not None:
         _check_writable(results)
-    options = WorkerOptions(concurrency, burst, max_runtime, str(results) if results else None)
+    results_path = str(results) if results else None
+    options = WorkerOptions(concurrency, burst, max_runtime, results_path, root.verbose)
     url = Context(settings).checked_url()
     if processes == 1:
         code = run_worker_process(settings, url, options, 0)
@@ -228,12 +243,13 @@ class WorkerOptions:
     burst: bool
     max_runtime: float | None
     results: str | None
+    verbose: int = 0
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
-        setup_logging(0)
+        setup_logging(options.verbose, settings.log_format)
     from .sinks import JsonlSink
     from .worker import Worker
 

@@ -6,7 +6,8 @@ Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
-      ``handler_timeout``, ``max_job_time``; lane offsets in ``lanes`` are seconds too;
+      ``handler_timeout``, ``max_job_time``, ``log_every``; lane offsets in ``lanes`` are
+      seconds too;
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
     * every other number is a count.
@@ -258,6 +259,11 @@ def _check_max_payload(name: str, value: Any) -> None:
         raise ConfigError(name, f"must be <= {MAX_PAYLOAD_LIMIT} bytes (256 MiB), got {value!r}")
 
 
+def _check_log_format(name: str, value: Any) -> None:
+    if value not in ("text", "json"):
+        raise ConfigError(name, f"expected text or json, got {value!r}")
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -397,6 +403,9 @@ class Settings:
     # with the defaults (robots.txt and the page, 30 s each, then the handler's 60 s): past
     # it the attempt is stuck, not slow.
     max_job_time: float = _seconds(600.0)
+    log_format: str = _setting("str", "text", check=_check_log_format)
+    # The queue-wide progress line's period (0: none); one worker of all logs it.
+    log_every: float = _seconds(10.0, positive=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -514,7 +514,7 @@ class Worker:
         except Permanent as exc:
             return self._dead(job, exc.reason, str(exc), response, started)
         except HandlerTimeout as exc:
-            log.warning("job %s: %s", job.id, exc)
+            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
             settlement = self.queue.retrying(
                 job, kind="handler_timeout", message=str(exc), domain_failed=None
             )
@@ -598,19 +598,31 @@ class Worker:
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming a little, so a broken sink does not spin through the queue.
-            log.warning("job %s: sink failed, releasing it: %s", job.id, exc)
+            log.warning("job %s: sink failed, releasing it: %s", job.id, exc,
+                        extra=_about(job, "sink_failed"))  # fmt: skip
             self._claim_pause_until = time.monotonic() + OURS_PAUSE
             return self.queue.releasing(job, delay=OURS_PAUSE)
         return settlement
 
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
         self.stats.count(status)
-        if status == "dead":
-            log.info("dead letter job=%s domain=%s reason=%s", job.id, job.domain, settlement.kind)
+        if status == "done":  # the common case: one cached level check
+            if log.isEnabledFor(logging.DEBUG):
+                where = {"job_id": job.id, "domain": job.domain}
+                log.debug("done job=%s domain=%s", job.id, job.domain, extra=where)
+        elif status == "dead":
+            reason = _dead_reason(settlement)
+            log.info(
+                "dead letter job=%s domain=%s reason=%s kind=%s",
+                job.id, job.domain, reason, settlement.kind,
+                extra={"job_id": job.id, "domain": job.domain, "kind": settlement.kind,
+                       "reason": reason},
+            )  # fmt: skip
         elif status == "stale":
-            log.warning("job %s: lease lost before settling (stale token)", job.id)
-        else:
-            log.debug("job=%s domain=%s status=%s", job.id, job.domain, status)
+            log.warning("job %s: lease lost before settling (stale token)", job.id,
+                        extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
+        elif log.isEnabledFor(logging.DEBUG):
+            _log_deferred(job, settlement, status)
 
     # --- settle ----------------------------------------------------------------------------------
 
@@ -692,7 +704,8 @@ class Worker:
                 continue
             for flight, ok in zip(flights, renewed, strict=True):
                 if not ok and flight.task is not None and not flight.task.done():
-                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id)
+                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
+                                extra=_about(flight.job, "lease_lost"))  # fmt: skip
                     self.stats.stale += 1
                     flight.task.cancel()
 
@@ -716,6 +729,7 @@ class Worker:
             "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
             flight.job.id,
             self.settings.max_job_time,
+            extra=_about(flight.job, "max_job_time"),
         )
         flight.abandoned = True
         self.stats.abandoned += 1
@@ -800,6 +814,31 @@ class Worker:
             "(the jobs come back when the leases expire)",
             len(self._pending),
         )
+
+
+def _about(job: Job, kind: str) -> dict[str, str]:
+    """The structured fields of a line about one job (:mod:`scrapeq.logs`)."""
+    return {"job_id": job.id, "domain": job.domain, "kind": kind}
+
+
+def _dead_reason(settlement: Settlement) -> str:
+    """The dead-letter reason a settlement that answered ``dead`` was given (settle-1.lua)."""
+    if settlement.reason:
+        return settlement.reason
+    budgets = {"retry": "max_attempts", "throttle": "max_throttles", "release": "max_releases"}
+    return budgets.get(settlement.outcome, settlement.kind or "failed")
+
+
+def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
+    """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
+    delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
+    kind = settlement.kind or ("shutdown" if settlement.shutdown else status)
+    log.debug(
+        "%s job=%s domain=%s kind=%s delay=%.2fs attempt=%d/%d",
+        status, job.id, job.domain, kind, delay, job.attempts, job.max_attempts,
+        extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
+               "status": status},
+    )  # fmt: skip
 
 
 def _what(exc: BaseException) -> str:
