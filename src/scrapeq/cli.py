@@ -183,47 +183,30 @@ def worker(
     if results is not None:
         _check_writable(results)
     results_path = str(results) if results else None
-    options = WorkerOptions(concurrency, burst, max_runtime, results_path, root.verbose)
+    # The last line is the queue's summary: logged by the only process, or by the
+    # supervisor once its children are gone.
+    options = WorkerOptions(
+        concurrency, burst, max_runtime, results_path, root.verbose, summary=processes == 1
+    )
     url = Context(settings).checked_url()
     if processes == 1:
-        code = run_worker_process(settings, url, options, 0)
-    else:
-        from .supervisor import KILL_MARGIN, supervise
+        raise typer.Exit(run_worker_process(settings, url, options, 0))
+    from .supervisor import KILL_MARGIN, supervise
 
-        kill_after = settings.shutdown_grace + KILL_MARGIN
-        args = (settings, url, options)
-        code = supervise(run_worker_process, args, processes, kill_after=kill_after)
-    _log_summary(settings, url)
+    kill_after = settings.shutdown_grace + KILL_MARGIN
+    code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+    asyncio.run(_log_summary(settings, url))
     raise typer.Exit(code)
 
 
-def _log_summary(settings: Settings, url: str) -> None:
-    """Log the queue's counts as ``status`` shows them, once the run is over.
+async def _log_summary(settings: Settings, url: str) -> None:
+    from .reporter import log_summary
 
-    Each worker process logs what it settled itself; jobs a retirement sent to the dead
-    letters were drained by claims, never settled by anyone, so only the queue's own counts
-    add up to what ``scrapeq status`` says.
-    """
-    client = sync_client(url)
+    queue = AsyncQueue(async_client(url), settings=settings)
     try:
-        data = Queue(client, settings=settings).status()
-    except ScrapeqError as exc:
-        log.warning("no summary: %s", exc)
-        return
+        await log_summary(queue)
     finally:
-        client.close()
-    counts = data["counts"]
-    retired = sum(1 for d in data["domains"] if d["state"] == "retired")
-    names = ("done", "dead", "ready", "delayed", "inflight")
-    figures = {name: int(counts[name]) for name in names}
-    shown = " ".join(f"{name}={value}" for name, value in figures.items())
-    log.info(
-        "summary queue=%s %s retired_domains=%d (queue totals, as scrapeq status counts them)",
-        settings.queue,
-        shown,
-        retired,
-        extra={**figures, "retired_domains": retired},
-    )
+        await queue.close()
 
 
 def _check_writable(path: Path) -> None:
@@ -244,12 +227,14 @@ class WorkerOptions:
     max_runtime: float | None
     results: str | None
     verbose: int = 0
+    summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
+    from .reporter import log_summary
     from .sinks import JsonlSink
     from .worker import Worker
 
@@ -265,6 +250,8 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
         )
         try:
             await w.run_async()
+            if options.summary and not w.redis_down:  # a lost Redis would hold the exit
+                await log_summary(queue)
         finally:
             await queue.close()
         return 0

@@ -52,6 +52,7 @@ from .fetch import Fetcher, Response, Robots
 from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from .job import Job
 from .queue import AsyncQueue
+from .reporter import RedisHealth, Reporter
 from .scripts import Settlement
 from .sinks import Sink
 
@@ -82,6 +83,9 @@ EXIT_MARGIN = 3.0
 #: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
 #: jobs back at once, short enough to be "now" when it does not answer.
 HURRY_MARGIN = 1.0
+#: Most seconds a stopping worker gives its reporter to log the last events and hand on the
+#: log leader's lease (within the exit deadline).
+REPORT_MARGIN = 1.0
 #: Most threads running sync handlers: the size of the executor the worker used before
 #: (asyncio's default, ``min(32, cpus + 4)``), as handlers are parsers held by the GIL: more
 #: threads add memory, not throughput. They start on demand, so they only add up when calls
@@ -189,6 +193,9 @@ class Worker:
         tune_gc: tune the garbage collector while running (:func:`tuned_gc`; default yes).
             It is process-wide: pass ``False`` when the worker shares its process with code
             that sets the collector itself.
+        report: take turns as the queue's log leader (:mod:`scrapeq.reporter`): one worker
+            of all logs each breaker transition, global pause and its end once, and every
+            ``log_every`` seconds (a setting) the queue's progress. Default yes.
     """
 
     def __init__(
@@ -203,6 +210,7 @@ class Worker:
         max_runtime: float | None = None,
         handler_in_thread: bool | None = None,
         tune_gc: bool = True,
+        report: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -216,6 +224,12 @@ class Worker:
         self.burst = burst
         self.max_runtime = max_runtime
         self.tune_gc = tune_gc
+        self._health = RedisHealth()  # this process's Redis lost / back lines
+        self._reporter = (
+            Reporter(queue, log_every=self.settings.log_every, health=self._health)
+            if report
+            else None
+        )
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
         # the built-in handler is trivial and runs inline. Decided once, not per job.
         self._in_thread = handler is not None if handler_in_thread is None else handler_in_thread
@@ -237,6 +251,11 @@ class Worker:
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
+
+    @property
+    def redis_down(self) -> bool:
+        """Whether this worker's last Redis call failed (Redis lost and not back yet)."""
+        return self._health.down
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -273,6 +292,9 @@ class Worker:
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
         claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
+        reporting = None
+        if self._reporter is not None:
+            reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -284,6 +306,7 @@ class Worker:
             for task in (settler, beater):
                 task.cancel()
             await asyncio.gather(settler, beater, return_exceptions=True)
+            await self._close_reporter(reporting)
             self._report_unsent()
             await self._close_resources()
             self._remove_signals(loop)
@@ -374,6 +397,7 @@ class Worker:
         if not claimer.done():
             # Redis may have run it: its jobs, if any, come back when their leases expire.
             log.warning("a claim got no answer from redis in time: abandoning it")
+            self._health.unanswered()
             claimer.cancel()
         (outcome,) = await asyncio.gather(claimer, return_exceptions=True)
         if isinstance(outcome, Exception):
@@ -405,11 +429,12 @@ class Worker:
             try:
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
-                log.warning("%s, retrying in %.1f s: %s", _what(exc), reconnect, exc)
+                self._health.failed(exc, "claiming")
                 await self._wait_for(self._stopping, reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             reconnect = RECONNECT_MIN
+            self._health.ok()
             now = time.monotonic()
             for job in claimed.jobs:
                 self._start(job, now)
@@ -664,10 +689,11 @@ class Worker:
                 continue
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
-                log.warning("%s while settling, retrying: %s", _what(exc), exc)
+                self._health.failed(exc, "settling")
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
+            self._health.ok()
             for item, status in zip(batch, statuses, strict=True):
                 self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
@@ -699,9 +725,13 @@ class Worker:
                 continue
             try:
                 renewed = await self.queue.heartbeat([f.job for f in flights])
+            except (RedisUnavailable, ScriptError) as exc:
+                self._health.failed(exc, "renewing leases")
+                continue
             except Exception as exc:  # this task must never die
                 log.warning("heartbeat failed: %s", exc)
                 continue
+            self._health.ok()
             for flight, ok in zip(flights, renewed, strict=True):
                 if not ok and flight.task is not None and not flight.task.done():
                     log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
@@ -786,6 +816,25 @@ class Worker:
             final.cancel()
             await asyncio.gather(final, return_exceptions=True)
 
+    async def _close_reporter(self, reporting: asyncio.Task[None] | None) -> None:
+        """Stop the reporter and hand the log leader's lease on, having logged the last
+        events: within the exit deadline, and at most :data:`REPORT_MARGIN` seconds (it is
+        only logs). What Redis does not answer by then is left to the lease's expiry."""
+        if self._reporter is None or reporting is None:
+            return
+        deadline = min(self._exit_deadline(), time.monotonic() + REPORT_MARGIN)
+        self._reporter.stop()  # a flag: see Reporter.run for why not a cancel
+        await asyncio.wait({reporting}, timeout=max(deadline - time.monotonic(), 0))
+        if not reporting.done():
+            reporting.cancel()
+            self._health.unanswered()
+            return
+        left = deadline - time.monotonic()
+        try:
+            await asyncio.wait_for(self._reporter.close(), max(left, 0))
+        except TimeoutError:
+            self._health.unanswered()
+
     def _release_held(self) -> list[_Flight]:
         """Cancel every attempt that has not reached the settle buffer; buffer its release."""
         held = [f for f in self._flights.values() if not f.submitted]
@@ -809,6 +858,7 @@ class Worker:
         """Log the settlements Redis never answered: their jobs are left to their leases."""
         if not self._pending:
             return
+        self._health.unanswered()
         log.warning(
             "redis did not answer in time: %d settlements left to their leases "
             "(the jobs come back when the leases expire)",
@@ -839,11 +889,6 @@ def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
         extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
                "status": status},
     )  # fmt: skip
-
-
-def _what(exc: BaseException) -> str:
-    """How a failed Redis call is logged: unreachable, or an error reply (READONLY, OOM...)."""
-    return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
 
 
 def _traceback_summary(exc: BaseException) -> str:
