@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from . import render
-from .connection import async_client, check_reachable, resolve_url, sync_client
+from .connection import async_client, check_reachable, redact, resolve_url, sync_client
 from .errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from .job import ms_to_iso
 from .keys import QUEUE_SCAN_PATTERN, queue_of_marker
@@ -654,6 +654,9 @@ def demo(
     """Replay the one-hanging-site incident on a local fleet and report, side by side with a
     naive retry loop run against the same fleet.
 
+    Without --redis the demo runs its own Redis in a temporary folder and stops it at the
+    end: your embedded server (data_dir) is neither used nor started.
+
     Examples:
       scrapeq demo --duration 30
     """
@@ -661,9 +664,21 @@ def demo(
 
     settings = _settings(ctx)
     console = _console()
-    report = run_demo(settings, redis_url=Context(settings).checked_url(), duration=duration,
-                      console=console)  # fmt: skip
+    with _demo_redis(settings) as url:
+        report = run_demo(settings, redis_url=url, duration=duration, console=console)
     render_report(report, console)
+
+
+@contextlib.contextmanager
+def _demo_redis(settings: Settings) -> Iterator[str]:
+    """The configured Redis, or a private throwaway one (the demo's queue is dropped anyway)."""
+    if settings.redis_url is not None:
+        yield Context(settings).checked_url()
+        return
+    from .embedded import private_server
+
+    with private_server() as url:
+        yield url
 
 
 @app.command()
@@ -698,6 +713,75 @@ def _bind_problem(exc: OSError) -> str:
     # (A host that does not resolve is a gaierror, whose negative errno strerror() lacks.)
     reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
     return f"{reason} (choose another --port)" if exc.errno == errno.EADDRINUSE else reason
+
+
+# --- the embedded Redis ------------------------------------------------------------------------
+
+server_app = typer.Typer(
+    help="The embedded Redis: the private redis-server of --data-dir.", no_args_is_help=True
+)
+app.add_typer(server_app, name="server")
+
+
+@server_app.command("status")
+def server_status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Whether the embedded Redis runs: pid, socket, data dir, memory. Starts nothing.
+
+    Examples:
+      scrapeq server status
+      scrapeq --data-dir /srv/scrapeq server status --json
+    """
+    from .embedded import server_info
+
+    settings = _settings(ctx)
+    _note_redis_url(settings)
+    info = server_info(settings.data_dir)
+    if as_json:
+        _emit_json(info.as_dict())
+        return
+    rows = [("state", "running" if info.running else "not running")]
+    if info.running:
+        rows += [("pid", str(info.pid) if info.pid is not None else "unknown")]
+    rows += [("socket", str(info.files.socket)), ("data dir", str(info.files.data_dir))]
+    if info.running:
+        rows += [("memory", info.used_memory_human or "unknown")]
+    for name, value in rows:
+        typer.echo(f"{name:<9} {value}")
+
+
+@server_app.command("stop")
+def server_stop(ctx: typer.Context) -> None:
+    """Stop the embedded Redis: SHUTDOWN SAVE, wait for it to exit, remove its pidfile.
+
+    Stopping a server that does not run is no error. The next command that needs Redis
+    (without --redis) starts it again, with its data.
+
+    Examples:
+      scrapeq server stop
+    """
+    from .embedded import server_info, stop_server
+
+    settings = _settings(ctx)
+    _note_redis_url(settings)
+    info = server_info(settings.data_dir)
+    if not stop_server(settings.data_dir):
+        typer.echo(f"no embedded Redis running in {info.files.data_dir}")
+        return
+    pid = f" (pid {info.pid})" if info.pid is not None else ""
+    typer.echo(f"stopped the embedded Redis{pid} in {info.files.data_dir}")
+
+
+def _note_redis_url(settings: Settings) -> None:
+    """Say on stderr that the commands use another server than the embedded one."""
+    if settings.redis_url is not None:
+        typer.echo(
+            f"scrapeq: note: redis_url is set ({redact(settings.redis_url)}): the other "
+            "commands use that server, not this embedded one",
+            err=True,
+        )
 
 
 # --- entry point -------------------------------------------------------------------------------
