@@ -9,7 +9,10 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 - **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
   flushed every few milliseconds;
 - **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed, up to
-  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire.
+  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire;
+- **report** (:class:`~scrapeq.reporter.Reporter`): takes its turn as the queue's log leader,
+  which logs each breaker transition and global pause once across all workers, and the
+  queue's progress every ``log_every`` seconds.
 
 A handler runs for at most ``handler_timeout`` seconds: an async one is cancelled then, a sync
 one (on the worker's own daemon threads, :mod:`scrapeq.handlers`) is abandoned to its thread;
