@@ -510,3 +510,23 @@ async def test_redis_lost_and_back_is_one_line_each(
         r for r in caplog.records if r.levelno == logging.DEBUG and "retrying" in r.getMessage()
     ]
     assert retries, "the other failures are -v lines"
+
+
+async def test_a_reporter_refused_its_reads_says_so_once(
+    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ACL user from before XREAD was needed (README's line grants it now).
+    redis_client.execute_command("ACL", "SETUSER", "sqold", "on", "nopass", "~*", "+@all", "-xread")
+    url = redis_url.replace("redis://", "redis://sqold@")
+    q = AsyncQueue.from_url(url, settings=Settings())
+    try:
+        caplog.set_level(logging.INFO, logger="scrapeq.worker")
+        reporter = Reporter(q, log_every=0)
+        for _ in range(3):
+            await reporter.turn()
+    finally:
+        await q.close()
+        redis_client.execute_command("ACL", "DELUSER", "sqold")
+    said = [r for r in caplog.records if "events cannot be logged" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert "xread" in said[0].getMessage() and not said[0].exc_info  # no traceback

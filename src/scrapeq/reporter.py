@@ -113,16 +113,16 @@ class RedisHealth:
         return self._down_since is not None
 
     def failed(self, exc: BaseException, doing: str) -> None:
-        """A call failed (``doing``: what it was for, ``claiming``, ``settling``...)."""
-        what = "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
+        """A call found Redis unreachable, or refusing writes for now (``RedisUnavailable``;
+        ``doing``: what the call was for, ``claiming``, ``settling``...)."""
         self._failures += 1
         if self._down_since is not None:
-            log.debug("%s while %s, retrying: %s", what, doing, exc)
+            log.debug("redis unavailable while %s, retrying: %s", doing, exc)
             return
         self._down_since = time.monotonic()
         log.warning(
-            "%s while %s: %s; retrying until it answers",
-            what, doing, exc, extra={"kind": "redis_lost", "error": str(exc)},
+            "redis unavailable while %s: %s; retrying until it answers",
+            doing, exc, extra={"kind": "redis_lost", "error": str(exc)},
         )  # fmt: skip
 
     def unanswered(self) -> None:
@@ -170,6 +170,7 @@ class Reporter:
         self._sample: tuple[float, dict[str, int]] | None = None  # progress: when, figures
         self._next_progress = 0.0
         self._stop = asyncio.Event()
+        self._error: str | None = None  # the last turn's failure, said once
 
     async def run(self) -> None:
         """Take turns until :meth:`stop`; never raises.
@@ -191,10 +192,18 @@ class Reporter:
         """One turn: renew or take the lease; when leading, log new events and progress."""
         try:
             await self._turn()
-        except (RedisUnavailable, ScriptError) as exc:
+        except RedisUnavailable as exc:
             self.health.failed(exc, "reporting")
-        except Exception:  # a bug of ours: logged, and the next turn tries again
-            log.exception("reporter turn failed")
+        except Exception as exc:  # a refusal (an ACL without +xread), a bug: said once
+            if str(exc) != self._error:
+                log.warning(
+                    "the queue's events cannot be logged: %s: %s; trying every %g s",
+                    type(exc).__name__, exc, TICK,
+                    exc_info=not isinstance(exc, ScriptError),  # a bug: its traceback
+                )  # fmt: skip
+            self._error = str(exc)
+        else:
+            self._error = None
 
     async def close(self) -> None:
         """Log what is left if this process can lead, then release the lease.

@@ -432,7 +432,7 @@ class Worker:
             try:
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
-                self._health.failed(exc, "claiming")
+                self._redis_failed(exc, "claiming")
                 await self._wait_for(self._stopping, reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
@@ -692,7 +692,7 @@ class Worker:
                 continue
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
-                self._health.failed(exc, "settling")
+                self._redis_failed(exc, "settling")
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
@@ -728,11 +728,8 @@ class Worker:
                 continue
             try:
                 renewed = await self.queue.heartbeat([f.job for f in flights])
-            except (RedisUnavailable, ScriptError) as exc:
-                self._health.failed(exc, "renewing leases")
-                continue
             except Exception as exc:  # this task must never die
-                log.warning("heartbeat failed: %s", exc)
+                self._redis_failed(exc, "renewing leases")
                 continue
             self._health.ok()
             for flight, ok in zip(flights, renewed, strict=True):
@@ -837,6 +834,16 @@ class Worker:
             await asyncio.wait_for(self._reporter.close(), max(left, 0))
         except TimeoutError:
             self._health.unanswered()
+
+    def _redis_failed(self, exc: Exception, doing: str) -> None:
+        """A call failed: Redis unreachable (or refusing writes for now) is one line per
+        outage (:class:`~scrapeq.reporter.RedisHealth`); anything else, a script refusing
+        the call or a bug, is a warning each time."""
+        if isinstance(exc, RedisUnavailable):
+            self._health.failed(exc, doing)
+        else:
+            kind = "redis error" if isinstance(exc, ScriptError) else type(exc).__name__
+            log.warning("%s while %s, retrying: %s", kind, doing, exc)
 
     def _release_held(self) -> list[_Flight]:
         """Cancel every attempt that has not reached the settle buffer; buffer its release."""
