@@ -25,8 +25,9 @@ import redis
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Job, Queue, Settings
+from scrapeq.errors import RedisUnavailable
 from scrapeq.logs import JsonFormatter, formatter
-from scrapeq.reporter import Reporter
+from scrapeq.reporter import RedisHealth, Reporter
 from scrapeq.worker import Worker
 from sites import ok, slow, status
 from test_worker_process import (
@@ -40,6 +41,19 @@ from test_worker_process import (
 
 #: Quick retries; one site may take many jobs at once unless a test says otherwise.
 QUICK = {"backoff_base": 0.1, "backoff_cap": 0.3}
+
+
+@pytest.fixture(autouse=True)
+def plain_logging() -> Iterator[None]:
+    """The ``scrapeq`` logger as a library user has it: no handler of an earlier in-process
+    CLI run (bound to a stream that test closed), records propagating to caplog."""
+    logger = logging.getLogger("scrapeq")
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers[:], logger.propagate = [], True
+    logger.setLevel(logging.NOTSET)
+    yield
+    logger.handlers[:], logger.propagate = saved[0], saved[1]
+    logger.setLevel(saved[2])
 
 
 @pytest.fixture
@@ -530,3 +544,33 @@ async def test_a_reporter_refused_its_reads_says_so_once(
     said = [r for r in caplog.records if "events cannot be logged" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.WARNING
     assert "xread" in said[0].getMessage() and not said[0].exc_info  # no traceback
+
+
+def test_an_answer_to_a_call_sent_before_the_loss_is_no_reconnection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="scrapeq.worker")
+    health = RedisHealth()
+    before = time.monotonic()
+    health.failed(RedisUnavailable("Connection reset"), "reporting")
+    health.ok(before)  # a claim sent before the failure, answered just after: no news
+    assert health.down
+    health.failed(RedisUnavailable("Connection refused"), "claiming")  # the second in a row
+    health.failed(RedisUnavailable("Connection refused"), "settling")
+    health.ok(time.monotonic())
+    assert not health.down
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("redis unavailable while claiming: Connection refused")
+    assert lines[1].startswith("redis reachable again after") and "(3 calls failed" in lines[1]
+
+
+def test_one_failed_call_alone_is_no_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """A connection the pool kept across a Redis restart fails once; the next call works."""
+    caplog.set_level(logging.DEBUG, logger="scrapeq.worker")
+    health = RedisHealth()
+    health.failed(RedisUnavailable("Connection closed by server."), "reporting")
+    assert health.down
+    health.ok(time.monotonic())
+    assert not health.down
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG]

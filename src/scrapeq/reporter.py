@@ -44,6 +44,7 @@ __all__ = [
     "CLOSE_WAIT",
     "CURSOR_TTL",
     "LEASE",
+    "LOST_AFTER",
     "SUMMARY_TIMEOUT",
     "TICK",
     "RedisHealth",
@@ -73,6 +74,8 @@ PROGRESS_COST = 20
 LATE = 10.0
 #: Seconds the summary at the end of a run may wait for Redis.
 SUMMARY_TIMEOUT = 3.0
+#: Failed calls in a row (any loop's) that make Redis lost: a lone one is no outage.
+LOST_AFTER = 2
 
 #: kind -> (level, line); ``%(domain)s`` and ``%(message)s`` are the event's, ``%(jobs)s``
 #: the jobs a retirement drains. Other kinds (dead letters: each worker logs its own) are
@@ -100,12 +103,16 @@ class RedisHealth:
     """This process's view of Redis: one line when it is lost, one when it is back.
 
     Every loop of a worker that calls Redis reports here: :meth:`failed` after a call that
-    failed, :meth:`ok` after one that succeeded.
+    found Redis unavailable, :meth:`ok` after one that succeeded. Redis is *lost* at the
+    :data:`LOST_AFTER`-th failure in a row, counted from the first: one failure alone is a
+    connection the pool had kept open across a restart, say, that redis-py replaces at the
+    next call, not an outage worth a line (it is a ``-v`` line).
     """
 
     def __init__(self) -> None:
-        self._down_since: float | None = None
+        self._down_since: float | None = None  # the first failure in a row
         self._failures = 0
+        self._announced = False
 
     @property
     def down(self) -> bool:
@@ -116,10 +123,12 @@ class RedisHealth:
         """A call found Redis unreachable, or refusing writes for now (``RedisUnavailable``;
         ``doing``: what the call was for, ``claiming``, ``settling``...)."""
         self._failures += 1
-        if self._down_since is not None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        if self._announced or self._failures < LOST_AFTER:
             log.debug("redis unavailable while %s, retrying: %s", doing, exc)
             return
-        self._down_since = time.monotonic()
+        self._announced = True
         log.warning(
             "redis unavailable while %s: %s; retrying until it answers",
             doing, exc, extra={"kind": "redis_lost", "error": str(exc)},
@@ -130,18 +139,27 @@ class RedisHealth:
         if self._down_since is None:
             self._down_since = time.monotonic()
 
-    def ok(self) -> None:
-        """A call succeeded: Redis is back if it was lost."""
-        if self._down_since is None:
+    def ok(self, sent: float) -> None:
+        """A call sent at ``sent`` (monotonic) succeeded: Redis is back if it was lost.
+
+        A call sent before the first failure says nothing about now: its answer may have been
+        on its way (or read) when another loop's call failed.
+        """
+        if self._down_since is None or sent <= self._down_since:
             return
         outage = time.monotonic() - self._down_since
-        log.info(
-            "redis reachable again after %.1f s (%d calls failed meanwhile)",
-            outage, self._failures,
-            extra={"kind": "redis_back", "outage": round(outage, 3), "failures": self._failures},
-        )  # fmt: skip
+        if self._announced:
+            log.info(
+                "redis reachable again after %.1f s (%d calls failed meanwhile)",
+                outage, self._failures,
+                extra={"kind": "redis_back", "outage": round(outage, 3),
+                       "failures": self._failures},
+            )  # fmt: skip
+        else:
+            log.debug("redis answered again after %d failed call(s)", self._failures)
         self._down_since = None
         self._failures = 0
+        self._announced = False
 
 
 def worker_id() -> str:
@@ -227,10 +245,11 @@ class Reporter:
         """Renew or take the lease and do the leader's work; answers whether events wait
         for another leader."""
         cursor = self._cursor if self.leading else None
+        sent = time.monotonic()
         answer = await self.queue.log_leader(
             self.id, lease=LEASE, cursor_ttl=CURSOR_TTL, cursor=cursor
         )
-        self.health.ok()
+        self.health.ok(sent)
         if answer.state == 0:
             if self.leading:
                 log.debug("no longer the log leader")

@@ -429,6 +429,7 @@ class Worker:
             if wait > 0:
                 await self._wait_for(self._stopping, wait)
                 continue
+            sent = time.monotonic()
             try:
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
@@ -437,7 +438,7 @@ class Worker:
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             reconnect = RECONNECT_MIN
-            self._health.ok()
+            self._health.ok(sent)
             now = time.monotonic()
             for job in claimed.jobs:
                 self._start(job, now)
@@ -682,6 +683,7 @@ class Worker:
         reconnect = RECONNECT_MIN
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
+            sent = time.monotonic()
             try:
                 statuses = await self.queue.settle_many([item[0] for item in batch])
             except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
@@ -696,7 +698,7 @@ class Worker:
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
-            self._health.ok()
+            self._health.ok(sent)
             for item, status in zip(batch, statuses, strict=True):
                 self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
@@ -726,12 +728,13 @@ class Worker:
             flights = self._renewable()
             if not flights:
                 continue
+            sent = time.monotonic()
             try:
                 renewed = await self.queue.heartbeat([f.job for f in flights])
             except Exception as exc:  # this task must never die
                 self._redis_failed(exc, "renewing leases")
                 continue
-            self._health.ok()
+            self._health.ok(sent)
             for flight, ok in zip(flights, renewed, strict=True):
                 if not ok and flight.task is not None and not flight.task.done():
                     log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
