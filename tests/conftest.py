@@ -1,7 +1,17 @@
-"""Shared fixtures: one real redis-server per test session, flushed between tests."""
+"""Shared fixtures: one real redis-server per test session, flushed between tests.
+
+Every temporary folder of the session is under one root (``tempfile.tempdir`` and ``TMPDIR``
+point there) or under pytest's base temporary folder. A redis-server works in its data folder
+(``--dir``), so at the end of the session no redis-server may be working under either: every
+server the tests started, directly, through scrapeq or daemonized, was stopped.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -16,6 +26,77 @@ import redis
 from scrapeq.embedded import find_redis_server
 from scrapeq.queue import AsyncQueue, Queue
 from scrapeq.settings import Settings
+
+
+def _processes() -> Iterator[tuple[int, Path]]:
+    """(pid, its /proc folder) of every process."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            yield int(entry.name), entry
+
+
+def redis_servers_under(*roots: Path) -> list[int]:
+    """Live redis-server processes whose working folder (their ``--dir``) is under a root.
+
+    (Not their environment: redis-server writes its process title over it.)
+    """
+    real = [Path(os.path.realpath(r)) for r in roots]
+    found = []
+    for pid, entry in _processes():
+        try:
+            if not (entry / "comm").read_text().startswith("redis-server"):
+                continue
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if any(cwd.is_relative_to(r) for r in real):
+            found.append(pid)
+    return found
+
+
+def marked_processes(name: str, value: str) -> list[int]:
+    """Live processes whose environment has ``name=value`` (a redis-server's is overwritten)."""
+    wanted = f"{name}={value}".encode()
+    found = []
+    for pid, entry in _processes():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ:
+            found.append(pid)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_redis_server_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One short temporary root for the session; at its end, no redis-server working there.
+
+    Set up before any other fixture (autouse, session scope), so torn down after them all:
+    the session's own servers are stopped by then. The root is short: unix socket paths in
+    it must stay under ~104 bytes. Leftovers are killed after the check.
+    """
+    root = Path(tempfile.mkdtemp(prefix="sq", dir="/tmp"))
+    before = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = str(root)
+    os.environ["TMPDIR"] = str(root)  # for the processes the tests start, too
+    roots = (root, tmp_path_factory.getbasetemp())
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before[0]
+        if before[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before[1]
+    deadline = time.monotonic() + 5  # a server told to stop may take a moment
+    while (left := redis_servers_under(*roots)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(root, ignore_errors=True)
+    assert not left, f"redis-server processes the tests started are still running: {left}"
 
 
 def _free_port() -> int:

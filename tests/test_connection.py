@@ -56,7 +56,7 @@ def not_redis_url() -> Iterator[str]:
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="sq", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="sq"))  # the session's short root (conftest)
     try:
         yield root / "data"
     finally:

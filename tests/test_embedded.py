@@ -1,6 +1,6 @@
 """The embedded redis-server: start, reuse, restart with AOF, locking, stale files, binaries.
 
-Every test runs real redis-server processes in a short folder under /tmp (unix socket paths
+Every test runs real redis-server processes in a short temporary folder (unix socket paths
 must stay under ~104 bytes) and stops them when it ends.
 """
 
@@ -30,7 +30,7 @@ from scrapeq.errors import ConfigError, RedisUnavailable
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """A not-yet-existing data folder with a short path; its server is stopped afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="sq", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="sq"))  # the session's short root (conftest)
     path = root / "data"
     try:
         yield path

@@ -63,6 +63,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_pages": None,
     "allow": [],
     "deny": [],
+    "log_format": "text",  # not in INTERFACE.md yet
+    "log_every": 10,  # not in INTERFACE.md yet
 }
 
 
@@ -406,6 +408,8 @@ BAD_ENV = [
     ("user_agent", "", "non-empty"),
     ("user_agent", "evil\r\nX-Injected: 1", "control characters"),
     ("data_dir", "", "expected a path"),
+    ("log_format", "yaml", "expected text or json"),
+    ("log_every", "-1", ">= 0"),
 ]
 
 

@@ -837,4 +837,5 @@ async def test_redis_refusing_writes_for_a_while_stalls_nothing(own_redis: Redis
     warnings = [r.getMessage() for r in records.records]
     refused = ("redis error", "redis unavailable")
     assert any(m.startswith(refused) and "retrying" in m for m in warnings), warnings
-    assert any(m.startswith(refused) and "while settling" in m for m in warnings), warnings
+    # One line per refusal period (claims refused, then settles): not one per failed call.
+    assert 2 <= sum(m.startswith(refused) for m in warnings) < 10, warnings

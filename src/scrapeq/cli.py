@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -22,7 +23,7 @@ import typer
 from rich.console import Console
 
 from . import render
-from .connection import async_client, check_reachable, resolve_url, sync_client
+from .connection import async_client, check_reachable, redact, resolve_url, sync_client
 from .errors import (
     ConfigError,
     InvalidURL,
@@ -32,6 +33,7 @@ from .errors import (
     ScrapeqError,
 )
 from .job import ms_to_iso
+from .logs import formatter
 from .queue import AsyncQueue, CancelResult, Queue
 from .settings import UNIQUE_MODES, Settings, load_settings
 
@@ -50,9 +52,10 @@ log = logging.getLogger("scrapeq")
 
 @dataclass
 class Context:
-    """What the global options decided: the settings in force."""
+    """What the global options decided: the settings in force (and ``-v``)."""
 
     settings: Settings
+    verbose: int = 0
 
     def redis_url(self) -> str:
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
@@ -88,13 +91,12 @@ def _settings(ctx: typer.Context, **flags: Any) -> Settings:
     return root.settings.replace(**{k: v for k, v in flags.items() if v is not None})
 
 
-def setup_logging(verbose: int) -> None:
-    """Structured one-line logs on stderr; per-job lines only with ``-v``."""
+def setup_logging(verbose: int, log_format: str = "text") -> None:
+    """One line per record on stderr, text or JSON (:mod:`scrapeq.logs`); per-job lines
+    only with ``-v``."""
     level = logging.DEBUG if verbose > 0 else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
-    )
+    handler.setFormatter(formatter(log_format))
     root = logging.getLogger("scrapeq")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -143,8 +145,8 @@ def _global(
     """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
     overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
     settings = load_settings(config_file=config, overrides=overrides)
-    setup_logging(verbose)
-    ctx.obj = Context(settings)
+    setup_logging(verbose, settings.log_format)
+    ctx.obj = Context(settings, verbose)
 
 
 def _die(message: str, code: int) -> NoReturn:
@@ -189,6 +191,14 @@ def worker(
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(help="Log lines as 'text' (default) or 'json' (one object a line)."),
+    ] = None,
+    log_every: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -202,8 +212,15 @@ def worker(
         handler_timeout=handler_timeout,
         max_job_time=max_job_time,
         handler=handler,
+        log_format=log_format,
+        log_every=log_every,
     )
-    options = _worker_options(settings, concurrency, burst, max_runtime, results, save_bodies)
+    root: Context = ctx.obj
+    if log_format is not None:
+        setup_logging(root.verbose, settings.log_format)
+    options = _worker_options(
+        settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose
+    )
     _run_workers(settings, options, processes)
 
 
@@ -252,7 +269,14 @@ def crawl(
         max_pages=max_pages,
     )
     options = _worker_options(
-        settings, concurrency, True, None, results, save_bodies, follow_links=True
+        settings,
+        concurrency,
+        True,
+        None,
+        results,
+        save_bodies,
+        follow_links=True,
+        verbose=ctx.obj.verbose,
     )
     q = Context(settings).queue()
     seeds = q.enqueue_many(urls, unique="seen")
@@ -270,6 +294,7 @@ def _worker_options(
     save_bodies: Path | None,
     *,
     follow_links: bool = False,
+    verbose: int = 0,
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
@@ -288,6 +313,7 @@ def _worker_options(
         str(results) if results else None,
         follow_links=follow_links,
         save_bodies=str(save_bodies) if save_bodies else None,
+        verbose=verbose,
     )
 
 
@@ -297,11 +323,15 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
         typer.echo(f"scrapeq: queue {settings.queue!r} is empty: nothing to do", err=True)
         raise typer.Exit(0)
     if processes == 1:
-        raise typer.Exit(run_worker_process(settings, url, options, 0))
+        # The last line is the queue's summary: logged by the only process, or by the
+        # supervisor once its children are gone.
+        one = dataclasses.replace(options, summary=True)
+        raise typer.Exit(run_worker_process(settings, url, one, 0))
     from .supervisor import KILL_MARGIN, supervise
 
     kill_after = settings.shutdown_grace + KILL_MARGIN
     code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+    asyncio.run(_log_summary(settings, url))
     raise typer.Exit(code)
 
 
@@ -313,6 +343,16 @@ def _nothing_to_do(settings: Settings, url: str) -> bool:
     finally:
         q.close()
     return c["ready"] + c["delayed"] + c["inflight"] == 0
+
+
+async def _log_summary(settings: Settings, url: str) -> None:
+    from .reporter import log_summary
+
+    queue = AsyncQueue(async_client(url), settings=settings)
+    try:
+        await log_summary(queue)
+    finally:
+        await queue.close()
 
 
 def _check_writable(path: Path) -> None:
@@ -334,13 +374,16 @@ class WorkerOptions:
     results: str | None
     follow_links: bool = False
     save_bodies: str | None = None
+    verbose: int = 0
+    summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
-        setup_logging(0)
+        setup_logging(options.verbose, settings.log_format)
     from .handlers import import_handler
+    from .reporter import log_summary
     from .sinks import JsonlSink
     from .worker import Worker
 
@@ -359,6 +402,8 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
         )
         try:
             await w.run_async()
+            if options.summary and not w.redis_down:  # a lost Redis would hold the exit
+                await log_summary(queue)
         finally:
             await queue.close()
         return 0
@@ -1007,6 +1052,9 @@ def demo(
     """Replay the one-hanging-site incident on a local fleet and report, side by side with a
     naive retry loop run against the same fleet.
 
+    Without --redis the demo runs its own Redis in a temporary folder and stops it at the
+    end: your embedded server (data_dir) is neither used nor started.
+
     Examples:
       scrapeq demo --duration 30
     """
@@ -1014,9 +1062,21 @@ def demo(
 
     settings = _settings(ctx)
     console = _console()
-    report = run_demo(settings, redis_url=Context(settings).checked_url(), duration=duration,
-                      console=console)  # fmt: skip
+    with _demo_redis(settings) as url:
+        report = run_demo(settings, redis_url=url, duration=duration, console=console)
     render_report(report, console)
+
+
+@contextlib.contextmanager
+def _demo_redis(settings: Settings) -> Iterator[str]:
+    """The configured Redis, or a private throwaway one (the demo's queue is dropped anyway)."""
+    if settings.redis_url is not None:
+        yield Context(settings).checked_url()
+        return
+    from .embedded import private_server
+
+    with private_server() as url:
+        yield url
 
 
 @app.command()
@@ -1051,6 +1111,75 @@ def _bind_problem(exc: OSError) -> str:
     # (A host that does not resolve is a gaierror, whose negative errno strerror() lacks.)
     reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
     return f"{reason} (choose another --port)" if exc.errno == errno.EADDRINUSE else reason
+
+
+# --- the embedded Redis ------------------------------------------------------------------------
+
+server_app = typer.Typer(
+    help="The embedded Redis: the private redis-server of --data-dir.", no_args_is_help=True
+)
+app.add_typer(server_app, name="server")
+
+
+@server_app.command("status")
+def server_status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Whether the embedded Redis runs: pid, socket, data dir, memory. Starts nothing.
+
+    Examples:
+      scrapeq server status
+      scrapeq --data-dir /srv/scrapeq server status --json
+    """
+    from .embedded import server_info
+
+    settings = _settings(ctx)
+    _note_redis_url(settings)
+    info = server_info(settings.data_dir)
+    if as_json:
+        _emit_json(info.as_dict())
+        return
+    rows = [("state", "running" if info.running else "not running")]
+    if info.running:
+        rows += [("pid", str(info.pid) if info.pid is not None else "unknown")]
+    rows += [("socket", str(info.files.socket)), ("data dir", str(info.files.data_dir))]
+    if info.running:
+        rows += [("memory", info.used_memory_human or "unknown")]
+    for name, value in rows:
+        typer.echo(f"{name:<9} {value}")
+
+
+@server_app.command("stop")
+def server_stop(ctx: typer.Context) -> None:
+    """Stop the embedded Redis: SHUTDOWN SAVE, wait for it to exit, remove its pidfile.
+
+    Stopping a server that does not run is no error. The next command that needs Redis
+    (without --redis) starts it again, with its data.
+
+    Examples:
+      scrapeq server stop
+    """
+    from .embedded import server_info, stop_server
+
+    settings = _settings(ctx)
+    _note_redis_url(settings)
+    info = server_info(settings.data_dir)
+    if not stop_server(settings.data_dir):
+        typer.echo(f"no embedded Redis running in {info.files.data_dir}")
+        return
+    pid = f" (pid {info.pid})" if info.pid is not None else ""
+    typer.echo(f"stopped the embedded Redis{pid} in {info.files.data_dir}")
+
+
+def _note_redis_url(settings: Settings) -> None:
+    """Say on stderr that the commands use another server than the embedded one."""
+    if settings.redis_url is not None:
+        typer.echo(
+            f"scrapeq: note: redis_url is set ({redact(settings.redis_url)}): the other "
+            "commands use that server, not this embedded one",
+            err=True,
+        )
 
 
 # --- entry point -------------------------------------------------------------------------------

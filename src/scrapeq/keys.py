@@ -118,6 +118,16 @@ class Keys:
     def meta(self) -> str:
         return f"{self.prefix}meta"
 
+    @property
+    def log_leader(self) -> str:
+        """The worker that logs the queue's events and progress (``log_leader-1.lua``)."""
+        return f"{self.prefix}log-leader"
+
+    @property
+    def log_cursor(self) -> str:
+        """The id of the last event the log leader logged."""
+        return f"{self.prefix}log-cursor"
+
     def all_patterns(self) -> str:
         """A SCAN pattern matching every key of this queue."""
         return f"sq:{{{self.queue}}}:*"

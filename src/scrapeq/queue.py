@@ -504,6 +504,24 @@ class _QueueCore:
         entries = yield Command(("XREVRANGE", self.keys.events, "+", "-", "COUNT", count))
         return [_event(entry_id, fields) for entry_id, fields in entries]
 
+    def _op_events_after(self, after: str, count: int) -> Op[list[dict[str, str]]]:
+        reply = yield Command(("XREAD", "COUNT", count, "STREAMS", self.keys.events, after))
+        return _stream_entries(reply)
+
+    def _op_figures(self) -> Op[dict[str, int]]:
+        raw = yield scripts.status(self.settings.lanes.names)
+        domains = yield from self._op_domains_info(None)
+        return _figures(raw, domains)
+
+    def _op_log_leader(
+        self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
+    ) -> Op[scripts.LeaderAnswer]:
+        ttl_ms, keep_ms = _seconds_ms("lease", lease), _seconds_ms("cursor_ttl", cursor_ttl)
+        call = scripts.log_leader(worker_id, ttl_ms or 1, keep_ms or 1, cursor=cursor,
+                                  release=release)  # fmt: skip
+        answer: scripts.LeaderAnswer = yield call
+        return answer
+
     # --- settlements ---------------------------------------------------------------------------
 
     def done(
@@ -692,6 +710,35 @@ def _event(entry_id: str, fields: Any) -> dict[str, Any]:
         "domain": data.get("domain", ""),
         "message": data.get("message", ""),
         "at": ms_to_iso(float(at)) if at else None,
+    }
+
+
+def _stream_entries(reply: Any) -> list[dict[str, str]]:
+    """An XREAD reply of one stream (RESP2 list or RESP3 map) as dicts: id, then every field."""
+    streams = list(reply.values()) if isinstance(reply, dict) else [s[1] for s in reply or []]
+    out: list[dict[str, str]] = []
+    for entries in streams:
+        for entry_id, fields in entries:
+            pairs = zip(fields[::2], fields[1::2], strict=True) if isinstance(fields, list) else ()
+            data = fields if isinstance(fields, dict) else dict(pairs)
+            out.append({"id": str(entry_id), **{str(k): str(v) for k, v in data.items()}})
+    return out
+
+
+def _figures(raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, int]:
+    """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
+    retries since creation, and the domains whose breaker is not closed."""
+    stats = raw.get("stats") or {}
+    states = [d["state"] for d in domains]
+    return {
+        "done": int(stats.get("done", 0)),
+        "retried": int(stats.get("retried", 0)),
+        "dead": int(raw["dead"]),
+        "ready": int(raw["ready"]),
+        "delayed": int(raw["delayed"]),
+        "inflight": int(raw["inflight"]),
+        "open_breakers": sum(1 for s in states if s in ("open", "half_open")),
+        "retired_domains": states.count("retired"),
     }
 
 
@@ -1026,6 +1073,30 @@ class Queue(_QueueCore):
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
         return self._drive(self._op_events(count))
 
+    def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
+        """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
+        (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
+        return self._drive(self._op_events_after(after, count))
+
+    def figures(self) -> dict[str, int]:
+        """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
+        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
+        with it. Reads every domain's breaker: O(domains)."""
+        return self._drive(self._op_figures())
+
+    def log_leader(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        cursor_ttl: float,
+        cursor: str | None = None,
+        release: bool = False,
+    ) -> scripts.LeaderAnswer:
+        """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.reporter`)."""
+        return self._drive(self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release))
+
     def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return self._drive(self._op_exists())
@@ -1241,6 +1312,31 @@ class AsyncQueue(_QueueCore):
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
         return await self._drive(self._op_events(count))
+
+    async def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
+        """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
+        (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
+        return await self._drive(self._op_events_after(after, count))
+
+    async def figures(self) -> dict[str, int]:
+        """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
+        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
+        with it. Reads every domain's breaker: O(domains)."""
+        return await self._drive(self._op_figures())
+
+    async def log_leader(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        cursor_ttl: float,
+        cursor: str | None = None,
+        release: bool = False,
+    ) -> scripts.LeaderAnswer:
+        """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.reporter`)."""
+        op = self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        return await self._drive(op)
 
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""

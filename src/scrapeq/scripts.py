@@ -53,6 +53,7 @@ SCRIPTS: dict[str, str] = {
     "enqueue": "enqueue-1.lua",
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
+    "log_leader": "log_leader-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
     "replay": "replay-1.lua",
@@ -614,6 +615,43 @@ def audit(items: Sequence[dict[str, Any]], repair: bool) -> Call[list[tuple[bool
 def status(lanes: Sequence[str]) -> Call[dict[str, Any]]:
     """Queue-wide figures (read only)."""
     return _call("status", _json_obj, lanes=list(lanes))
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAnswer:
+    """What :func:`log_leader` answers.
+
+    Attributes:
+        state: 0 another worker leads (or this one released), 1 this one leads (renewed),
+            2 this one leads from now on.
+        start: (state 2) the event id to read after; ``""`` otherwise.
+        behind: (state 0) events after the stored cursor wait to be logged.
+    """
+
+    state: int
+    start: str
+    behind: bool
+
+
+def log_leader(
+    worker_id: str,
+    ttl_ms: int,
+    cursor_ttl_ms: int,
+    *,
+    cursor: str | None = None,
+    release: bool = False,
+) -> Call[LeaderAnswer]:
+    """Take, renew or release the log leader's lease (``lua/log_leader-1.lua``)."""
+
+    def parse(raw: list[Any]) -> LeaderAnswer:
+        return LeaderAnswer(int(raw[0]), str(raw[1]), bool(int(raw[2])))
+
+    args: dict[str, Any] = {"id": worker_id, "ttl_ms": ttl_ms, "cursor_ttl_ms": cursor_ttl_ms}
+    if cursor is not None:
+        args["cursor"] = cursor
+    if release:
+        args["release"] = True
+    return _call("log_leader", parse, **args)
 
 
 def domain_info(domains: Sequence[str]) -> Call[list[dict[str, Any]]]:

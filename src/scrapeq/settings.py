@@ -6,8 +6,8 @@ Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
-      ``handler_timeout``, ``max_job_time``, ``keep_done``, ``recrawl_after`` (none: never);
-      lane offsets in ``lanes`` are seconds too;
+      ``handler_timeout``, ``max_job_time``, ``keep_done``, ``recrawl_after`` (none: never),
+      ``log_every``; lane offsets in ``lanes`` are seconds too;
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
       ``seen_error_rate`` is a fraction in (0, 0.5];
@@ -353,6 +353,11 @@ def _check_patterns(name: str, value: Any) -> None:
             raise ConfigError(name, f"bad pattern {pattern!r}: {exc}") from None
 
 
+def _check_log_format(name: str, value: Any) -> None:
+    if value not in ("text", "json"):
+        raise ConfigError(name, f"expected text or json, got {value!r}")
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -531,6 +536,9 @@ class Settings:
     max_pages: int | None = _setting("optional_int", None, check=_at_least(1))
     allow: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
     deny: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
+    log_format: str = _setting("str", "text", check=_check_log_format)
+    # The queue-wide progress line's period (0: none); one worker of all logs it.
+    log_every: float = _seconds(10.0, positive=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -9,7 +9,10 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 - **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
   flushed every few milliseconds;
 - **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed, up to
-  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire.
+  ``max_job_time``: an attempt held longer is abandoned and its lease left to expire;
+- **report** (:class:`~scrapeq.reporter.Reporter`): takes its turn as the queue's log leader,
+  which logs each breaker transition and global pause once across all workers, and the
+  queue's progress every ``log_every`` seconds.
 
 A handler runs for at most ``handler_timeout`` seconds: an async one is cancelled then, a sync
 one (on the worker's own daemon threads, :mod:`scrapeq.handlers`) is abandoned to its thread;
@@ -57,6 +60,7 @@ from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from .job import Job
 from .links import extract_counted
 from .queue import AsyncQueue
+from .reporter import RedisHealth, Reporter
 from .scripts import EnqueueSpec, Settlement
 from .sinks import Sink
 
@@ -87,6 +91,9 @@ EXIT_MARGIN = 3.0
 #: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
 #: jobs back at once, short enough to be "now" when it does not answer.
 HURRY_MARGIN = 1.0
+#: Most seconds a stopping worker gives its reporter to log the last events and hand on the
+#: log leader's lease (within the exit deadline).
+REPORT_MARGIN = 1.0
 #: Most threads running sync handlers: the size of the executor the worker used before
 #: (asyncio's default, ``min(32, cpus + 4)``), as handlers are parsers held by the GIL: more
 #: threads add memory, not throughput. They start on demand, so they only add up when calls
@@ -194,6 +201,9 @@ class Worker:
         tune_gc: tune the garbage collector while running (:func:`tuned_gc`; default yes).
             It is process-wide: pass ``False`` when the worker shares its process with code
             that sets the collector itself.
+        report: take turns as the queue's log leader (:mod:`scrapeq.reporter`): one worker
+            of all logs each breaker transition, global pause and its end once, and every
+            ``log_every`` seconds (a setting) the queue's progress. Default yes.
     """
 
     def __init__(
@@ -210,6 +220,7 @@ class Worker:
         tune_gc: bool = True,
         follow_links: bool = False,
         save_bodies: str | os.PathLike[str] | None = None,
+        report: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -229,6 +240,12 @@ class Worker:
         # A user's handler (or a crawl's, or one whose bodies are kept) is adapted to take a
         # context and give follow-ups; the built-in handler alone stays as is, on the hot path.
         self._adapted = handler is not None or follow_links or save_bodies is not None
+        self._health = RedisHealth()  # this process's Redis lost / back lines
+        self._reporter = (
+            Reporter(queue, log_every=self.settings.log_every, health=self._health)
+            if report
+            else None
+        )
         # A sync handler runs in a thread so a blocking parser cannot stall the event loop;
         # the built-in handler is trivial and runs inline, unless links are extracted after
         # it (CPU work: a thread too). Decided once, not per job.
@@ -252,6 +269,11 @@ class Worker:
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
+
+    @property
+    def redis_down(self) -> bool:
+        """Whether this worker's last Redis call failed (Redis lost and not back yet)."""
+        return self._health.down
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -288,6 +310,9 @@ class Worker:
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
         claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
+        reporting = None
+        if self._reporter is not None:
+            reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -299,11 +324,13 @@ class Worker:
             for task in (settler, beater):
                 task.cancel()
             await asyncio.gather(settler, beater, return_exceptions=True)
+            await self._close_reporter(reporting)
             self._report_unsent()
             await self._close_resources()
             self._remove_signals(loop)
+        # What this process settled: jobs a retirement drained are the queue's (cli's summary).
         log.info(
-            "worker stopped done=%d retried=%d dead=%d released=%d",
+            "worker stopped; this process settled done=%d retried=%d dead=%d released=%d",
             self.stats.done,
             self.stats.retried,
             self.stats.dead,
@@ -388,6 +415,7 @@ class Worker:
         if not claimer.done():
             # Redis may have run it: its jobs, if any, come back when their leases expire.
             log.warning("a claim got no answer from redis in time: abandoning it")
+            self._health.unanswered()
             claimer.cancel()
         (outcome,) = await asyncio.gather(claimer, return_exceptions=True)
         if isinstance(outcome, Exception):
@@ -416,14 +444,16 @@ class Worker:
             if wait > 0:
                 await self._wait_for(self._stopping, wait)
                 continue
+            sent = time.monotonic()
             try:
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
-                log.warning("%s, retrying in %.1f s: %s", _what(exc), reconnect, exc)
+                self._redis_failed(exc, "claiming")
                 await self._wait_for(self._stopping, reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             reconnect = RECONNECT_MIN
+            self._health.ok(sent)
             now = time.monotonic()
             for job in claimed.jobs:
                 self._start(job, now)
@@ -528,7 +558,7 @@ class Worker:
         except Permanent as exc:
             return self._dead(job, exc.reason, str(exc), response, started)
         except HandlerTimeout as exc:
-            log.warning("job %s: %s", job.id, exc)
+            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
             settlement = self.queue.retrying(
                 job, kind="handler_timeout", message=str(exc), domain_failed=None
             )
@@ -648,19 +678,31 @@ class Worker:
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming a little, so a broken sink does not spin through the queue.
-            log.warning("job %s: sink failed, releasing it: %s", job.id, exc)
+            log.warning("job %s: sink failed, releasing it: %s", job.id, exc,
+                        extra=_about(job, "sink_failed"))  # fmt: skip
             self._claim_pause_until = time.monotonic() + OURS_PAUSE
             return self.queue.releasing(job, delay=OURS_PAUSE)
         return settlement
 
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
         self.stats.count(status)
-        if status == "dead":
-            log.info("dead letter job=%s domain=%s reason=%s", job.id, job.domain, settlement.kind)
+        if status == "done":  # the common case: one cached level check
+            if log.isEnabledFor(logging.DEBUG):
+                where = {"job_id": job.id, "domain": job.domain}
+                log.debug("done job=%s domain=%s", job.id, job.domain, extra=where)
+        elif status == "dead":
+            reason = _dead_reason(settlement)
+            log.info(
+                "dead letter job=%s domain=%s reason=%s kind=%s",
+                job.id, job.domain, reason, settlement.kind,
+                extra={"job_id": job.id, "domain": job.domain, "kind": settlement.kind,
+                       "reason": reason},
+            )  # fmt: skip
         elif status == "stale":
-            log.warning("job %s: lease lost before settling (stale token)", job.id)
-        else:
-            log.debug("job=%s domain=%s status=%s", job.id, job.domain, status)
+            log.warning("job %s: lease lost before settling (stale token)", job.id,
+                        extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
+        elif log.isEnabledFor(logging.DEBUG):
+            _log_deferred(job, settlement, status)
 
     # --- settle ----------------------------------------------------------------------------------
 
@@ -692,6 +734,7 @@ class Worker:
         reconnect = RECONNECT_MIN
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
+            sent = time.monotonic()
             try:
                 statuses = await self.queue.settle_many([item[0] for item in batch])
             except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
@@ -702,10 +745,11 @@ class Worker:
                 continue
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
-                log.warning("%s while settling, retrying: %s", _what(exc), exc)
+                self._redis_failed(exc, "settling")
                 await asyncio.sleep(reconnect)
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
+            self._health.ok(sent)
             for item, status in zip(batch, statuses, strict=True):
                 self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
@@ -735,14 +779,17 @@ class Worker:
             flights = self._renewable()
             if not flights:
                 continue
+            sent = time.monotonic()
             try:
                 renewed = await self.queue.heartbeat([f.job for f in flights])
             except Exception as exc:  # this task must never die
-                log.warning("heartbeat failed: %s", exc)
+                self._redis_failed(exc, "renewing leases")
                 continue
+            self._health.ok(sent)
             for flight, ok in zip(flights, renewed, strict=True):
                 if not ok and flight.task is not None and not flight.task.done():
-                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id)
+                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
+                                extra=_about(flight.job, "lease_lost"))  # fmt: skip
                     self.stats.stale += 1
                     flight.task.cancel()
 
@@ -766,6 +813,7 @@ class Worker:
             "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
             flight.job.id,
             self.settings.max_job_time,
+            extra=_about(flight.job, "max_job_time"),
         )
         flight.abandoned = True
         self.stats.abandoned += 1
@@ -822,6 +870,35 @@ class Worker:
             final.cancel()
             await asyncio.gather(final, return_exceptions=True)
 
+    async def _close_reporter(self, reporting: asyncio.Task[None] | None) -> None:
+        """Stop the reporter and hand the log leader's lease on, having logged the last
+        events: within the exit deadline, and at most :data:`REPORT_MARGIN` seconds (it is
+        only logs). What Redis does not answer by then is left to the lease's expiry."""
+        if self._reporter is None or reporting is None:
+            return
+        deadline = min(self._exit_deadline(), time.monotonic() + REPORT_MARGIN)
+        self._reporter.stop()  # a flag: see Reporter.run for why not a cancel
+        await asyncio.wait({reporting}, timeout=max(deadline - time.monotonic(), 0))
+        if not reporting.done():
+            reporting.cancel()
+            self._health.unanswered()
+            return
+        left = deadline - time.monotonic()
+        try:
+            await asyncio.wait_for(self._reporter.close(), max(left, 0))
+        except TimeoutError:
+            self._health.unanswered()
+
+    def _redis_failed(self, exc: Exception, doing: str) -> None:
+        """A call failed: Redis unreachable (or refusing writes for now) is one line per
+        outage (:class:`~scrapeq.reporter.RedisHealth`); anything else, a script refusing
+        the call or a bug, is a warning each time."""
+        if isinstance(exc, RedisUnavailable):
+            self._health.failed(exc, doing)
+        else:
+            kind = "redis error" if isinstance(exc, ScriptError) else type(exc).__name__
+            log.warning("%s while %s, retrying: %s", kind, doing, exc)
+
     def _release_held(self) -> list[_Flight]:
         """Cancel every attempt that has not reached the settle buffer; buffer its release."""
         held = [f for f in self._flights.values() if not f.submitted]
@@ -845,6 +922,7 @@ class Worker:
         """Log the settlements Redis never answered: their jobs are left to their leases."""
         if not self._pending:
             return
+        self._health.unanswered()
         log.warning(
             "redis did not answer in time: %d settlements left to their leases "
             "(the jobs come back when the leases expire)",
@@ -852,9 +930,29 @@ class Worker:
         )
 
 
-def _what(exc: BaseException) -> str:
-    """How a failed Redis call is logged: unreachable, or an error reply (READONLY, OOM...)."""
-    return "redis unavailable" if isinstance(exc, RedisUnavailable) else "redis error"
+def _about(job: Job, kind: str) -> dict[str, str]:
+    """The structured fields of a line about one job (:mod:`scrapeq.logs`)."""
+    return {"job_id": job.id, "domain": job.domain, "kind": kind}
+
+
+def _dead_reason(settlement: Settlement) -> str:
+    """The dead-letter reason a settlement that answered ``dead`` was given (settle-1.lua)."""
+    if settlement.reason:
+        return settlement.reason
+    budgets = {"retry": "max_attempts", "throttle": "max_throttles", "release": "max_releases"}
+    return budgets.get(settlement.outcome, settlement.kind or "failed")
+
+
+def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
+    """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
+    delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
+    kind = settlement.kind or ("shutdown" if settlement.shutdown else status)
+    log.debug(
+        "%s job=%s domain=%s kind=%s delay=%.2fs attempt=%d/%d",
+        status, job.id, job.domain, kind, delay, job.attempts, job.max_attempts,
+        extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
+               "status": status},
+    )  # fmt: skip
 
 
 def _traceback_summary(exc: BaseException) -> str:

@@ -24,7 +24,10 @@ local function retire(d, why)
   redis.call('SADD', K_RETIRED, d)
   redis.call('ZREM', K_READY, d)
   redis.call('ZREM', K_WAIT, d)
-  emit('retired', d, why)
+  -- `jobs`: its queued jobs (ready and delayed), which the retirement sends to the dead
+  -- letters (drained by the next claims, the delayed ones when due).
+  local delayed = math.max(tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0, 0)
+  emit('retired', d, why, {'jobs', redis.call('ZCARD', k_dq(d)) + delayed})
 end
 
 local function close_breaker(d)

@@ -53,7 +53,15 @@ local function k_lane(l) return P .. 'lane:' .. l end
 
 local EVENTS_MAXLEN = 10000
 
-local function emit(kind, domain, message)
+-- Append an event to the capped stream: kind, domain, message and at (ms), then `extra`, a
+-- list of more field/value pairs some kinds carry (retired: jobs). Readers that know only the
+-- first four fields read every event as before.
+local function emit(kind, domain, message, extra)
+  if extra then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*',
+      'kind', kind, 'domain', domain or '', 'message', message or '', 'at', NOW, unpack(extra))
+    return
+  end
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*',
     'kind', kind, 'domain', domain or '', 'message', message or '', 'at', NOW)
 end

@@ -190,7 +190,21 @@ local function drain_retiring(budget)
   end
 end
 
+-- The end of a global pause, announced once (event global_resume) by the first
+-- housekeeping after it: dispatch resumes with the first claim. meta.pause_ended keeps the
+-- paused_until whose end was announced.
+local function announce_pause_end()
+  local m = redis.call('HMGET', K_META, 'paused_until', 'pause_ended')
+  local until_ms = tonumber(m[1])
+  if until_ms and until_ms <= NOW and m[1] ~= m[2] then
+    redis.call('HSET', K_META, 'pause_ended', m[1])
+    emit('global_resume', '', string.format('dispatch resumed: the global pause ended %.1f s ago',
+      (NOW - until_ms) / 1000))
+  end
+end
+
 local function housekeeping(budget)
+  announce_pause_end()
   reap_expired(budget)
   promote_due(budget)
   wake_due(budget)
