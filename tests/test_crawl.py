@@ -229,3 +229,82 @@ def test_max_pages_caps_follow_ups_per_domain(make_queue: Any) -> None:
     ]
     assert q.settle_many([q.done(parent, follow=children)]) == ["done"]
     assert q.status()["counts"]["enqueued"] == 3  # the seed and two children
+
+
+TREE = 300  # pages of the tree site: page n links to 2n+1 and 2n+2, and back to /
+
+
+async def tree(request: web.Request) -> web.StreamResponse:
+    import asyncio
+
+    n = int(request.path.strip("/") or 0)
+    await asyncio.sleep(0.2)  # slow enough that a kill catches pages in flight
+    links = [f"/{m}" for m in (2 * n + 1, 2 * n + 2) if m < TREE] + ["/"]
+    body = "".join(f'<a href="{href}">x</a>' for href in links)
+    return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+
+@pytest.mark.slow
+def test_a_crawl_killed_and_restarted_fetches_the_same_pages(
+    redis_url: str, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from scrapeq.queue import Queue
+    from test_worker_process import SCRAPEQ, clean_env
+
+    box: dict[str, Any] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        import asyncio
+
+        async def run() -> None:
+            async with sites(tree) as (site,):
+                box["site"] = site
+                started.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    q = Queue.from_url(redis_url)
+    try:
+        assert started.wait(10)
+        site: Site = box["site"]
+        env = clean_env(redis_url=redis_url, allow_private="true", lease=2, domain_concurrency=10)
+        argv = [SCRAPEQ, "crawl", site.url("/"), "--concurrency", "10"]
+        first = subprocess.Popen(
+            [*argv, "--results", str(tmp_path / "a.jsonl")], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while site.total < 60 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        caught = q.status()["counts"]["inflight"]
+        assert 0 < caught <= 10, "the kill caught pages in flight"
+        second = subprocess.run(
+            [*argv, "--results", str(tmp_path / "b.jsonl")], env=env, capture_output=True,
+            text=True, timeout=90,
+        )  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert "0 seeds enqueued (1 seen before)" in second.stderr
+        counts = q.status()["counts"]
+        report = q.audit()
+    finally:
+        stop.set()
+        thread.join()
+        q.close()
+    pages = {"/", *(f"/{n}" for n in range(1, TREE))}
+    assert set(site.hits) == pages, "the same final set of pages"
+    extra = site.total - len(pages)
+    assert 0 <= extra <= caught, f"{extra} pages fetched again, {caught} were in flight"
+    assert (counts["ready"], counts["delayed"], counts["inflight"], counts["dead"]) == (0, 0, 0, 0)
+    assert report.ok and not report.problems
