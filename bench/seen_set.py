@@ -310,7 +310,8 @@ def run_rows(client: redis.Redis, url: str, sizes: tuple[int, int], n_enqueue: i
         got = step()
         rows += got if isinstance(got, list) else [got]
         last = rows[-1]
-        print(f"  {last.label}, {last.urls:,} URLs: {last.bytes_per_url:.2f} B/URL", flush=True)
+        shown = f"{last.bytes_per_url:.2f} B/URL, " if last.bytes_per_url else ""
+        print(f"  {last.label}, {last.urls:,} URLs: {shown}{last.adds_per_s:,.0f}/s", flush=True)
     return rows
 
 

@@ -18,9 +18,9 @@
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
     records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
-    clients that disagree would not see each other's URLs. A script calls it before its first write when an item may call
-    seen_add and answers redis.error_reply(text) (an error raised after writes would leave
-    them in place). It reads Redis once per script call.
+    clients that disagree would not see each other's URLs. A script calls it before its
+    first write when an item may call seen_add and answers redis.error_reply(text) (an
+    error raised after writes would leave them in place). It reads Redis once per call.
 
   Layout (CFG.seen_layout, seen_slice_ms, seen_bits, seen_chunk_bits: the client's settings):
     exact          SADD f to sq:{Q}:seen:<b>, a set of integers: an intset of 8 bytes a member
