@@ -308,3 +308,35 @@ def test_a_crawl_killed_and_restarted_fetches_the_same_pages(
     assert 0 <= extra <= caught, f"{extra} pages fetched again, {caught} were in flight"
     assert (counts["ready"], counts["delayed"], counts["inflight"], counts["dead"]) == (0, 0, 0, 0)
     assert report.ok and not report.problems
+
+
+async def test_save_bodies_and_url_patterns(redis_url: str, tmp_path: Path) -> None:
+    """--save-bodies keeps each body content-addressed; deny patterns skip links (counted)."""
+    import hashlib
+
+    bodies = tmp_path / "bodies"
+    bodies.mkdir()
+    async with sites(graph(lambda: "http://0.0.0.0"), graph(lambda: "http://0.0.0.0")) as (
+        home,
+        _,
+    ):
+        q = AsyncQueue.from_url(redis_url, settings=_settings(deny=(r"/big$", r"/p/")))
+        try:
+            await q.enqueue_many([home.url("/d")], unique="seen")
+            results = tmp_path / "r.jsonl"
+            await Worker(
+                q, burst=True, follow_links=True, save_bodies=bodies, sink=JsonlSink(results)
+            ).run_async()
+        finally:
+            await q.close()
+    assert "/big" not in home.hits and not any(p.startswith("/p/") for p in home.hits)
+    lines = results.read_text().splitlines()
+    rows = {json.loads(line)["url"]: json.loads(line) for line in lines}
+    root = rows[home.url("/")]
+    assert root["links"]["skipped"]["filtered"] == 1  # /big
+    done = [row for row in rows.values() if row["outcome"] == "done"]
+    assert len(done) == len(rows) - 1  # /missing died: a 404 keeps no body
+    for row in done:
+        path = Path(row["body_path"])
+        assert path.parent.parent == bodies and path.name[:2] == path.parent.name
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
