@@ -340,3 +340,42 @@ async def test_save_bodies_and_url_patterns(redis_url: str, tmp_path: Path) -> N
         path = Path(row["body_path"])
         assert path.parent.parent == bodies and path.name[:2] == path.parent.name
         assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
+
+
+async def test_adapted_handlers_of_every_shape() -> None:
+    """Sync, async, generators (sync and async) and a sync callable returning a coroutine all
+    give their result and their follow-ups."""
+    import functools
+
+    from scrapeq.follow import Handled, adapt_handler
+
+    def finish(job: Any, response: Any, result: Any, follows: list[Follow]) -> Handled:
+        return Handled(result, [], None, ",".join(f.url for f in follows))
+
+    async def coro(job: Any, response: Any) -> Any:
+        return ["r", Follow("/a")]
+
+    def gen(job: Any, response: Any, ctx: HandlerContext) -> Any:
+        ctx.follow("/a")
+        yield {"k": 1}
+        yield Follow("/b")
+
+    async def agen(job: Any, response: Any) -> Any:
+        yield Follow("/a")
+
+    def returns_coro(job: Any, response: Any) -> Any:
+        return coro(job, response)
+
+    cases = {
+        "sync": (lambda job, response: Follow("/a"), (None, "/a")),
+        "async": (coro, ("r", "/a")),
+        "gen": (gen, ({"k": 1}, "/a,/b")),
+        "agen": (agen, (None, "/a")),
+        "partial": (functools.partial(coro), ("r", "/a")),
+        "returns_coro": (returns_coro, ("r", "/a")),
+    }
+    for name, (handler, expected) in cases.items():
+        out = adapt_handler(handler, finish)(None, None)
+        if not isinstance(out, Handled):
+            out = await out
+        assert (out.result, out.body_path) == expected, name

@@ -245,8 +245,14 @@ def adapt_handler(handler: Callable[..., Any], finish: Finish) -> Callable[[Job,
 
         return coro
 
-    def sync(job: Job, response: Response) -> Handled:
+    def sync(job: Job, response: Response) -> Any:
         ctx, value = call(job, response)
+        if inspect.isawaitable(value):  # a sync callable that returns a coroutine
+
+            async def later() -> Handled:
+                return _handled(ctx, await value, finish)
+
+            return later()  # awaited by the caller (scrapeq.handlers), on the loop
         if inspect.isgenerator(value):
             value = list(value)
         return _handled(ctx, value, finish)
