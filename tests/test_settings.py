@@ -624,3 +624,17 @@ def test_canonical_options_from_env_file_and_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "canonical_keep_fragments = 1\n")
     assert info.value.name == "canonical_keep_fragments"
+
+
+def test_every_setting_is_in_the_interface_document() -> None:
+    """docs/INTERFACE.md's settings table names every setting (the contract lives with the code)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "INTERFACE.md").read_text()
+    table = text.split("## Settings", 1)[1].split("## CLI", 1)[0]
+    documented = {
+        name.strip()
+        for row in table.splitlines()
+        if row.startswith("| ") and not row.startswith("| name")
+        for name in row.split("|")[1].split("/")
+    }
+    missing = [name for name in SETTING_NAMES if name not in documented]
+    assert not missing, f"docs/INTERFACE.md lacks {missing}"

@@ -1,6 +1,6 @@
 """Settings: one frozen object, loaded from flags, environment, a TOML file and defaults.
 
-Precedence is flag > environment > file > default (INTERFACE.md, "Settings").
+Precedence is flag > environment > file > default (docs/INTERFACE.md, "Settings").
 
 Units:
     * durations are **seconds** (floats allowed): ``backoff_base``, ``backoff_cap``,
@@ -475,7 +475,7 @@ def _check_bloom(s: Settings) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Every setting of scrapeq, validated on construction (see INTERFACE.md).
+    """Every setting of scrapeq, validated on construction (see docs/INTERFACE.md).
 
     Build one with :func:`load_settings`; ``Settings()`` gives the defaults. Invalid values
     raise :class:`~scrapeq.errors.ConfigError` naming the setting.
@@ -594,7 +594,7 @@ def _redact_url(url: str) -> str:
 
 _SPECS: dict[str, _Spec] = {f.name: f.metadata["spec"] for f in dataclasses.fields(Settings)}
 SETTING_NAMES: tuple[str, ...] = tuple(_SPECS)
-"""Every setting name, in INTERFACE.md order."""
+"""Every setting name, in docs/INTERFACE.md order."""
 
 
 def _coerce(name: str, value: object) -> object:

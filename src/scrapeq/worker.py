@@ -990,7 +990,7 @@ def _record(
     error: str | None,
     result: Any,
 ) -> dict[str, Any]:
-    """A results line in the INTERFACE.md format."""
+    """A results line in the docs/INTERFACE.md format."""
     return {
         "id": job.id,
         "url": job.url,
