@@ -78,3 +78,13 @@ def test_worker_with_a_bad_handler_exits_2_before_claiming(
     assert err.count("\n") == 1 and "Traceback" not in err
     assert q.status()["counts"]["ready"] == 1, "nothing was claimed"
     q.close()
+
+
+def test_worker_tuning_flags_reach_the_settings(redis_url: str, capsys: Any) -> None:
+    """worker --request-timeout and friends: a bad value is one line, exit 2."""
+    code = main(["--redis", redis_url, "worker", "--burst", "--request-timeout", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "request_timeout" in err and "Traceback" not in err
+    code = main(["--redis", redis_url, "worker", "--burst", "--lease", "5",
+                 "--domain-concurrency", "4", "--domain-delay", "0.5"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err

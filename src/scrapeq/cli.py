@@ -191,6 +191,18 @@ def worker(
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
+    request_timeout: Annotated[
+        float | None, typer.Option(help="Total seconds of one fetch, body included (30).")
+    ] = None,
+    lease: Annotated[
+        float | None, typer.Option(help="Seconds of a job's lease; heartbeats renew it (60).")
+    ] = None,
+    domain_concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Jobs in flight per domain (2).")
+    ] = None,
+    domain_delay: Annotated[
+        float | None, typer.Option(min=0, help="Seconds between request starts per domain (0).")
+    ] = None,
     log_format: Annotated[
         str | None,
         typer.Option(help="Log lines as 'text' (default) or 'json' (one object a line)."),
@@ -214,6 +226,10 @@ def worker(
         handler=handler,
         log_format=log_format,
         log_every=log_every,
+        request_timeout=request_timeout,
+        lease=lease,
+        domain_concurrency=domain_concurrency,
+        domain_delay=domain_delay,
     )
     root: Context = ctx.obj
     if log_format is not None:
