@@ -49,6 +49,7 @@ from .errors import ConfigError
 from .keys import validate_queue_name
 from .lanes import Lanes
 from .seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
+from .urls import SCOPES
 
 __all__ = [
     "CONFIG_FILE_NAME",
@@ -333,8 +334,8 @@ def _check_handler(name: str, value: Any) -> None:
 
 
 def _check_scope(name: str, value: Any) -> None:
-    if value not in ("host", "domain", "any"):
-        raise ConfigError(name, f"expected host, domain or any, got {value!r}")
+    if value not in SCOPES:
+        raise ConfigError(name, f"expected {', '.join(SCOPES)}, got {value!r}")
 
 
 def _at_least(low: int) -> _Check:
