@@ -214,13 +214,14 @@ def _hash(key: str) -> Op[dict[str, str]]:
 
 def find_suspects(snap: Snapshot) -> list[dict[str, Any]]:
     """Every suspicion the snapshot raises, as items for ``lua/audit-1.lua`` (pure)."""
+    leases = _leases_per_domain(snap)
     return [
         *_job_suspects(snap),
         *_orphan_ids(snap),
         *_lane_suspects(snap),
         *_lease_suspects(snap),
-        *_counter_suspects(snap),
-        *_stranded_domains(snap),
+        *_counter_suspects(snap, leases),
+        *_stranded_domains(snap, leases),
         *_fingerprint_suspects(snap),
     ]
 
@@ -321,8 +322,7 @@ def _leases_per_domain(snap: Snapshot) -> Counter[str]:
     return counts
 
 
-def _counter_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
-    leases = _leases_per_domain(snap)
+def _counter_suspects(snap: Snapshot, leases: Counter[str]) -> Iterator[dict[str, Any]]:
     by_domain: Counter[str] = Counter()
     by_lane: Counter[str] = Counter()
     for job_id in snap.delayed:
@@ -342,8 +342,7 @@ def _counter_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
             yield {"k": "lane_delayed_count", "lane": lane, "exp": by_lane[lane], "obs": observed}
 
 
-def _stranded_domains(snap: Snapshot) -> Iterator[dict[str, Any]]:
-    leases = _leases_per_domain(snap)
+def _stranded_domains(snap: Snapshot, leases: Counter[str]) -> Iterator[dict[str, Any]]:
     for d, ids in snap.queued.items():
         if not ids or d in snap.ready or d in snap.waiting:
             continue

@@ -236,20 +236,18 @@ def _norm_optional_int(name: str, value: object, spec: _Spec) -> object:
     return None if value is None else _norm_int(name, value, spec)
 
 
-def _norm_patterns(name: str, value: object, spec: _Spec) -> object:
-    if isinstance(value, str):
-        return _text_patterns(name, value, spec)
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(name, f"expected a list of URL patterns, got {_shown(value)}")
-    return tuple(value)
+def _norm_text_list(parse: _Text, what: str) -> _Norm:
+    """Normalise a list of strings, or text that ``parse`` splits into one (``what``: its
+    items, for the message)."""
 
+    def norm(name: str, value: object, spec: _Spec) -> object:
+        if isinstance(value, str):
+            return parse(name, value, spec)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(name, f"expected a list of {what}, got {_shown(value)}")
+        return tuple(value)
 
-def _norm_proxy(name: str, value: object, spec: _Spec) -> object:
-    if isinstance(value, str):
-        return _text_proxy(name, value, spec)
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(name, f"expected a list of proxy URLs, got {_shown(value)}")
-    return tuple(value)
+    return norm
 
 
 def _norm_path(name: str, value: object, spec: _Spec) -> object:
@@ -378,11 +376,11 @@ _KINDS: dict[str, tuple[_Text, _Norm]] = {
     "optional_str": (_text_optional, _norm_optional),
     "optional_float": (_text_optional_float, _norm_optional_float),
     "unique": (_text_unique, _norm_unique),
-    "proxy": (_text_proxy, _norm_proxy),
+    "proxy": (_text_proxy, _norm_text_list(_text_proxy, "proxy URLs")),
     "path": (_text_path, _norm_path),
     "lanes": (_text_lanes, _norm_lanes),
     "optional_int": (_text_optional_int, _norm_optional_int),
-    "patterns": (_text_patterns, _norm_patterns),
+    "patterns": (_text_patterns, _norm_text_list(_text_patterns, "URL patterns")),
 }
 
 
