@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from scrapeq.embedded import find_redis_server
+from scrapeq.engine.embedded import find_redis_server
 
 __all__ = [
     "AofRedis",
@@ -88,7 +88,7 @@ def private_redis(
     """Start a redis-server on a free 127.0.0.1 port, yield it, stop it.
 
     Args:
-        binary: the redis-server to run; default :func:`scrapeq.embedded.find_redis_server`.
+        binary: the redis-server to run; default :func:`scrapeq.engine.embedded.find_redis_server`.
         start_timeout: seconds to wait for the first PING to answer.
     """
     exe = Path(binary) if binary is not None else find_redis_server()
@@ -144,7 +144,7 @@ class AofRedis:
     10 s) and its folder removed, whatever happened, so no redis-server is left behind.
 
     Args:
-        binary: the redis-server to run; default :func:`scrapeq.embedded.find_redis_server`.
+        binary: the redis-server to run; default :func:`scrapeq.engine.embedded.find_redis_server`.
     """
 
     def __init__(self, binary: Path | None = None) -> None:

@@ -47,11 +47,11 @@ from _redis import (
     private_redis,
     server_cpu,
 )
-from scrapeq import scripts
-from scrapeq.job import Job
-from scrapeq.queue import Queue
-from scrapeq.scripts import EnqueueSpec
-from scrapeq.settings import Settings
+from scrapeq.engine import scripts
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.scripts import EnqueueSpec
+from scrapeq.engine.settings import Settings
 
 BAR_JOBS_PER_S = 20_000.0
 BAR_BATCH = 64

@@ -7,7 +7,7 @@ protocol-relative, with fragments, ``rel=nofollow``, ``mailto:``/``javascript:``
 parses the decoded text and lists the raw ``(tag, href, rel)`` of ``a``, ``area``, ``link``
 and ``base`` elements, ``--runs`` times a round over ``--rounds`` rounds (candidates
 alternate, so machine noise hits them alike); the median round is reported. The candidates
-must agree on what they find (checked first). Then ``scrapeq.links.extract_counted`` (the
+must agree on what they find (checked first). Then ``scrapeq.runtime.links.extract_counted`` (the
 chosen parser plus URL resolution, validation and de-duplication) is timed the same way.
 
 Candidates: the standard library's ``html.parser`` (the baseline), lxml (libxml2),
@@ -34,9 +34,15 @@ import parsel
 from selectolax.lexbor import LexborHTMLParser
 
 from _redis import format_table, load_note
-from scrapeq.fetch import Response
-from scrapeq.links import extract_counted
-from scrapeq.urls import canonical_url, fingerprint64, in_scope, parse_target, registrable_domain
+from scrapeq.engine.urls import (
+    canonical_url,
+    fingerprint64,
+    in_scope,
+    parse_target,
+    registrable_domain,
+)
+from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.links import extract_counted
 
 BAR_PAGES_S = 200.0
 PAGE_BYTES = 100_000

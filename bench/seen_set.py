@@ -56,11 +56,11 @@ import orjson
 import redis
 
 from _redis import add_server_args, commandstats, format_table, load_note, private_redis
-from scrapeq.queue import Queue
-from scrapeq.scripts import ScriptConfig, expand_includes
-from scrapeq.seen import SEEN_BUCKETS, SeenLayout
-from scrapeq.settings import Settings
-from scrapeq.urls import fingerprint64
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.scripts import ScriptConfig, expand_includes
+from scrapeq.engine.seen import SEEN_BUCKETS, SeenLayout
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.urls import fingerprint64
 
 EXACT_BAR = 16.0
 BLOOM_BAR = 2.0

@@ -4,7 +4,7 @@ What runs, all on 127.0.0.1:
 
 * a private redis-server with an append-only file in a temporary folder
   (``bench/_redis.AofRedis``, ``appendfsync everysec``), stopped and removed at exit;
-* the fleet of :mod:`scrapeq.fleet` in its own process: 30 healthy shops (medians 30-150 ms),
+* the fleet of :mod:`scrapeq.demo.fleet` in its own process: 30 healthy shops (medians 30-150 ms),
   and the faulty cast: one hanging site, one answering 503, one delisted (404), one throttling
   (429 with ``Retry-After: 2`` past 10 requests a second), one dripping its body a byte every
   0.25 s, two flaky shops (500 to 20% of requests);
@@ -64,9 +64,9 @@ import orjson
 
 from _redis import AofRedis, add_server_args, format_table, load_note, pct, server_version
 from scrapeq import Queue, Settings
+from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
+from scrapeq.engine.keys import Keys
 from scrapeq.errors import RedisUnavailable
-from scrapeq.fleet import Fleet, Mode, SiteSpec
-from scrapeq.keys import Keys
 
 T = TypeVar("T")
 
@@ -149,7 +149,7 @@ class Plan:
 
 def _scrapeq() -> list[str]:
     exe = Path(sys.executable).parent / "scrapeq"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapeq.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scrapeq"]
 
 
 class Workers:

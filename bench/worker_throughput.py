@@ -14,7 +14,7 @@ Four clients fetch the same N URLs (round-robin over the 100 domains), in altern
   ``Worker(queue, concurrency=200, burst=True).run_async()`` with
   ``Settings(allow_private=True, domain_concurrency=4)`` is timed from start to burst exit.
 * **bare+gc** and **scrapeq-gc** (informational, not the bar): the bare loop run inside
-  ``scrapeq.worker.tuned_gc()``, the garbage-collector tuning the Worker applies by default,
+  ``scrapeq.runtime.worker.tuned_gc()``, the garbage-collector tuning the Worker applies by default,
   and the Worker with ``tune_gc=False``, so the share of the ratio that tuning earns shows.
 
 Reported: jobs/s of each (median and best of the rounds), the ratio scrapeq/bare, and per
@@ -40,7 +40,7 @@ are not part of the figures:
 * where the gap comes from, each run next to a bare run of its own (alternating, medians of
   ``--rounds`` rounds): (0) the shipped worker end to end again (the machine's speed drifts,
   so the sum-up uses figures of the same minutes), (1) the fetch layer alone
-  (``scrapeq.fetch.Fetcher`` driven by the bare loop's pool of 200 tasks, no Redis), (2) the
+  (``scrapeq.runtime.fetch.Fetcher`` driven by the bare loop's pool of 200 tasks, no Redis), (2) the
   queue overhead alone (the real ``Worker`` on the real redis-server with a fetcher that
   answers a canned page without HTTP), (3) the fetch layer alone again while a second process
   drives that no-HTTP worker load against redis-server (database 1), paced to run 0's jobs/s
@@ -98,15 +98,15 @@ from _redis import (
     private_redis,
     server_cpu,
 )
-from scrapeq import scripts
-from scrapeq.classify import classify_response
-from scrapeq.deadlines import Deadlines
-from scrapeq.fetch import Fetcher, Response
-from scrapeq.job import Job
-from scrapeq.queue import AsyncQueue, Command, Queue
-from scrapeq.scripts import Call, EnqueueSpec
-from scrapeq.settings import Settings
-from scrapeq.worker import Worker, default_handler, tuned_gc
+from scrapeq.engine import scripts
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue, Command, Queue
+from scrapeq.engine.scripts import Call, EnqueueSpec
+from scrapeq.engine.settings import Settings
+from scrapeq.runtime.classify import classify_response
+from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.fetch import Fetcher, Response
+from scrapeq.runtime.worker import Worker, default_handler, tuned_gc
 
 BAR_RATIO = 0.7
 DOMAINS = 100
@@ -1086,7 +1086,7 @@ async def _async_costs(job: Job, response: Response, n: int) -> list[tuple[str, 
 
 def micro_costs(server: RedisServer, url: str) -> None:
     """Per-job steps the worker adds, timed alone on a quiet loop (lower bounds)."""
-    from scrapeq.worker import _record  # private: imported here, for this table only
+    from scrapeq.runtime.worker import _record  # private: imported here, for this table only
 
     settings = bench_settings().replace(domain_concurrency=10 * BATCH_SAMPLE)  # one domain
     sync = Queue(redis.Redis.from_url(server.url, decode_responses=True), settings=settings)

@@ -18,10 +18,10 @@ from typing import Any
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Job, Permanent, Settings
-from scrapeq.connection import resolve_url
-from scrapeq.fetch import Response
-from scrapeq.sinks import JsonlSink
-from scrapeq.worker import Worker
+from scrapeq.engine.connection import resolve_url
+from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.sinks import JsonlSink
+from scrapeq.runtime.worker import Worker
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
@@ -69,7 +69,7 @@ async def main() -> None:
     await queue.close()
     await runner.cleanup()
 
-    from scrapeq.embedded import stop_server
+    from scrapeq.engine.embedded import stop_server
 
     stop_server(data_dir)
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.embedded import find_redis_server
-from scrapeq.queue import AsyncQueue, Queue
-from scrapeq.settings import Settings
+from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.queue import AsyncQueue, Queue
+from scrapeq.engine.settings import Settings
 
 
 def _processes() -> Iterator[tuple[int, Path]]:

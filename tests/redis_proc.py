@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from scrapeq.embedded import find_redis_server
+from scrapeq.engine.embedded import find_redis_server
 
 
 def free_port() -> int:

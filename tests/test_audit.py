@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.audit import Snapshot, find_suspects
-from scrapeq.queue import Queue
+from scrapeq.engine.audit import Snapshot, find_suspects
+from scrapeq.engine.queue import Queue
 
 QueueFactory = Callable[..., Queue]
 
@@ -171,7 +171,7 @@ def test_suspicions_that_no_longer_hold_are_not_reported(q: Queue) -> None:
 
 
 def _check(items: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
-    from scrapeq import scripts
+    from scrapeq.engine import scripts
 
     return (yield scripts.audit(items, False))
 
@@ -187,7 +187,7 @@ def test_report_as_json(q: Queue, redis_client) -> None:
 def test_cli_audit_exits_1_with_the_list_then_repairs(
     q: Queue, redis_client, redis_url: str, capsys
 ) -> None:
-    from scrapeq.cli import main
+    from scrapeq.interfaces.cli import main
 
     ids = [r.id for r in q.enqueue_many([url(1, 1), url(1, 2)])]
     assert main(["--redis", redis_url, "audit"]) == 0

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrapeq.backoff import Backoff, decorrelated_jitter, full_jitter
+from scrapeq.engine.backoff import Backoff, decorrelated_jitter, full_jitter
 from scrapeq.errors import ConfigError
 
 bases = st.floats(min_value=1e-3, max_value=1e4, allow_nan=False, allow_infinity=False)

@@ -16,8 +16,9 @@ from aiohttp.client_reqrep import ConnectionKey, RequestInfo
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from scrapeq import classify
-from scrapeq.classify import (
+from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
+from scrapeq.runtime import classify
+from scrapeq.runtime.classify import (
     BlockedAddress,
     BodyTooLarge,
     Classification,
@@ -30,7 +31,6 @@ from scrapeq.classify import (
     is_slow,
     parse_retry_after,
 )
-from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
 
 NOW = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 

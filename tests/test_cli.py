@@ -14,10 +14,10 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.cli import main
+from scrapeq.interfaces.cli import main
 from sites import NotRedis
 
-SCRAPEQ = [sys.executable, "-m", "scrapeq.cli"]
+SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -447,7 +447,7 @@ def test_worker_timeouts_flags_reach_the_settings(
         seen.append(settings)
         return 0
 
-    monkeypatch.setattr("scrapeq.cli.run_worker_process", fake_run)
+    monkeypatch.setattr("scrapeq.interfaces.cli.run_worker_process", fake_run)
     monkeypatch.setenv("SCRAPEQ_MAX_JOB_TIME", "300")
     code, _, err = run(capsys, "--redis", redis_url, "worker", "--handler-timeout", "2.5")
     assert code == 0, err

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-import scrapeq.cli
+import scrapeq.interfaces.cli
 from scrapeq import Queue, Settings
-from scrapeq.cli import main
+from scrapeq.interfaces.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -217,7 +217,7 @@ def test_queue_list_says_when_its_scan_was_capped(
     capsys: Any, redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     redis_client.mset({f"other:{i}": 1 for i in range(5_000)})
-    monkeypatch.setattr(scrapeq.cli, "_LIST_SCAN_CALLS", 2)
+    monkeypatch.setattr(scrapeq.interfaces.cli, "_LIST_SCAN_CALLS", 2)
     code, out, err = run(capsys, "--redis", redis_url, "queue", "list", "--json")
     assert code == 0 and json.loads(out) == []
     assert "only the first" in one_line(err) and "more queues may exist" in err
@@ -325,7 +325,9 @@ def test_worker_burst_on_an_empty_queue_says_so(
     capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[Any] = []
-    monkeypatch.setattr(scrapeq.cli, "run_worker_process", lambda *a: started.append(a) or 0)
+    monkeypatch.setattr(
+        scrapeq.interfaces.cli, "run_worker_process", lambda *a: started.append(a) or 0
+    )
     code, out, err = run(capsys, "--redis", redis_url, "--queue", "x", "worker", "--burst")
     assert (code, out) == (0, "")
     assert err.strip() == "scrapeq: queue 'x' is empty: nothing to do"

@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from scrapeq.connection import (
+from scrapeq.engine.connection import (
     CLIENT_NAME,
     SOCKET_TIMEOUT,
     acheck_reachable,
@@ -23,9 +23,9 @@ from scrapeq.connection import (
     resolve_url,
     sync_client,
 )
-from scrapeq.embedded import stop_server
+from scrapeq.engine.embedded import stop_server
+from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, RedisUnavailable
-from scrapeq.queue import AsyncQueue, Queue
 from sites import NotRedis
 
 SECRET = "hunter2"

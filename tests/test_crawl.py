@@ -17,10 +17,10 @@ import pytest
 from aiohttp import web
 
 from scrapeq import Follow
-from scrapeq.follow import HandlerContext
-from scrapeq.queue import AsyncQueue
-from scrapeq.sinks import JsonlSink
-from scrapeq.worker import Worker
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.runtime.follow import HandlerContext
+from scrapeq.runtime.sinks import JsonlSink
+from scrapeq.runtime.worker import Worker
 from sites import Site, sites
 
 BIG = 5000
@@ -105,7 +105,7 @@ async def test_a_crawl_fetches_every_page_in_scope_once_and_ends(
 
 
 def _settings(**changes: Any) -> Any:
-    from scrapeq.settings import Settings
+    from scrapeq.engine.settings import Settings
 
     return Settings(allow_private=True, **changes)
 
@@ -164,7 +164,7 @@ def test_scrapeq_crawl_command(redis_url: str, tmp_path: Path, capsys: Any) -> N
     import asyncio
     import threading
 
-    from scrapeq.cli import main
+    from scrapeq.interfaces.cli import main
 
     started = threading.Event()
     stop = threading.Event()
@@ -253,7 +253,7 @@ def test_a_crawl_killed_and_restarted_fetches_the_same_pages(
     import threading
     import time
 
-    from scrapeq.queue import Queue
+    from scrapeq.engine.queue import Queue
     from test_worker_process import SCRAPEQ, clean_env
 
     box: dict[str, Any] = {}
@@ -347,7 +347,7 @@ async def test_adapted_handlers_of_every_shape() -> None:
     give their result and their follow-ups."""
     import functools
 
-    from scrapeq.follow import Handled, adapt_handler
+    from scrapeq.runtime.follow import Handled, adapt_handler
 
     def finish(job: Any, response: Any, result: Any, follows: list[Follow]) -> Handled:
         return Handled(result, [], None, ",".join(f.url for f in follows))

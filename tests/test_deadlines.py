@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from scrapeq.deadlines import Deadline, Deadlines
+from scrapeq.runtime.deadlines import Deadline, Deadlines
 
 
 def run(coro: object) -> object:

@@ -9,8 +9,8 @@ import pytest
 import redis
 from rich.console import Console
 
-from scrapeq.demo import DemoReport, render_report, run_demo
-from scrapeq.settings import Settings
+from scrapeq.demo.scenario import DemoReport, render_report, run_demo
+from scrapeq.engine.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from scrapeq import Job, Queue
+from scrapeq.engine.scripts import Settlement
 from scrapeq.errors import ScriptError
-from scrapeq.scripts import Settlement
 
 QueueFactory = Callable[..., Queue]
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-import scrapeq.queue
-from scrapeq import scripts
+import scrapeq.engine.queue
+from scrapeq.engine import scripts
+from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, NotFound, StaleLease
-from scrapeq.queue import AsyncQueue, Queue
 
 QueueFactory = Callable[..., Queue]
 SEC = 1000
@@ -172,7 +172,7 @@ def test_cancel_by_id_in_many_slices(make_queue: QueueFactory) -> None:
 
 @pytest.fixture
 def small_slices(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(scrapeq.queue, "CANCEL_SLICE", 7)
+    monkeypatch.setattr(scrapeq.engine.queue, "CANCEL_SLICE", 7)
     return 7
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import Queue
 from scrapeq.errors import ConfigError
-from scrapeq.job import Job
-from scrapeq.queue import Queue
 
 SEC = 1000
 HOUR = 3600

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from redis_proc import RedisProcess
-from scrapeq.queue import Queue
-from scrapeq.settings import Settings
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.settings import Settings
 
 
 @pytest.fixture
@@ -148,8 +148,8 @@ def test_status_alarms_when_redis_may_evict_keys(make_queue, redis_client) -> No
 async def test_a_worker_warns_at_start_when_redis_may_evict(
     redis_url, redis_client, caplog
 ) -> None:
-    from scrapeq.queue import AsyncQueue
-    from scrapeq.worker import Worker
+    from scrapeq.engine.queue import AsyncQueue
+    from scrapeq.runtime.worker import Worker
 
     redis_client.config_set("maxmemory-policy", "volatile-lru")
     q = AsyncQueue.from_url(redis_url)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis
 
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import StaleLease
-from scrapeq.job import Job
-from scrapeq.queue import AsyncQueue, Queue
 
 SEC = 1000
 

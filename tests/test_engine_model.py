@@ -1,6 +1,6 @@
 """A stateful model of the engine: places, attempts, leases, lanes and breakers against Redis.
 
-A hypothesis ``RuleBasedStateMachine`` drives a real :class:`~scrapeq.queue.Queue` (enqueue,
+A hypothesis ``RuleBasedStateMachine`` drives a real :class:`~scrapeq.engine.queue.Queue` (enqueue,
 claim, ack, retry, fail, release, stale settlements, cancel, reap, time travel) and keeps a model of
 what the Lua scripts must have done. After every step the invariants read Redis directly.
 
@@ -34,10 +34,10 @@ from hypothesis.stateful import (
     rule,
 )
 
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.settings import Settings
 from scrapeq.errors import StaleLease
-from scrapeq.job import Job
-from scrapeq.queue import Queue
-from scrapeq.settings import Settings
 
 SEC = 1000
 #: Margin in ms around every due-time boundary (the real clock runs during the test).

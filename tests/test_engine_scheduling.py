@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from scrapeq import Queue
+from scrapeq.engine.job import Job
+from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.queue import EnqueueResult
 from scrapeq.errors import ConfigError, InvalidURL
-from scrapeq.job import Job
-from scrapeq.lanes import Lanes
-from scrapeq.queue import EnqueueResult
 
 MakeQueue = Callable[..., Queue]
 

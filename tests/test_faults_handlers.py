@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from scrapeq import AsyncQueue, Settings
-from scrapeq.sinks import JsonlSink
-from scrapeq.worker import Worker
+from scrapeq.runtime.sinks import JsonlSink
+from scrapeq.runtime.worker import Worker
 from sites import ok, sites
 
 MAX_ATTEMPTS = 3

@@ -31,8 +31,8 @@ from aiohttp import web
 
 from redis_proc import RedisProcess
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.keys import Keys
-from scrapeq.worker import Worker
+from scrapeq.engine.keys import Keys
+from scrapeq.runtime.worker import Worker
 from sites import sites, slow
 from test_worker_process import (
     SCRAPEQ,

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.keys import Keys
+from scrapeq.engine.keys import Keys
 from sites import slow, status
 from test_worker_process import (
     SCRAPEQ,

@@ -16,16 +16,16 @@ import pytest
 import redis.asyncio
 from aiohttp import web
 
-from scrapeq.classify import (
+from scrapeq.engine.settings import Settings
+from scrapeq.errors import ConfigError, InvalidURL
+from scrapeq.runtime.classify import (
     BlockedAddress,
     BodyTooLarge,
     Outcome,
     RobotsDisallowed,
     classify_exception,
 )
-from scrapeq.errors import ConfigError, InvalidURL
-from scrapeq.fetch import Fetcher, GuardedResolver, Response, Robots, StaticResolver
-from scrapeq.settings import Settings
+from scrapeq.runtime.fetch import Fetcher, GuardedResolver, Response, Robots, StaticResolver
 from sites import proxy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
-from scrapeq.fleet import Fleet, Mode, SiteSpec
+from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
 
 
 def test_a_flaky_site_answers_500_to_a_share_of_requests() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scrapeq.cli import main
 from scrapeq.errors import ConfigError
-from scrapeq.handlers import import_handler
+from scrapeq.interfaces.cli import main
+from scrapeq.runtime.handlers import import_handler
 
 MODULE = """
 def two(job, response):
@@ -68,7 +68,7 @@ def test_bad_handlers_are_one_clear_error(project: Path, spec: str, says: str) -
 def test_worker_with_a_bad_handler_exits_2_before_claiming(
     project: Path, redis_url: str, capsys: Any
 ) -> None:
-    from scrapeq.queue import Queue
+    from scrapeq.engine.queue import Queue
 
     q = Queue.from_url(redis_url)
     q.enqueue("https://shop-1.example.com/")

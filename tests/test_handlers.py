@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from scrapeq.deadlines import Deadlines
-from scrapeq.handlers import DaemonThreads, HandlerTimeout, handler_caller
+from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.handlers import DaemonThreads, HandlerTimeout, handler_caller
 
 
 def test_results_and_exceptions_come_back() -> None:
@@ -63,7 +63,7 @@ def test_size_must_be_positive() -> None:
 def test_a_stuck_call_does_not_hold_the_interpreter_exit() -> None:
     code = (
         "import threading\n"
-        "from scrapeq.handlers import DaemonThreads\n"
+        "from scrapeq.runtime.handlers import DaemonThreads\n"
         "pool = DaemonThreads(2)\n"
         "pool.submit(threading.Event().wait)\n"
         "pool.submit(threading.Event().wait)\n"

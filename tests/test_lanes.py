@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from scrapeq.engine.lanes import STRICT_SPACING, Lane, Lanes
 from scrapeq.errors import ConfigError
-from scrapeq.lanes import STRICT_SPACING, Lane, Lanes
 
 DAY = 86_400.0
 

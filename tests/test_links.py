@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from scrapeq.fetch import Fetcher, Response
-from scrapeq.links import SKIP_REASONS, Extracted, extract, extract_counted
-from scrapeq.settings import Settings
-from scrapeq.urls import parse_target
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.urls import parse_target
+from scrapeq.runtime.fetch import Fetcher, Response
+from scrapeq.runtime.links import SKIP_REASONS, Extracted, extract, extract_counted
 from sites import Site, sites
 
 

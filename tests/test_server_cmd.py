@@ -1,6 +1,7 @@
 """``scrapeq server status|stop``, the embedded Redis's announcement, and a demo that cleans up.
 
-The commands run in this process (``scrapeq.cli.main``) against real embedded servers in short
+The commands run in this process (``scrapeq.interfaces.cli.main``) against real embedded
+servers in short
 folders under /tmp (unix socket paths must stay under ~104 bytes), stopped after each test.
 """
 
@@ -20,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import marked_processes, redis_servers_under
-from scrapeq.cli import main
-from scrapeq.embedded import ServerFiles, stop_server
+from scrapeq.engine.embedded import ServerFiles, stop_server
+from scrapeq.interfaces.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -186,7 +187,7 @@ def test_demo_runs_on_a_private_server_and_leaves_no_process_behind(tmp_path: Pa
     }
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "scrapeq.cli", "demo", "--duration", "2"],
+            [sys.executable, "-m", "scrapeq", "demo", "--duration", "2"],
             env=env,
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,

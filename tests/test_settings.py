@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.settings import SETTING_NAMES, Settings, default_data_dir, load_settings
 from scrapeq.errors import ConfigError
-from scrapeq.lanes import Lanes
-from scrapeq.settings import SETTING_NAMES, Settings, default_data_dir, load_settings
 
 # The table of INTERFACE.md, "Settings", in its order.
 INTERFACE_DEFAULTS: dict[str, object] = {

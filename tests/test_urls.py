@@ -10,10 +10,9 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapeq.errors import ConfigError, InvalidURL
-from scrapeq.queue import Queue
-from scrapeq.settings import Settings
-from scrapeq.urls import (
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.urls import (
     MAX_URL_BYTES,
     SCOPES,
     TargetURL,
@@ -28,6 +27,7 @@ from scrapeq.urls import (
     parse_target,
     registrable_domain,
 )
+from scrapeq.errors import ConfigError, InvalidURL
 
 PRIVATE_REASON = "private address not allowed (set allow_private)"
 

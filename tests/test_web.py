@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue, Job, Settings
-from scrapeq.web import (
+from scrapeq.interfaces.web import (
     METRICS_CONTENT_TYPE,
     PAGE,
     Metric,
@@ -522,7 +522,7 @@ def test_serve_raises_when_the_port_is_taken(redis_url: str) -> None:
 _SERVE = """
 import sys
 from scrapeq import AsyncQueue
-from scrapeq.web import serve
+from scrapeq.interfaces.web import serve
 serve(lambda: AsyncQueue.from_url(sys.argv[1]), port=0, on_ready=lambda u: print(u, flush=True))
 print("stopped", flush=True)
 """

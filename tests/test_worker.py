@@ -19,10 +19,10 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Permanent, Retry, Settings
-from scrapeq import worker as worker_module
-from scrapeq.fetch import Fetcher, StaticResolver
-from scrapeq.sinks import CallableSink, JsonlSink
-from scrapeq.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
+from scrapeq.runtime import worker as worker_module
+from scrapeq.runtime.fetch import Fetcher, StaticResolver
+from scrapeq.runtime.sinks import CallableSink, JsonlSink
+from scrapeq.runtime.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
 from sites import drip, hang, ok, proxy, sites, slow, status
 
 FAST = dict(
@@ -542,7 +542,7 @@ async def test_robots_disallow_and_crawl_delay(make_queue: Callable[..., AsyncQu
 async def test_redis_stream_sink_receives_records(
     make_queue: Callable[..., AsyncQueue],
 ) -> None:
-    from scrapeq.sinks import RedisStreamSink
+    from scrapeq.runtime.sinks import RedisStreamSink
 
     q = make_queue()
     sink = RedisStreamSink(q.client, "results:test", maxlen=1000)

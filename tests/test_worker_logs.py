@@ -26,9 +26,9 @@ from aiohttp import web
 
 from scrapeq import AsyncQueue, Job, Queue, Settings
 from scrapeq.errors import RedisUnavailable
-from scrapeq.logs import JsonFormatter, formatter
-from scrapeq.reporter import RedisHealth, Reporter
-from scrapeq.worker import Worker
+from scrapeq.runtime.logs import JsonFormatter, formatter
+from scrapeq.runtime.reporter import RedisHealth, Reporter
+from scrapeq.runtime.worker import Worker
 from sites import ok, slow, status
 from test_worker_process import (
     SCRAPEQ,

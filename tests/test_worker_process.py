@@ -3,7 +3,7 @@
 Workers run as ``scrapeq --redis URL worker ...`` subprocesses with a clean environment; the
 loopback sites they fetch run in a background thread of the test (their own event loop), so
 a worker that is killed or blocked never takes a site down with it. The Redis tests run an
-in-process :class:`~scrapeq.worker.Worker` against a private redis-server that they kill and
+in-process :class:`~scrapeq.runtime.worker.Worker` against a private redis-server that they kill and
 restart, or make refuse writes for a while.
 """
 
@@ -32,10 +32,10 @@ import redis
 import redis.asyncio
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.embedded import find_redis_server
+from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.keys import Keys
 from scrapeq.errors import RedisUnavailable
-from scrapeq.keys import Keys
-from scrapeq.worker import Worker
+from scrapeq.runtime.worker import Worker
 from sites import Handler, Site, ok, sites, slow
 from tcpproxy import TcpProxy
 
@@ -395,7 +395,7 @@ def test_two_processes_burst_finish_every_job_exactly_once(
 # a script, so its spawned children find the target in their re-imported main module.
 _STUBBORN = """
 import signal, sys, time
-from scrapeq.supervisor import supervise
+from scrapeq.runtime.supervisor import supervise
 
 def child(slot: int) -> int:
     if slot == 0:
@@ -583,7 +583,7 @@ def test_second_sigterm_with_redis_black_holed_exits_at_once(
 _STUCK_HANDLER = """
 import sys, threading
 from scrapeq import AsyncQueue, Settings
-from scrapeq.worker import Worker
+from scrapeq.runtime.worker import Worker
 
 def handler(job, response):
     print("handler stuck", flush=True)

@@ -1,9 +1,27 @@
-"""scrapeq: a Redis-backed job queue for web scraping built around failure isolation."""
+"""scrapeq: a Redis-backed job queue for web scraping built around failure isolation.
+
+The package is layered, and imports point one way: :mod:`scrapeq.interfaces` (the CLI and
+the dashboard) and :mod:`scrapeq.demo` use :mod:`scrapeq.runtime` (worker, fetcher, sinks),
+which uses :mod:`scrapeq.engine` (the Redis data model, its Lua scripts, the queue API).
+:mod:`scrapeq.errors` is shared by all. What is imported here is the stable public surface.
+"""
 
 from __future__ import annotations
 
-from .audit import AuditProblem, AuditReport
-from .errors import (
+from scrapeq.engine.audit import AuditProblem, AuditReport
+from scrapeq.engine.job import Job, JobError, JobInfo
+from scrapeq.engine.lanes import Lane, Lanes
+from scrapeq.engine.queue import (
+    AsyncQueue,
+    CancelResult,
+    Claimed,
+    EnqueueResult,
+    Queue,
+    ReplayResult,
+)
+from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.settings import Settings, load_settings
+from scrapeq.errors import (
     ConfigError,
     InvalidURL,
     NotFound,
@@ -14,12 +32,10 @@ from .errors import (
     ScrapeqError,
     StaleLease,
 )
-from .follow import Follow
-from .job import Job, JobError, JobInfo
-from .lanes import Lane, Lanes
-from .queue import AsyncQueue, CancelResult, Claimed, EnqueueResult, Queue, ReplayResult
-from .scripts import Settlement
-from .settings import Settings, load_settings
+from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.follow import Follow, HandlerContext
+from scrapeq.runtime.sinks import CallableSink, JsonlSink, RedisStreamSink, Sink
+from scrapeq.runtime.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -27,28 +43,35 @@ __all__ = [
     "AsyncQueue",
     "AuditProblem",
     "AuditReport",
+    "CallableSink",
     "CancelResult",
     "Claimed",
     "ConfigError",
     "EnqueueResult",
     "Follow",
+    "HandlerContext",
     "InvalidURL",
     "Job",
     "JobError",
     "JobInfo",
+    "JsonlSink",
     "Lane",
     "Lanes",
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
     "Queue",
+    "RedisStreamSink",
     "RedisUnavailable",
     "ReplayResult",
+    "Response",
     "Retry",
     "ScrapeqError",
     "Settings",
     "Settlement",
+    "Sink",
     "StaleLease",
+    "Worker",
     "__version__",
     "load_settings",
 ]

@@ -16,7 +16,7 @@ Units:
     * every other number is a count.
 
 ``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
-:func:`scrapeq.urls.canonical_url`'s options for de-duplication fingerprints.
+:func:`scrapeq.engine.urls.canonical_url`'s options for de-duplication fingerprints.
 
 Sources:
     * the file: ``config_file``, else ``$SCRAPEQ_CONFIG``, else ``./scrapeq.toml`` when it
@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from .errors import ConfigError
-from .keys import validate_queue_name
-from .lanes import Lanes
-from .seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
-from .urls import SCOPES
+from scrapeq.engine.keys import validate_queue_name
+from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
+from scrapeq.engine.urls import SCOPES
+from scrapeq.errors import ConfigError
 
 __all__ = [
     "CONFIG_FILE_NAME",

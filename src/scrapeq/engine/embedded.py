@@ -45,7 +45,7 @@ from urllib.parse import quote
 
 import redis
 
-from .errors import ConfigError, RedisUnavailable
+from scrapeq.errors import ConfigError, RedisUnavailable
 
 __all__ = [
     "ServerFiles",

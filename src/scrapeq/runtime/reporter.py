@@ -37,8 +37,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import RedisUnavailable, ScriptError
-from .queue import AsyncQueue
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.errors import RedisUnavailable, ScriptError
 
 __all__ = [
     "CLOSE_WAIT",

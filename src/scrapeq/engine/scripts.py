@@ -23,8 +23,8 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from .errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
-from .seen import SeenLayout
+from scrapeq.engine.seen import SeenLayout
+from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
 __all__ = [
     "SCRIPTS",
@@ -72,7 +72,7 @@ _ERROR_CODES: dict[str, type[Exception]] = {
 
 
 def _read(relative: str) -> str:
-    return resources.files("scrapeq").joinpath("lua", relative).read_text(encoding="utf-8")
+    return resources.files("scrapeq.engine").joinpath("lua", relative).read_text(encoding="utf-8")
 
 
 @cache
@@ -140,7 +140,7 @@ def _seen_layout_error(detail: str) -> ConfigError:
 class ScriptConfig:
     """The settings scripts need, in script units (ms, counts).
 
-    Built from :class:`scrapeq.settings.Settings` by :meth:`from_settings`; sent as
+    Built from :class:`scrapeq.engine.settings.Settings` by :meth:`from_settings`; sent as
     ``ARGV[2]`` with every call.
     """
 
@@ -268,7 +268,7 @@ class EnqueueSpec:
 
     Attributes:
         unique: ``pending`` or ``seen`` (None: no de-duplication asked).
-        fingerprint: the URL's :func:`~scrapeq.urls.fingerprint`; set for unique jobs, and
+        fingerprint: the URL's :func:`~scrapeq.engine.urls.fingerprint`; set for unique jobs, and
             for the others once the queue has had a unique enqueue (they take it when free).
         seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
     """

@@ -1,9 +1,10 @@
 """The demo's report: the figures one run measured, how they are built, and how they print.
 
-:mod:`scrapeq.demo` runs the scenario and fills a :class:`_Run` per phase as it goes; once the
+:mod:`scrapeq.demo.scenario` runs the scenario and fills a :class:`_Run` per phase as it
+goes; once the
 phases are over, :func:`_build_report` turns those measurements (plus the breaker events and
 dead letters it reads from the queue) into a :class:`DemoReport`, and :func:`render_report`
-prints it. Everything here is re-exported by :mod:`scrapeq.demo`, the place to import from.
+prints it. Everything here is re-exported by :mod:`scrapeq.demo.scenario`, the place to import from.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .fleet import Fleet, SiteCounts, Workload
-from .queue import Queue
-from .settings import Settings
+from scrapeq.demo.fleet import Fleet, SiteCounts, Workload
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.settings import Settings
 
 __all__ = [
     "DemoReport",
@@ -215,7 +216,7 @@ class _Run:
 
 
 class _Source(Protocol):
-    """What building a report reads from the runner's context (``scrapeq.demo._Ctx``)."""
+    """What building a report reads from the runner's context (``scrapeq.demo.scenario._Ctx``)."""
 
     @property
     def settings(self) -> Settings: ...

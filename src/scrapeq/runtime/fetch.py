@@ -1,28 +1,28 @@
 """The default fetcher: one aiohttp session per process, with the guards a queue needs.
 
 :class:`Fetcher` GETs a URL and returns a :class:`Response`, or raises an exception that
-:func:`scrapeq.classify.classify_exception` understands:
+:func:`scrapeq.runtime.classify.classify_exception` understands:
 
 * a **total deadline** (``request_timeout``) over DNS, connect, every redirect hop, headers and
-  the whole body: one deadline around the fetch (:mod:`scrapeq.deadlines`: one timer for all
+  the whole body: one deadline around the fetch (:mod:`scrapeq.runtime.deadlines`: one timer for all
   of a fetcher's fetches, with ``asyncio.timeout()``'s semantics), so a server that drips a
   byte a second is cut at the deadline (a per-read timeout never fires on it). Raises
   :class:`TimeoutError`.
 * ``max_body`` enforced while streaming (and up front from a Content-Length): raises
-  :class:`~scrapeq.classify.BodyTooLarge`. The limit applies to the *decompressed* bytes, so a
+  :class:`.classify.BodyTooLarge`. The limit applies to the *decompressed* bytes, so a
   gzip bomb is cut too.
 * redirects followed by hand, up to ``max_redirects``: every hop's target is validated again
-  (http/https only, :func:`~scrapeq.urls.parse_target`), and checked against private
+  (http/https only, :func:`~scrapeq.engine.urls.parse_target`), and checked against private
   addresses. One hop too many raises :class:`aiohttp.TooManyRedirects` (``redirect_loop``).
 * an **SSRF guard** when ``allow_private`` is off: a literal private IP (or ``localhost``) in
-  any hop's URL raises :class:`~scrapeq.classify.BlockedAddress` before connecting, and every
+  any hop's URL raises :class:`.classify.BlockedAddress` before connecting, and every
   DNS resolution the connector makes goes through :class:`GuardedResolver`, which refuses a
   name if *any* of its addresses is private. The check is on the resolved address the socket
   connects to, so a public-looking name that resolves to ``127.0.0.1`` is refused, after a
   redirect as well, and after a DNS change (results are cached by aiohttp only once checked).
 * proxies (``proxy``): rotated per fetch (every hop of one fetch uses the same proxy). A proxy
   we cannot reach surfaces as :class:`aiohttp.ClientProxyConnectionError`, one whose name does
-  not resolve as :class:`~scrapeq.classify.OurNetworkDown` (both ``ours``); a proxy's refusal
+  not resolve as :class:`.classify.OurNetworkDown` (both ``ours``); a proxy's refusal
   of ``CONNECT`` for one target as :class:`aiohttp.ClientHttpProxyError` with its status (the
   target's failure, except 407: ``ours``). Only ``http://`` and ``https://`` proxies are
   supported (aiohttp has no SOCKS support built in).
@@ -71,11 +71,11 @@ import redis.asyncio
 from protego import Protego
 from redis.exceptions import RedisError
 
-from scrapeq.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
-from scrapeq.deadlines import Deadlines
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.urls import is_private_address, is_private_host, parse_target
 from scrapeq.errors import ConfigError, InvalidURL
-from scrapeq.settings import Settings
-from scrapeq.urls import is_private_address, is_private_host, parse_target
+from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
+from scrapeq.runtime.deadlines import Deadlines
 
 __all__ = [
     "DEFAULT_ACCEPT",
@@ -210,7 +210,7 @@ def _refuse_private(host: str, results: list[aiohttp.abc.ResolveResult]) -> None
 class GuardedResolver(aiohttp.abc.AbstractResolver):
     """Wrap a resolver; refuse a name when any address it resolves to is private.
 
-    Raises :class:`~scrapeq.classify.BlockedAddress` (not an ``OSError``, so aiohttp lets it
+    Raises :class:`.classify.BlockedAddress` (not an ``OSError``, so aiohttp lets it
     through un-wrapped). Names in ``exempt`` (the proxies' hosts) are not checked.
 
     Args:
@@ -376,7 +376,7 @@ class Fetcher:
 
         Args:
             url: the URL to fetch.
-            normalised: the URL is already in :func:`~scrapeq.urls.parse_target`'s normal
+            normalised: the URL is already in :func:`~scrapeq.engine.urls.parse_target`'s normal
                 form (a job's URL): its parsing is skipped, the private-address check is not.
 
         Raises:
@@ -522,7 +522,7 @@ class Robots:
       is **allowed** (fail open: the page fetch itself will meet the outage and be retried and
       charged to the domain), and nothing is written to Redis; this process remembers it for
       ``unreachable_ttl`` seconds so it does not hammer a failing site's robots.txt.
-    * a :class:`~scrapeq.classify.BlockedAddress` or :class:`~scrapeq.errors.InvalidURL`
+    * a :class:`.classify.BlockedAddress` or :class:`~scrapeq.errors.InvalidURL`
       propagates: the page fetch would be refused the same way.
     * Redis failures are logged and skipped: the cache is an optimisation.
 
@@ -573,7 +573,7 @@ class Robots:
         return allowed, self._delay(rules)
 
     async def check(self, url: str) -> float | None:
-        """Like :meth:`allowed`, raising :class:`~scrapeq.classify.RobotsDisallowed`.
+        """Like :meth:`allowed`, raising :class:`.classify.RobotsDisallowed`.
 
         Returns:
             The crawl delay in seconds, or ``None``.

@@ -10,8 +10,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .audit import AuditReport
-from .job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.audit import AuditReport
+from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 
 __all__ = [
     "audit_view",

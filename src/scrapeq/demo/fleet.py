@@ -1,7 +1,7 @@
 """The demo's fleet: simulated shops on loopback, served from a separate process.
 
 Each site is its own aiohttp server on ``127.0.0.1`` (its own port, so its own domain), with a
-public-looking name (``shop-07.example.com``) that a :class:`~scrapeq.fetch.StaticResolver`
+public-looking name (``shop-07.example.com``) that a :class:`~scrapeq.runtime.fetch.StaticResolver`
 maps to loopback. The fleet runs in a child process with its own event loop, so the load of
 serving thousands of requests does not share the event loop of the worker under test.
 
@@ -53,7 +53,7 @@ from typing import IO, Any, Self
 
 from aiohttp import web
 
-from scrapeq.fetch import StaticResolver
+from scrapeq.runtime.fetch import StaticResolver
 
 __all__ = ["Fleet", "Mode", "SiteCounts", "SiteSpec", "Workload", "default_sites"]
 
@@ -286,7 +286,7 @@ async def _serve(specs: list[SiteSpec], seed: int) -> None:
 
 
 def main() -> None:
-    """The fleet process (``python -m scrapeq.fleet``): read the sites, serve until told.
+    """The fleet process (``python -m scrapeq.demo.fleet``): read the sites, serve until told.
 
     Reads one JSON line ``{"seed": n, "sites": [SiteSpec fields ...]}`` from stdin, writes
     one JSON line of ports (site name -> port, plus the control port) to stdout, then serves
@@ -301,7 +301,7 @@ def main() -> None:
 def _child_env() -> dict[str, str]:
     """The environment of the fleet process: ours, with this package importable."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
@@ -312,7 +312,7 @@ def _child_env() -> dict[str, str]:
 class Fleet:
     """Start, query and stop the fleet process.
 
-    The fleet runs as ``python -m scrapeq.fleet`` (a fresh interpreter: nothing of the
+    The fleet runs as ``python -m scrapeq.demo.fleet`` (a fresh interpreter: nothing of the
     caller's process, loop or threads is copied, and the caller's main module is not
     re-imported). Use it as a context manager, or call :meth:`start` and :meth:`stop`.
 
@@ -349,7 +349,7 @@ class Fleet:
         """
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         proc = subprocess.Popen(
-            [sys.executable, "-m", "scrapeq.fleet"],
+            [sys.executable, "-m", "scrapeq.demo.fleet"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._errors,

@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, InvalidURL, PayloadTooLarge
-from .job import Job
-from .links import resolve_link
-from .scripts import EnqueueSpec
-from .urls import UrlFilter, in_scope
+from scrapeq.engine.job import Job
+from scrapeq.engine.scripts import EnqueueSpec
+from scrapeq.engine.urls import UrlFilter, in_scope
+from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
+from scrapeq.runtime.links import resolve_link
 
 if TYPE_CHECKING:
-    from .fetch import Response
-    from .queue import _QueueCore
+    from scrapeq.engine.queue import _QueueCore
+    from scrapeq.runtime.fetch import Response
 
 __all__ = [
     "BodyStore",

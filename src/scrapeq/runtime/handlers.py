@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .deadlines import Deadlines
-from .errors import ConfigError
-from .fetch import Response
-from .job import Job
+from scrapeq.engine.job import Job
+from scrapeq.errors import ConfigError
+from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.fetch import Response
 
 __all__ = ["DaemonThreads", "Handler", "HandlerTimeout", "handler_caller", "import_handler"]
 

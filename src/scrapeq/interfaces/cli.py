@@ -22,9 +22,17 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from . import render
-from .connection import async_client, check_reachable, redact, resolve_url, sync_client
-from .errors import (
+from scrapeq.engine.connection import (
+    async_client,
+    check_reachable,
+    redact,
+    resolve_url,
+    sync_client,
+)
+from scrapeq.engine.job import ms_to_iso
+from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue
+from scrapeq.engine.settings import UNIQUE_MODES, Settings, load_settings
+from scrapeq.errors import (
     ConfigError,
     InvalidURL,
     NotFound,
@@ -32,10 +40,8 @@ from .errors import (
     RedisUnavailable,
     ScrapeqError,
 )
-from .job import ms_to_iso
-from .logs import formatter
-from .queue import AsyncQueue, CancelResult, Queue
-from .settings import UNIQUE_MODES, Settings, load_settings
+from scrapeq.interfaces import render
+from scrapeq.runtime.logs import formatter
 
 __all__ = ["app", "main"]
 
@@ -92,7 +98,7 @@ def _settings(ctx: typer.Context, **flags: Any) -> Settings:
 
 
 def setup_logging(verbose: int, log_format: str = "text") -> None:
-    """One line per record on stderr, text or JSON (:mod:`scrapeq.logs`); per-job lines
+    """One line per record on stderr, text or JSON (:mod:`scrapeq.runtime.logs`); per-job lines
     only with ``-v``."""
     level = logging.DEBUG if verbose > 0 else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
@@ -110,7 +116,7 @@ def _package_version() -> str:
     try:
         return version("scrapeq")
     except PackageNotFoundError:
-        from . import __version__
+        from scrapeq import __version__
 
         return __version__
 
@@ -319,7 +325,7 @@ def _worker_options(
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
     if settings.handler is not None:
-        from .handlers import import_handler
+        from scrapeq.runtime.handlers import import_handler
 
         import_handler(settings.handler)
     return WorkerOptions(
@@ -343,7 +349,7 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
         # supervisor once its children are gone.
         one = dataclasses.replace(options, summary=True)
         raise typer.Exit(run_worker_process(settings, url, one, 0))
-    from .supervisor import KILL_MARGIN, supervise
+    from scrapeq.runtime.supervisor import KILL_MARGIN, supervise
 
     kill_after = settings.shutdown_grace + KILL_MARGIN
     code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
@@ -362,7 +368,7 @@ def _nothing_to_do(settings: Settings, url: str) -> bool:
 
 
 async def _log_summary(settings: Settings, url: str) -> None:
-    from .reporter import log_summary
+    from scrapeq.runtime.reporter import log_summary
 
     queue = AsyncQueue(async_client(url), settings=settings)
     try:
@@ -398,10 +404,10 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
-    from .handlers import import_handler
-    from .reporter import log_summary
-    from .sinks import JsonlSink
-    from .worker import Worker
+    from scrapeq.runtime.handlers import import_handler
+    from scrapeq.runtime.reporter import log_summary
+    from scrapeq.runtime.sinks import JsonlSink
+    from scrapeq.runtime.worker import Worker
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url), settings=settings)
@@ -1074,7 +1080,7 @@ def demo(
     Examples:
       scrapeq demo --duration 30
     """
-    from .demo import render_report, run_demo
+    from scrapeq.demo.scenario import render_report, run_demo
 
     settings = _settings(ctx)
     console = _console()
@@ -1089,7 +1095,7 @@ def _demo_redis(settings: Settings) -> Iterator[str]:
     if settings.redis_url is not None:
         yield Context(settings).checked_url()
         return
-    from .embedded import private_server
+    from scrapeq.engine.embedded import private_server
 
     with private_server() as url:
         yield url
@@ -1102,7 +1108,7 @@ def dashboard(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to bind.")] = 8000,
 ) -> None:
     """Serve the web dashboard and /metrics (Prometheus text format)."""
-    from .web import serve
+    from scrapeq.interfaces.web import serve
 
     context = Context(_settings(ctx))
     context.checked_url()
@@ -1148,7 +1154,7 @@ def server_status(
       scrapeq server status
       scrapeq --data-dir /srv/scrapeq server status --json
     """
-    from .embedded import server_info
+    from scrapeq.engine.embedded import server_info
 
     settings = _settings(ctx)
     _note_redis_url(settings)
@@ -1176,7 +1182,7 @@ def server_stop(ctx: typer.Context) -> None:
     Examples:
       scrapeq server stop
     """
-    from .embedded import server_info, stop_server
+    from scrapeq.engine.embedded import server_info, stop_server
 
     settings = _settings(ctx)
     _note_redis_url(settings)

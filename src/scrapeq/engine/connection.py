@@ -19,8 +19,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 import redis
 import redis.asyncio
 
-from .embedded import ensure_server
-from .errors import ConfigError, RedisUnavailable
+from scrapeq.engine.embedded import ensure_server
+from scrapeq.errors import ConfigError, RedisUnavailable
 
 __all__ = [
     "CLIENT_NAME",

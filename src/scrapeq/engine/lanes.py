@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from scrapeq.errors import ConfigError
 
 __all__ = ["DEFAULT_LANES_TEXT", "MAX_OFFSET", "STRICT_SPACING", "Lane", "Lanes"]
 

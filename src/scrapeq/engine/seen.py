@@ -5,7 +5,7 @@ not before ``recrawl_after`` seconds. The check and the add happen in the Lua sc
 creates the job (``lua/includes/seen.lua``, ``seen_add``); everything that needs hashing is
 done here, in Python, and passed to it:
 
-* **exact** (default): the URL's 64-bit fingerprint (:func:`scrapeq.urls.fingerprint64`),
+* **exact** (default): the URL's 64-bit fingerprint (:func:`scrapeq.engine.urls.fingerprint64`),
   as a decimal *string* (cjson keeps 14 significant digits, a fingerprint has up to 19), is
   SADDed into one of :data:`SEEN_BUCKETS` sets ``sq:{Q}:seen:<bucket>``, bucket = its low 16
   bits. Each set holds integers only, so Redis keeps it an *intset*: 8 bytes a member while
@@ -119,7 +119,7 @@ class SeenLayout:
 
     @classmethod
     def from_settings(cls, s: Any) -> SeenLayout:
-        """The layout ``s`` (a :class:`~scrapeq.settings.Settings`) asks for."""
+        """The layout ``s`` (a :class:`~scrapeq.engine.settings.Settings`) asks for."""
         if s.seen_filter == "bloom":
             bits, hashes = bloom_geometry(s.seen_capacity, s.seen_error_rate)
             chunk_bits = min(BLOOM_CHUNK_BYTES, math.ceil(bits / 8)) * 8
@@ -140,7 +140,7 @@ class SeenLayout:
         """The ``seen`` argument of one URL for ``seen_add`` (``lua/includes/seen.lua``).
 
         Args:
-            fp64: the URL's :func:`~scrapeq.urls.fingerprint64`.
+            fp64: the URL's :func:`~scrapeq.engine.urls.fingerprint64`.
         """
         if self.filter == "bloom":
             return {"bits": bloom_positions(fp64, self.bits, self.hashes)}

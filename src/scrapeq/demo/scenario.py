@@ -1,10 +1,11 @@
 """The demo: the shop-43 incident replayed on a local fleet, scrapeq against a naive retry loop.
 
-:func:`run_demo` starts the fleet of :mod:`scrapeq.fleet` (40 healthy shops and five faulty
+:func:`run_demo` starts the fleet of :mod:`scrapeq.demo.fleet` (40 healthy shops and five faulty
 sites, in a separate process) and runs the same scenario twice against it:
 
 1. **scrapeq**: a bulk backfill, then normal work, enqueued at once; a burst of critical
-   re-crawls at 40% of the phase. One in-process :class:`~scrapeq.worker.Worker` (200 jobs at
+   re-crawls at 40% of the phase. One in-process
+   :class:`~scrapeq.runtime.worker.Worker` (200 jobs at
    once) works the queue for ``duration`` seconds with demo-sized settings
    (:data:`DEMO_SETTINGS`: 3 s request deadline, 10 s breaker cooldown), under a live view.
 2. **the naive retry loop** of the article, for ``naive_duration`` seconds: the same URLs in
@@ -43,7 +44,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .demo_report import (
+from scrapeq.demo.fleet import Fleet, Workload
+from scrapeq.demo.report import (
     _STATE_STYLE,
     CONCURRENCY,
     LANES,
@@ -61,16 +63,15 @@ from .demo_report import (
     _table,
     render_report,
 )
-from .errors import ConfigError, RedisUnavailable
-from .fetch import Fetcher, Response
-from .fleet import Fleet, Workload
-from .job import Job
-from .keys import Keys
-from .lanes import Lanes
-from .queue import AsyncQueue
-from .settings import Settings
-from .sinks import CallableSink
-from .worker import Worker
+from scrapeq.engine.job import Job
+from scrapeq.engine.keys import Keys
+from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.settings import Settings
+from scrapeq.errors import ConfigError, RedisUnavailable
+from scrapeq.runtime.fetch import Fetcher, Response
+from scrapeq.runtime.sinks import CallableSink
+from scrapeq.runtime.worker import Worker
 
 __all__ = [
     "DEMO_SETTINGS",
@@ -521,7 +522,7 @@ def run_demo(
 
     Ctrl-C (SIGINT) ends the running phase cleanly and answers a partial report (after an
     interrupted scrapeq phase the naive loop is not run). The fleet process is always stopped.
-    While it runs the ``scrapeq.worker`` logger is raised to WARNING (its INFO line per dead
+    While it runs the ``scrapeq.runtime.worker`` logger is raised to WARNING (its INFO line per dead
     letter would flood the progress view), and restored after.
 
     Args:

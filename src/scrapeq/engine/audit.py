@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import scripts
-from .keys import Keys
-from .scripts import Command, Op
+from scrapeq.engine import scripts
+from scrapeq.engine.keys import Keys
+from scrapeq.engine.scripts import Command, Op
 
 __all__ = ["AuditProblem", "AuditReport", "Snapshot", "audit_op", "find_suspects"]
 

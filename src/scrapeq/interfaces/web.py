@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
-from .queue import AsyncQueue
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
 
 __all__ = [
     "METRICS_CONTENT_TYPE",

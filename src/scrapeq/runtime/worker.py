@@ -5,17 +5,17 @@ One :class:`Worker` runs in one event loop. Its run path is split into named pha
 - **claim** (:meth:`Worker._claim_loop`): claims as many jobs as it has free slots, in one
   round trip, and sleeps until the next due time the claim reports when nothing is ready;
 - **fetch** (:meth:`Worker._attempt`): one total deadline per request (body included);
-- **classify**: status, exception and timing become an outcome (``scrapeq.classify``);
+- **classify**: status, exception and timing become an outcome (``scrapeq.runtime.classify``);
 - **settle** (:meth:`Worker._settle_loop`): finished jobs are settled many per script call,
   flushed every few milliseconds;
 - **heartbeat** (:meth:`Worker._heartbeat_loop`): leases of long jobs are renewed, up to
   ``max_job_time``: an attempt held longer is abandoned and its lease left to expire;
-- **report** (:class:`~scrapeq.reporter.Reporter`): takes its turn as the queue's log leader,
+- **report** (:class:`.reporter.Reporter`): takes its turn as the queue's log leader,
   which logs each breaker transition and global pause once across all workers, and the
   queue's progress every ``log_every`` seconds.
 
 A handler runs for at most ``handler_timeout`` seconds: an async one is cancelled then, a sync
-one (on the worker's own daemon threads, :mod:`scrapeq.handlers`) is abandoned to its thread;
+one (on the worker's own daemon threads, :mod:`.handlers`) is abandoned to its thread;
 either way the job is retried with the error kind ``handler_timeout``.
 
 Graceful shutdown: the first SIGTERM/SIGINT stops claiming and gives in-flight jobs
@@ -51,18 +51,18 @@ from typing import Any
 
 import orjson
 
-from .classify import Classification, Outcome, classify_exception, classify_response
-from .deadlines import Deadlines
-from .errors import Permanent, RedisUnavailable, Retry, ScriptError
-from .fetch import Fetcher, Response, Robots
-from .follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
-from .handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
-from .job import Job
-from .links import extract_counted
-from .queue import AsyncQueue
-from .reporter import RedisHealth, Reporter
-from .scripts import EnqueueSpec, Settlement
-from .sinks import Sink
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
+from scrapeq.runtime.classify import Classification, Outcome, classify_exception, classify_response
+from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.fetch import Fetcher, Response, Robots
+from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
+from scrapeq.runtime.handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
+from scrapeq.runtime.links import extract_counted
+from scrapeq.runtime.reporter import RedisHealth, Reporter
+from scrapeq.runtime.sinks import Sink
 
 __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
 
@@ -192,7 +192,7 @@ class Worker:
             cancelled, a sync one abandoned to its thread, and the job retried.
         concurrency: jobs fetched at once by this worker (default 100).
         sink: where result records go (default: nowhere).
-        fetcher: the :class:`~scrapeq.fetch.Fetcher` (default: one built from the settings).
+        fetcher: the :class:`~scrapeq.runtime.fetch.Fetcher` (default: one built from the settings).
         burst: stop once every job of the queue is done or dead.
         max_runtime: stop gracefully after this many seconds.
         handler_in_thread: run a sync handler in a thread (default: yes for a user
@@ -201,7 +201,7 @@ class Worker:
         tune_gc: tune the garbage collector while running (:func:`tuned_gc`; default yes).
             It is process-wide: pass ``False`` when the worker shares its process with code
             that sets the collector itself.
-        report: take turns as the queue's log leader (:mod:`scrapeq.reporter`): one worker
+        report: take turns as the queue's log leader (:mod:`scrapeq.runtime.reporter`): one worker
             of all logs each breaker transition, global pause and its end once, and every
             ``log_every`` seconds (a setting) the queue's progress. Default yes.
     """
@@ -891,7 +891,7 @@ class Worker:
 
     def _redis_failed(self, exc: Exception, doing: str) -> None:
         """A call failed: Redis unreachable (or refusing writes for now) is one line per
-        outage (:class:`~scrapeq.reporter.RedisHealth`); anything else, a script refusing
+        outage (:class:`~scrapeq.runtime.reporter.RedisHealth`); anything else, a script refusing
         the call or a bug, is a warning each time."""
         if isinstance(exc, RedisUnavailable):
             self._health.failed(exc, doing)
@@ -931,7 +931,7 @@ class Worker:
 
 
 def _about(job: Job, kind: str) -> dict[str, str]:
-    """The structured fields of a line about one job (:mod:`scrapeq.logs`)."""
+    """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
     return {"job_id": job.id, "domain": job.domain, "kind": kind}
 
 

@@ -1,7 +1,7 @@
 """The queue: a sync :class:`Queue` and an async :class:`AsyncQueue` with the same methods.
 
 Each public method is written once, as an *operation*: a generator that yields
-:class:`~scrapeq.scripts.Call` (a Lua script) or :class:`Command` (a read-only Redis command)
+:class:`~scrapeq.engine.scripts.Call` (a Lua script) or :class:`Command` (a read-only Redis command)
 and receives each answer. The sync queue drives operations with a blocking client, the async
 queue with ``redis.asyncio``; the bookkeeping is shared, the I/O is theirs.
 """
@@ -18,14 +18,13 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 import redis.asyncio
 
-from . import scripts
-from .audit import AuditReport, audit_op
-from .backoff import full_jitter
-from .connection import async_client, sync_client
-from .errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
-from .job import Job, JobInfo, ms_to_iso
-from .keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
-from .scripts import (
+from scrapeq.engine import scripts
+from scrapeq.engine.audit import AuditReport, audit_op
+from scrapeq.engine.backoff import full_jitter
+from scrapeq.engine.connection import async_client, sync_client
+from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
+from scrapeq.engine.scripts import (
     SCAN_START,
     Call,
     Command,
@@ -36,9 +35,10 @@ from .scripts import (
     Settlement,
     Step,
 )
-from .seen import SeenLayout
-from .settings import UNIQUE_MODES, Settings
-from .urls import fingerprint, fingerprint64, parse_target
+from scrapeq.engine.seen import SeenLayout
+from scrapeq.engine.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target
+from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 
 __all__ = [
     "AsyncQueue",
@@ -218,7 +218,7 @@ class _QueueCore:
                 URL; ``"seen"``: skip it too when the URL was ever enqueued with ``"seen"``
                 (or within ``recrawl_after``); ``"off"`` (or False): no de-duplication.
                 Default: the ``unique`` setting. URLs are the same up to
-                :func:`~scrapeq.urls.canonical_url` (``canonical_*`` settings).
+                :func:`~scrapeq.engine.urls.canonical_url` (``canonical_*`` settings).
             expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
 
         Raises:
@@ -888,7 +888,7 @@ class Queue(_QueueCore):
     ) -> Queue:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-        The client has scrapeq's options (:func:`scrapeq.connection.sync_client`): a call
+        The client has scrapeq's options (:func:`scrapeq.engine.connection.sync_client`): a call
         that gets no answer fails after a socket timeout instead of waiting forever.
         """
         return cls(sync_client(url), name, settings=settings)
@@ -1094,7 +1094,7 @@ class Queue(_QueueCore):
         release: bool = False,
     ) -> scripts.LeaderAnswer:
         """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
-        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.reporter`)."""
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         return self._drive(self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release))
 
     def exists(self) -> bool:
@@ -1102,7 +1102,7 @@ class Queue(_QueueCore):
         return self._drive(self._op_exists())
 
     def audit(self, *, repair: bool = False) -> AuditReport:
-        """Check the queue's structures (see :mod:`scrapeq.audit`); with ``repair``, fix
+        """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
         what is safely fixable. Suspicions a moving job raised are checked again atomically:
         only problems that hold are reported."""
         return self._drive(self._op_audit(repair))
@@ -1131,7 +1131,7 @@ class AsyncQueue(_QueueCore):
     def from_url(
         cls, url: str, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
-        """Connect to ``url``, with the options of :func:`scrapeq.connection.async_client`."""
+        """Connect to ``url``, with the options of :func:`.connection.async_client`."""
         return cls(async_client(url), name, settings=settings)
 
     async def close(self) -> None:
@@ -1334,7 +1334,7 @@ class AsyncQueue(_QueueCore):
         release: bool = False,
     ) -> scripts.LeaderAnswer:
         """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
-        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.reporter`)."""
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         op = self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
         return await self._drive(op)
 
@@ -1343,7 +1343,7 @@ class AsyncQueue(_QueueCore):
         return await self._drive(self._op_exists())
 
     async def audit(self, *, repair: bool = False) -> AuditReport:
-        """Check the queue's structures (see :mod:`scrapeq.audit`); with ``repair``, fix
+        """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
         what is safely fixable. Suspicions a moving job raised are checked again atomically:
         only problems that hold are reported."""
         return await self._drive(self._op_audit(repair))

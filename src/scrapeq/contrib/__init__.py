@@ -1,0 +1,1 @@
+"""Integrations with other tools, each an optional extra. Nothing in the package imports them."""
