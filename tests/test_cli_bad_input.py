@@ -1,0 +1,345 @@
+"""Every command of the CLI, fed each class of bad input it can meet.
+
+The commands are enumerated from the typer app: a command missing from ``COMMANDS`` fails
+``test_every_command_is_in_the_table``, so a new command gets its row (and its cases) here.
+
+Each case asserts what docs/INTERFACE.md promises for bad input: exactly one line on stderr,
+the documented exit code (``EXIT``), no traceback, nothing written to stdout, and nothing
+changed: the Redis the command was pointed at (or the test's own server, seeded with a queue)
+holds the same keys and values afterwards, and no file appeared in the working folder.
+
+Commands run in this process through :func:`scrapeq.interfaces.cli.main` (fast); a few run
+as ``python -m scrapeq`` subprocesses, the way users meet them. Every unreachable target is on
+loopback and answers (or refuses) at once: no case waits for a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import redis
+import typer
+
+from scrapeq import Queue, Settings
+from scrapeq.engine.embedded import find_redis_server
+from scrapeq.interfaces.cli import app, main
+from sites import NotRedis
+from test_redis_auth import PASSWORD, Server, _running
+
+SCRAPEQ = [sys.executable, "-m", "scrapeq"]
+
+#: The exit code each class of bad input ends with (docs/INTERFACE.md, "Exit codes").
+EXIT = {
+    "unknown option": 2,
+    "bad value": 2,
+    "bad URL": 2,
+    "missing file": 2,
+    "unreachable Redis": 1,
+    "wrong DB": 1,
+    "wrong password": 1,
+    "no password": 1,
+    "non-Redis port": 1,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: A port nothing listens on (connections are refused at once).
+CLOSED_PORT = _free_port()
+#: The dashboard must fail before it binds; its port is free when the module is collected.
+DASHBOARD_PORT = str(_free_port())
+MISSING = "/nonexistent-scrapeq-test/missing"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to drive one command.
+
+    Attributes:
+        argv: the arguments that make a valid call (after the command's path).
+        bad_values: argument tails that are bad values (a number out of range, an unknown
+            choice, a flag given a value, an extra argument...).
+        bad_urls: argument tails with URLs the command must refuse (enqueue, crawl).
+        missing_files: argument tails naming files or folders that do not exist.
+        redis: the command talks to the Redis of --redis (the server commands do not).
+    """
+
+    argv: tuple[str, ...] = ()
+    bad_values: tuple[tuple[str, ...], ...] = ()
+    bad_urls: tuple[tuple[str, ...], ...] = ()
+    missing_files: tuple[tuple[str, ...], ...] = ()
+    redis: bool = True
+
+
+URL = "https://shop-1.example.com/p/9"
+DOMAIN = "shop-1.example.com"
+
+COMMANDS: dict[tuple[str, ...], Spec] = {
+    ("worker",): Spec(
+        ("--burst",),
+        bad_values=(
+            ("--concurrency", "0"),
+            ("--processes", "x"),
+            ("--log-format", "xml"),
+            ("--handler", "no_such_module_xyz:handle"),
+            ("--lease", "-1"),
+            ("--burst=yes",),
+        ),
+        missing_files=(("--results", f"{MISSING}/r.jsonl"), ("--save-bodies", MISSING)),
+    ),
+    ("crawl",): Spec(
+        (URL,),
+        bad_values=(
+            ("--scope", "planet"),
+            ("--max-depth", "-1"),
+            ("--max-pages", "0"),
+            ("--handler", "nomodule"),
+        ),
+        bad_urls=(("ftp://x.example.com/",), ("not a url",), (URL, "http://")),
+        missing_files=(("--results", f"{MISSING}/r.jsonl"), ("--save-bodies", MISSING)),
+    ),
+    ("enqueue",): Spec(
+        (URL,),
+        bad_values=(
+            ("--delay", "abc"),
+            ("--lane", "urgent"),
+            ("--payload", "[1]"),
+            ("--unique=sometimes",),
+            ("--max-attempts", "0"),
+            ("--expires", "-1"),
+        ),
+        bad_urls=(("ftp://x.example.com/",), ("not a url",), ("http://",)),
+        missing_files=(("--file", MISSING),),
+    ),
+    ("status",): Spec(bad_values=(("--limit", "0"), ("--json=yes",))),
+    ("audit",): Spec(bad_values=(("--repair=1",),)),
+    ("breakers",): Spec(
+        bad_values=(
+            ("--state", "ajar"),
+            ("--sort", "colour"),
+            ("--limit", "0"),
+            ("--limit", "many"),
+        ),
+    ),
+    ("domains",): Spec(
+        bad_values=(("--state", "ajar"), ("--sort", "colour"), ("--limit", "-3")),
+    ),
+    ("demo",): Spec(("--duration", "1"), bad_values=(("--duration", "0"),)),
+    ("dashboard",): Spec(
+        ("--port", DASHBOARD_PORT),
+        bad_values=(("--port", "70000"), ("--port", "http")),
+    ),
+    ("dead", "list"): Spec(bad_values=(("--limit", "0"), ("--limit", "100001"))),
+    ("dead", "replay"): Spec(
+        ("--all",), bad_values=(("--domain", DOMAIN), ("--id", "zz9", "--reset-attempts=2"))
+    ),
+    ("dead", "purge"): Spec(
+        ("--all", "--yes"), bad_values=(("--older-than", "-5"), ("--domain", DOMAIN))
+    ),
+    ("job", "show"): Spec(("zz9",), bad_values=(("--json=1",), ("extra",))),
+    ("job", "cancel"): Spec(("zz9",), bad_values=(("--domain", DOMAIN), ("--force=no",))),
+    ("queue", "list"): Spec(bad_values=(("--json=1",), ("extra",))),
+    ("queue", "clear"): Spec(("default", "--yes"), bad_values=(("other",),)),
+    ("breaker", "reset"): Spec((DOMAIN,), bad_values=(("other.example.com",),)),
+    ("breaker", "trip"): Spec((DOMAIN,), bad_values=(("--cooldown", "-1"),)),
+    ("domain", "set"): Spec(
+        (DOMAIN, "--delay", "1"), bad_values=(("--concurrency", "0"), ("--delay", "x"))
+    ),
+    ("server", "status"): Spec(bad_values=(("--json=1",), ("extra",)), redis=False),
+    ("server", "stop"): Spec(bad_values=(("extra",),), redis=False),
+}
+
+
+def leaf_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every runnable command of the CLI (``("dead", "list")``...), from the app itself."""
+    children = getattr(command, "commands", None)
+    if children is None:
+        yield path
+        return
+    for name, child in children.items():
+        yield from leaf_commands(child, (*path, name))
+
+
+def test_every_command_is_in_the_table() -> None:
+    found = set(leaf_commands(typer.main.get_command(app)))
+    assert found - set(COMMANDS) == set(), "add the new commands to COMMANDS"
+    assert set(COMMANDS) - found == set(), "COMMANDS names commands that are gone"
+
+
+# --- the targets ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def passworded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A redis-server with ``requirepass`` (as tests/test_redis_auth.py starts them)."""
+    port = _free_port()
+    admin_url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/0"
+    args = ["--port", str(port), "--requirepass", PASSWORD]
+    workdir = tmp_path_factory.mktemp("pw")
+    with _running(find_redis_server(), port, args, admin_url, workdir) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def not_redis() -> Iterator[str]:
+    with NotRedis() as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("SCRAPEQ_"):
+            monkeypatch.delenv(name)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def seeded(redis_url: str) -> Iterator[str]:
+    """The test server with a queue in it: pending jobs, a dead letter, an open breaker."""
+    q = Queue.from_url(redis_url, settings=Settings(domain_concurrency=10))
+    q.enqueue_many([URL.replace("9", str(i)) for i in range(3)] + ["https://shop-2.example.com/"])
+    (job,) = q.claim(1).jobs
+    q.fail(job, "http_404", "gone")
+    q.breaker_trip("shop-2.example.com", cooldown=600)
+    q.close()
+    yield redis_url
+
+
+def snapshot(url: str) -> dict[str, Any]:
+    """Every key of the server with its serialised value and TTL (ms, rounded to 10 s)."""
+    r = redis.Redis.from_url(url)
+    try:
+        return {k: (r.dump(k), (r.pttl(k) + 5000) // 10_000) for k in sorted(r.keys("*"))}
+    finally:
+        r.close()
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    path: tuple[str, ...]
+    tail: tuple[str, ...]
+    target: str  # which Redis: seeded, closed, password, nopassword, db, notredis
+
+
+def _cases() -> Iterator[Any]:
+    for path, spec in COMMANDS.items():
+        base = (*path, *spec.argv)
+        yield Case("unknown option", path, (*base, "--no-such-option"), "seeded")
+        yield Case("missing file", path, ("--config", f"{MISSING}.toml", *base), "seeded")
+        yield Case("bad value", path, ("--queue", "a{b}", *base), "seeded")
+        yield Case("bad value", path, ("--redis", "localhost:6379", *base), "seeded")
+        for tail in spec.bad_values:
+            yield Case("bad value", path, (*base, *tail), "seeded")
+        for tail in spec.bad_urls:
+            yield Case("bad URL", path, (*path, *tail), "seeded")
+        for tail in spec.missing_files:
+            yield Case("missing file", path, (*base, *tail), "seeded")
+        if spec.redis:
+            yield Case("unreachable Redis", path, base, "closed")
+            yield Case("wrong password", path, base, "password")
+            yield Case("no password", path, base, "nopassword")
+            yield Case("wrong DB", path, base, "db")
+            yield Case("non-Redis port", path, base, "notredis")
+
+
+CASES = list(_cases())
+
+
+def _id(case: Case) -> str:
+    return f"{' '.join(case.path)}: {case.kind}: {' '.join(case.tail[len(case.path) :])}"
+
+
+@pytest.fixture
+def target_url(request: pytest.FixtureRequest, seeded: str) -> str:
+    kind = request.param
+    if kind == "seeded":
+        return seeded
+    if kind == "closed":
+        return f"redis://127.0.0.1:{CLOSED_PORT}/0"
+    if kind == "db":
+        return seeded.removesuffix("/0") + "/99"
+    if kind == "notredis":
+        return str(request.getfixturevalue("not_redis"))
+    server: Server = request.getfixturevalue("passworded")
+    return server.url(":wrong-password" if kind == "password" else "")
+
+
+def _check(code: int, out: str, err: str, case: Case) -> None:
+    where = f"{_id(case)}\nexit {code}\nstdout: {out!r}\nstderr: {err!r}"
+    assert code == EXIT[case.kind], where
+    assert len(err.splitlines()) == 1 and err.endswith("\n"), where
+    assert err.startswith("scrapeq: error: ") or case.kind == "bad URL", where
+    assert "Traceback" not in out + err, where
+    # enqueue's summary stays on stdout when every URL was refused (``--json``: its counts)
+    assert out == "" or (case.kind == "bad URL" and out == "added 0 jobs\n"), where
+
+
+@pytest.mark.parametrize(
+    "case,target_url",
+    [pytest.param(c, c.target, id=_id(c)) for c in CASES],
+    indirect=["target_url"],
+)
+def test_bad_input_is_one_line_the_documented_code_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str],
+    seeded: str,
+    target_url: str,
+    tmp_path: Path,
+    case: Case,
+) -> None:
+    before = snapshot(seeded)
+    code = main(["--redis", target_url, "--data-dir", str(tmp_path / "data"), *case.tail])
+    out, err = capsys.readouterr()
+    _check(code, out, err, case)
+    assert snapshot(seeded) == before, _id(case)
+    assert list(Path.cwd().iterdir()) == [], _id(case)
+
+
+@pytest.mark.parametrize(
+    "argv,kind",
+    [
+        (["status", "--no-such-option"], "unknown option"),
+        (["enqueue", "ftp://x.example.com/"], "bad URL"),
+        (["breakers", "--sort", "colour"], "bad value"),
+    ],
+)
+def test_bad_input_in_a_subprocess(seeded: str, tmp_path: Path, argv: list[str], kind: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
+    before = snapshot(seeded)
+    proc = subprocess.run(
+        [*SCRAPEQ, "--redis", seeded, *argv],
+        capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    _check(proc.returncode, proc.stdout, proc.stderr, Case(kind, (argv[0],), tuple(argv), ""))
+    assert snapshot(seeded) == before
+
+
+def test_unreachable_redis_in_a_subprocess(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
+    proc = subprocess.run(
+        [*SCRAPEQ, "--redis", f"redis://127.0.0.1:{CLOSED_PORT}/0", "enqueue", URL],
+        capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    _check(proc.returncode, proc.stdout, proc.stderr,
+           Case("unreachable Redis", ("enqueue",), ("enqueue", URL), ""))  # fmt: skip
+    assert "cannot reach Redis" in proc.stderr
