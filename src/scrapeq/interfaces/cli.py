@@ -31,7 +31,13 @@ from scrapeq.engine.connection import (
 )
 from scrapeq.engine.job import ms_to_iso
 from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue
-from scrapeq.engine.settings import UNIQUE_MODES, Settings, load_settings
+from scrapeq.engine.settings import (
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    UNIQUE_MODES,
+    Settings,
+    load_settings,
+)
 from scrapeq.errors import (
     ConfigError,
     InvalidURL,
@@ -43,7 +49,7 @@ from scrapeq.errors import (
 from scrapeq.interfaces import render
 from scrapeq.runtime.logs import formatter
 
-__all__ = ["app", "main"]
+__all__ = ["app", "command", "main"]
 
 app = typer.Typer(
     name="scrapeq",
@@ -121,26 +127,72 @@ def _package_version() -> str:
         return __version__
 
 
+def _setting_default(name: str) -> str:
+    """A setting's default as text (for --help)."""
+    return str(Settings.__dataclass_fields__[name].default)
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"scrapeq {_package_version()}")
         raise typer.Exit()
 
 
+def _env_help(text: str, env: str, default: str) -> str:
+    """Help of a global option that ``load_settings`` also reads from the environment (typer
+    does not read it, so flag > env > file > default holds): its variable and its default."""
+    return f"{text} \\[env var: {env}; default: {default}]"
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
     redis: Annotated[
-        str | None, typer.Option("--redis", help="Redis URL (default: embedded server).")
+        str | None,
+        typer.Option(
+            "--redis",
+            metavar="URL",
+            help=_env_help(
+                "Redis URL: redis://, rediss:// or unix://.",
+                f"{ENV_PREFIX}REDIS_URL",
+                "the embedded Redis of --data-dir",
+            ),
+        ),
     ] = None,
-    queue: Annotated[str | None, typer.Option("--queue", help="Queue name.")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME",
+            help=_env_help("Queue name.", f"{ENV_PREFIX}QUEUE", _setting_default("queue")),
+        ),
+    ] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="scrapeq.toml to read (env SCRAPEQ_CONFIG).")
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help=_env_help(
+                "Settings file to read.", f"{ENV_PREFIX}CONFIG", f"./{CONFIG_FILE_NAME} if any"
+            ),
+        ),
     ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Where the embedded Redis keeps its data.")
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            metavar="DIR",
+            help=_env_help(
+                "Where the embedded Redis keeps its data.",
+                f"{ENV_PREFIX}DATA_DIR",
+                "$XDG_DATA_HOME/scrapeq, else ~/.local/share/scrapeq",
+            ),
+        ),
     ] = None,
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="Per-job logs.")] = 0,
+    verbose: Annotated[
+        int,
+        typer.Option("-v", "--verbose", count=True, help="Per-job log lines (a count: -v, -vv)."),
+    ] = 0,
     version: Annotated[
         bool,
         typer.Option(
@@ -1216,7 +1268,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _bare_unique(sys.argv[1:] if argv is None else list(argv))
     try:
-        rv = app(args=args, prog_name="scrapeq", standalone_mode=False)
+        rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except _USER_ERRORS as exc:
@@ -1234,6 +1286,26 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(str(format_message()), code)
         raise
     return rv if isinstance(rv, int) else 0
+
+
+def command() -> Any:
+    """The app as a click command, its flags tidied for ``--help``: a flag (``--json``,
+    ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``."""
+    root = typer.main.get_command(app)
+    _hide_flag_types(root)
+    return root
+
+
+def _hide_flag_types(cmd: Any) -> None:
+    params = list(getattr(cmd, "params", []))
+    help_option = getattr(cmd, "get_help_option", None)
+    if callable(help_option):
+        params.append(help_option(typer.Context(cmd)))
+    for param in params:
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+    for child in getattr(cmd, "commands", {}).values():
+        _hide_flag_types(child)
 
 
 def _bare_unique(argv: list[str]) -> list[str]:
