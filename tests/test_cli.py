@@ -210,16 +210,20 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     code, out, _ = run(capsys, "--redis", redis_url, "status", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"queue", "counts", "lanes", "domains", "paused_until", "alarms"}
+    assert set(doc) == {
+        "queue", "counts", "lanes", "domains", "paused_until", "paused_until_ms", "alarms",
+    }  # fmt: skip
     assert doc["counts"] == {
         "enqueued": 4, "ready": 2, "delayed": 1, "inflight": 0, "done": 0, "dead": 1,
         "cancelled": 0,
     }  # fmt: skip
     assert set(doc["lanes"]) == {"critical", "normal", "bulk"}
-    assert set(doc["lanes"]["normal"]) == {"ready", "delayed", "oldest_ready_age"}
+    assert set(doc["lanes"]["normal"]) == {
+        "ready", "delayed", "oldest_ready_age", "oldest_ready_age_ms",
+    }  # fmt: skip
     assert set(doc["domains"][0]) == {
         "domain", "state", "ready", "delayed", "inflight", "done", "dead",
-        "consecutive_failures", "open_until",
+        "consecutive_failures", "open_until", "open_until_ms",
     }  # fmt: skip
     q.close()
 
@@ -238,10 +242,12 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
             ("enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled"), 0
         ),
         "lanes": {
-            lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0} for lane in ("fast", "slow")
+            lane: {"ready": 0, "delayed": 0, "oldest_ready_age": 0.0, "oldest_ready_age_ms": 0}
+            for lane in ("fast", "slow")
         },
         "domains": [],
         "paused_until": None,
+        "paused_until_ms": None,
         "alarms": [],
     }
     assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"

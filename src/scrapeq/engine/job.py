@@ -34,7 +34,13 @@ class JobError:
     message: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at_ms, "kind": self.kind, "message": self.message}
+        """``at``: ISO 8601 UTC text, ``at_ms``: the number (the JSON outputs' time format)."""
+        return {
+            "at": ms_to_iso(self.at_ms),
+            "at_ms": self.at_ms,
+            "kind": self.kind,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +147,9 @@ class Job:
         return max(self.max_attempts - self.attempts, 0)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view (used by ``dead list --json``)."""
-        return {
+        """A JSON-friendly view (used by ``dead list --json``): times as ISO 8601 UTC text with
+        ``_ms`` twins."""
+        out: dict[str, Any] = {
             "id": self.id,
             "url": self.url,
             "domain": self.domain,
@@ -150,17 +157,19 @@ class Job:
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
             "payload": self.payload,
-            "created_at": ms_to_iso(self.created_ms),
-            "expires_at": ms_to_iso(self.expires_ms),
-            "throttles": self.throttles,
-            "releases": self.releases,
-            "depth": self.depth,
-            "parent": self.parent,
-            "dead_reason": self.dead_reason,
-            "died_at": ms_to_iso(self.died_ms),
-            "last_error": self.last_error.as_dict() if self.last_error else None,
-            "errors": [e.as_dict() for e in self.errors],
         }
+        _times(out, created_at=self.created_ms, expires_at=self.expires_ms)
+        out.update(
+            throttles=self.throttles,
+            releases=self.releases,
+            depth=self.depth,
+            parent=self.parent,
+            dead_reason=self.dead_reason,
+        )
+        _times(out, died_at=self.died_ms)
+        out["last_error"] = self.last_error.as_dict() if self.last_error else None
+        out["errors"] = [e.as_dict() for e in self.errors]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +230,7 @@ class JobInfo:
         out["lease"] = lease
         out["dead_reason"] = job.dead_reason
         _times(out, died_at=job.died_ms, done_at=self.done_ms, kept_until=self.kept_until_ms)
-        out["errors"] = [
-            {"at": ms_to_iso(e.at_ms), "at_ms": e.at_ms, "kind": e.kind, "message": e.message}
-            for e in job.errors
-        ]
+        out["errors"] = [e.as_dict() for e in job.errors]
         if job.raw is not None:
             out["raw"] = job.raw
         _times(out, now=self.now_ms)

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -647,9 +648,37 @@ def status(
     q = _existing_queue(ctx)
     data = q.status()
     if as_json:
-        _emit_json(data)
+        _emit_json(_status_json(data))
         return
     _console().print(render.status_view(data, limit=limit))
+
+
+def _status_json(data: dict[str, Any]) -> dict[str, Any]:
+    """``status --json``: the schema of docs/INTERFACE.md, each time and age followed by its
+    ``_ms`` integer twin (``paused_until_ms``, ``open_until_ms``, ``oldest_ready_age_ms``)."""
+    for lane in data["lanes"].values():
+        _twin(lane, "oldest_ready_age", round(lane["oldest_ready_age"] * 1000))
+    for domain in data["domains"]:
+        _twin(domain, "open_until", _iso_ms(domain["open_until"]))
+    _twin(data, "paused_until", _iso_ms(data["paused_until"]))
+    return data
+
+
+def _twin(out: dict[str, Any], name: str, ms: int | None) -> None:
+    """Put ``name_ms`` right after ``name`` in ``out`` (in place, keeping the order)."""
+    items = list(out.items())
+    out.clear()
+    for key, value in items:
+        out[key] = value
+        if key == name:
+            out[f"{name}_ms"] = ms
+
+
+def _iso_ms(iso: str | None) -> int | None:
+    """ISO 8601 text (as :func:`ms_to_iso` writes it) back to integer ms since the epoch."""
+    if iso is None:
+        return None
+    return round(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def _console() -> Console:
@@ -1008,24 +1037,66 @@ def queue_clear(
 # --- breakers and domains ----------------------------------------------------------------------
 
 
+#: ``--state`` of ``domains`` and ``breakers``: a domain's breaker states.
+DOMAIN_STATES = ("closed", "open", "half_open", "retired")
+_STATE_HELP = f"Only domains in this state ({', '.join(DOMAIN_STATES)}); may be repeated."
+_SORT_HELP = f"Order by one of: {', '.join(render.DOMAIN_SORTS)}."
+_LIMIT_HELP = "Show at most N domains."
+
+
 @app.command()
 def breakers(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
+    sort: Annotated[
+        str, typer.Option(metavar="KEY", help=_SORT_HELP + " Default: worth a look first.")
+    ] = "state",
+    limit: Annotated[int | None, typer.Option(min=1, metavar="N", help=_LIMIT_HELP)] = None,
 ) -> None:
-    """Every domain's circuit breaker: state, failures, window, trips, cooldown."""
+    """Every domain's circuit breaker: state, failures, window, trips, cooldown.
+
+    Examples:
+      scrapeq breakers --state open --state half_open
+      scrapeq breakers --sort failures --limit 20 --json
+    """
+    _check_listing(state, sort)
     infos = _existing_queue(ctx).domains_info()
+    rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
     if as_json:
-        _emit_json([_breaker_json(d) for d in infos])
+        size = ctx.obj.settings.breaker_window
+        _emit_json([_breaker_json(d, size) for d in rows])
         return
-    _console().print(render.breakers_table(infos))
+    _console().print(render.breakers_table(rows, total=len(infos)))
 
 
-def _breaker_json(info: dict[str, Any]) -> dict[str, Any]:
-    keys = ("domain", "state", "consecutive_failures", "window", "trips", "open_until")
+def _check_listing(states: list[str] | None, sort: str) -> None:
+    """``--state`` and ``--sort`` of ``domains``/``breakers``: a usage error before any look."""
+    for state in states or ():
+        if state not in DOMAIN_STATES:
+            _die(f"--state takes {', '.join(DOMAIN_STATES)}; got {state!r}", 2)
+    if sort not in render.DOMAIN_SORTS:
+        _die(f"--sort takes {', '.join(render.DOMAIN_SORTS)}; got {sort!r}", 2)
+
+
+def _breaker_json(info: dict[str, Any], window_size: int) -> dict[str, Any]:
+    """One breaker: its recent window as counts (failures among the last calls recorded)."""
+    keys = ("domain", "state", "consecutive_failures")
     out = {k: info[k] for k in keys}
-    out["open_until"] = ms_to_iso(info["open_until"])
+    window = str(info["window"] or "")
+    out["window_failures"] = window.count("1")
+    out["window_calls"] = len(window)
+    out["window_size"] = window_size
+    out["trips"] = info["trips"]
+    _time_fields(out, "open_until", info["open_until"])
     return out
+
+
+def _time_fields(out: dict[str, Any], name: str, ms: int | float | None) -> None:
+    """A point in time in JSON: ``name`` ISO 8601 UTC text and ``name_ms`` the integer ms
+    since the epoch (both null when unset). docs/INTERFACE.md, "JSON output"."""
+    out[name] = ms_to_iso(ms)
+    out[f"{name}_ms"] = None if ms is None else int(ms)
 
 
 breaker_app = typer.Typer(help="Steer one domain's breaker by hand.", no_args_is_help=True)
@@ -1073,19 +1144,30 @@ def _unknown_domain_hint(q: Queue) -> Iterator[None]:
 def domains(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
+    sort: Annotated[str, typer.Option(metavar="KEY", help=_SORT_HELP)] = "name",
+    limit: Annotated[int | None, typer.Option(min=1, metavar="N", help=_LIMIT_HELP)] = None,
 ) -> None:
-    """Every domain's politeness (delay, concurrency) and counts."""
+    """Every domain's politeness (delay, concurrency) and counts.
+
+    Examples:
+      scrapeq domains --sort ready --limit 10
+      scrapeq domains --state retired --json
+    """
+    _check_listing(state, sort)
     infos = _existing_queue(ctx).domains_info()
+    rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
     if as_json:
-        _emit_json([_domain_json(d) for d in infos])
+        _emit_json([_domain_json(d) for d in rows])
         return
-    _console().print(render.domains_table(infos))
+    _console().print(render.domains_table(rows, total=len(infos)))
 
 
 def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     keys = ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "enqueued")
     out = {k: info[k] for k in keys}
     out["delay"] = info["delay_ms"] / 1000
+    out["delay_ms"] = int(info["delay_ms"])
     out["concurrency"] = info["concurrency"]
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,12 +15,16 @@ from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 
 __all__ = [
+    "DOMAIN_SORTS",
     "audit_view",
     "breakers_table",
     "dead_table",
     "domains_table",
     "human_delta",
+    "human_duration",
+    "human_until",
     "job_view",
+    "pick_domains",
     "queues_table",
     "status_view",
     "worth_a_look",
@@ -34,19 +39,51 @@ def _state(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, "green"))
 
 
-def _until(iso: str | None) -> str:
-    if not iso:
-        return ""
-    left = (datetime.fromisoformat(iso) - datetime.now(tz=UTC)).total_seconds()
-    return f"in {left:.0f}s" if left > 0 else "now"
-
-
 def worth_a_look(domains: list[dict[str, Any]], limit: int = 15) -> list[dict[str, Any]]:
     """Domains to look at first: retired, open, half-open, then the most dead letters."""
     return sorted(
         domains,
         key=lambda d: (_STATE_RANK.get(d["state"], 9), -d["dead"], -d["ready"], d["domain"]),
     )[:limit]
+
+
+#: ``--sort`` keys of ``domains`` and ``breakers``: counts and failures largest first,
+#: ``open_until`` soonest first (closed breakers last), ``name`` A to Z, ``state`` worth a look
+#: first (retired, open, half-open, closed; then the most dead letters).
+DOMAIN_SORTS = (
+    "name", "state", "ready", "delayed", "inflight", "done", "dead", "failures", "trips",
+    "open_until", "delay",
+)  # fmt: skip
+_SORT_FIELD = {"failures": "consecutive_failures", "delay": "delay_ms"}
+
+
+def pick_domains(
+    infos: list[dict[str, Any]],
+    *,
+    states: list[str] | None = None,
+    sort: str = "name",
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The domains a listing shows: those in ``states`` (all when None), ordered by ``sort``
+    (one of :data:`DOMAIN_SORTS`), at most ``limit``. Ties go by name."""
+    rows = [d for d in infos if not states or d["state"] in states]
+    if sort == "state":
+        rows = worth_a_look(rows, limit=len(rows))
+    elif sort == "open_until":
+        never = float("inf")
+        rows.sort(key=lambda d: (d["open_until"] or never, d["domain"]))
+    elif sort == "name":
+        rows.sort(key=lambda d: d["domain"])
+    elif sort in DOMAIN_SORTS:
+        field = _SORT_FIELD.get(sort, sort)
+        rows.sort(key=lambda d: (-d[field], d["domain"]))
+    else:
+        raise ValueError(f"unknown sort key {sort!r}")
+    return rows if limit is None else rows[:limit]
+
+
+def _shown(title: str, shown: int, total: int | None) -> str:
+    return title if total is None or total == shown else f"{title} ({shown} of {total})"
 
 
 def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
@@ -60,8 +97,9 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
     for col in ("lane", "ready", "delayed", "oldest ready"):
         lanes.add_column(col, justify="left" if col == "lane" else "right")
     for lane, info in data["lanes"].items():
+        age = info["oldest_ready_age"]
         lanes.add_row(
-            lane, str(info["ready"]), str(info["delayed"]), f"{info['oldest_ready_age']:.1f}s"
+            lane, str(info["ready"]), str(info["delayed"]), human_duration(age) if age else ""
         )
     shown = worth_a_look(data["domains"], limit)
     domains = Table(
@@ -73,58 +111,63 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
         domains.add_row(
             d["domain"], _state(d["state"]), str(d["ready"]), str(d["delayed"]),
             str(d["inflight"]), str(d["done"]), str(d["dead"]),
-            str(d["consecutive_failures"]), _until(d["open_until"]),
+            str(d["consecutive_failures"]), human_until(d["open_until"]),
         )  # fmt: skip
     parts: list[Any] = [totals, lanes, domains]
     if data.get("paused_until"):
-        parts.append(Text(f"dispatch paused until {data['paused_until']}", style="bold red"))
+        until = f"{data['paused_until']} ({human_until(data['paused_until'])})"
+        parts.append(Text(f"dispatch paused until {until}", style="bold red"))
     for alarm in data["alarms"]:
         where = f" {alarm['domain']}" if alarm["domain"] else ""
         parts.append(Text(f"ALARM {alarm['kind']}{where}: {alarm['message']}", style="bold red"))
     return Group(*parts)
 
 
-def dead_table(jobs: list[Job], total: int | None = None) -> Table:
-    """Dead letters, newest first, with reason and last error; ``total``: how many the
-    queue (or the domain) holds, for the footer ``50 of 150``."""
+def dead_table(jobs: list[Job], total: int | None = None, now_ms: float | None = None) -> Table:
+    """Dead letters, newest first, with when they died, reason and last error; ``total``: how
+    many the queue (or the domain) holds, for the footer ``50 of 150``."""
     caption = None if total is None else f"{len(jobs)} of {total}"
     table = Table(title=f"dead letters ({len(jobs)})", show_edge=False, caption=caption)
-    for col in ("id", "domain", "lane", "attempts", "reason", "last error", "url"):
+    for col in ("id", "domain", "lane", "attempts", "died", "reason", "last error", "url"):
         table.add_column(col, overflow="fold")
+    now = time.time() * 1000 if now_ms is None else now_ms
     for job in jobs:
         last = job.last_error
         error = f"{last.kind}: {last.message}" if last else ""
+        died = human_delta(job.died_ms - now) if job.died_ms else ""
         table.add_row(
-            job.id, job.domain, job.lane, f"{job.attempts}/{job.max_attempts}",
+            job.id, job.domain, job.lane, f"{job.attempts}/{job.max_attempts}", died,
             job.dead_reason or "", error[:120], job.url,
         )  # fmt: skip
     return table
 
 
-def breakers_table(infos: list[dict[str, Any]]) -> Table:
-    """Every domain's breaker: state, failures, window, trips, cooldown."""
-    table = Table(title="breakers", show_edge=False)
+def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
+    """Breakers in the order given: state, failures, window (failures/calls), trips, cooldown;
+    ``total``: how many domains there are when ``infos`` is a selection."""
+    table = Table(title=_shown("breakers", len(infos), total), show_edge=False)
     for col in ("domain", "state", "fails", "window", "trips", "open"):
         table.add_column(col)
-    for d in worth_a_look(infos, limit=len(infos)):
+    for d in infos:
         window = d["window"]
         rate = f"{window.count('1')}/{len(window)}" if window else ""
         table.add_row(
             d["domain"], _state(d["state"]), str(d["consecutive_failures"]), rate,
-            str(d["trips"]), _until(ms_to_iso(d["open_until"])),
+            str(d["trips"]), human_until(ms_to_iso(d["open_until"])),
         )  # fmt: skip
     return table
 
 
-def domains_table(infos: list[dict[str, Any]]) -> Table:
-    """Every domain's politeness and counts."""
-    table = Table(title="domains", show_edge=False)
+def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
+    """Domains in the order given: politeness and counts; ``total`` as for breakers."""
+    table = Table(title=_shown("domains", len(infos), total), show_edge=False)
     for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead"):
         table.add_column(col)
-    for d in sorted(infos, key=lambda d: d["domain"]):
+    for d in infos:
         table.add_row(
-            d["domain"], _state(d["state"]), f"{d['delay_ms'] / 1000:g}s", str(d["concurrency"]),
-            str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]),
+            d["domain"], _state(d["state"]), human_duration(d["delay_ms"] / 1000),
+            str(d["concurrency"]), str(d["inflight"]), str(d["ready"]), str(d["done"]),
+            str(d["dead"]),
         )  # fmt: skip
     return table
 
@@ -168,20 +211,52 @@ def queues_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def human_duration(seconds: float) -> str:
+    """A length of time as people read it: ``250 ms``, ``6.4 s``, ``66 s``, ``2 min 5 s``,
+    ``12 min``, ``1 h 30 min``, ``3 h``, ``2 d 4 h``. Pure; a negative length reads as its size.
+
+    Precision falls with size (a tenth of a second under 10 s, a second under 10 min, a minute
+    under 10 h, then an hour) and a unit that rounds to 0 is left out.
+    """
+    size = abs(seconds)
+    if size == 0:
+        return "0 s"
+    if size < 0.9995:
+        return f"{max(size * 1000, 1):.0f} ms"
+    if size < 9.95:
+        return f"{size:.1f} s"
+    if size < 119.5:
+        return f"{size:.0f} s"
+    if size < 599.5:
+        return _two_units(round(size), 60, "min", "s")
+    if size < 35_970:  # 9 h 59.5 min
+        minutes = round(size / 60)
+        return f"{minutes} min" if minutes < 60 else _two_units(minutes, 60, "h", "min")
+    hours = round(size / 3600)
+    return f"{hours} h" if hours < 48 else _two_units(hours, 24, "d", "h")
+
+
+def _two_units(n: int, per: int, big: str, small: str) -> str:
+    whole, rest = divmod(n, per)
+    return f"{whole} {big}" + (f" {rest} {small}" if rest else "")
+
+
 def human_delta(ms: int | float) -> str:
-    """A time from now, for people: ``in 66 s``, ``6.4 s ago``, ``in 5 min``, ``2.5 h ago``."""
-    size = abs(ms) / 1000
-    if size < 10:
-        text = f"{size:.1f} s"
-    elif size < 120:
-        text = f"{size:.0f} s"
-    elif size < 7200:
-        text = f"{size / 60:.0f} min"
-    elif size < 172_800:
-        text = f"{size / 3600:.1f} h"
-    else:
-        text = f"{size / 86400:.1f} days"
+    """A time relative to now (``ms`` = that time minus now, in ms), for people: ``in 66 s``,
+    ``12 s ago``, ``in 5 min``, ``3 h ago``; within half a second ``now`` (to come) or
+    ``just now`` (past)."""
+    if abs(ms) < 500:
+        return "now" if ms > 0 else "just now"
+    text = human_duration(ms / 1000)
     return f"in {text}" if ms > 0 else f"{text} ago"
+
+
+def human_until(iso: str | None, now: datetime | None = None) -> str:
+    """An ISO 8601 time as :func:`human_delta` reads it (empty for None)."""
+    if not iso:
+        return ""
+    when = datetime.fromisoformat(iso)
+    return human_delta((when - (now or datetime.now(tz=UTC))).total_seconds() * 1000)
 
 
 def _when(ms: int | None, now_ms: int) -> str:
