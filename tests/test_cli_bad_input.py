@@ -147,10 +147,14 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
         ("--all",), bad_values=(("--domain", DOMAIN), ("--id", "zz9", "--reset-attempts=2"))
     ),
     ("dead", "purge"): Spec(
-        ("--all", "--yes"), bad_values=(("--older-than", "-5"), ("--domain", DOMAIN))
+        ("--all", "--yes"),
+        bad_values=(("--older-than", "-5"), ("--domain", DOMAIN)),
     ),
     ("job", "show"): Spec(("zz9",), bad_values=(("--json=1",), ("extra",))),
-    ("job", "cancel"): Spec(("zz9",), bad_values=(("--domain", DOMAIN), ("--force=no",))),
+    ("job", "cancel"): Spec(
+        ("zz9",),
+        bad_values=(("--domain", DOMAIN), ("--force=no",)),
+    ),
     ("queue", "list"): Spec(bad_values=(("--json=1",), ("extra",))),
     ("queue", "clear"): Spec(("default", "--yes"), bad_values=(("other",),)),
     ("breaker", "reset"): Spec((DOMAIN,), bad_values=(("other.example.com",),)),
@@ -161,6 +165,19 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
     ("server", "status"): Spec(bad_values=(("--json=1",), ("extra",)), redis=False),
     ("server", "stop"): Spec(bad_values=(("extra",),), redis=False),
 }
+
+#: Spellings that are not a domain (``host[:port]`` as scrapeq writes it): a blank, a space,
+#: a URL, capitals, a path. Every command naming a domain refuses them before any look.
+BAD_DOMAINS = ("", "a b", f"https://{DOMAIN}/", "Shop-1.Example.com", f"{DOMAIN}/p/1")
+DOMAIN_ARGS = [
+    ("breaker", "reset", "{}"),
+    ("breaker", "trip", "{}"),
+    ("domain", "set", "{}", "--delay", "1"),
+    ("dead", "list", "--domain", "{}"),
+    ("dead", "replay", "--domain", "{}"),
+    ("dead", "purge", "--domain", "{}"),
+    ("job", "cancel", "--domain", "{}"),
+]
 
 
 def leaf_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -210,16 +227,31 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
-@pytest.fixture
-def seeded(redis_url: str) -> Iterator[str]:
-    """The test server with a queue in it: pending jobs, a dead letter, an open breaker."""
-    q = Queue.from_url(redis_url, settings=Settings(domain_concurrency=10))
+def seed(url: str) -> None:
+    """A queue: pending jobs, a dead letter, an open breaker (the server emptied first)."""
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    r.close()
+    q = Queue.from_url(url, settings=Settings(domain_concurrency=10))
     q.enqueue_many([URL.replace("9", str(i)) for i in range(3)] + ["https://shop-2.example.com/"])
     (job,) = q.claim(1).jobs
     q.fail(job, "http_404", "gone")
     q.breaker_trip("shop-2.example.com", cooldown=600)
     q.close()
-    yield redis_url
+
+
+@pytest.fixture(scope="module")
+def seeded_once(redis_server: str) -> dict[str, Any]:
+    seed(redis_server)
+    return snapshot(redis_server)
+
+
+@pytest.fixture
+def seeded(redis_server: str, seeded_once: dict[str, Any]) -> str:
+    """The test server holding the seeded queue (seeded again only if a test changed it)."""
+    if snapshot(redis_server) != seeded_once:
+        seed(redis_server)
+    return redis_server
 
 
 def snapshot(url: str) -> dict[str, Any]:
@@ -261,6 +293,12 @@ def _cases() -> Iterator[Any]:
             yield Case("no password", path, base, "nopassword")
             yield Case("wrong DB", path, base, "db")
             yield Case("non-Redis port", path, base, "notredis")
+
+        for argv in DOMAIN_ARGS:
+            if argv[: len(path)] == path:
+                for bad in BAD_DOMAINS:
+                    tail = tuple(bad if a == "{}" else a for a in argv)
+                    yield Case("bad value", path, tail, "seeded")
 
 
 CASES = list(_cases())
@@ -343,3 +381,21 @@ def test_unreachable_redis_in_a_subprocess(tmp_path: Path) -> None:
     _check(proc.returncode, proc.stdout, proc.stderr,
            Case("unreachable Redis", ("enqueue",), ("enqueue", URL), ""))  # fmt: skip
     assert "cannot reach Redis" in proc.stderr
+
+
+def test_enqueue_file_lines_that_are_not_utf8_are_refused_one_per_line(
+    capsys: pytest.CaptureFixture[str], seeded: str, tmp_path: Path
+) -> None:
+    redis_url = seeded
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_bytes(b"https://a.example.com/1\n\xff\xfe/x\nhttps://b.example.com/2\r\n")
+    code = main(["--redis", redis_url, "enqueue", "--file", str(mixed)])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "added 2 jobs\n", "line 2: \\xff\\xfe/x: not UTF-8 text\n")
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
+    before = snapshot(redis_url)
+    code = main(["--redis", redis_url, "enqueue", "--file", str(binary)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "not UTF-8 text" in err and "Traceback" not in err, err
+    assert snapshot(redis_url) == before

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from scrapeq.engine.settings import (
     Settings,
     load_settings,
 )
+from scrapeq.engine.urls import domain_of
 from scrapeq.errors import (
     ConfigError,
     InvalidURL,
@@ -580,19 +582,31 @@ def _json_kind(value: Any) -> str:
 
 
 def _url_lines(urls: list[str], file: str | None) -> Any:
+    """(where, URL) pairs: the arguments, then the file's lines; a line that is not UTF-8
+    comes as (where, InvalidURL), reported and skipped like an invalid URL."""
     for i, u in enumerate(urls, 1):
         yield f"argument {i}", u
     if file is None:
         return
     try:
-        stream = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
+        stream = _stdin_bytes() if file == "-" else open(file, "rb")  # noqa: SIM115
     except OSError as exc:
         _die(f"cannot read {file}: {exc.strerror}", 2)
     with stream:
-        for n, line in enumerate(stream, 1):
-            text = line.strip()
+        for n, raw in enumerate(stream, 1):
+            try:
+                text = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).strip()
+            except UnicodeDecodeError:
+                shown = raw.decode("utf-8", "backslashreplace").strip()
+                yield f"line {n}", InvalidURL(shown, "not UTF-8 text")
+                continue
             if text and not text.startswith("#"):
                 yield f"line {n}", text
+
+
+def _stdin_bytes() -> Any:
+    """Standard input as bytes (as text when it has no byte stream: a test's StringIO)."""
+    return getattr(sys.stdin, "buffer", sys.stdin)
 
 
 @dataclass
@@ -622,6 +636,8 @@ def _enqueue_stream(
 
     for where, url in lines:
         try:
+            if isinstance(url, InvalidURL):
+                raise url
             batch.append(q.prepare(url, **options))
         except (InvalidURL, ConfigError) as exc:
             counts.invalid += 1
@@ -774,6 +790,7 @@ def dead_list(
     Examples:
       scrapeq dead list --domain shop-43.example.com --limit 20
     """
+    _domain_arg(domain)
     q = _existing_queue(ctx)
     jobs = q.dead_letters(domain=domain, limit=limit)
     if as_json:
@@ -798,6 +815,7 @@ def dead_replay(
       scrapeq dead replay --domain shop-43.example.com --reset-attempts
       scrapeq dead replay --id b1f --id b20
     """
+    _domain_arg(domain)
     if sum([everything, domain is not None, bool(ids)]) != 1:
         _die("choose exactly one of --all, --domain D or --id ID", 2)
     q = _existing_queue(ctx)
@@ -832,6 +850,7 @@ def dead_purge(
       scrapeq dead purge --older-than 604800
       scrapeq dead purge --all --yes
     """
+    _domain_arg(domain)
     if everything and (older_than is not None or domain is not None):
         _die("--all purges every dead letter: not with --older-than or --domain", 2)
     q = _existing_queue(ctx)
@@ -844,6 +863,21 @@ def dead_purge(
             )
     purged = q.purge(older_than=older_than, domain=domain)
     typer.echo(f"purged {purged} dead letter{'s' if purged != 1 else ''}")
+
+
+def _domain_arg(domain: str | None) -> str | None:
+    """A domain given on the command line: ``host[:port]`` as scrapeq spells it, else a usage
+    error (exit 2) naming the spelling meant, if any; None stays None."""
+    if domain is None:
+        return None
+    spelled: set[str] = set()
+    for scheme in ("http", "https"):
+        with contextlib.suppress(InvalidURL):
+            spelled.add(domain_of(f"{scheme}://{domain}/"))
+    if domain in spelled:
+        return domain
+    hint = f"; did you mean {min(spelled)!r}?" if spelled else ""
+    _die(f"{domain!r} is not a domain: give host[:port], e.g. shop-43.example.com{hint}", 2)
 
 
 def _confirm(question: str, refusal: str) -> None:
@@ -917,6 +951,7 @@ def job_cancel(
       scrapeq job cancel b1f b20
       scrapeq job cancel --domain shop-43.example.com
     """
+    _domain_arg(domain)
     if not ids and domain is None:
         _die("give job ids or --domain D", 2)
     if ids and domain is not None:
@@ -1108,6 +1143,7 @@ def breaker_reset(
     ctx: typer.Context, domain: Annotated[str, typer.Argument(help="host[:port]")]
 ) -> None:
     """Close a domain's breaker (a retired domain is un-retired)."""
+    _domain_arg(domain)
     q = Context(_settings(ctx)).queue()
     with _unknown_domain_hint(q):
         state = q.breaker_reset(domain)
@@ -1123,6 +1159,7 @@ def breaker_trip(
     ] = None,
 ) -> None:
     """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
+    _domain_arg(domain)
     q = Context(_settings(ctx)).queue()
     with _unknown_domain_hint(q):
         state = q.breaker_trip(domain, cooldown=cooldown)
@@ -1190,6 +1227,7 @@ def domain_set(
     Examples:
       scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
     """
+    _domain_arg(domain)
     if delay is None and concurrency is None:
         _die("give --delay and/or --concurrency", 2)
     q = Context(_settings(ctx)).queue()
@@ -1370,9 +1408,11 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+@functools.cache
 def command() -> Any:
     """The app as a click command, its flags tidied for ``--help``: a flag (``--json``,
-    ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``."""
+    ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``.
+    Built once per process (typer takes tens of ms to build it)."""
     root = typer.main.get_command(app)
     _hide_flag_types(root)
     return root
