@@ -1085,7 +1085,7 @@ def breakers(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
     sort: Annotated[
-        str, typer.Option(metavar="KEY", help=_SORT_HELP + " Default: worth a look first.")
+        str, typer.Option(metavar="KEY", help=_SORT_HELP + " state: worth a look first.")
     ] = "state",
     limit: Annotated[int | None, typer.Option(min=1, metavar="N", help=_LIMIT_HELP)] = None,
 ) -> None:
