@@ -34,7 +34,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.job import Job, expand_stored
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import StaleLease
@@ -194,7 +194,10 @@ class EngineMachine(RuleBasedStateMachine):
         dq = {d: dict(z) for d, z in zip(DOMAINS, out[3:6], strict=True)}
         lanes = {lane: set(z) for lane, z in zip(LANES, out[6:9], strict=True)}
         doms = dict(zip(DOMAINS, out[9:12], strict=True))
-        jobs = {i: (None if t is None else json.loads(t)) for i, t in zip(ids, texts, strict=True)}
+        jobs = {
+            i: (None if t is None else expand_stored(json.loads(t), i))
+            for i, t in zip(ids, texts, strict=True)
+        }
         return Snap(delayed, inflight, dead, dq, lanes, jobs, doms)
 
     def dump(self) -> dict[bytes, bytes | None]:
@@ -378,7 +381,7 @@ class EngineMachine(RuleBasedStateMachine):
         for res in results:
             assert res.status == "added", res
             assert res.id not in self.jobs
-            stored = json.loads(self.r.get(self.k.job(res.id)) or "null")
+            stored = expand_stored(json.loads(self.r.get(self.k.job(res.id)) or "null"), res.id)
             eligible = int(stored["eligible"])
             assert t0 + delay * SEC - M <= eligible <= t1 + delay * SEC + M
             place = "delayed" if delay else "ready"
@@ -513,7 +516,7 @@ class EngineMachine(RuleBasedStateMachine):
             mj.place = "dead"
             return
         assert status == "retried"
-        stored = json.loads(self.r.get(self.k.job(mj.id)) or "null")
+        stored = expand_stored(json.loads(self.r.get(self.k.job(mj.id)) or "null"), mj.id)
         eligible = int(stored["eligible"])
         assert t0 + delay * SEC - M <= eligible <= t1 + delay * SEC + M
         mj.place, mj.eligible = "delayed", eligible

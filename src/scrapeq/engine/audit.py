@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapeq.engine import scripts
+from scrapeq.engine.job import expand_stored
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.scripts import Command, Op
 
@@ -126,7 +127,7 @@ class Snapshot:
 def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
     """The fields the audit needs from a job text, or None when the scripts cannot read it."""
     try:
-        job = json.loads(text)
+        job = expand_stored(json.loads(text), job_id)
     except ValueError:
         return None
     if not isinstance(job, dict) or job.get("id") != job_id:

@@ -22,7 +22,7 @@ from scrapeq.engine import scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.backoff import full_jitter
 from scrapeq.engine.connection import async_client, sync_client
-from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
 from scrapeq.engine.scripts import (
     SCAN_START,
@@ -673,7 +673,7 @@ def _enqueue_result(answer: str) -> EnqueueResult:
 
 def _dead_job(job_id: str, text: str) -> Job:
     try:
-        return Job.from_json(text)
+        return Job.from_json(text, job_id)
     except (ValueError, KeyError, TypeError):
         return Job(id=job_id, url="", domain="", lane="", attempts=0, max_attempts=0, raw=text)
 
@@ -682,7 +682,7 @@ def _job_info(job_id: str, place: JobPlace) -> JobInfo:
     text = place.text or ""
     data: Any = None
     try:
-        data = json.loads(text)
+        data = expand_stored(json.loads(text), job_id)
         job = Job.from_dict(data)
     except (ValueError, KeyError, TypeError, AttributeError):
         data, job = {}, _dead_job(job_id, text)

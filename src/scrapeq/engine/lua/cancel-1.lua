@@ -111,16 +111,14 @@ local function cancel_delayed(d, budget, after, skip)
   for i = 1, #page, 2 do ids[#ids + 1] = k_job(page[i]) end
   local texts = {}
   if #ids > 0 then texts = call_many('MGET', nil, ids) end
-  -- the field as cjson writes it (spaces allowed); a quote inside a string value is escaped,
-  -- so no other text of the job (URL, payload, messages) can match it
-  local escaped = string.gsub(d, '[%^%$%(%)%%%.%[%]%*%+%-%?]', '%%%0')
-  local wanted = '"domain"%s*:%s*"' .. escaped .. '"'
+  -- a job of domain d names it in its text (its URL's host, or its domain field): texts
+  -- that do not are skipped unread
   local bytes = 0
   for n = 1, #ids do
     if n > 1 and bytes >= SCAN_BYTES then return false, after, skip end
     local id, score, raw = page[2 * n - 1], page[2 * n], texts[n]
     local job = nil
-    if raw and string.find(raw, wanted) then job = load_job(id, raw) end
+    if raw and string.find(raw, d, 1, true) then job = load_job(id, raw) end
     if job and job.domain == d then
       cancel_pending(job)
       left = left - 1

@@ -18,10 +18,18 @@ local function forget_ready(id)
   end
 end
 
--- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them).
+-- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them);
+-- in a compact text (common.lua) the domain may be its URL's host and the lane the default.
 local function salvage_fields(raw)
   if type(raw) ~= 'string' then return nil, nil end
-  return string.match(raw, '"domain"%s*:%s*"([^"]*)"'), string.match(raw, '"lane"%s*:%s*"([^"]*)"')
+  local d = string.match(raw, '"domain"%s*:%s*"([^"]*)"')
+  local lane = string.match(raw, '"lane"%s*:%s*"([^"]*)"')
+  local url = string.match(raw, '"u"%s*:%s*"([^"]*)"')
+  if url then
+    d = string.match(raw, '"d"%s*:%s*"([^"]*)"') or url_host((string.gsub(url, '\\/', '/')))
+    lane = string.match(raw, '"l"%s*:%s*"([^"]*)"') or 'normal'
+  end
+  return d, lane
 end
 
 -- A stored value that is not a valid job: keep its raw text as a dead letter.
