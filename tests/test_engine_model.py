@@ -133,7 +133,7 @@ class Snap:
     inflight: dict[str, float]
     dead: dict[str, float]
     dq: dict[str, dict[str, float]]
-    lanes: dict[str, set[str]]
+    lanes: dict[str, int]  # lane -> its ready counter
     jobs: dict[str, dict[str, Any] | None]
     domains: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -182,8 +182,7 @@ class EngineMachine(RuleBasedStateMachine):
             pipe.zrange(key, 0, -1, withscores=True)
         for d in DOMAINS:
             pipe.zrange(self.k.domain_queue(d), 0, -1, withscores=True)
-        for lane in LANES:
-            pipe.zrange(self.k.lane_ready(lane), 0, -1)
+        pipe.hgetall(self.k.stats)
         for d in DOMAINS:
             pipe.hgetall(self.k.domain(d))
         if ids:
@@ -192,8 +191,9 @@ class EngineMachine(RuleBasedStateMachine):
         texts = out.pop() if ids else []
         delayed, inflight, dead = (dict(z) for z in out[:3])
         dq = {d: dict(z) for d, z in zip(DOMAINS, out[3:6], strict=True)}
-        lanes = {lane: set(z) for lane, z in zip(LANES, out[6:9], strict=True)}
-        doms = dict(zip(DOMAINS, out[9:12], strict=True))
+        stats = out[6]
+        lanes = {lane: int(stats.get(f"ready:{lane}", 0)) for lane in LANES}
+        doms = dict(zip(DOMAINS, out[7:10], strict=True))
         jobs = {
             i: (None if t is None else expand_stored(json.loads(t), i))
             for i, t in zip(ids, texts, strict=True)
@@ -627,12 +627,13 @@ class EngineMachine(RuleBasedStateMachine):
                 continue
             assert js is not None, f"{mj.place} job {mj.id} has no stored payload"
             self.check_stored(mj, js, s)
+        for lane in LANES:
+            ready = sum(1 for mj in self.jobs.values() if mj.place == "ready" and mj.lane == lane)
+            assert s.lanes[lane] == ready, (lane, s.lanes[lane], ready)
 
     def check_stored(self, mj: MJob, js: dict[str, Any], s: Snap) -> None:
         assert js["attempts"] == mj.attempts <= MAX_ATTEMPTS, (mj, js["attempts"])
         assert js.get("releases", 0) == mj.releases, (mj, js.get("releases"))
-        in_lane = {lane for lane, ids in s.lanes.items() if mj.id in ids}
-        assert in_lane == ({mj.lane} if mj.place == "ready" else set()), (mj, in_lane)
         if mj.place == "ready":
             assert s.dq[mj.domain][mj.id] == mj.priority, (mj, s.dq[mj.domain][mj.id])
         elif mj.place == "delayed":

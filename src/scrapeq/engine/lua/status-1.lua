@@ -8,12 +8,17 @@
 
   Output: JSON text {now, stats = {field: n}, ready, delayed, inflight, dead, domains,
     lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired}
+    oldest_ready_ms: ms since the lane last had a job claimed or last became non-empty,
+    whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
 --@include common
 
 local stats = {}
 local flat = redis.call('HGETALL', K_STATS)
 for i = 1, #flat, 2 do stats[flat[i]] = tonumber(flat[i + 1]) end
+local since = {}
+flat = redis.call('HGETALL', K_LANE_SINCE)
+for i = 1, #flat, 2 do since[flat[i]] = tonumber(flat[i + 1]) end
 local names = ARG.lanes
 for _, l in ipairs(redis.call('SMEMBERS', K_LANES)) do
   local known = false
@@ -23,10 +28,10 @@ end
 local lanes = {}
 local ready = 0
 for _, l in ipairs(names) do
-  local n = redis.call('ZCARD', k_lane(l))
-  local head = redis.call('ZRANGE', k_lane(l), 0, 0, 'WITHSCORES')
+  -- counters kept by the scripts (jobs.lua: lane_ready): no per-job index is read
+  local n = math.max(stats['ready:' .. l] or 0, 0)
   local oldest = 0
-  if #head > 0 then oldest = math.max(0, NOW - tonumber(head[2])) end
+  if n > 0 then oldest = math.max(0, NOW - (since[l] or NOW)) end
   lanes[l] = {ready = n, delayed = stats['delayed:' .. l] or 0, oldest_ready_ms = oldest}
   ready = ready + n
 end

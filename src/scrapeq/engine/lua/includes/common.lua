@@ -40,6 +40,7 @@ local K_UNIQUE = P .. 'unique'
 local K_EVENTS = P .. 'events'
 local K_META = P .. 'meta'
 local K_LANES = P .. 'lanes'
+local K_LANE_SINCE = P .. 'lane-since'  -- lane -> ms (jobs.lua: lane_ready)
 local K_TRIPS = P .. 'trips'
 local K_ACTIVE = P .. 'active'
 local K_RETIRING = P .. 'retiring'

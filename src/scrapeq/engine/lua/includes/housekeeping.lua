@@ -11,13 +11,6 @@ local function left_delayed(job)
   stat('delayed:' .. job.lane, -1)
 end
 
--- Remove an id from every lane's ready index (its own lane is unknown).
-local function forget_ready(id)
-  for _, lane in ipairs(redis.call('SMEMBERS', K_LANES)) do
-    redis.call('ZREM', k_lane(lane), id)
-  end
-end
-
 -- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them);
 -- in a compact text (common.lua) the domain may be its URL's host and the lane the default.
 local function salvage_fields(raw)
@@ -36,11 +29,11 @@ end
 -- `place` is where it was found ('ready', 'delayed' or 'inflight'; the caller removed it from
 -- that zset), `domain` the domain it was filed under ('' when unknown). The counters of that
 -- place (delayed per domain and lane, a domain's inflight slot) are fixed when the domain is
--- known or the damaged text still names it (a truncated write does); text that names
--- nothing leaves them for `scrapeq audit` to report.
+-- known or the damaged text still names it (a truncated write does; a ready one's lane
+-- counter too); text that names nothing leaves them for `scrapeq audit` to report.
 local function dead_corrupt(id, raw, domain, place)
-  forget_ready(id)
   local named_domain, named_lane = salvage_fields(raw)
+  if place == 'ready' and named_lane then lane_ready(named_lane, -1) end
   if place == 'delayed' and named_domain and named_lane then
     redis.call('HINCRBY', k_dom(named_domain), 'delayed', -1)
     stat('delayed:' .. named_lane, -1)
@@ -175,7 +168,7 @@ local function drain_one(d, budget)
     redis.call('ZREM', k_dq(d), id)
     local job, raw = load_job(id)
     if job then
-      redis.call('ZREM', k_lane(job.lane), id)
+      lane_ready(job.lane, -1)
       dead_letter(job, 'domain_unavailable', 'domain is retired', true)
     elseif job == false then
       dead_corrupt(id, raw, d, 'ready')
