@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import redis
 
-from scrapeq.engine.job import Job, expand_stored, url_host
+from scrapeq.engine.job import Job, expand_stored, id_ms, url_host
 from scrapeq.engine.queue import Queue
 
 MakeQueue = Callable[..., Queue]
@@ -22,8 +22,9 @@ def test_a_queued_job_is_stored_compact(make_queue: MakeQueue, redis_client: red
     text = redis_client.get(q.keys.job(job_id))
     assert isinstance(text, str)
     stored = json.loads(text)
-    # the URL verbatim ('/' not escaped), the budget and the creation time; nothing else
-    assert set(stored) == {"u", "m", "c"}, stored
+    # the URL verbatim ('/' not escaped); the creation time only when it is not the time
+    # the id was issued; the budget left out (the default, 5)
+    assert set(stored) - {"c"} == {"u"}, stored
     assert f'"{URL}"' in text
     assert len(text) < len(URL) + 40
 
@@ -31,7 +32,8 @@ def test_a_queued_job_is_stored_compact(make_queue: MakeQueue, redis_client: red
     assert full["id"] == job_id
     assert full["domain"] == "shop-1.example.com"
     assert (full["lane"], full["attempts"], full["token"]) == ("normal", 0, 0)
-    assert full["eligible"] == full["created"]
+    assert full["eligible"] == full["created"] == id_ms(job_id) + stored.get("c", 0)
+    assert abs(full["created"] - int(redis_client.time()[0]) * 1000) < 5000
 
 
 def test_fields_that_differ_from_the_defaults_are_kept(
@@ -39,13 +41,17 @@ def test_fields_that_differ_from_the_defaults_are_kept(
 ) -> None:
     q = make_queue()
     job_id = q.enqueue(
-        "https://user@shop-2.example.com:8443/a", lane="bulk", delay=60, payload={"k": 1}
+        "https://user@shop-2.example.com:8443/a",
+        lane="bulk",
+        delay=60,
+        payload={"k": 1},
+        max_attempts=2,
     ).id
     stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
-    assert stored["l"] == "bulk"
+    assert (stored["l"], stored["m"]) == ("bulk", 2)
     assert stored["e"] == 60_000  # ms after created
     job = Job.from_json(json.dumps(stored), job_id)
-    assert (job.id, job.lane, job.payload) == (job_id, "bulk", {"k": 1})
+    assert (job.id, job.lane, job.payload, job.max_attempts) == (job_id, "bulk", {"k": 1}, 2)
     assert job.eligible_ms == job.created_ms + 60_000
     assert job.domain == url_host(job.url) == "shop-2.example.com:8443"
 

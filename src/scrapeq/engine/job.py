@@ -10,7 +10,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Job", "JobError", "JobInfo", "expand_stored", "ms_to_datetime", "ms_to_iso", "url_host"]
+__all__ = [
+    "Job",
+    "JobError",
+    "JobInfo",
+    "expand_stored",
+    "id_ms",
+    "ms_to_datetime",
+    "ms_to_iso",
+    "url_host",
+]
 
 
 #: A stored job's compact field names (``lua/includes/common.lua``: compact_text) -> full.
@@ -20,13 +29,27 @@ _LONG = {
     "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
     "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
 }  # fmt: skip
-#: Values a compact text leaves out (``domain``: the URL's host). Its ``eligible`` is ms after
-#: ``created`` (left out: 0).
+#: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
+#: client's setting may differ: the stored form must not depend on it). It leaves out a
+#: ``domain`` that is the URL's host; its ``created`` is ms after the time its id was issued
+#: (:func:`id_ms`), its ``eligible`` ms after ``created`` (left out: 0).
 _DEFAULTS: dict[str, Any] = {
     "off": 0, "attempts": 0, "throttles": 0, "token": 0, "depth": 0, "lane": "normal",
-    "releases": 0, "unused": 0,
+    "releases": 0, "unused": 0, "max_attempts": 5,
 }  # fmt: skip
 _URL_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://([^/?#]*)")
+
+
+_ID = re.compile(r"^[a-z][0-9a-fA-F]+$")
+#: Job ids and tokens count 1,000 a ms of the server clock from this time (common.lua).
+NUMBERS_EPOCH_MS = 1767225600000
+
+
+def id_ms(job_id: str) -> int | None:
+    """The server time (ms) a job id was issued at, or None for an id of another form."""
+    if len(job_id) > 14 or not _ID.match(job_id):
+        return None
+    return int(job_id[1:], 16) // 1000 + NUMBERS_EPOCH_MS
 
 
 def url_host(url: str) -> str | None:
@@ -47,7 +70,11 @@ def expand_stored(data: Any, job_id: str) -> Any:
         job[_LONG.get(name, name)] = value
     for key, value in _DEFAULTS.items():
         job.setdefault(key, value)
-    created, delta = data.get("c"), data.get("e", 0)
+    issued = id_ms(job_id)
+    if issued is not None:
+        offset = data.get("c", 0)
+        job["created"] = issued + (offset if isinstance(offset, int | float) else 0)
+    created, delta = job.get("created"), data.get("e", 0)
     if isinstance(created, int | float) and isinstance(delta, int | float):
         job["eligible"] = created + delta
     if "domain" not in job:

@@ -89,8 +89,9 @@ local function fresh_numbers(field, n, per_ms)
 end
 
 -- A job is stored compact (see jobs.lua's header): short field names, defaults left out, no
--- id (the key names it), no domain when it is the URL's host, eligible as ms after created
--- (left out when 0), '/' not escaped. Scripts work
+-- id (the key names it), no domain when it is the URL's host, created as ms after the time
+-- its id was issued (id_ms; left out when 0), eligible as ms after created (left out when
+-- 0), '/' not escaped. Scripts work
 -- on the full form (long names) that claims answer; a claimed job is stored in that form.
 local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
@@ -99,9 +100,10 @@ local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   unused = 'un'}
 local LONG = {}
 for long, short in pairs(SHORT) do LONG[short] = long end
--- Fields left out when they hold these values.
+-- Fields left out when they hold these values (fixed: not the settings' defaults, which
+-- clients may set apart; max_attempts is Settings' default).
 local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,
-  lane = 'normal', releases = 0, unused = 0}
+  lane = 'normal', releases = 0, unused = 0, max_attempts = 5}
 
 -- The host[:port] of a URL: a job's domain unless its text says otherwise.
 local function url_host(url)
@@ -109,6 +111,13 @@ local function url_host(url)
   local host = string.match(url, '^%a[%w+.%-]*://([^/?#]*)')
   if host then host = string.match(host, '([^@]*)$') end
   return host
+end
+
+-- The server time (ms) a job id was issued at, from its number (fresh_numbers: 1,000 a ms
+-- from NUMBERS_EPOCH_MS); nil for an id of another form.
+local function id_ms(id)
+  if type(id) ~= 'string' or not string.find(id, '^%l%x+$') or #id > 14 then return nil end
+  return math.floor(tonumber(string.sub(id, 2), 16) / 1000) + NUMBERS_EPOCH_MS
 end
 
 local function compact_text(job)
@@ -124,6 +133,11 @@ local function compact_text(job)
   if type(out.e) == 'number' and type(out.c) == 'number' then
     out.e = out.e - out.c
     if out.e == 0 then out.e = nil end
+  end
+  local issued = id_ms(job.id)
+  if issued and type(out.c) == 'number' then
+    out.c = out.c - issued
+    if out.c == 0 then out.c = nil end
   end
   if out.d ~= nil and out.d == url_host(job.url) then out.d = nil end
   local text = cjson.encode(out)
@@ -146,10 +160,12 @@ local function expand_job(decoded, id)
   for k, v in pairs(DEFAULTS) do
     if job[k] == nil then job[k] = v end
   end
+  local issued = id_ms(id)
+  if issued then job.created = issued + (tonumber(decoded.c) or 0) end
   if decoded.e == nil then
     job.eligible = job.created
-  elseif type(decoded.c) == 'number' and type(decoded.e) == 'number' then
-    job.eligible = decoded.c + decoded.e
+  elseif type(job.created) == 'number' and type(decoded.e) == 'number' then
+    job.eligible = job.created + decoded.e
   end
   if job.domain == nil then job.domain = url_host(job.url) end
   return job
