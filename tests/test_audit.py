@@ -246,3 +246,17 @@ def test_a_queue_under_load_audits_clean(make_queue: QueueFactory) -> None:
     assert [p for r in reports for p in r.problems] == []
     assert sum(r.suspected for r in reports) > 0, "the scans saw jobs move (and dismissed it)"
     assert auditor.audit().problems == []
+
+
+def test_the_set_of_open_breakers_agrees_with_the_domains(q: Queue, redis_client) -> None:
+    q.enqueue_many([url(1), url(2)])
+    q.breaker_trip(dom(1))
+    assert redis_client.smembers(q.keys.prefix + "open") == {dom(1)}
+    redis_client.srem(q.keys.prefix + "open", dom(1))  # a lost write
+    redis_client.sadd(q.keys.prefix + "open", dom(2))
+    assert kinds(q) == [("open_set", dom(1)), ("open_set", dom(2))]
+    q.audit(repair=True)
+    assert q.audit().problems == []
+    assert q.figures()["open_breakers"] == 1
+    q.breaker_reset(dom(1))
+    assert redis_client.smembers(q.keys.prefix + "open") == set()

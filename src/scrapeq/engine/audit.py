@@ -16,7 +16,9 @@ the same step when asked. What it checks:
   ready counter its ready jobs;
 - every domain with ready jobs is reachable: in ``domains:ready`` or ``domains:wait``, at its
   cap with leases out, or being drained (retired);
-- no de-duplication fingerprint is held by a job that is no longer pending.
+- no de-duplication fingerprint is held by a job that is no longer pending;
+- the set of open breakers (``sq:{Q}:open``, which status counts) names exactly the domains
+  whose breaker is open or half-open.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class Snapshot:
     ready: set[str] = field(default_factory=set)
     waiting: set[str] = field(default_factory=set)
     retiring: set[str] = field(default_factory=set)
+    open: set[str] = field(default_factory=set)  # sq:{Q}:open: breakers open or half-open
     stats: dict[str, str] = field(default_factory=dict)
     default_conc: int = 2
     now_ms: int = 0  # the Redis clock when the scan began
@@ -171,6 +174,7 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     snap.ready = set((yield from _zset(keys.domains_ready)))
     snap.waiting = set((yield from _zset(keys.domains_wait)))
     snap.retiring = set((yield Command(("SMEMBERS", keys.prefix + "retiring"))))
+    snap.open = set((yield Command(("SMEMBERS", keys.prefix + "open"))))
     snap.stats = yield from _hash(keys.stats)
     snap.moves = yield from _moves(keys)
     snap.still = before == snap.moves
@@ -237,6 +241,7 @@ def find_suspects(snap: Snapshot) -> list[dict[str, Any]]:
         *_lease_suspects(snap),
         *_counter_suspects(snap, leases),
         *_stranded_domains(snap, leases),
+        *_open_set_suspects(snap),
         *_fingerprint_suspects(snap),
     ]
 
@@ -369,6 +374,13 @@ def _stranded_domains(snap: Snapshot, leases: Counter[str]) -> Iterator[dict[str
         at_cap = leases[d] > 0 and leases[d] >= cap and _int(fields.get("inflight")) == leases[d]
         if not at_cap:
             yield {"k": "stranded_domain", "d": d}
+
+
+def _open_set_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
+    """The set of open breakers (status counts it) against the domains' states."""
+    is_open = {d for d, f in snap.domains.items() if f.get("state") in ("open", "half_open")}
+    for d in sorted(is_open ^ snap.open):
+        yield {"k": "open_set", "d": d}
 
 
 def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:

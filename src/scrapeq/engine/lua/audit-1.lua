@@ -29,6 +29,8 @@
                             domains:wait, nor at its cap with leases out (nor draining)
          stale_fingerprint  fp, id: a de-duplication fingerprint held by a job that is no
                             longer pending
+         open_set           d: the domain's breaker is open or half-open and it is not in
+                            sq:{Q}:open, or the other way round
 
   Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
   (dead letter if it died, else ready; a done one gets its TTL back, or is deleted); a job in
@@ -341,6 +343,18 @@ function CHECKS.stale_fingerprint(it)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+function CHECKS.open_set(it)
+  local state = redis.call('HGET', k_dom(it.d), 'state') or 'closed'
+  local is_open = state == 'open' or state == 'half_open'
+  local listed = redis.call('SISMEMBER', K_OPEN, it.d) == 1
+  if is_open == listed then return false end
+  if REPAIR then
+    if is_open then redis.call('SADD', K_OPEN, it.d) else redis.call('SREM', K_OPEN, it.d) end
+  end
+  return true, REPAIR, 'breaker ' .. state .. (listed and ', in' or ', not in')
+    .. ' the set of open breakers'
 end
 
 local out = {}
