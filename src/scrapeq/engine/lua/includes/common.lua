@@ -45,6 +45,7 @@ local K_TRIPS = P .. 'trips'
 local K_ACTIVE = P .. 'active'
 local K_RETIRING = P .. 'retiring'
 local K_RETIRED = P .. 'retired'
+local K_IDLE = P .. 'idle'  -- zset: domain -> when it was last seen idle (domain.lua)
 local K_OPEN = P .. 'open'  -- set: domains whose breaker is open or half-open (breaker.lua)
 
 local function k_job(id) return P .. 'job:' .. id end

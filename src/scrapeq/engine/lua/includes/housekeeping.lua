@@ -204,12 +204,40 @@ local function announce_pause_end()
   end
 end
 
+-- Domains idle (domain.lua: note_idle) for CFG.domain_ttl_ms are forgotten: their hash
+-- (counters, dead-letter rate) and their place in sq:{Q}:domains go, so the domain table does
+-- not grow for ever. One busy again leaves sq:{Q}:idle (noted again when next idle); one with
+-- dead letters or per-domain overrides is kept, and looked at again a ttl later.
+local function forget_idle(budget)
+  local ttl = tonumber(CFG.domain_ttl_ms) or 0
+  if ttl <= 0 then return 0 end
+  local ds = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', NOW - ttl, 'LIMIT', 0, budget)
+  for _, d in ipairs(ds) do
+    local dk = k_dom(d)
+    local f = redis.call('HMGET', dk, 'inflight', 'delayed', 'state', 'delay', 'conc')
+    if (tonumber(f[1]) or 0) > 0 or (tonumber(f[2]) or 0) > 0 or (f[3] or 'closed') ~= 'closed'
+        or redis.call('EXISTS', k_dq(d)) == 1 then
+      redis.call('ZREM', K_IDLE, d)
+    elseif f[4] or f[5] or redis.call('EXISTS', k_ddead(d)) == 1 then
+      redis.call('ZADD', K_IDLE, NOW, d)
+    else
+      redis.call('DEL', dk)
+      redis.call('SREM', K_DOMAINS, d)
+      redis.call('ZREM', K_IDLE, d)
+      redis.call('ZREM', K_ACTIVE, d)
+      stat('domains_forgotten')
+    end
+  end
+  return #ds
+end
+
 local function housekeeping(budget)
   announce_pause_end()
   reap_expired(budget)
   promote_due(budget)
   wake_due(budget)
   drain_retiring(budget)
+  forget_idle(budget)
 end
 
 -- ms until the next known due time; 0 when `ready_now` (or a retired backlog is still being
