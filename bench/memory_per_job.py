@@ -3,9 +3,9 @@
 For each case (1, 100 and 10,000 domains; ready or delayed jobs) the server is flushed, left to
 settle, and ``INFO memory`` ``used_memory`` is read before and after enqueuing N jobs (default
 100,000, ``enqueue_many`` in chunks of 500). The difference over N is the cost of one job,
-with every structure it implies: the job's JSON string, its entries in the domain's ready zset
-and the lane zset (ready) or in the delayed zset (delayed), its share of per-domain keys, and
-the keyspace's own hash table.
+with every structure it implies: the job's compact JSON string, its entry in the domain's ready
+zset (ready) or in the delayed zset (delayed; a lane has counters, no index of its own since
+issue 13), its share of per-domain keys, and the keyspace's own hash table.
 
 The domain count changes the zset encodings: with 10,000 domains each domain's ready zset holds
 10 jobs and stays a compact ziplist; with 1 or 100 domains they are skiplists. A breakdown by
@@ -16,8 +16,8 @@ A second extra case enqueues the jobs (without uniqueness) into a queue that has
 unique enqueue: each job then holds its URL's fingerprint (``sq:{Q}:unique`` and ``fp`` in its
 JSON), the cost a queue pays once it asks for uniqueness (docs/DESIGN.md).
 
-Bar: <= 600 bytes per job in the worst of the six listed cases; the sparse case is reported
-beside it.
+Bar: <= 350 bytes per job in the worst of the six listed cases (issue 13; 600 before it); the
+sparse case is reported beside it.
 
 Run: ``.venv/bin/python bench/memory_per_job.py [--quick] [--jobs N] [--redis-server PATH]``
 """
@@ -36,7 +36,7 @@ from _redis import add_server_args, format_table, private_redis
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec
 
-BAR_BYTES = 600.0
+BAR_BYTES = 350.0
 CHUNK = 500
 DOMAIN_COUNTS = (1, 100, 10_000)
 SETTLE_S = 0.5
@@ -117,7 +117,6 @@ def breakdown(q: Queue, case: Case, ids: list[str]) -> tuple[dict[str, float], d
     families = {
         "job": job_bytes * n,
         "dq:*": memory_usage(c, [k.domain_queue(d) for d in domains]),
-        "lane": memory_usage(c, [k.lane_ready("normal")]),
         "delayed": memory_usage(c, [k.delayed]),
         "domain:*": memory_usage(c, [k.domain(d) for d in domains]),
         "domain sets": memory_usage(c, [k.domains, k.domains_ready]),
@@ -125,7 +124,6 @@ def breakdown(q: Queue, case: Case, ids: list[str]) -> tuple[dict[str, float], d
     }
     encodings = {
         "dq:<domain>": str(c.object("encoding", k.domain_queue(domains[0])) or "-"),
-        "lane:normal": str(c.object("encoding", k.lane_ready("normal")) or "-"),
         "delayed": str(c.object("encoding", k.delayed) or "-"),
         "domains:ready": str(c.object("encoding", k.domains_ready) or "-"),
     }
@@ -173,9 +171,9 @@ def breakdown_rows(results: list[Result]) -> tuple[list[str], list[list[object]]
 
 
 _LEGEND = """\
-  job          the job's JSON string (key sq:{Q}:job:<id>, MEMORY USAGE of a sample)
-  dq:*         the domains' ready zsets        lane      sq:{Q}:lane:normal (ready jobs)
-  delayed      sq:{Q}:delayed                  domain:*  the per-domain hashes
+  job          the job's compact JSON string (key sq:{Q}:job:<id>, MEMORY USAGE of a sample)
+  dq:*         the domains' ready zsets        delayed   sq:{Q}:delayed
+  domain:*     the per-domain hashes
   domain sets  sq:{Q}:domains + domains:ready  unique    sq:{Q}:unique (held fingerprints)
   rest         used_memory delta minus the keys above: the keyspace hash table, stats, meta"""
 

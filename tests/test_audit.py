@@ -71,7 +71,8 @@ def test_a_healthy_busy_queue_is_clean(q: Queue) -> None:
 def test_an_evicted_ready_job_is_an_id_without_job(q: Queue, redis_client: redis.Redis) -> None:
     ids = [r.id for r in q.enqueue_many([url(1, 1), url(1, 2)])]
     redis_client.delete(q.keys.job(ids[0]))
-    assert kinds(q) == [("id_without_job", ids[0]), ("id_without_job", ids[0])]  # dq and lane
+    # in its ready queue, and counted in its lane's ready counter
+    assert kinds(q) == [("id_without_job", ids[0]), ("lane_ready_count", "normal")]
     report = q.audit(repair=True)
     assert report.ok and all(p.repaired for p in report.problems)
     assert q.audit().problems == []
@@ -81,7 +82,7 @@ def test_an_evicted_ready_job_is_an_id_without_job(q: Queue, redis_client: redis
 def test_a_job_key_no_structure_names_is_filed_again(q: Queue, redis_client) -> None:
     (job_id,) = [r.id for r in q.enqueue_many([url(1)])]
     redis_client.zrem(q.keys.domain_queue(dom(1)), job_id)  # a lost write
-    redis_client.zrem(q.keys.lane_ready("normal"), job_id)
+    redis_client.hincrby(q.keys.stats, "ready:normal", -1)  # the write that counted it
     assert ("job_without_place", job_id) in kinds(q)
     q.audit(repair=True)
     assert q.audit().problems == []
@@ -130,9 +131,11 @@ def test_lease_records_and_stale_fingerprints(q: Queue, redis_client) -> None:
 def test_a_corrupt_job_text_becomes_a_dead_letter(q: Queue, redis_client) -> None:
     (job_id,) = [r.id for r in q.enqueue_many([url(1)])]
     redis_client.set(q.keys.job(job_id), '{"id": "' + job_id + '", "domain": "shop-1.ex')
-    assert kinds(q) == [("corrupt_job", job_id)]
+    # the truncated text names no lane: its lane's ready counter is one too many
+    assert kinds(q) == [("corrupt_job", job_id), ("lane_ready_count", "normal")]
     q.audit(repair=True)
     assert q.audit().problems == []
+    assert q.status()["lanes"]["normal"]["ready"] == 0
     (dead,) = q.dead_letters()
     assert dead.dead_reason == "corrupt_payload"
 
@@ -152,10 +155,10 @@ async def test_the_async_queue_audits_too(make_async_queue, redis_client) -> Non
     q = make_async_queue()
     ids = [r.id for r in await q.enqueue_many([url(1)])]
     redis_client.delete(q.keys.job(ids[0]))
-    assert [p.kind for p in (await q.audit()).problems] == ["id_without_job"] * 2  # dq, lane
+    kinds = [p.kind for p in (await q.audit()).problems]
+    assert kinds == ["id_without_job", "lane_ready_count"]
     report = await q.audit(repair=True)
-    # repairing the ready queue's orphan cleans its lane index too: that one no longer holds
-    assert [(p.kind, p.repaired) for p in report.problems] == [("id_without_job", True)]
+    assert [(p.kind, p.repaired) for p in report.problems] == [(k, True) for k in kinds]
     assert (await q.audit()).ok
 
 
@@ -181,7 +184,7 @@ def test_report_as_json(q: Queue, redis_client) -> None:
     redis_client.delete(q.keys.job(job_id))
     data = json.loads(json.dumps(q.audit().as_dict()))
     assert data["ok"] is False
-    assert {p["kind"] for p in data["problems"]} == {"id_without_job"}
+    assert {p["kind"] for p in data["problems"]} == {"id_without_job", "lane_ready_count"}
 
 
 def test_cli_audit_exits_1_with_the_list_then_repairs(
@@ -243,3 +246,17 @@ def test_a_queue_under_load_audits_clean(make_queue: QueueFactory) -> None:
     assert [p for r in reports for p in r.problems] == []
     assert sum(r.suspected for r in reports) > 0, "the scans saw jobs move (and dismissed it)"
     assert auditor.audit().problems == []
+
+
+def test_the_set_of_open_breakers_agrees_with_the_domains(q: Queue, redis_client) -> None:
+    q.enqueue_many([url(1), url(2)])
+    q.breaker_trip(dom(1))
+    assert redis_client.smembers(q.keys.prefix + "open") == {dom(1)}
+    redis_client.srem(q.keys.prefix + "open", dom(1))  # a lost write
+    redis_client.sadd(q.keys.prefix + "open", dom(2))
+    assert kinds(q) == [("open_set", dom(1)), ("open_set", dom(2))]
+    q.audit(repair=True)
+    assert q.audit().problems == []
+    assert q.figures()["open_breakers"] == 1
+    q.breaker_reset(dom(1))
+    assert redis_client.smembers(q.keys.prefix + "open") == set()

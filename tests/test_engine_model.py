@@ -34,7 +34,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.job import Job, expand_stored
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import StaleLease
@@ -133,7 +133,7 @@ class Snap:
     inflight: dict[str, float]
     dead: dict[str, float]
     dq: dict[str, dict[str, float]]
-    lanes: dict[str, set[str]]
+    lanes: dict[str, int]  # lane -> its ready counter
     jobs: dict[str, dict[str, Any] | None]
     domains: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -182,8 +182,7 @@ class EngineMachine(RuleBasedStateMachine):
             pipe.zrange(key, 0, -1, withscores=True)
         for d in DOMAINS:
             pipe.zrange(self.k.domain_queue(d), 0, -1, withscores=True)
-        for lane in LANES:
-            pipe.zrange(self.k.lane_ready(lane), 0, -1)
+        pipe.hgetall(self.k.stats)
         for d in DOMAINS:
             pipe.hgetall(self.k.domain(d))
         if ids:
@@ -192,9 +191,13 @@ class EngineMachine(RuleBasedStateMachine):
         texts = out.pop() if ids else []
         delayed, inflight, dead = (dict(z) for z in out[:3])
         dq = {d: dict(z) for d, z in zip(DOMAINS, out[3:6], strict=True)}
-        lanes = {lane: set(z) for lane, z in zip(LANES, out[6:9], strict=True)}
-        doms = dict(zip(DOMAINS, out[9:12], strict=True))
-        jobs = {i: (None if t is None else json.loads(t)) for i, t in zip(ids, texts, strict=True)}
+        stats = out[6]
+        lanes = {lane: int(stats.get(f"ready:{lane}", 0)) for lane in LANES}
+        doms = dict(zip(DOMAINS, out[7:10], strict=True))
+        jobs = {
+            i: (None if t is None else expand_stored(json.loads(t), i))
+            for i, t in zip(ids, texts, strict=True)
+        }
         return Snap(delayed, inflight, dead, dq, lanes, jobs, doms)
 
     def dump(self) -> dict[bytes, bytes | None]:
@@ -378,7 +381,7 @@ class EngineMachine(RuleBasedStateMachine):
         for res in results:
             assert res.status == "added", res
             assert res.id not in self.jobs
-            stored = json.loads(self.r.get(self.k.job(res.id)) or "null")
+            stored = expand_stored(json.loads(self.r.get(self.k.job(res.id)) or "null"), res.id)
             eligible = int(stored["eligible"])
             assert t0 + delay * SEC - M <= eligible <= t1 + delay * SEC + M
             place = "delayed" if delay else "ready"
@@ -513,7 +516,7 @@ class EngineMachine(RuleBasedStateMachine):
             mj.place = "dead"
             return
         assert status == "retried"
-        stored = json.loads(self.r.get(self.k.job(mj.id)) or "null")
+        stored = expand_stored(json.loads(self.r.get(self.k.job(mj.id)) or "null"), mj.id)
         eligible = int(stored["eligible"])
         assert t0 + delay * SEC - M <= eligible <= t1 + delay * SEC + M
         mj.place, mj.eligible = "delayed", eligible
@@ -624,12 +627,13 @@ class EngineMachine(RuleBasedStateMachine):
                 continue
             assert js is not None, f"{mj.place} job {mj.id} has no stored payload"
             self.check_stored(mj, js, s)
+        for lane in LANES:
+            ready = sum(1 for mj in self.jobs.values() if mj.place == "ready" and mj.lane == lane)
+            assert s.lanes[lane] == ready, (lane, s.lanes[lane], ready)
 
     def check_stored(self, mj: MJob, js: dict[str, Any], s: Snap) -> None:
         assert js["attempts"] == mj.attempts <= MAX_ATTEMPTS, (mj, js["attempts"])
         assert js.get("releases", 0) == mj.releases, (mj, js.get("releases"))
-        in_lane = {lane for lane, ids in s.lanes.items() if mj.id in ids}
-        assert in_lane == ({mj.lane} if mj.place == "ready" else set()), (mj, in_lane)
         if mj.place == "ready":
             assert s.dq[mj.domain][mj.id] == mj.priority, (mj, s.dq[mj.domain][mj.id])
         elif mj.place == "delayed":

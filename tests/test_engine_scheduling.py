@@ -401,7 +401,7 @@ def test_no_double_claim_with_concurrent_workers(
     make_queue: MakeQueue, redis_client: redis.Redis
 ) -> None:
     total, domains, workers = 10_000, 200, 8
-    producer = make_queue(domain_concurrency=1000)
+    producer = make_queue(domain_concurrency=1000, status_top=domains)  # every domain shown
     added = producer.enqueue_many([url(i % domains, i) for i in range(total)])
     assert len({r.id for r in added}) == total
     assert all(r.status == "added" for r in added)
@@ -871,3 +871,38 @@ def test_status_after_delayed_jobs_become_ready(make_queue: MakeQueue) -> None:
     assert status["counts"]["ready"] == 0
     assert status["counts"]["inflight"] == 3
     assert all(v["oldest_ready_age"] == 0.0 for v in status["lanes"].values())
+
+
+# --- 13. status at many domains (issue 13) --------------------------------------------------
+
+
+def test_status_details_at_most_status_top_domains_worth_showing(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """Past status_top domains, status details the unwell, the latest dead letters' and the
+    most urgent ready domains, and counts the rest without reading them."""
+    q = make_queue(status_top=3, domain_concurrency=10)
+    q.enqueue_many([url(i) for i in range(10)])  # 10 domains, one ready job each
+    q.enqueue(url(20), delay=600)  # a domain with only a delayed job
+    (first,) = q.claim(1).jobs
+    assert q.fail(first, "http_404") == "dead"
+    q.breaker_trip(dom(5))
+
+    calls: list[str] = []
+    real_step = q._step
+
+    def counting(step):  # type: ignore[no-untyped-def]
+        calls.append(getattr(step, "script", None) or str(step.args[0]))
+        return real_step(step)
+
+    q._step = counting  # type: ignore[method-assign]
+    status = q.status()
+    assert calls == ["status", "domain_info", "INFO"]
+
+    shown = [d["domain"] for d in status["domains"]]
+    assert shown == sorted(shown) and len(shown) == 3
+    # the tripped domain, the dead letter's domain, then the most urgent ready one
+    assert set(shown) == {dom(5), first.domain, dom(1) if first.domain != dom(1) else dom(2)}
+    assert status["counts"]["ready"] == 9 and status["counts"]["delayed"] == 1
+    assert q.figures()["open_breakers"] == 1
+    assert len(q.domains_info()) == 11

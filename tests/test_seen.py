@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.job import Job
+from scrapeq.engine.job import Job, expand_stored
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import ScriptConfig, expand_includes, map_error
 from scrapeq.engine.seen import (
@@ -184,7 +184,9 @@ def test_before_any_unique_enqueue_plain_jobs_hold_nothing(
     q = make_queue()
     early = q.enqueue(url(1))
     assert redis_client.hlen(q.keys.unique) == 0
-    assert "fp" not in json.loads(redis_client.get(q.keys.job(early.id)) or "{}")
+    assert "fp" not in expand_stored(
+        json.loads(redis_client.get(q.keys.job(early.id)) or "{}"), early.id
+    )
     assert redis_client.hget(q.keys.meta, "uq") is None
     assert q.enqueue(url(1), unique=True).status == "added"
     assert redis_client.hget(q.keys.meta, "uq") == "1"

@@ -65,6 +65,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "deny": [],
     "log_format": "text",  # not in INTERFACE.md yet
     "log_every": 10,  # not in INTERFACE.md yet
+    "status_top": 50,
+    "domain_ttl": 86400,
 }
 
 

@@ -7,15 +7,18 @@ reports it only when it still holds (a live queue moves jobs between two reads),
 the same step when asked. What it checks:
 
 - every job id is in exactly one place (delayed, its domain's ready queue, inflight, dead),
-  under its own domain, with its lane index in step;
+  under its own domain;
 - no id without its job key, no job key that no structure names, no corrupt job text (a done
   job kept by ``keep_done`` is in no structure: it is done, unless its key outlived its
   ``keep_done`` time, a sign it lost its TTL);
 - every lease records its domain; each domain's inflight counter equals its leases;
-- the delayed counters (per domain and per lane) equal the delayed jobs;
+- the delayed counters (per domain and per lane) equal the delayed jobs, and each lane's
+  ready counter its ready jobs;
 - every domain with ready jobs is reachable: in ``domains:ready`` or ``domains:wait``, at its
   cap with leases out, or being drained (retired);
-- no de-duplication fingerprint is held by a job that is no longer pending.
+- no de-duplication fingerprint is held by a job that is no longer pending;
+- the set of open breakers (``sq:{Q}:open``, which status counts) names exactly the domains
+  whose breaker is open or half-open.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapeq.engine import scripts
+from scrapeq.engine.job import expand_stored
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.scripts import Command, Op
 
@@ -110,23 +114,28 @@ class Snapshot:
     dead: list[str] = field(default_factory=list)
     queued: dict[str, list[str]] = field(default_factory=dict)  # domain -> dq ids
     dead_by_domain: dict[str, list[str]] = field(default_factory=dict)
-    lanes: dict[str, list[str]] = field(default_factory=dict)  # lane -> ready index ids
+    lanes: list[str] = field(default_factory=list)  # configured and known lanes
     domains: dict[str, dict[str, str | None]] = field(default_factory=dict)  # hash fields
     leased: dict[str, str] = field(default_factory=dict)
     unique: dict[str, str] = field(default_factory=dict)
     ready: set[str] = field(default_factory=set)
     waiting: set[str] = field(default_factory=set)
     retiring: set[str] = field(default_factory=set)
+    open: set[str] = field(default_factory=set)  # sq:{Q}:open: breakers open or half-open
     stats: dict[str, str] = field(default_factory=dict)
     default_conc: int = 2
     now_ms: int = 0  # the Redis clock when the scan began
+    #: Counters, job id and token at the scan's end (see _moves), and whether they had not
+    #: moved since its start: only a still queue's ready counters can be checked per lane.
+    moves: dict[str, str] = field(default_factory=dict)
+    still: bool = False
     keep_done_ms: int = 0
 
 
 def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
     """The fields the audit needs from a job text, or None when the scripts cannot read it."""
     try:
-        job = json.loads(text)
+        job = expand_stored(json.loads(text), job_id)
     except ValueError:
         return None
     if not isinstance(job, dict) or job.get("id") != job_id:
@@ -145,6 +154,7 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     snap = Snapshot(default_conc=default_conc, keep_done_ms=keep_done_ms)
     secs, usecs = yield Command(("TIME",))
     snap.now_ms = int(secs) * 1000 + int(usecs) // 1000
+    before = yield from _moves(keys)
     ids = yield from _scan_keys(keys.job("*"))
     cut = len(keys.job(""))
     snap.jobs = yield from _job_texts(keys, [key[cut:] for key in ids])
@@ -158,15 +168,24 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
         fields = yield Command(("HMGET", keys.domain(d), "inflight", "delayed", "state", "conc"))
         snap.domains[d] = dict(zip(("inflight", "delayed", "state", "conc"), fields, strict=True))
     known_lanes = set(lanes) | set((yield Command(("SMEMBERS", keys.prefix + "lanes"))))
-    for lane in sorted(known_lanes):
-        snap.lanes[lane] = yield from _zset(keys.lane_ready(lane))
+    snap.lanes = sorted(known_lanes)
     snap.leased = yield from _hash(keys.prefix + "leased")
     snap.unique = yield from _hash(keys.unique)
     snap.ready = set((yield from _zset(keys.domains_ready)))
     snap.waiting = set((yield from _zset(keys.domains_wait)))
     snap.retiring = set((yield Command(("SMEMBERS", keys.prefix + "retiring"))))
+    snap.open = set((yield Command(("SMEMBERS", keys.prefix + "open"))))
     snap.stats = yield from _hash(keys.stats)
+    snap.moves = yield from _moves(keys)
+    snap.still = before == snap.moves
     return snap
+
+
+def _moves(keys: Keys) -> Op[dict[str, str]]:
+    """What changes whenever a job moves: the counters, and the last job id and token."""
+    stats = yield from _hash(keys.stats)
+    seq, token = yield Command(("HMGET", keys.meta, "seq", "token"))
+    return {**stats, "@seq": seq or "", "@token": token or ""}
 
 
 def _scan_keys(pattern: str) -> Op[list[str]]:
@@ -222,6 +241,7 @@ def find_suspects(snap: Snapshot) -> list[dict[str, Any]]:
         *_lease_suspects(snap),
         *_counter_suspects(snap, leases),
         *_stranded_domains(snap, leases),
+        *_open_set_suspects(snap),
         *_fingerprint_suspects(snap),
     ]
 
@@ -282,24 +302,22 @@ def _orphan_ids(snap: Snapshot) -> Iterator[dict[str, Any]]:
         yield from orphan(ids, "dq", d=d)
     for d, ids in snap.dead_by_domain.items():
         yield from orphan(ids, "ddead", d=d)
-    for lane, ids in snap.lanes.items():
-        yield from orphan(ids, "lane", lane=lane)
 
 
 def _lane_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
-    ready: dict[str, str] = {}  # ready job id -> its lane
+    if not snap.still:
+        return  # jobs moved while the scan read the ready queues one by one
+    ready: Counter[str] = Counter()  # lane -> its ready jobs (filed under their own domain)
     for d, ids in snap.queued.items():
         for job_id in ids:
             job = snap.jobs.get(job_id)
             if job is not None and job["domain"] == d:
-                ready[job_id] = job["lane"]
-    indexed = {(job_id, lane) for lane, ids in snap.lanes.items() for job_id in ids}
-    for job_id, lane in ready.items():
-        if (job_id, lane) not in indexed:
-            yield {"k": "lane_index", "id": job_id, "lane": lane}
-    for job_id, lane in indexed:
-        if ready.get(job_id) != lane and snap.jobs.get(job_id) is not None:
-            yield {"k": "lane_index", "id": job_id, "lane": lane}
+                ready[job["lane"]] += 1
+    for lane in sorted(set(snap.lanes) | set(ready)):
+        observed = _int(snap.stats.get(f"ready:{lane}"))
+        if observed != ready[lane]:
+            yield {"k": "lane_ready_count", "lane": lane, "exp": ready[lane], "obs": observed,
+                   "moves": snap.moves}  # fmt: skip
 
 
 def _lease_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
@@ -356,6 +374,13 @@ def _stranded_domains(snap: Snapshot, leases: Counter[str]) -> Iterator[dict[str
         at_cap = leases[d] > 0 and leases[d] >= cap and _int(fields.get("inflight")) == leases[d]
         if not at_cap:
             yield {"k": "stranded_domain", "d": d}
+
+
+def _open_set_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
+    """The set of open breakers (status counts it) against the domains' states."""
+    is_open = {d for d, f in snap.domains.items() if f.get("state") in ("open", "half_open")}
+    for d in sorted(is_open ^ snap.open):
+        yield {"k": "open_set", "d": d}
 
 
 def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:

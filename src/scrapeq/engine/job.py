@@ -3,13 +3,83 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-__all__ = ["Job", "JobError", "JobInfo", "ms_to_datetime", "ms_to_iso"]
+__all__ = [
+    "Job",
+    "JobError",
+    "JobInfo",
+    "expand_stored",
+    "id_ms",
+    "ms_to_datetime",
+    "ms_to_iso",
+    "url_host",
+]
+
+
+#: A stored job's compact field names (``lua/includes/common.lua``: compact_text) -> full.
+_LONG = {
+    "u": "url", "d": "domain", "l": "lane", "o": "off", "a": "attempts", "m": "max_attempts",
+    "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
+    "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
+    "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
+}  # fmt: skip
+#: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
+#: client's setting may differ: the stored form must not depend on it). It leaves out a
+#: ``domain`` that is the URL's host; its ``created`` is ms after the time its id was issued
+#: (:func:`id_ms`), its ``eligible`` ms after ``created`` (left out: 0).
+_DEFAULTS: dict[str, Any] = {
+    "off": 0, "attempts": 0, "throttles": 0, "token": 0, "depth": 0, "lane": "normal",
+    "releases": 0, "unused": 0, "max_attempts": 5,
+}  # fmt: skip
+_URL_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://([^/?#]*)")
+
+
+_ID = re.compile(r"^[a-z][0-9a-fA-F]+$")
+#: Job ids and tokens count 1,000 a ms of the server clock from this time (common.lua).
+NUMBERS_EPOCH_MS = 1767225600000
+
+
+def id_ms(job_id: str) -> int | None:
+    """The server time (ms) a job id was issued at, or None for an id of another form."""
+    if len(job_id) > 14 or not _ID.match(job_id):
+        return None
+    return int(job_id[1:], 16) // 1000 + NUMBERS_EPOCH_MS
+
+
+def url_host(url: str) -> str | None:
+    """The ``host[:port]`` of a URL as the scripts read it (userinfo dropped), or None."""
+    found = _URL_HOST.match(url)
+    return found.group(1).rpartition("@")[2] if found else None
+
+
+def expand_stored(data: Any, job_id: str) -> Any:
+    """A decoded stored job text in the full form the scripts answer: a compact text (field
+    ``u``) gets its long names, its id and the values it left out; anything else is returned
+    as it is (a job stored in the full form: claimed, or written before the compact form)."""
+    if not isinstance(data, dict) or "u" not in data:
+        return data
+    job: dict[str, Any] = {"id": job_id}
+    for key, value in data.items():
+        name = str(key)
+        job[_LONG.get(name, name)] = value
+    for key, value in _DEFAULTS.items():
+        job.setdefault(key, value)
+    issued = id_ms(job_id)
+    if issued is not None:
+        offset = data.get("c", 0)
+        job["created"] = issued + (offset if isinstance(offset, int | float) else 0)
+    created, delta = job.get("created"), data.get("e", 0)
+    if isinstance(created, int | float) and isinstance(delta, int | float):
+        job["eligible"] = created + delta
+    if "domain" not in job:
+        job["domain"] = url_host(job["url"]) if isinstance(job["url"], str) else None
+    return job
 
 
 def ms_to_datetime(ms: int | float | None) -> datetime | None:
@@ -91,8 +161,9 @@ class Job:
     parent: str | None = None
 
     @classmethod
-    def from_json(cls, text: str) -> Job:
-        """Build a Job from the JSON text a script returned.
+    def from_json(cls, text: str, job_id: str | None = None) -> Job:
+        """Build a Job from the JSON text a script returned, or a stored one (``job_id``:
+        its id, which a compact stored text leaves out; see :func:`expand_stored`).
 
         Runs once per claimed job: orjson reads it (about 4x faster than ``json``); the rare
         text orjson refuses and ``json`` accepts (an integer over 64 bits) is read by ``json``.
@@ -101,6 +172,8 @@ class Job:
             data = orjson.loads(text)
         except orjson.JSONDecodeError:
             data = json.loads(text)
+        if job_id is not None:
+            data = expand_stored(data, job_id)
         return cls.from_dict(data)
 
     @classmethod

@@ -66,6 +66,7 @@ class Keys:
         return f"{self.prefix}ddead:{domain}"
 
     def lane_ready(self, lane: str) -> str:
+        """A lane's ready index in queues written before issue 13 (lanes now have counters)."""
         return f"{self.prefix}lane:{lane}"
 
     @property

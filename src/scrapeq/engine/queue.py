@@ -22,7 +22,7 @@ from scrapeq.engine import scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.backoff import full_jitter
 from scrapeq.engine.connection import async_client, sync_client
-from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
 from scrapeq.engine.scripts import (
     SCAN_START,
@@ -330,8 +330,10 @@ class _QueueCore:
         return renewed
 
     def _op_status(self) -> Op[dict[str, Any]]:
-        raw = yield scripts.status(self.settings.lanes.names)
-        domains = yield from self._op_domains_info(None)
+        # O(status_top) whatever the number of domains: counts come from counters the
+        # scripts keep, per-domain detail only for the domains the script picks
+        raw = yield scripts.status(self.settings.lanes.names, self.settings.status_top)
+        domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))))
         status = _shape_status(self.name, raw, domains)
         policy = yield from self._op_eviction_policy()
         if policy not in (None, "noeviction"):
@@ -509,9 +511,7 @@ class _QueueCore:
         return _stream_entries(reply)
 
     def _op_figures(self) -> Op[dict[str, int]]:
-        raw = yield scripts.status(self.settings.lanes.names)
-        domains = yield from self._op_domains_info(None)
-        return _figures(raw, domains)
+        return _figures((yield scripts.status(self.settings.lanes.names)))
 
     def _op_log_leader(
         self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
@@ -673,7 +673,7 @@ def _enqueue_result(answer: str) -> EnqueueResult:
 
 def _dead_job(job_id: str, text: str) -> Job:
     try:
-        return Job.from_json(text)
+        return Job.from_json(text, job_id)
     except (ValueError, KeyError, TypeError):
         return Job(id=job_id, url="", domain="", lane="", attempts=0, max_attempts=0, raw=text)
 
@@ -682,7 +682,7 @@ def _job_info(job_id: str, place: JobPlace) -> JobInfo:
     text = place.text or ""
     data: Any = None
     try:
-        data = json.loads(text)
+        data = expand_stored(json.loads(text), job_id)
         job = Job.from_dict(data)
     except (ValueError, KeyError, TypeError, AttributeError):
         data, job = {}, _dead_job(job_id, text)
@@ -725,11 +725,16 @@ def _stream_entries(reply: Any) -> list[dict[str, str]]:
     return out
 
 
-def _figures(raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, int]:
+def _names(value: Any) -> list[str]:
+    """A list of names from a script's JSON (an empty Lua table encodes as ``{}``)."""
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _figures(raw: dict[str, Any]) -> dict[str, int]:
     """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
-    retries since creation, and the domains whose breaker is not closed."""
+    retries since creation, and the domains whose breaker is not closed (counted by the
+    scripts: sq:{Q}:open and sq:{Q}:retired)."""
     stats = raw.get("stats") or {}
-    states = [d["state"] for d in domains]
     return {
         "done": int(stats.get("done", 0)),
         "retried": int(stats.get("retried", 0)),
@@ -737,8 +742,8 @@ def _figures(raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, in
         "ready": int(raw["ready"]),
         "delayed": int(raw["delayed"]),
         "inflight": int(raw["inflight"]),
-        "open_breakers": sum(1 for s in states if s in ("open", "half_open")),
-        "retired_domains": states.count("retired"),
+        "open_breakers": int(raw.get("open_breakers", 0)),
+        "retired_domains": int(raw.get("retired_domains", 0)),
     }
 
 

@@ -175,6 +175,9 @@ class ScriptConfig:
     seen_slice_ms: int = 0
     seen_bits: int = 0
     seen_chunk_bits: int = 0
+    #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
+    #: housekeeping; 0: never.
+    domain_ttl_ms: int = 0
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -204,6 +207,7 @@ class ScriptConfig:
             seen_slice_ms=seen.slice_ms,
             seen_bits=seen.bits,
             seen_chunk_bits=seen.chunk_bits,
+            domain_ttl_ms=_ms(s.domain_ttl),
         )
 
     def to_json(self) -> str:
@@ -612,8 +616,11 @@ def audit(items: Sequence[dict[str, Any]], repair: bool) -> Call[list[tuple[bool
     return _call("audit", parse, items=list(items), repair=repair, seed=_seed())
 
 
-def status(lanes: Sequence[str]) -> Call[dict[str, Any]]:
-    """Queue-wide figures (read only)."""
+def status(lanes: Sequence[str], top: int = 0) -> Call[dict[str, Any]]:
+    """Queue-wide figures (read only); with ``top``, the names of at most that many domains
+    worth detailing (``top`` in the answer; see ``lua/status-1.lua``)."""
+    if top:
+        return _call("status", _json_obj, lanes=list(lanes), top=top)
     return _call("status", _json_obj, lanes=list(lanes))
 
 

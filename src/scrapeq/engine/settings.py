@@ -538,6 +538,11 @@ class Settings:
     log_format: str = _setting("str", "text", check=_check_log_format)
     # The queue-wide progress line's period (0: none); one worker of all logs it.
     log_every: float = _seconds(10.0, positive=False)
+    # Domains that status, the dashboard and /metrics detail (the rest are counted only).
+    status_top: int = _count(50)
+    # A domain with nothing queued or in flight and a closed breaker is forgotten this long
+    # after its last job left (0: never).
+    domain_ttl: float = _seconds(86400.0, positive=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -16,10 +16,10 @@
                             keep_done is one only when its key has no TTL)
          job_in_two_places  id: a job filed in more than one of delayed, inflight, dead, ready
          wrong_domain_queue id, d: a job in dq:<d> whose domain is not d
-         id_without_job     id, place ('delayed', 'inflight', 'dead', 'dq', 'ddead', 'lane'),
-                            d (dq, ddead), lane (lane): an id whose job key is gone
-         lane_index         id, lane: a ready job missing from its lane index, or a lane
-                            member that is not ready
+         id_without_job     id, place ('delayed', 'inflight', 'dead', 'dq', 'ddead'),
+                            d (dq, ddead): an id whose job key is gone
+         lane_ready_count   lane, exp, obs: the lane's ready counter (stats ready:<lane>, obs
+                            when scanned) is not its number of ready jobs (exp)
          lease_domain       id: a lease without its domain record, or a record without lease
          inflight_count     d: the domain's inflight counter is not its number of leases
          delayed_count      d, exp, obs: the domain's delayed counter (obs when scanned) is
@@ -29,6 +29,8 @@
                             domains:wait, nor at its cap with leases out (nor draining)
          stale_fingerprint  fp, id: a de-duplication fingerprint held by a job that is no
                             longer pending
+         open_set           d: the domain's breaker is open or half-open and it is not in
+                            sq:{Q}:open, or the other way round
 
   Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
   (dead letter if it died, else ready; a done one gets its TTL back, or is deleted); a job in
@@ -89,7 +91,7 @@ local function leave_place(job, place)
     redis.call('ZREM', k_ddead(job.domain), job.id)
   elseif place == 'ready' then
     redis.call('ZREM', k_dq(job.domain), job.id)
-    redis.call('ZREM', k_lane(job.lane), job.id)
+    lane_ready(job.lane, -1)
   elseif place == 'delayed' then
     redis.call('ZREM', K_DELAYED, job.id)
     left_delayed(job)
@@ -102,7 +104,7 @@ function CHECKS.corrupt_job(it)
   local job, raw = load_job(it.id)
   if job ~= false then return false end
   if not REPAIR then return true, false, 'stored text is not a valid job' end
-  local place, domain = 'ready', ''
+  local place, domain = '', ''
   if redis.call('ZREM', K_INFLIGHT, it.id) == 1 then
     place = 'inflight'
     domain = redis.call('HGET', K_LEASED, it.id) or ''
@@ -114,6 +116,7 @@ function CHECKS.corrupt_job(it)
   end
   local queued_in = it.d or salvage_fields(raw)
   if queued_in and redis.call('ZREM', k_dq(queued_in), it.id) == 1 then
+    if place == '' then place = 'ready' end
     if domain == '' then domain = queued_in end
     refile(queued_in)
   end
@@ -172,7 +175,7 @@ function CHECKS.wrong_domain_queue(it)
   end
   local detail = 'in dq:' .. it.d .. ', its domain is ' .. job.domain
   if not REPAIR then return true, false, detail end
-  redis.call('ZREM', k_dq(it.d), it.id)
+  if redis.call('ZREM', k_dq(it.d), it.id) == 1 then lane_ready(job.lane, -1) end
   if #places_of(job) == 0 then put_ready(job) end
   refile(it.d)
   refile(job.domain)
@@ -185,7 +188,6 @@ local PLACE_KEYS = {
   dead = function() return K_DEAD end,
   dq = function(it) return k_dq(it.d) end,
   ddead = function(it) return k_ddead(it.d) end,
-  lane = function(it) return k_lane(it.lane) end,
 }
 
 function CHECKS.id_without_job(it)
@@ -200,28 +202,38 @@ function CHECKS.id_without_job(it)
     reap_lost(it.id)
   else
     redis.call('ZREM', key, it.id)
-    if it.place == 'dq' then
-      forget_ready(it.id)
-      refile(it.d)
-    end
+    if it.place == 'dq' then refile(it.d) end
   end
   return true, true, 'removed from ' .. it.place
 end
 
-function CHECKS.lane_index(it)
-  local in_lane = redis.call('ZSCORE', k_lane(it.lane), it.id)
-  local job = load_job(it.id)
-  if job == false then return false end  -- corrupt: corrupt_job deals with it
-  local ready = job and redis.call('ZSCORE', k_dq(job.domain), it.id)
-  if ready and job.lane == it.lane and not in_lane then
-    if REPAIR then redis.call('ZADD', k_lane(it.lane), NOW, it.id) end
-    return true, REPAIR, 'ready job missing from lane ' .. it.lane
+-- Whether no job moved since the scan: the counters, the last job id and token are still
+-- `moves` (audit.py: _moves; a scan whose start and end differed sends no such check).
+local function still(moves)
+  if type(moves) ~= 'table' then return false end
+  local m = redis.call('HMGET', K_META, 'seq', 'token')
+  if (m[1] or '') ~= moves['@seq'] or (m[2] or '') ~= moves['@token'] then return false end
+  local flat = redis.call('HGETALL', K_STATS)
+  local n = 0
+  for i = 1, #flat, 2 do
+    if moves[flat[i]] ~= flat[i + 1] then return false end
+    n = n + 1
   end
-  if in_lane and not (ready and job.lane == it.lane) then
-    if REPAIR then redis.call('ZREM', k_lane(it.lane), it.id) end
-    return true, REPAIR, 'lane ' .. it.lane .. ' names a job that is not ready there'
+  for _ in pairs(moves) do n = n - 1 end
+  return n == -2  -- moves holds the stats fields and the two of meta
+end
+
+-- A lane's ready counter against the ready jobs the scan counted (exp), on a queue where no
+-- job moved since the scan (whose ready queues are read one by one).
+function CHECKS.lane_ready_count(it)
+  local field = 'ready:' .. it.lane
+  local now = tonumber(redis.call('HGET', K_STATS, field)) or 0
+  if now ~= tonumber(it.obs) or now == tonumber(it.exp) or not still(it.moves) then
+    return false
   end
-  return false
+  local detail = 'counter ' .. now .. ', ready jobs ' .. it.exp
+  if REPAIR then redis.call('HSET', K_STATS, field, tonumber(it.exp)) end
+  return true, REPAIR, detail
 end
 
 function CHECKS.lease_domain(it)
@@ -331,6 +343,18 @@ function CHECKS.stale_fingerprint(it)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+function CHECKS.open_set(it)
+  local state = redis.call('HGET', k_dom(it.d), 'state') or 'closed'
+  local is_open = state == 'open' or state == 'half_open'
+  local listed = redis.call('SISMEMBER', K_OPEN, it.d) == 1
+  if is_open == listed then return false end
+  if REPAIR then
+    if is_open then redis.call('SADD', K_OPEN, it.d) else redis.call('SREM', K_OPEN, it.d) end
+  end
+  return true, REPAIR, 'breaker ' .. state .. (listed and ', in' or ', not in')
+    .. ' the set of open breakers'
 end
 
 local out = {}

@@ -40,11 +40,11 @@
 
 local TOUCHED = {}  -- domain -> jobs cancelled there by this call
 
--- Take a job out of every structure but inflight and forget it.
-local function cancel_pending(job)
+-- Take a job out of every structure but inflight and forget it (`ready`: the caller took it
+-- out of its ready queue already).
+local function cancel_pending(job, ready)
   if redis.call('ZREM', K_DELAYED, job.id) == 1 then left_delayed(job) end
-  redis.call('ZREM', k_dq(job.domain), job.id)
-  redis.call('ZREM', k_lane(job.lane), job.id)
+  if redis.call('ZREM', k_dq(job.domain), job.id) == 1 or ready then lane_ready(job.lane, -1) end
   redis.call('DEL', k_job(job.id))
   release_unique(job)
   stat('cancelled')
@@ -80,8 +80,9 @@ local function cancel_ready(d, budget)
     redis.call('ZREM', k_dq(d), id)
     local job, raw = load_job(id)
     if job and job.domain == d then
-      cancel_pending(job)
+      cancel_pending(job, true)
     elseif job then  -- filed under another domain: filed again under its own (as audit does)
+      lane_ready(job.lane, -1)
       local placed = redis.call('ZSCORE', k_dq(job.domain), id)
         or redis.call('ZSCORE', K_DELAYED, id) or redis.call('ZSCORE', K_INFLIGHT, id)
         or redis.call('ZSCORE', K_DEAD, id)
@@ -89,9 +90,7 @@ local function cancel_ready(d, budget)
       TOUCHED[job.domain] = TOUCHED[job.domain] or 0
     elseif job == false then
       dead_corrupt(id, raw, d, 'ready')  -- as a claim would
-    else
-      forget_ready(id)  -- an id without its job
-    end
+    end  -- else an id without its job: gone with the ZREM
     TOUCHED[d] = TOUCHED[d] or 0
   end
   return #ids
@@ -111,16 +110,14 @@ local function cancel_delayed(d, budget, after, skip)
   for i = 1, #page, 2 do ids[#ids + 1] = k_job(page[i]) end
   local texts = {}
   if #ids > 0 then texts = call_many('MGET', nil, ids) end
-  -- the field as cjson writes it (spaces allowed); a quote inside a string value is escaped,
-  -- so no other text of the job (URL, payload, messages) can match it
-  local escaped = string.gsub(d, '[%^%$%(%)%%%.%[%]%*%+%-%?]', '%%%0')
-  local wanted = '"domain"%s*:%s*"' .. escaped .. '"'
+  -- a job of domain d names it in its text (its URL's host, or its domain field): texts
+  -- that do not are skipped unread
   local bytes = 0
   for n = 1, #ids do
     if n > 1 and bytes >= SCAN_BYTES then return false, after, skip end
     local id, score, raw = page[2 * n - 1], page[2 * n], texts[n]
     local job = nil
-    if raw and string.find(raw, wanted) then job = load_job(id, raw) end
+    if raw and string.find(raw, d, 1, true) then job = load_job(id, raw) end
     if job and job.domain == d then
       cancel_pending(job)
       left = left - 1

@@ -40,8 +40,8 @@ end
 -- Leases of this claim not written yet: one ZADD inflight (LEASES.zadd: deadline, id, ...),
 -- one MSET of the job texts (LEASES.mset: key, text, ...), one HSET of each lease's domain
 -- (LEASES.doms: id, domain, ...: a reap frees the slot even when the job key is gone) and
--- one ZREM per lane
--- (LEASES.lanes[lane], lanes in LEASES.order) for the whole claim (flush_leases). Nothing in
+-- one count per lane (LEASES.lanes[lane]: ids, lanes in LEASES.order; lane_served) for the
+-- whole claim (flush_leases). Nothing in
 -- the claim reads them back but a second sight of a leased id (LEASES.ids; only a corrupt
 -- store files an id under two domains), which flushes them first.
 local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
@@ -50,7 +50,7 @@ local function flush_leases()
   local l = LEASES
   if #l.zadd == 0 then return end
   call_many('ZADD', K_INFLIGHT, l.zadd)
-  for _, lane in ipairs(l.order) do call_many('ZREM', k_lane(lane), l.lanes[lane]) end
+  for _, lane in ipairs(l.order) do lane_served(lane, #l.lanes[lane]) end
   call_many('MSET', nil, l.mset)
   call_many('HSET', K_LEASED, l.doms)
   LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
@@ -95,15 +95,14 @@ local function claimable(id, d, raw)
   local job
   job, raw = load_job(id, raw or nil)
   if job == nil then
-    forget_ready(id)
-    stat('orphans')
+    stat('orphans')  -- its lane is unknown: its lane's ready counter is left to the audit
     return nil
   elseif job == false then
     dead_corrupt(id, raw, d, 'ready')
     return nil
   end
   if expired(job) then
-    redis.call('ZREM', k_lane(job.lane), id)
+    lane_ready(job.lane, -1)
     dead_letter(job, 'expired', 'expired before it was claimed')
     return nil
   end

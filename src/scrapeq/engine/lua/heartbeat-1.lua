@@ -17,6 +17,7 @@ for i, it in ipairs(ARG.items) do
   if redis.call('ZSCORE', K_INFLIGHT, it.id) then
     local raw = redis.call('GET', k_job(it.id))
     local ok, job = pcall(cjson.decode, raw or '')
+    if ok then job = expand_job(job, it.id) end
     if ok and type(job) == 'table' and job.token == it.token then
       redis.call('ZADD', K_INFLIGHT, NOW + lease_ms, it.id)
       out[i] = 1

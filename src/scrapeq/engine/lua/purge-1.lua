@@ -21,6 +21,7 @@ local ids = redis.call('ZRANGEBYSCORE', key, '-inf', max_score, 'LIMIT', 0, limi
 for _, id in ipairs(ids) do
   local raw = redis.call('GET', k_job(id))
   local ok, job = pcall(cjson.decode, raw or '')
+  if ok then job = expand_job(job, id) end
   if ok and type(job) == 'table' and type(job.domain) == 'string' then
     redis.call('ZREM', k_ddead(job.domain), id)
     if job.fp and redis.call('HGET', K_UNIQUE, job.fp) == id then

@@ -1,7 +1,7 @@
 --[[
   Housekeeping without claiming: reap expired leases (an attempt spent, then retry or dead),
-  promote due delayed jobs, wake due domains, drain retired domains' backlogs. Every claim
-  already does this; this script lets an idle process or an admin command do it too.
+  promote due delayed jobs, wake due domains, drain retired domains' backlogs, forget domains
+  idle for domain_ttl. Every claim already does this; this script lets an idle process or an admin command do it too.
 
   Input:
     KEYS[1]  queue key prefix
@@ -20,4 +20,5 @@ local reaped = reap_expired(budget)
 local promoted = promote_due(budget)
 local woken = wake_due(budget)
 drain_retiring(budget)
+forget_idle(budget)
 return {reaped, promoted, woken}

@@ -4,16 +4,30 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {lanes = [names]}  lanes to report (the configured ones)
+    ARGV[3]  JSON {lanes = [names], top?}  lanes to report (the configured ones); top: how
+             many domains to pick for per-domain detail (absent: none picked)
 
   Output: JSON text {now, stats = {field: n}, ready, delayed, inflight, dead, domains,
-    lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired}
+    lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired,
+    open_breakers, retired_domains, top}
+    retired       at most 1,000 retired domains (retired_domains: how many there are)
+    open_breakers domains whose breaker is open or half-open (the set sq:{Q}:open)
+    top           (with `top`) the domains worth showing, at most `top`: every domain when
+                  the queue has no more; else those with a breaker not closed, those of the
+                  latest dead letters, the most urgent ready ones and the next to wake up,
+                  in that order.
+  Cost: O(top + lanes), whatever the number of domains.
+    oldest_ready_ms: ms since the lane last had a job claimed or last became non-empty,
+    whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
 --@include common
 
 local stats = {}
 local flat = redis.call('HGETALL', K_STATS)
 for i = 1, #flat, 2 do stats[flat[i]] = tonumber(flat[i + 1]) end
+local since = {}
+flat = redis.call('HGETALL', K_LANE_SINCE)
+for i = 1, #flat, 2 do since[flat[i]] = tonumber(flat[i + 1]) end
 local names = ARG.lanes
 for _, l in ipairs(redis.call('SMEMBERS', K_LANES)) do
   local known = false
@@ -23,13 +37,54 @@ end
 local lanes = {}
 local ready = 0
 for _, l in ipairs(names) do
-  local n = redis.call('ZCARD', k_lane(l))
-  local head = redis.call('ZRANGE', k_lane(l), 0, 0, 'WITHSCORES')
+  -- counters kept by the scripts (jobs.lua: lane_ready): no per-job index is read
+  local n = math.max(stats['ready:' .. l] or 0, 0)
   local oldest = 0
-  if #head > 0 then oldest = math.max(0, NOW - tonumber(head[2])) end
+  if n > 0 then oldest = math.max(0, NOW - (since[l] or NOW)) end
   lanes[l] = {ready = n, delayed = stats['delayed:' .. l] or 0, oldest_ready_ms = oldest}
   ready = ready + n
 end
+-- The domains worth showing (see the header), at most `top`.
+local function pick_top(top)
+  local picked, seen = {}, {}
+  local function add(d)
+    if d and #picked < top and not seen[d] then
+      seen[d] = true
+      picked[#picked + 1] = d
+    end
+  end
+  if redis.call('SCARD', K_DOMAINS) <= top then
+    for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do add(d) end
+    return picked
+  end
+  for _, d in ipairs(redis.call('SRANDMEMBER', K_OPEN, top)) do add(d) end
+  for _, d in ipairs(redis.call('SRANDMEMBER', K_RETIRED, top)) do add(d) end
+  local dead = redis.call('ZREVRANGE', K_DEAD, 0, top - 1)
+  if #dead > 0 and #picked < top then
+    local keys = {}
+    for i, id in ipairs(dead) do keys[i] = k_job(id) end
+    for i, raw in ipairs(redis.call('MGET', unpack(keys))) do
+      local job = raw and load_job(dead[i], raw)
+      if job then add(job.domain) end
+    end
+  end
+  for _, key in ipairs({K_READY, K_WAIT}) do
+    if #picked < top then
+      for _, d in ipairs(redis.call('ZRANGE', key, 0, top - 1)) do add(d) end
+    end
+  end
+  return picked
+end
+
+local top = {}
+if tonumber(ARG.top) and ARG.top > 0 then top = pick_top(math.floor(ARG.top)) end
+local retired
+if redis.call('SCARD', K_RETIRED) <= 1000 then
+  retired = redis.call('SMEMBERS', K_RETIRED)
+else
+  retired = redis.call('SRANDMEMBER', K_RETIRED, 1000)
+end
+
 local meta = redis.call('HMGET', K_META, 'paused_until', 'pause_reason')
 local paused = tonumber(meta[1])
 if paused and paused <= NOW then paused = nil end
@@ -38,5 +93,6 @@ return cjson.encode({
   inflight = redis.call('ZCARD', K_INFLIGHT), dead = redis.call('ZCARD', K_DEAD),
   domains = redis.call('SCARD', K_DOMAINS), lanes = lanes, lane_order = names,
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
-  retired = redis.call('SMEMBERS', K_RETIRED),
+  retired = retired, retired_domains = redis.call('SCARD', K_RETIRED),
+  open_breakers = redis.call('SCARD', K_OPEN), top = top,
 })

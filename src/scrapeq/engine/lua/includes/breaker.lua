@@ -1,5 +1,7 @@
 --[[
   The per-domain circuit breaker (fields in domain.lua's header) and the global-fault guard.
+  The domains whose breaker is open or half-open are the set sq:{Q}:open (K_OPEN), retired
+  ones sq:{Q}:retired: status counts them without reading every domain.
   Depends on common.lua and domain.lua. A separate include from domain.lua so that the scripts
   that never touch a breaker do not build these functions on every call.
 ]]
@@ -14,12 +16,14 @@ end
 local function open_breaker(d, trips, cool, why)
   redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
     'fails', 0, 'win', '', 'probe', '')
+  redis.call('SADD', K_OPEN, d)
   emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
   refile(d)
 end
 
 local function retire(d, why)
   redis.call('HSET', k_dom(d), 'state', 'retired', 'probe', '')
+  redis.call('SREM', K_OPEN, d)
   redis.call('SADD', K_RETIRING, d)
   redis.call('SADD', K_RETIRED, d)
   redis.call('ZREM', K_READY, d)
@@ -35,6 +39,7 @@ local function close_breaker(d)
     'open_until', 0, 'probe', '')
   redis.call('SREM', K_RETIRING, d)
   redis.call('SREM', K_RETIRED, d)
+  redis.call('SREM', K_OPEN, d)
 end
 
 -- The global-fault guard: too many healthy domains tripping together means the fault is ours.
@@ -54,6 +59,7 @@ local function global_guard(d)
     if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
       redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
         'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
+      redis.call('SREM', K_OPEN, td)
       refile(td)
     end
   end

@@ -40,10 +40,13 @@ local K_UNIQUE = P .. 'unique'
 local K_EVENTS = P .. 'events'
 local K_META = P .. 'meta'
 local K_LANES = P .. 'lanes'
+local K_LANE_SINCE = P .. 'lane-since'  -- lane -> ms (jobs.lua: lane_ready)
 local K_TRIPS = P .. 'trips'
 local K_ACTIVE = P .. 'active'
 local K_RETIRING = P .. 'retiring'
 local K_RETIRED = P .. 'retired'
+local K_IDLE = P .. 'idle'  -- zset: domain -> when it was last seen idle (domain.lua)
+local K_OPEN = P .. 'open'  -- set: domains whose breaker is open or half-open (breaker.lua)
 
 local function k_job(id) return P .. 'job:' .. id end
 local function k_dq(d) return P .. 'dq:' .. d end
@@ -87,8 +90,87 @@ local function fresh_numbers(field, n, per_ms)
   return first
 end
 
+-- A job is stored compact (see jobs.lua's header): short field names, defaults left out, no
+-- id (the key names it), no domain when it is the URL's host, created as ms after the time
+-- its id was issued (id_ms; left out when 0), eligible as ms after created (left out when
+-- 0), '/' not escaped. Scripts work
+-- on the full form (long names) that claims answer; a claimed job is stored in that form.
+local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
+  max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
+  payload = 'p', depth = 'dp', parent = 'pa', expires = 'x', fp = 'f', fpw = 'w',
+  errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
+  unused = 'un'}
+local LONG = {}
+for long, short in pairs(SHORT) do LONG[short] = long end
+-- Fields left out when they hold these values (fixed: not the settings' defaults, which
+-- clients may set apart; max_attempts is Settings' default).
+local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,
+  lane = 'normal', releases = 0, unused = 0, max_attempts = 5}
+
+-- The host[:port] of a URL: a job's domain unless its text says otherwise.
+local function url_host(url)
+  if type(url) ~= 'string' then return nil end
+  local host = string.match(url, '^%a[%w+.%-]*://([^/?#]*)')
+  if host then host = string.match(host, '([^@]*)$') end
+  return host
+end
+
+-- The server time (ms) a job id was issued at, from its number (fresh_numbers: 1,000 a ms
+-- from NUMBERS_EPOCH_MS); nil for an id of another form.
+local function id_ms(id)
+  if type(id) ~= 'string' or not string.find(id, '^%l%x+$') or #id > 14 then return nil end
+  return math.floor(tonumber(string.sub(id, 2), 16) / 1000) + NUMBERS_EPOCH_MS
+end
+
+local function compact_text(job)
+  local out = {}
+  for k, v in pairs(job) do
+    local short = SHORT[k]
+    if short == nil then
+      if k ~= 'id' then out[k] = v end
+    elseif DEFAULTS[k] ~= v then
+      out[short] = v
+    end
+  end
+  if type(out.e) == 'number' and type(out.c) == 'number' then
+    out.e = out.e - out.c
+    if out.e == 0 then out.e = nil end
+  end
+  local issued = id_ms(job.id)
+  if issued and type(out.c) == 'number' then
+    out.c = out.c - issued
+    if out.c == 0 then out.c = nil end
+  end
+  if out.d ~= nil and out.d == url_host(job.url) then out.d = nil end
+  local text = cjson.encode(out)
+  -- cjson writes '/' as '\/': JSON does not need it (every '\' it writes is escaped, so a
+  -- '\' before '/' is always that escape)
+  if string.find(text, '\\/', 1, true) then text = (string.gsub(text, '\\/', '/')) end
+  return text
+end
+
 local function save_job(job)
-  redis.call('SET', k_job(job.id), cjson.encode(job))
+  redis.call('SET', k_job(job.id), compact_text(job))
+end
+
+-- A decoded job text in the full form (compact or full as stored), or nil when not a table.
+local function expand_job(decoded, id)
+  if type(decoded) ~= 'table' then return nil end
+  if decoded.u == nil then return decoded end  -- the full form (claimed jobs, older data)
+  local job = {id = id}
+  for k, v in pairs(decoded) do job[LONG[k] or k] = v end
+  for k, v in pairs(DEFAULTS) do
+    if job[k] == nil then job[k] = v end
+  end
+  local issued = id_ms(id)
+  if issued then job.created = issued + (tonumber(decoded.c) or 0) end
+  if decoded.e == nil then
+    job.eligible = job.created
+  elseif type(job.created) == 'number' and type(decoded.e) == 'number' then
+    job.eligible = job.created + decoded.e
+  end
+  if job.domain == nil then job.domain = url_host(job.url) end
+  return job
 end
 
 -- redis.call(cmd, [key,] args...) with the variadic `args` (a list) sent in slices of at most
@@ -122,6 +204,7 @@ local function load_job(id, raw)
   if raw == nil then raw = redis.call('GET', k_job(id)) end
   if not raw then return nil, nil end
   local ok, job = pcall(cjson.decode, raw)
+  if ok then job = expand_job(job, id) end
   if not ok or type(job) ~= 'table' or job.id ~= id or type(job.url) ~= 'string'
       or type(job.domain) ~= 'string' or type(job.lane) ~= 'string'
       or type(job.attempts) ~= 'number' or type(job.max_attempts) ~= 'number'

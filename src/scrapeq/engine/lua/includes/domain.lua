@@ -35,6 +35,19 @@ end
 -- domain's `inflight` on the settle path, applies it first (clamped at 0, as item by item).
 local INFLIGHT_LEFT = {}
 
+-- A domain left with nothing queued or in flight and a closed breaker is noted idle now
+-- (sq:{Q}:idle), for housekeeping to forget after CFG.domain_ttl_ms (forget_idle). `f`:
+-- its inflight and state as refile read them. Only when its last job leaves: no cost on
+-- the way of a busy domain.
+local function note_idle(d, f)
+  if (tonumber(CFG.domain_ttl_ms) or 0) <= 0 or (tonumber(f[1]) or 0) > 0
+      or (f[3] or 'closed') ~= 'closed' then
+    return
+  end
+  if (tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0) > 0 then return end
+  redis.call('ZADD', K_IDLE, NOW, d)
+end
+
 -- File domain d where it belongs now. Returns true when it may dispatch.
 -- `from_ready`: the caller knows d is not in domains:wait (it was just taken from ready).
 -- `known`: the caller's current values of the fields read here (inflight, next, state,
@@ -60,6 +73,7 @@ local function refile(d, from_ready, known)
   if #head == 0 then
     redis.call('ZREM', K_READY, d)
     redis.call('ZREM', K_WAIT, d)
+    note_idle(d, f)
     return false
   end
   if state == 'open' then

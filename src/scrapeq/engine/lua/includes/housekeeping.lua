@@ -11,28 +11,29 @@ local function left_delayed(job)
   stat('delayed:' .. job.lane, -1)
 end
 
--- Remove an id from every lane's ready index (its own lane is unknown).
-local function forget_ready(id)
-  for _, lane in ipairs(redis.call('SMEMBERS', K_LANES)) do
-    redis.call('ZREM', k_lane(lane), id)
-  end
-end
-
--- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them).
+-- Best effort: the domain and lane named in a damaged job text (truncated JSON keeps them);
+-- in a compact text (common.lua) the domain may be its URL's host and the lane the default.
 local function salvage_fields(raw)
   if type(raw) ~= 'string' then return nil, nil end
-  return string.match(raw, '"domain"%s*:%s*"([^"]*)"'), string.match(raw, '"lane"%s*:%s*"([^"]*)"')
+  local d = string.match(raw, '"domain"%s*:%s*"([^"]*)"')
+  local lane = string.match(raw, '"lane"%s*:%s*"([^"]*)"')
+  local url = string.match(raw, '"u"%s*:%s*"([^"]*)"')
+  if url then
+    d = string.match(raw, '"d"%s*:%s*"([^"]*)"') or url_host((string.gsub(url, '\\/', '/')))
+    lane = string.match(raw, '"l"%s*:%s*"([^"]*)"') or 'normal'
+  end
+  return d, lane
 end
 
 -- A stored value that is not a valid job: keep its raw text as a dead letter.
 -- `place` is where it was found ('ready', 'delayed' or 'inflight'; the caller removed it from
 -- that zset), `domain` the domain it was filed under ('' when unknown). The counters of that
 -- place (delayed per domain and lane, a domain's inflight slot) are fixed when the domain is
--- known or the damaged text still names it (a truncated write does); text that names
--- nothing leaves them for `scrapeq audit` to report.
+-- known or the damaged text still names it (a truncated write does; a ready one's lane
+-- counter too); text that names nothing leaves them for `scrapeq audit` to report.
 local function dead_corrupt(id, raw, domain, place)
-  forget_ready(id)
   local named_domain, named_lane = salvage_fields(raw)
+  if place == 'ready' and named_lane then lane_ready(named_lane, -1) end
   if place == 'delayed' and named_domain and named_lane then
     redis.call('HINCRBY', k_dom(named_domain), 'delayed', -1)
     stat('delayed:' .. named_lane, -1)
@@ -167,7 +168,7 @@ local function drain_one(d, budget)
     redis.call('ZREM', k_dq(d), id)
     local job, raw = load_job(id)
     if job then
-      redis.call('ZREM', k_lane(job.lane), id)
+      lane_ready(job.lane, -1)
       dead_letter(job, 'domain_unavailable', 'domain is retired', true)
     elseif job == false then
       dead_corrupt(id, raw, d, 'ready')
@@ -203,12 +204,40 @@ local function announce_pause_end()
   end
 end
 
+-- Domains idle (domain.lua: note_idle) for CFG.domain_ttl_ms are forgotten: their hash
+-- (counters, dead-letter rate) and their place in sq:{Q}:domains go, so the domain table does
+-- not grow for ever. One busy again leaves sq:{Q}:idle (noted again when next idle); one with
+-- dead letters or per-domain overrides is kept, and looked at again a ttl later.
+local function forget_idle(budget)
+  local ttl = tonumber(CFG.domain_ttl_ms) or 0
+  if ttl <= 0 then return 0 end
+  local ds = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', NOW - ttl, 'LIMIT', 0, budget)
+  for _, d in ipairs(ds) do
+    local dk = k_dom(d)
+    local f = redis.call('HMGET', dk, 'inflight', 'delayed', 'state', 'delay', 'conc')
+    if (tonumber(f[1]) or 0) > 0 or (tonumber(f[2]) or 0) > 0 or (f[3] or 'closed') ~= 'closed'
+        or redis.call('EXISTS', k_dq(d)) == 1 then
+      redis.call('ZREM', K_IDLE, d)
+    elseif f[4] or f[5] or redis.call('EXISTS', k_ddead(d)) == 1 then
+      redis.call('ZADD', K_IDLE, NOW, d)
+    else
+      redis.call('DEL', dk)
+      redis.call('SREM', K_DOMAINS, d)
+      redis.call('ZREM', K_IDLE, d)
+      redis.call('ZREM', K_ACTIVE, d)
+      stat('domains_forgotten')
+    end
+  end
+  return #ds
+end
+
 local function housekeeping(budget)
   announce_pause_end()
   reap_expired(budget)
   promote_due(budget)
   wake_due(budget)
   drain_retiring(budget)
+  forget_idle(budget)
 end
 
 -- ms until the next known due time; 0 when `ready_now` (or a retired backlog is still being

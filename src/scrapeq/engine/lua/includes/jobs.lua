@@ -2,8 +2,8 @@
   Moving one job between places. Depends on common.lua and domain.lua.
 
   A job is in exactly one place:
-    ready     sq:{Q}:dq:<domain> (score: priority = eligible + lane offset) and
-              sq:{Q}:lane:<lane> (score: when it became ready, for the oldest-ready age)
+    ready     sq:{Q}:dq:<domain> (score: priority = eligible + lane offset), counted in its
+              lane's ready:<lane> in sq:{Q}:stats (lane_ready)
     delayed   sq:{Q}:delayed (score: eligible time)
     inflight  sq:{Q}:inflight (score: lease deadline)
     dead      sq:{Q}:dead and sq:{Q}:ddead:<domain> (score: died time)
@@ -11,9 +11,27 @@
               kept that long with done_at and a TTL)
 ]]
 
+-- Ready jobs per lane are counters (no index of their own: issue 13): ready:<lane> in
+-- sq:{Q}:stats, and in sq:{Q}:lane-since the time the lane last had a job claimed or last
+-- became non-empty (status: its oldest_ready_age). `by` < 0: jobs left ready (clamped at 0).
+local function lane_ready(lane, by)
+  local n = redis.call('HINCRBY', K_STATS, 'ready:' .. lane, by)
+  if by > 0 and n == by then
+    redis.call('HSET', K_LANE_SINCE, lane, NOW)
+  elseif n < 0 then
+    redis.call('HSET', K_STATS, 'ready:' .. lane, 0)
+  end
+end
+
+-- n ready jobs of a lane were claimed: the lane was served now.
+local function lane_served(lane, n)
+  lane_ready(lane, -n)
+  redis.call('HSET', K_LANE_SINCE, lane, NOW)
+end
+
 local function put_ready(job)
   redis.call('ZADD', k_dq(job.domain), job.eligible + job.off, job.id)
-  redis.call('ZADD', k_lane(job.lane), NOW, job.id)
+  lane_ready(job.lane, 1)
 end
 
 local function put_delayed(job, at)

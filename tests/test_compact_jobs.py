@@ -1,0 +1,87 @@
+"""Jobs are stored compact (issue 13): short field names, defaults and the id left out, the
+domain left out when it is the URL's host; a job stored in the full form (before the change,
+or claimed) reads the same everywhere."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import redis
+
+from scrapeq.engine.job import Job, expand_stored, id_ms, url_host
+from scrapeq.engine.queue import Queue
+
+MakeQueue = Callable[..., Queue]
+URL = "https://shop-1.example.com/item/1"
+
+
+def test_a_queued_job_is_stored_compact(make_queue: MakeQueue, redis_client: redis.Redis) -> None:
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    text = redis_client.get(q.keys.job(job_id))
+    assert isinstance(text, str)
+    stored = json.loads(text)
+    # the URL verbatim ('/' not escaped); the creation time only when it is not the time
+    # the id was issued; the budget left out (the default, 5)
+    assert set(stored) - {"c"} == {"u"}, stored
+    assert f'"{URL}"' in text
+    assert len(text) < len(URL) + 40
+
+    full = expand_stored(stored, job_id)
+    assert full["id"] == job_id
+    assert full["domain"] == "shop-1.example.com"
+    assert (full["lane"], full["attempts"], full["token"]) == ("normal", 0, 0)
+    assert full["eligible"] == full["created"] == id_ms(job_id) + stored.get("c", 0)
+    assert abs(full["created"] - int(redis_client.time()[0]) * 1000) < 5000
+
+
+def test_fields_that_differ_from_the_defaults_are_kept(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    q = make_queue()
+    job_id = q.enqueue(
+        "https://user@shop-2.example.com:8443/a",
+        lane="bulk",
+        delay=60,
+        payload={"k": 1},
+        max_attempts=2,
+    ).id
+    stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
+    assert (stored["l"], stored["m"]) == ("bulk", 2)
+    assert stored["e"] == 60_000  # ms after created
+    job = Job.from_json(json.dumps(stored), job_id)
+    assert (job.id, job.lane, job.payload, job.max_attempts) == (job_id, "bulk", {"k": 1}, 2)
+    assert job.eligible_ms == job.created_ms + 60_000
+    assert job.domain == url_host(job.url) == "shop-2.example.com:8443"
+
+
+def test_a_claimed_job_answers_the_full_form(make_queue: MakeQueue) -> None:
+    q = make_queue()
+    job_id = q.enqueue(URL, payload=[1, "/x"]).id
+    (job,) = q.claim(1).jobs
+    assert (job.id, job.url, job.domain, job.lane) == (job_id, URL, "shop-1.example.com", "normal")
+    assert (job.attempts, job.payload) == (1, [1, "/x"])
+    assert q.retry(job, delay=0) == "retried"
+    info = q.job_info(job_id)
+    assert info is not None
+    assert (info.job.url, info.job.attempts, info.job.last_error is not None) == (URL, 1, True)
+
+
+def test_a_job_stored_in_the_full_form_still_reads(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """Stored data written before the compact form: every script reads both."""
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    redis_client.set(q.keys.job(job_id), json.dumps(full))
+
+    info = q.job_info(job_id)
+    assert info is not None and info.state == "ready" and info.job.url == URL
+    (job,) = q.claim(1).jobs
+    assert (job.id, job.url, job.attempts) == (job_id, URL, 1)
+    assert q.fail(job, "http_404") == "dead"
+    (dead,) = q.dead_letters()
+    assert (dead.id, dead.url, dead.dead_reason) == (job_id, URL, "http_404")
+    assert q.audit().ok
