@@ -65,6 +65,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "deny": [],
     "log_format": "text",  # not in INTERFACE.md yet
     "log_every": 10,  # not in INTERFACE.md yet
+    "cluster": "auto",
 }
 
 
@@ -410,6 +411,7 @@ BAD_ENV = [
     ("data_dir", "", "expected a path"),
     ("log_format", "yaml", "expected text or json"),
     ("log_every", "-1", ">= 0"),
+    ("cluster", "yes", "expected auto, on or off"),
 ]
 
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from scrapeq.engine import scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.backoff import full_jitter
-from scrapeq.engine.connection import async_client, sync_client
+from scrapeq.engine.connection import AsyncClient, SyncClient, async_client, sync_client
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
 from scrapeq.engine.scripts import (
@@ -411,15 +414,16 @@ class _QueueCore:
 
     def _op_known_queues(self, max_calls: int) -> Op[KnownQueues | None]:
         found: set[str] = set()
-        cursor = 0
+        cursor: int | str = 0
         for _ in range(max_calls):
             scan = ("SCAN", cursor, "MATCH", QUEUE_SCAN_PATTERN, "COUNT", 1000)
             reply = yield Command(scan, tolerant=True)
             if reply is None:  # an ACL user without SCAN
                 return None
-            cursor, batch = int(reply[0]), reply[1]
+            # On a cluster, the cursor is every primary's (see _cluster_scan_all): opaque.
+            cursor, batch = reply[0], reply[1]
             found.update(n for n in map(queue_of_marker, map(str, batch)) if n is not None)
-            if cursor == 0:
+            if str(cursor) == "0":
                 return KnownQueues(sorted(found), True)
         return KnownQueues(sorted(found), False)
 
@@ -866,6 +870,63 @@ def _oversized(step: Step, limit_reply: Any) -> PayloadTooLarge | None:
     )
 
 
+def _moved(exc: redis.ResponseError) -> ConfigError | None:
+    """A MOVED/ASK reply reaching a single-server client: the server is a cluster node."""
+    if not isinstance(exc, redis.exceptions.AskError):
+        return None
+    return ConfigError(
+        "cluster",
+        f"this server is a cluster node; the queue's slot {exc.slot_id} is served by "
+        f"{exc.node_addr[0]}:{exc.node_addr[1]}: set cluster = auto (or on) to follow the cluster",
+    )
+
+
+#: What a cluster client raises while the cluster cannot serve a slot (a failover under way,
+#: a node unreachable): transient, like a lost connection.
+_CLUSTER_TRANSIENT = (
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.TryAgainError,
+)
+
+
+def _cluster_unavailable(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis Cluster cannot serve the call now: {exc or type(exc).__name__}")
+
+
+#: Commands a cluster client must send to the node that owns the queue's slot: TIME (the
+#: audit's clock, the one the scripts read) and SCAN of the queue's own keys (a MATCH with
+#: its hash tag). A SCAN of every queue (no tag) goes to every primary.
+_TAGGED_SCAN = re.compile(r"\{[^*?\[\]{}]+\}")
+
+
+def _cluster_target(args: tuple[Any, ...], prefix: str) -> str | None:
+    """For a cluster client: ``"tag"`` (run on the queue's node), ``"all"`` (SCAN of every
+    primary) or None (redis-py routes it by its keys)."""
+    name = str(args[0]).upper()
+    if name == "TIME":
+        return "tag"
+    if name != "SCAN":
+        return None
+    pattern = next(
+        (str(args[i + 1]) for i, a in enumerate(args[:-1]) if str(a).upper() == "MATCH"), ""
+    )
+    return "tag" if _TAGGED_SCAN.search(pattern) else "all"
+
+
+def _split_cursor(cursor: Any, primaries: list[str]) -> dict[str, int]:
+    """A cluster SCAN cursor (``node=cursor;...``, or ``0`` to start) by node name."""
+    text = str(cursor)
+    if text == "0":
+        return dict.fromkeys(primaries, 0)
+    pairs = (part.rpartition("=") for part in text.split(";") if part)
+    return {name: int(value) for name, _, value in pairs}
+
+
+def _join_cursor(cursors: dict[str, int]) -> str:
+    return ";".join(f"{name}={c}" for name, c in cursors.items() if int(c) != 0) or "0"
+
+
 class Queue(_QueueCore):
     """A queue over a blocking redis-py client: for producers, admin tools and tests.
 
@@ -876,10 +937,11 @@ class Queue(_QueueCore):
     """
 
     def __init__(
-        self, client: redis.Redis, name: str | None = None, *, settings: Settings | None = None
+        self, client: SyncClient, name: str | None = None, *, settings: Settings | None = None
     ) -> None:
         super().__init__(name, settings=settings)
         self.client = client
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
         self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
@@ -891,7 +953,8 @@ class Queue(_QueueCore):
         The client has scrapeq's options (:func:`scrapeq.engine.connection.sync_client`): a call
         that gets no answer fails after a socket timeout instead of waiting forever.
         """
-        return cls(sync_client(url), name, settings=settings)
+        given = settings or Settings()
+        return cls(sync_client(url, given.cluster), name, settings=settings)
 
     def close(self) -> None:
         self.client.close()
@@ -907,15 +970,24 @@ class Queue(_QueueCore):
     def _step(self, step: Step) -> Any:
         try:
             if isinstance(step, Command):
+                if self._cluster:
+                    return self._cluster_command(step.args)
                 return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
             raw = self._scripts[step.script](
                 keys=[self.keys.prefix],
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
             raise scripts.map_error(str(exc)) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if _maybe_oversized(step):
                 too_large = _oversized(step, self._step(Command(_BULK_LIMIT_QUERY, True)))
@@ -923,6 +995,32 @@ class Queue(_QueueCore):
                     raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
+
+    def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
+        client = self.client
+        assert isinstance(client, redis.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return client.execute_command(*args)  # type: ignore[no-untyped-call]
+        if target == "tag":
+            node = client.get_node_from_key(self.keys.prefix)  # type: ignore[no-untyped-call]
+            reply = client.execute_command(*args, target_nodes=node)  # type: ignore[no-untyped-call]
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        names = [n.name for n in client.get_primaries()]  # type: ignore[no-untyped-call]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
+            if node is None:  # gone since the last call (a failover): its keys moved
+                continue
+            got, batch = client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)  # type: ignore[no-untyped-call]
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
 
     # --- public API (one line each: the operations above hold the logic) -----------------------
 
@@ -1118,13 +1216,14 @@ class AsyncQueue(_QueueCore):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         name: str | None = None,
         *,
         settings: Settings | None = None,
     ) -> None:
         super().__init__(name, settings=settings)
         self.client = client
+        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
@@ -1132,7 +1231,8 @@ class AsyncQueue(_QueueCore):
         cls, url: str, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
         """Connect to ``url``, with the options of :func:`.connection.async_client`."""
-        return cls(async_client(url), name, settings=settings)
+        given = settings or Settings()
+        return cls(async_client(url, given.cluster), name, settings=settings)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -1148,15 +1248,24 @@ class AsyncQueue(_QueueCore):
     async def _step(self, step: Step) -> Any:
         try:
             if isinstance(step, Command):
-                return await self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+                if self._cluster:
+                    return await self._cluster_command(step.args)
+                return await self.client.execute_command(*step.args)
             raw = await self._scripts[step.script](
                 keys=[self.keys.prefix],
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
             raise scripts.map_error(str(exc)) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if _maybe_oversized(step):
                 limit = await self._step(Command(_BULK_LIMIT_QUERY, True))
@@ -1165,6 +1274,34 @@ class AsyncQueue(_QueueCore):
                     raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
+
+    async def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """The asyncio twin of :meth:`Queue._cluster_command`."""
+        client = self.client
+        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return await client.execute_command(*args)
+        if target == "tag":
+            await client.initialize()
+            node = client.get_node_from_key(self.keys.prefix)
+            reply = await client.execute_command(*args, target_nodes=node)
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        await client.initialize()
+        names = [n.name for n in client.get_primaries()]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)
+            if node is None:
+                continue
+            got, batch = await client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
 
     async def enqueue(self, url: str, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
