@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from cluster_proc import RedisCluster
+from scrapeq.engine.connection import close_client
 from scrapeq.engine.embedded import find_redis_server
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
@@ -213,7 +214,7 @@ def redis_client(redis_url: str, backend: str) -> Iterator[redis.Redis]:
     else:
         client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
-    client.close()
+    close_client(client)
 
 
 @pytest.fixture

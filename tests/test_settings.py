@@ -66,6 +66,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "log_format": "text",  # not in INTERFACE.md yet
     "log_every": 10,  # not in INTERFACE.md yet
     "cluster": "auto",
+    "partitions": 1,
 }
 
 
@@ -412,6 +413,7 @@ BAD_ENV = [
     ("log_format", "yaml", "expected text or json"),
     ("log_every", "-1", ">= 0"),
     ("cluster", "yes", "expected auto, on or off"),
+    ("partitions", "0", ">= 1"),
 ]
 
 

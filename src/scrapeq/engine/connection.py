@@ -36,6 +36,7 @@ __all__ = [
     "acheck_reachable",
     "async_client",
     "check_reachable",
+    "close_client",
     "cluster_mode",
     "is_cluster",
     "redact",
@@ -196,6 +197,17 @@ def async_client(url: str, cluster: str = "auto") -> AsyncClient:
     if cluster_mode(url, cluster):
         return redis.asyncio.cluster.RedisCluster.from_url(url, **_cluster_options(url))
     return redis.asyncio.Redis.from_url(url, **_options(url))
+
+
+def close_client(client: SyncClient) -> None:
+    """Close ``client`` and its connections. redis-py's ``RedisCluster.close`` leaves each
+    node's pool connected (the nodes' clients do not own their pools): they are
+    disconnected here."""
+    client.close()
+    if isinstance(client, redis.cluster.RedisCluster):
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
 
 def _options(url: str) -> dict[str, Any]:

@@ -548,6 +548,8 @@ class Settings:
     log_every: float = _seconds(10.0, positive=False)
     # Redis Cluster: auto detects it (INFO cluster), on requires one, off refuses one.
     cluster: str = _setting("str", "auto", check=_check_cluster)
+    # Hash-tag partitions of one queue (1: the one tag {Q}); fixed once the queue is in use.
+    partitions: int = _setting("int", 1, ge=1, le=1024)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
