@@ -179,9 +179,13 @@ def test_changing_partitions_of_a_queue_in_use_is_refused(make_queue: QueueFacto
     again = make_queue(queue="shop")
     with pytest.raises(ConfigError, match=r"has 3 partition.*say 1"):
         again.enqueue(f"https://{dom(0)}/c")
+    with pytest.raises(ConfigError, match=r"has 3 partition.*say 1"):
+        make_queue(queue="shop").status()  # it would show the queue empty
     five = make_queue(queue="shop", partitions=5)
     with pytest.raises(ConfigError, match=r"has 3 partition.*say 5"):
         five.claim(1)
+    with pytest.raises(ConfigError, match=r"has 3 partition.*say 5"):
+        make_queue(queue="shop", partitions=5).counts()
     assert three.clear() > 0
     assert not three.exists()
     five.enqueue(f"https://{dom(0)}/d")

@@ -778,6 +778,17 @@ class _PartitionedCore(_QueueCore):
         yield scripts.partitions(self.partitions)
         self._parts_checked = True
 
+    def _op_check_parts_read(self) -> Op[None]:
+        """The read-only twin of :meth:`_op_check_parts`, for the queue-wide reads (status,
+        counts, figures): settings with another number of partitions would read none of
+        the queue's jobs and show it empty."""
+        if self._parts_checked:
+            return
+        stored = yield Command(("HGET", self.keys.meta, "parts"))
+        if int(stored or 1) != self.partitions:
+            raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
+        self._parts_checked = True
+
     def _many(self, steps: Sequence[Step]) -> Op[list[Any]]:
         if not steps:
             return []
@@ -1011,6 +1022,7 @@ class _PartitionedCore(_QueueCore):
         return (yield from self._on(super()._op_get_job(job_id), self._part_of_id(job_id)))
 
     def _op_status_raw(self) -> Op[dict[str, Any]]:
+        yield from self._op_check_parts_read()
         lanes = self.settings.lanes.names
         if self.partitions == 1:
             raw: dict[str, Any] = yield scripts.status(lanes)
@@ -1020,6 +1032,7 @@ class _PartitionedCore(_QueueCore):
 
     def _op_status(self) -> Op[dict[str, Any]]:
         if self.partitions == 1:
+            yield from self._op_check_parts_read()
             return (yield from super()._op_status())
         raw = yield from self._op_status_raw()
         domains = yield from self._op_domains_info(None)
@@ -1031,11 +1044,13 @@ class _PartitionedCore(_QueueCore):
 
     def _op_counts(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
+            yield from self._op_check_parts_read()
             return (yield from super()._op_counts())
         return _shape_counts((yield from self._op_status_raw()))
 
     def _op_figures(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
+            yield from self._op_check_parts_read()
             return (yield from super()._op_figures())
         raw = yield from self._op_status_raw()
         domains = yield from self._op_domains_info(None)
