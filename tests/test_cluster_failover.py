@@ -17,6 +17,7 @@ from aiohttp import web
 from cluster_proc import RedisCluster
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.job import Job
+from scrapeq.engine.queue import partition_of_id
 from scrapeq.runtime.worker import Worker
 from sites import sites
 
@@ -40,8 +41,12 @@ async def paced(request: web.Request) -> web.StreamResponse:
 
 
 @pytest.mark.slow
-async def test_a_master_killed_mid_run_the_worker_carries_on(own_cluster: RedisCluster) -> None:
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_a_master_killed_mid_run_the_worker_carries_on(
+    own_cluster: RedisCluster, partitions: int
+) -> None:
     settings = Settings(
+        partitions=partitions,
         queue="crawl",
         allow_private=True,
         backoff_base=0.05,
@@ -51,7 +56,9 @@ async def test_a_master_killed_mid_run_the_worker_carries_on(own_cluster: RedisC
         domain_concurrency=2,
         keep_done=600.0,
     )
-    owner = own_cluster.master_of("sq:{crawl}:meta")
+    # the node of the queue's tag (with partitions: of partition 0's)
+    tag = "sq:{crawl}:meta" if partitions == 1 else "sq:{crawl:0}:meta"
+    owner = own_cluster.master_of(tag)
     tokens: list[tuple[str, int]] = []
 
     def handler(job: Job, response: Any) -> None:
@@ -62,9 +69,10 @@ async def test_a_master_killed_mid_run_the_worker_carries_on(own_cluster: RedisC
         try:
             urls = [started[i % DOMAINS].url(f"/p/{i}") for i in range(JOBS)]
             ids = [r.id for r in await q.enqueue_many(urls)]
-            c = owner.client()
-            assert c.execute_command("WAIT", 1, 5000) == 1  # the replica has every job
-            c.close()
+            for node in own_cluster.live_masters():
+                c = node.client()
+                assert c.execute_command("WAIT", 1, 5000) == 1  # the replicas have every job
+                c.close()
             worker = Worker(q, handler=handler, concurrency=8)
             task = asyncio.create_task(worker.run_async())
             deadline = time.monotonic() + 90
@@ -90,14 +98,16 @@ async def test_a_master_killed_mid_run_the_worker_carries_on(own_cluster: RedisC
         finally:
             await q.close()
 
-    assert own_cluster.master_of("sq:{crawl}:meta") is not owner, "the replica took over"
+    assert own_cluster.master_of(tag) is not owner, "the replica took over"
     sync = Queue.from_url(own_cluster.nodes[-1].url, settings=settings)
     try:
         places = [sync.job_info(i) for i in ids]
         assert all(p is not None and p.state in ("done", "dead") for p in places), [
             (i, p and p.state) for i, p in zip(ids, places, strict=True)
         ]
-        assert len({t for _, t in tokens}) == len(tokens), "a lease token was issued twice"
+        # tokens fence a job's lease: unique within a partition (a job lives in one)
+        issued = {(partition_of_id(i, partitions), t) for i, t in tokens}
+        assert len(issued) == len(tokens), "a lease token was issued twice"
         repaired = sync.audit(repair=True)
         after = sync.audit()
         assert after.problems == [], after.as_dict()
