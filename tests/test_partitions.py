@@ -130,6 +130,31 @@ def test_dead_letters_replay_purge_see_the_whole_queue(make_queue: QueueFactory)
     assert q.purge() == 12 and q.dead_count() == 0
 
 
+def test_the_audit_reads_every_partition_on_its_node(make_queue: QueueFactory) -> None:
+    q = make_queue(queue="shop", partitions=3, domain_concurrency=100)
+    q.enqueue_many(urls(9, 4))
+    claimed = q.claim(10).jobs
+    q.settle_many([q.done(j) for j in claimed[:4]])
+    report = q.audit()
+    assert report.problems == []
+    assert report.checked["jobs"] == 36 - 4
+    assert report.checked["leases"] == 6
+    assert report.checked["domains"] == 9
+
+
+def test_the_audit_repairs_a_partition(make_queue: QueueFactory, redis_client: Any) -> None:
+    q = make_queue(queue="shop", partitions=3)
+    results = q.enqueue_many(urls(9, 2))
+    victim = results[5].id
+    keys = q.parts[partition_of_id(victim, 3)]
+    redis_client.delete(keys.job(victim))  # evicted
+    found = q.audit().problems
+    assert {(p.kind, p.subject) for p in found} == {("id_without_job", victim)}
+    assert q.audit(repair=True).ok
+    assert q.audit().problems == []
+    assert q.counts()["ready"] == 17
+
+
 def test_ids_find_their_partition(make_queue: QueueFactory) -> None:
     q = make_queue(queue="shop", partitions=3)
     ids = [r.id for r in q.enqueue_many(urls(6, 1))]

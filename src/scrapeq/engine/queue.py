@@ -1103,7 +1103,12 @@ class _PartitionedCore(_QueueCore):
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         if self.partitions == 1:
             return (yield from super()._op_audit(repair))
-        reports = yield from self._on_all(lambda: _QueueCore._op_audit(self, repair))
+        s = self.settings
+        keep_ms = round(s.keep_done * 1000)
+        reports: list[AuditReport] = []
+        for keys in self.parts:  # the partition's own keys (the scan cuts ids off its keys)
+            op = audit_op(keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+            reports.append((yield from self._on_prefix(op, keys.prefix)))
         checked: dict[str, int] = {}
         for r in reports:
             for name, value in r.checked.items():
@@ -1436,17 +1441,19 @@ _TAGGED_SCAN = re.compile(r"\{[^*?\[\]{}]+\}")
 
 
 def _cluster_target(args: tuple[Any, ...], prefix: str) -> str | None:
-    """For a cluster client: ``"tag"`` (run on the queue's node), ``"all"`` (SCAN of every
-    primary) or None (redis-py routes it by its keys)."""
+    """For a cluster client: a key whose node runs the command (TIME: the queue's prefix; a
+    SCAN whose MATCH has a hash tag: that tag, a partition's for a partitioned queue),
+    ``"all"`` (a SCAN of every primary) or None (redis-py routes it by its keys)."""
     name = str(args[0]).upper()
     if name == "TIME":
-        return "tag"
+        return prefix
     if name != "SCAN":
         return None
     pattern = next(
         (str(args[i + 1]) for i, a in enumerate(args[:-1]) if str(a).upper() == "MATCH"), ""
     )
-    return "tag" if _TAGGED_SCAN.search(pattern) else "all"
+    tag = _TAGGED_SCAN.search(pattern)
+    return tag.group(0) if tag else "all"
 
 
 def _split_cursor(cursor: Any, primaries: list[str]) -> dict[str, int]:
@@ -1540,8 +1547,8 @@ class Queue(_PartitionedCore):
         target = _cluster_target(args, self.keys.prefix)
         if target is None:
             return client.execute_command(*args)  # type: ignore[no-untyped-call]
-        if target == "tag":
-            node = client.get_node_from_key(self.keys.prefix)  # type: ignore[no-untyped-call]
+        if target != "all":
+            node = client.get_node_from_key(target)  # type: ignore[no-untyped-call]
             reply = client.execute_command(*args, target_nodes=node)  # type: ignore[no-untyped-call]
             if str(args[0]).upper() == "SCAN":
                 cursors, batch = reply
@@ -1821,9 +1828,9 @@ class AsyncQueue(_PartitionedCore):
         target = _cluster_target(args, self.keys.prefix)
         if target is None:
             return await client.execute_command(*args)
-        if target == "tag":
+        if target != "all":
             await client.initialize()
-            node = client.get_node_from_key(self.keys.prefix)
+            node = client.get_node_from_key(target)
             reply = await client.execute_command(*args, target_nodes=node)
             if str(args[0]).upper() == "SCAN":
                 cursors, batch = reply
