@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import redis
 
+from cluster_proc import RedisCluster
+from scrapeq.engine.connection import close_client
 from scrapeq.engine.embedded import find_redis_server
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
@@ -153,9 +155,50 @@ def redis_server() -> Iterator[str]:
             proc.kill()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real Redis Cluster for the session (3 masters, one replica each), started the first
+    time a test asks for it; every node stopped at the end."""
+    cluster = RedisCluster(Path(tempfile.mkdtemp(prefix="scrapeq-test-cluster-")))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-def redis_url(redis_server: str) -> Iterator[str]:
-    """The session server's URL, flushed before each test."""
+def cluster_url(redis_cluster: RedisCluster) -> str:
+    """The session cluster's URL (a master), every node flushed before the test."""
+    redis_cluster.wait_ready()
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``backends`` that use ``redis_url`` run twice: on the single server and
+    on the session's Redis Cluster (``Queue.from_url`` detects it). ``backends("single")``
+    on a test of such a module keeps it to the single server (it reads one server's INFO)."""
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker and "redis_url" in metafunc.fixturenames:
+        chosen = list(marker.args) or ["single", "cluster"]
+        metafunc.parametrize("backend", chosen, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """``single`` or ``cluster``: the server ``redis_url`` names (see pytest_generate_tests)."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest, backend: str) -> Iterator[str]:
+    """The session server's URL, flushed before each test (with ``backend`` ``cluster``: the
+    session cluster's)."""
+    if backend == "cluster":
+        yield request.getfixturevalue("cluster_url")
+        return
+    redis_server = request.getfixturevalue("redis_server")
     client = redis.Redis.from_url(redis_server)
     client.flushall()
     client.close()
@@ -163,10 +206,15 @@ def redis_url(redis_server: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def redis_client(redis_url: str, backend: str) -> Iterator[redis.Redis]:
+    """A plain client of the test server (on the cluster: redis-py's cluster client)."""
+    client: Any
+    if backend == "cluster":
+        client = redis.RedisCluster.from_url(redis_url, decode_responses=True)
+    else:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
-    client.close()
+    close_client(client)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ import redis
 from scrapeq.engine.audit import Snapshot, find_suspects
 from scrapeq.engine.queue import Queue
 
+pytestmark = pytest.mark.backends
+
 QueueFactory = Callable[..., Queue]
 
 

@@ -18,6 +18,8 @@ from scrapeq import Job, Queue
 from scrapeq.engine.scripts import Settlement
 from scrapeq.errors import ScriptError
 
+pytestmark = pytest.mark.backends
+
 QueueFactory = Callable[..., Queue]
 
 #: Domain hash fields that do not depend on the clock.

@@ -16,6 +16,8 @@ import redis
 
 from scrapeq import Job, NotFound, Queue, Settings
 
+pytestmark = pytest.mark.backends
+
 QueueFactory = Callable[..., Queue]
 
 

@@ -18,6 +18,8 @@ from scrapeq.engine import scripts
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, NotFound, StaleLease
 
+pytestmark = pytest.mark.backends
+
 QueueFactory = Callable[..., Queue]
 SEC = 1000
 
@@ -177,6 +179,7 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> int:
     return 7
 
 
+@pytest.mark.backends("single")  # counts one server's calls (INFO commandstats)
 def test_cancel_a_domain_pages_through_its_ready_and_delayed_jobs(
     make_queue: QueueFactory, redis_client: redis.Redis, small_slices: int
 ) -> None:

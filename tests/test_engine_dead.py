@@ -15,6 +15,8 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import ConfigError
 
+pytestmark = pytest.mark.backends
+
 SEC = 1000
 HOUR = 3600
 

@@ -16,6 +16,8 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import StaleLease
 
+pytestmark = pytest.mark.backends
+
 SEC = 1000
 
 QueueFactory = Callable[..., Queue]

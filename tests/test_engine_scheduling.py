@@ -22,6 +22,8 @@ from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.queue import EnqueueResult
 from scrapeq.errors import ConfigError, InvalidURL
 
+pytestmark = pytest.mark.backends
+
 MakeQueue = Callable[..., Queue]
 
 SECOND = 1000

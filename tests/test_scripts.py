@@ -13,6 +13,8 @@ from scrapeq.engine import scripts
 from scrapeq.engine.job import Job
 from scrapeq.errors import NotFound, ScriptError
 
+pytestmark = pytest.mark.backends
+
 LUA = resources.files("scrapeq.engine").joinpath("lua")
 
 

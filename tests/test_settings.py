@@ -67,6 +67,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "log_every": 10,  # not in INTERFACE.md yet
     "status_top": 50,
     "domain_ttl": 86400,
+    "cluster": "auto",
+    "partitions": 1,
 }
 
 
@@ -412,6 +414,8 @@ BAD_ENV = [
     ("data_dir", "", "expected a path"),
     ("log_format", "yaml", "expected text or json"),
     ("log_every", "-1", ">= 0"),
+    ("cluster", "yes", "expected auto, on or off"),
+    ("partitions", "0", ">= 1"),
 ]
 
 

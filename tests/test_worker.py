@@ -25,6 +25,8 @@ from scrapeq.runtime.sinks import CallableSink, JsonlSink
 from scrapeq.runtime.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
 from sites import drip, hang, ok, proxy, sites, slow, status
 
+pytestmark = pytest.mark.backends
+
 FAST = dict(
     allow_private=True,
     backoff_base=0.05,

@@ -1,5 +1,9 @@
 """From the ``redis_url`` setting to a connected client.
 
+A ``redis_url`` naming any node of a Redis Cluster gets redis-py's cluster client (which
+follows MOVED and ASK, and learns the new topology after a failover); see
+:func:`cluster_mode` and the ``cluster`` setting (``auto``, ``on``, ``off``).
+
 :func:`resolve_url` validates a configured URL (or starts the embedded server when none is
 set), :func:`sync_client` / :func:`async_client` build clients with scrapeq's defaults (every
 client of the package, ``Queue.from_url`` included, is built by them), and
@@ -18,6 +22,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from scrapeq.engine.embedded import ensure_server
 from scrapeq.errors import ConfigError, RedisUnavailable
@@ -25,9 +31,14 @@ from scrapeq.errors import ConfigError, RedisUnavailable
 __all__ = [
     "CLIENT_NAME",
     "SOCKET_TIMEOUT",
+    "AsyncClient",
+    "SyncClient",
     "acheck_reachable",
     "async_client",
     "check_reachable",
+    "close_client",
+    "cluster_mode",
+    "is_cluster",
     "redact",
     "resolve_url",
     "sync_client",
@@ -41,7 +52,7 @@ _UNKNOWN_ARGUMENT = re.compile(r"unexpected keyword argument '([^']+)'")
 _USERINFO_PASSWORD = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)([^:/@?#]*):[^@]*@")
 # What PING can raise on a fresh client: the handshake (AUTH, CLIENT SETNAME, SELECT) runs first,
 # so a refused login or database arrives as a ResponseError, a non-Redis peer as InvalidResponse.
-_UNREACHABLE = (redis.RedisError, OSError)
+_UNREACHABLE = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
 #: Seconds a Redis call may wait for its answer before it fails. Without one, a connection
 #: whose peer vanished without a reset (a dead route, a frozen server) waits forever, and so
 #: does the worker. Every scrapeq script bounds its work (about 100 items a call: a claim or a
@@ -58,6 +69,10 @@ _CLIENT_OPTIONS: dict[str, Any] = {
 #: TCP only: a unix socket connection refuses the option. Keepalive probes find a peer that
 #: is gone while the connection idles (an idle worker's pool), before a call waits for it.
 _TCP_OPTIONS: dict[str, Any] = {"socket_keepalive": True}
+
+#: A client of a queue: one server, or a Redis Cluster (any node of it named by the URL).
+SyncClient = redis.Redis | redis.cluster.RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 
 def resolve_url(redis_url: str | None, data_dir: Path) -> str:
@@ -156,20 +171,43 @@ def _mask_query(query: str) -> str:
     return urlencode([(k, _MASK if k == "password" else v) for k, v in pairs], safe="*/")
 
 
-def sync_client(url: str) -> redis.Redis:
+def sync_client(url: str, cluster: str = "auto") -> SyncClient:
     """A redis-py client for ``url`` with scrapeq's defaults.
 
     Responses are decoded to ``str``; connecting times out after 5 s and a call after
     :data:`SOCKET_TIMEOUT` (15 s) without an answer; TCP connections use keepalive; idle
     connections are health-checked after 30 s; connections are named ``scrapeq``
     (``CLIENT LIST``).
+
+    Args:
+        url: the server (for a cluster: any of its nodes).
+        cluster: ``auto`` (default) asks the server whether it is a cluster node and builds
+            a cluster client if so; ``on`` requires a cluster; ``off`` a single server.
+
+    Raises:
+        ConfigError: ``cluster`` contradicts what the server is (one line naming it).
     """
+    if cluster_mode(url, cluster):
+        return redis.cluster.RedisCluster.from_url(url, **_cluster_options(url))
     return redis.Redis.from_url(url, **_options(url))
 
 
-def async_client(url: str) -> redis.asyncio.Redis:
-    """The asyncio twin of :func:`sync_client`."""
+def async_client(url: str, cluster: str = "auto") -> AsyncClient:
+    """The asyncio twin of :func:`sync_client` (the server is asked with a blocking probe)."""
+    if cluster_mode(url, cluster):
+        return redis.asyncio.cluster.RedisCluster.from_url(url, **_cluster_options(url))
     return redis.asyncio.Redis.from_url(url, **_options(url))
+
+
+def close_client(client: SyncClient) -> None:
+    """Close ``client`` and its connections. redis-py's ``RedisCluster.close`` leaves each
+    node's pool connected (the nodes' clients do not own their pools): they are
+    disconnected here."""
+    client.close()
+    if isinstance(client, redis.cluster.RedisCluster):
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
 
 def _options(url: str) -> dict[str, Any]:
@@ -178,7 +216,62 @@ def _options(url: str) -> dict[str, Any]:
     return {**_CLIENT_OPTIONS, **_TCP_OPTIONS}
 
 
-def check_reachable(client: redis.Redis, url: str) -> None:
+def _cluster_options(url: str) -> dict[str, Any]:
+    # A cluster has database 0 only; redis-py's cluster client refuses the option.
+    return {k: v for k, v in _options(url).items() if k != "health_check_interval"}
+
+
+def is_cluster(url: str) -> bool | None:
+    """Whether the server at ``url`` is a Redis Cluster node (``INFO cluster``), or None when
+    it cannot be asked (unreachable, or INFO refused)."""
+    probe = redis.Redis.from_url(url, **{**_options(url), "socket_timeout": 5.0})
+    try:
+        info = probe.info("cluster")
+    except _UNREACHABLE:
+        return None
+    finally:
+        probe.close()
+    return bool(int(info.get("cluster_enabled", 0)))
+
+
+def cluster_mode(url: str, cluster: str = "auto") -> bool:
+    """Whether to serve ``url`` with a cluster client, by the ``cluster`` setting.
+
+    ``auto``: when the server says it is a cluster node (a server that cannot be asked gets
+    the single-server client: the first call then reports why). ``on``/``off``: as told,
+    after checking the server agrees when it answers.
+
+    Raises:
+        ConfigError: ``off`` against a cluster node, ``on`` against a single server, or
+            ``on`` with a ``unix://`` URL or a database other than 0.
+    """
+    if cluster == "off":
+        if is_cluster(url):
+            raise ConfigError(
+                "cluster",
+                f"this server is a cluster node ({redact(url)}); the queue's keys may live on "
+                "another node: set cluster = auto (or on) to follow the cluster",
+            )
+        return False
+    found = is_cluster(url)
+    if cluster == "on":
+        if urlsplit(url).scheme == "unix":
+            raise ConfigError("cluster", "a cluster is named by host:port, not a unix:// URL")
+        if found is False:
+            raise ConfigError(
+                "cluster",
+                f"cluster = on, but {redact(url)} is not a cluster node (cluster_enabled:0): "
+                "set cluster = auto (or off) for a single server",
+            )
+    elif not found:
+        return False
+    db = redis.ConnectionPool.from_url(url).connection_kwargs.get("db", 0)
+    if int(db or 0) != 0:
+        raise ConfigError("cluster", f"a cluster has database 0 only; {redact(url)} names {db}")
+    return True
+
+
+def check_reachable(client: SyncClient, url: str) -> None:
     """PING through ``client``.
 
     Args:
@@ -195,7 +288,7 @@ def check_reachable(client: redis.Redis, url: str) -> None:
         raise _unavailable(url, exc, _db(client)) from exc
 
 
-async def acheck_reachable(client: redis.asyncio.Redis, url: str) -> None:
+async def acheck_reachable(client: AsyncClient, url: str) -> None:
     """The asyncio twin of :func:`check_reachable`."""
     try:
         await client.ping()
@@ -203,9 +296,10 @@ async def acheck_reachable(client: redis.asyncio.Redis, url: str) -> None:
         raise _unavailable(url, exc, _db(client)) from exc
 
 
-def _db(client: redis.Redis | redis.asyncio.Redis) -> object:
+def _db(client: SyncClient | AsyncClient) -> object:
     """The database number the client selects (from the URL's path or ``?db=``)."""
-    return client.connection_pool.connection_kwargs.get("db", 0)
+    pool = getattr(client, "connection_pool", None)
+    return 0 if pool is None else pool.connection_kwargs.get("db", 0)
 
 
 def _unavailable(url: str, exc: BaseException, db: object) -> RedisUnavailable:

@@ -1,8 +1,11 @@
 """Every Redis key of a queue, built in one place.
 
 All keys of queue ``Q`` carry the hash tag ``{Q}`` so one queue lives in one Redis Cluster
-slot. Scripts receive :attr:`Keys.prefix` and build per-domain and per-job keys from it with
-the same suffixes as here (``lua/includes/keys.lua``); the two must agree.
+slot; with ``partitions = P > 1`` partition ``i``'s keys carry ``{Q:i}`` instead (``:`` cannot
+be in a queue name, so ``{shop:0}`` is never the tag of a queue ``shop.0``), and ``{Q}``
+keeps only the queue's home: its ``meta`` (the number of partitions). Scripts receive
+:attr:`Keys.prefix` and build per-domain and per-job keys from it with the same suffixes as
+here (``lua/includes/keys.lua``); the two must agree.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ __all__ = ["QUEUE_SCAN_PATTERN", "Keys", "queue_of_marker", "validate_queue_name
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: The keys that show a queue exists (the ones ``Queue.exists`` looks at).
-_MARKER = re.compile(r"^sq:\{([A-Za-z0-9_.\-]{1,64})\}:(?:meta|stats|domains)$")
+_MARKER = re.compile(r"^sq:\{([A-Za-z0-9_.\-]{1,64})(?::[0-9]+)?\}:(?:meta|stats|domains)$")
 
 #: A SCAN pattern matching every scrapeq key of every queue (braces are literal in globs).
 QUEUE_SCAN_PATTERN = "sq:{*}:*"
@@ -47,11 +50,15 @@ class Keys:
     """Key names of one queue."""
 
     queue: str
+    #: The partition (``partitions > 1``), or None: the queue's own keys ``sq:{Q}:``.
+    partition: int | None = None
 
     @property
     def prefix(self) -> str:
-        """``sq:{Q}:``, the start of every key of this queue."""
-        return f"sq:{{{self.queue}}}:"
+        """``sq:{Q}:`` (``sq:{Q:i}:`` for partition i), the start of every key."""
+        if self.partition is None:
+            return f"sq:{{{self.queue}}}:"
+        return f"sq:{{{self.queue}:{self.partition}}}:"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
@@ -130,5 +137,5 @@ class Keys:
         return f"{self.prefix}log-cursor"
 
     def all_patterns(self) -> str:
-        """A SCAN pattern matching every key of this queue."""
-        return f"sq:{{{self.queue}}}:*"
+        """A SCAN pattern matching every key of this queue (of this partition)."""
+        return f"{self.prefix}*"

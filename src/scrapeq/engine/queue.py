@@ -8,20 +8,32 @@ queue with ``redis.asyncio``; the bookkeeping is shared, the I/O is theirs.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
+import re
+import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from scrapeq.engine import scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.backoff import full_jitter
-from scrapeq.engine.connection import async_client, sync_client
+from scrapeq.engine.connection import (
+    AsyncClient,
+    SyncClient,
+    async_client,
+    close_client,
+    sync_client,
+)
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
 from scrapeq.engine.scripts import (
@@ -30,6 +42,7 @@ from scrapeq.engine.scripts import (
     Command,
     EnqueueSpec,
     JobPlace,
+    Many,
     Op,
     ScriptConfig,
     Settlement,
@@ -413,15 +426,16 @@ class _QueueCore:
 
     def _op_known_queues(self, max_calls: int) -> Op[KnownQueues | None]:
         found: set[str] = set()
-        cursor = 0
+        cursor: int | str = 0
         for _ in range(max_calls):
             scan = ("SCAN", cursor, "MATCH", QUEUE_SCAN_PATTERN, "COUNT", 1000)
             reply = yield Command(scan, tolerant=True)
             if reply is None:  # an ACL user without SCAN
                 return None
-            cursor, batch = int(reply[0]), reply[1]
+            # On a cluster, the cursor is every primary's (see _cluster_scan_all): opaque.
+            cursor, batch = reply[0], reply[1]
             found.update(n for n in map(queue_of_marker, map(str, batch)) if n is not None)
-            if cursor == 0:
+            if str(cursor) == "0":
                 return KnownQueues(sorted(found), True)
         return KnownQueues(sorted(found), False)
 
@@ -628,6 +642,543 @@ class _QueueCore:
             kind=kind,
             message=message,
         )
+
+
+# --- partitions ------------------------------------------------------------------------------
+
+#: Seconds a partition that had nothing to claim is left alone, at most: its answer said when
+#: something is next due there, but another producer may enqueue to it meanwhile.
+PARTITION_RECHECK = 1.0
+
+
+def partition_of(domain: str, partitions: int) -> int:
+    """The partition of a domain (its politeness key): a stable hash (CRC-32) of its name."""
+    if partitions <= 1:
+        return 0
+    return zlib.crc32(domain.encode("utf-8")) % partitions
+
+
+def partition_of_id(job_id: str, partitions: int) -> int:
+    """The partition a job id names (ids of a partitioned queue end in ``.<i>``); 0 else."""
+    _, dot, tail = job_id.rpartition(".")
+    if not dot or not tail.isdigit() or int(tail) >= partitions:
+        return 0
+    return int(tail)
+
+
+def _stream_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = str(entry_id).partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
+def _merge_status(raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``status-1.lua`` answer for the whole queue from its partitions' answers."""
+    out: dict[str, Any] = {"stats": {}, "lanes": {}, "lane_order": [], "retired": []}
+    for name in ("ready", "delayed", "inflight", "dead", "domains", "open_breakers"):
+        out[name] = sum(int(r.get(name) or 0) for r in raws)
+    out["retired_domains"] = sum(int(r.get("retired_domains") or 0) for r in raws)
+    # each partition picked its own domains worth a look: their union, round-robin so that
+    # every partition's first choices come first when the caller cuts it to status_top
+    picks = [_names(r.get("top")) for r in raws]
+    union: list[str] = []
+    for rank in range(max((len(p) for p in picks), default=0)):
+        union += [p[rank] for p in picks if rank < len(p) and p[rank] not in union]
+    out["top"] = union
+    out["now"] = max(int(r.get("now") or 0) for r in raws)
+    for raw in raws:
+        for field_name, value in (raw.get("stats") or {}).items():
+            out["stats"][field_name] = out["stats"].get(field_name, 0) + value
+        for lane in raw.get("lane_order") or []:
+            if lane not in out["lane_order"]:
+                out["lane_order"].append(lane)
+        for lane, fig in (raw.get("lanes") or {}).items():
+            have = out["lanes"].setdefault(lane, {"ready": 0, "delayed": 0, "oldest_ready_ms": 0})
+            have["ready"] += int(fig["ready"])
+            have["delayed"] += int(fig["delayed"])
+            have["oldest_ready_ms"] = max(have["oldest_ready_ms"], fig["oldest_ready_ms"])
+        out["retired"] += list(raw.get("retired") or [])
+    paused = [r for r in raws if r.get("paused_until")]
+    latest = max(paused, key=lambda r: int(r["paused_until"]), default=None)
+    out["paused_until"] = None if latest is None else latest["paused_until"]
+    out["pause_reason"] = None if latest is None else latest.get("pause_reason")
+    return out
+
+
+def _retarget(step: Step, base: str, prefix: str) -> Step:
+    """``step`` moved from the queue's own keys (``base``) to a partition's (``prefix``)."""
+    if isinstance(step, Call):
+        return step if step.prefix is not None else step.on(prefix)
+    if isinstance(step, Command):
+        args = tuple(
+            prefix + a[len(base) :] if isinstance(a, str) and a.startswith(base) else a
+            for a in step.args
+        )
+        return Command(args, step.tolerant)
+    return Many(tuple(_retarget(s, base, prefix) for s in step.steps))  # type: ignore[misc]
+
+
+class _PartitionedCore(_QueueCore):
+    """The operations of a queue of ``partitions = P`` hash tags.
+
+    With P = 1 every operation is :class:`_QueueCore`'s, on the keys ``sq:{Q}:``. With P > 1
+    a domain lives in partition ``crc32(domain) % P`` (keys ``sq:{Q:i}:``) and a job's id ends
+    in ``.<i>``: an operation on a domain or a job runs the single-partition operation on its
+    partition (its steps moved there, :func:`_retarget`); one on the whole queue runs on
+    every partition (:class:`Many`: concurrently on the async queue) and sums or merges.
+    """
+
+    def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
+        super().__init__(name, settings=settings)
+        self.partitions = self.settings.partitions
+        self.parts = (
+            [Keys(self.name, i) for i in range(self.partitions)]
+            if self.partitions > 1
+            else [self.keys]
+        )
+        self._parts_checked = False
+        now = 0.0
+        #: Per partition: when (monotonic) to claim there next; whether it had nothing at all.
+        self._due = [now] * self.partitions
+        self._empty = [False] * self.partitions
+        self._turn = 0
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def _on(self, op: Op[T], part: int) -> Op[T]:
+        """Run a single-partition operation on partition ``part``."""
+        if self.partitions == 1:
+            return (yield from op)
+        return (yield from self._on_prefix(op, self.parts[part].prefix))
+
+    def _on_prefix(self, op: Op[T], prefix: str) -> Op[T]:
+        """Run a single-partition operation on the keys under ``prefix``."""
+        base = self.keys.prefix
+        try:
+            step = next(op)
+            while True:
+                step = op.send((yield _retarget(step, base, prefix)))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _on_all(self, make: Callable[[], Op[T]]) -> Op[list[T]]:
+        """Run a single-partition operation on every partition in turn; answers per partition."""
+        out: list[T] = []
+        for part in range(self.partitions):
+            out.append((yield from self._on(make(), part)))
+        return out
+
+    def _part(self, domain: str) -> int:
+        return partition_of(domain, self.partitions)
+
+    def _part_of_id(self, job_id: str) -> int:
+        return partition_of_id(job_id, self.partitions)
+
+    def _wake(self, parts: Iterable[int]) -> None:
+        """This client wrote to ``parts``: claim there again without waiting."""
+        for part in parts:
+            self._due[part], self._empty[part] = 0.0, False
+
+    def _op_check_parts(self) -> Op[None]:
+        """Once per queue object, before its first write: the queue's stored number of
+        partitions agrees with the settings (``lua/partitions-1.lua``)."""
+        if self._parts_checked:
+            return
+        yield scripts.partitions(self.partitions)
+        self._parts_checked = True
+
+    def _op_check_parts_read(self) -> Op[None]:
+        """The read-only twin of :meth:`_op_check_parts`, for the queue-wide reads (status,
+        counts, figures): settings with another number of partitions would read none of
+        the queue's jobs and show it empty."""
+        if self._parts_checked:
+            return
+        stored = yield Command(("HGET", self.keys.meta, "parts"))
+        if int(stored or 1) != self.partitions:
+            raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
+        self._parts_checked = True
+
+    def _many(self, steps: Sequence[Step]) -> Op[list[Any]]:
+        if not steps:
+            return []
+        answers: list[Any] = yield Many(tuple(steps))  # type: ignore[arg-type]
+        return answers
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
+        yield from self._op_check_parts()
+        if self.partitions == 1:
+            return (yield from super()._op_enqueue(specs))
+        self._check_payload_sizes(specs)
+        groups: dict[int, list[int]] = {}
+        for index, spec in enumerate(specs):
+            groups.setdefault(self._part(spec.domain), []).append(index)
+        calls: list[Step] = []
+        owners: list[list[int]] = []
+        for part, indexes in sorted(groups.items()):
+            chosen = [specs[i] for i in indexes]
+            if self._fingerprint_all:
+                chosen = [_with_fingerprint(s) for s in chosen]
+            start = 0
+            for chunk in _chunks(chosen, _spec_size):
+                calls.append(scripts.enqueue(chunk, f".{part}").on(self.parts[part].prefix))
+                owners.append(indexes[start : start + len(chunk)])
+                start += len(chunk)
+        results: list[EnqueueResult | None] = [None] * len(specs)
+        replies = yield from self._many(calls)
+        self._wake(groups)
+        # one partition that had a unique enqueue is enough for every job to carry its print
+        self._fingerprint_all = any(hold_all for _, hold_all in replies)
+        for (answers, _), indexes in zip(replies, owners, strict=True):
+            for index, answer in zip(indexes, answers, strict=True):
+                results[index] = _enqueue_result(answer)
+        return [r for r in results if r is not None]
+
+    def _op_claim(self, n: int) -> Op[Claimed]:
+        yield from self._op_check_parts()
+        if self.partitions == 1:
+            return (yield from super()._op_claim(n))
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
+            raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
+        now = time.monotonic()
+        count = self.partitions
+        # the most urgent partition first; among those due now, each in turn
+        order = sorted(
+            range(count), key=lambda i: (max(self._due[i] - now, 0.0), (i - self._turn) % count)
+        )
+        self._turn = (self._turn + 1) % count
+        jobs: list[Job] = []
+        for part in order:
+            want = n - len(jobs)
+            if want <= 0 or self._due[part] > now:
+                continue
+            call = scripts.claim(want).on(self.parts[part].prefix)
+            next_ms, texts = yield call
+            jobs.extend(Job.from_json(t) for t in texts)
+            self._empty[part] = next_ms < 0 and not texts
+            if len(texts) < want:  # nothing more there for now: leave it until it is due
+                wait = PARTITION_RECHECK if next_ms < 0 else min(next_ms / 1000, PARTITION_RECHECK)
+                self._due[part] = now + wait
+        if jobs:
+            return Claimed(jobs, 0.0)
+        if all(self._empty):
+            return Claimed([], None)
+        return Claimed([], max(min(self._due) - now, 0.0))
+
+    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+        if self.partitions == 1:
+            return (yield from super()._op_settle(items))
+        # Follow-ups to another partition's domains cannot be in that partition's settle call:
+        # they are enqueued first (a settle found stale leaves them queued: at least once).
+        elsewhere = [
+            spec
+            for item in items
+            for spec in item.follow
+            if self._part(spec.domain) != self._part_of_id(item.job_id)
+        ]
+        if elsewhere:
+            yield from self._op_enqueue(elsewhere)
+        groups: dict[int, list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault(self._part_of_id(item.job_id), []).append(index)
+        calls: list[Step] = []
+        owners: list[list[int]] = []
+        for part, indexes in sorted(groups.items()):
+            chosen = [_keep_follow(items[i], part, self._part) for i in indexes]
+            start = 0
+            for chunk in _chunks(chosen, _settlement_size):
+                calls.append(scripts.settle(chunk, f".{part}").on(self.parts[part].prefix))
+                owners.append(indexes[start : start + len(chunk)])
+                start += len(chunk)
+        out = [""] * len(items)
+        replies = yield from self._many(calls)
+        self._wake(groups)  # a settled job frees its domain's slot; a retry is due there
+        for answers, indexes in zip(replies, owners, strict=True):
+            for index, answer in zip(indexes, answers, strict=True):
+                out[index] = answer
+        return out
+
+    def _op_settle_one(self, item: Settlement) -> Op[str]:
+        if self.partitions == 1:
+            return (yield from super()._op_settle_one(item))
+        (status,) = yield from self._op_settle([item])
+        if status == "stale":
+            raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
+        return status
+
+    def _op_heartbeat(self, jobs: Sequence[Job], lease: float | None) -> Op[list[bool]]:
+        if self.partitions == 1:
+            return (yield from super()._op_heartbeat(jobs, lease))
+        lease_ms = _seconds_ms("lease", lease)
+        groups: dict[int, list[int]] = {}
+        for index, job in enumerate(jobs):
+            groups.setdefault(self._part_of_id(job.id), []).append(index)
+        calls: list[Step] = []
+        for part, indexes in sorted(groups.items()):
+            pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
+            calls.append(scripts.heartbeat(pairs, lease_ms).on(self.parts[part].prefix))
+        out = [False] * len(jobs)
+        answers = yield from self._many(calls)
+        for renewed, (_, indexes) in zip(answers, sorted(groups.items()), strict=True):
+            for index, ok in zip(indexes, renewed, strict=True):
+                out[index] = ok
+        return out
+
+    def _op_reap(self) -> Op[tuple[int, int, int]]:
+        if self.partitions == 1:
+            return (yield scripts.reap())  # type: ignore[no-any-return]
+        answers = yield from self._many([scripts.reap().on(k.prefix) for k in self.parts])
+        return (
+            sum(a[0] for a in answers),
+            sum(a[1] for a in answers),
+            sum(a[2] for a in answers),
+        )
+
+    def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
+        return (
+            yield from self._on(super()._op_breaker(domain, action, cooldown), self._part(domain))
+        )
+
+    def _op_domain_set(
+        self, domain: str, delay: float | None, concurrency: int | None
+    ) -> Op[dict[str, Any]]:
+        op = super()._op_domain_set(domain, delay, concurrency)
+        return (yield from self._on(op, self._part(domain)))
+
+    def _op_cancel(
+        self, ids: Sequence[str] | None, domain: str | None, force: bool
+    ) -> Op[CancelResult]:
+        if self.partitions == 1 or (ids is None) == (domain is None):
+            return (yield from super()._op_cancel(ids, domain, force))
+        if domain is not None:
+            return (
+                yield from self._on(super()._op_cancel(None, domain, force), self._part(domain))
+            )
+        assert ids is not None
+        merged = CancelResult(0)
+        for part, chosen in _by_part(ids, self._part_of_id):
+            got = yield from self._on(super()._op_cancel(chosen, None, force), part)
+            merged = CancelResult(
+                merged.cancelled + got.cancelled,
+                merged.inflight + got.inflight,
+                merged.dead + got.dead,
+                merged.done + got.done,
+                merged.unknown + got.unknown,
+                merged.corrupt + got.corrupt,
+            )
+        return merged
+
+    def _op_replay(
+        self, ids: Sequence[str] | None, domain: str | None, everything: bool, reset: bool
+    ) -> Op[ReplayResult]:
+        chosen = [ids is not None, domain is not None, everything]
+        if self.partitions == 1 or sum(chosen) != 1:
+            return (yield from super()._op_replay(ids, domain, everything, reset))
+        if domain is not None:
+            op = super()._op_replay(None, domain, False, reset)
+            return (yield from self._on(op, self._part(domain)))
+        results: list[ReplayResult] = []
+        if ids is not None:
+            for part, some in _by_part(ids, self._part_of_id):
+                op = super()._op_replay(some, None, False, reset)
+                results.append((yield from self._on(op, part)))
+        else:
+            results = yield from self._on_all(
+                lambda: _QueueCore._op_replay(self, None, None, True, reset)
+            )
+        return ReplayResult(
+            sum(r.moved for r in results),
+            [i for r in results for i in r.missing],
+            [i for r in results for i in r.duplicates],
+        )
+
+    def _op_purge(self, older_than: float | None, domain: str | None) -> Op[int]:
+        if domain is not None:
+            return (yield from self._on(super()._op_purge(older_than, domain), self._part(domain)))
+        if self.partitions == 1:
+            return (yield from super()._op_purge(older_than, domain))
+        return sum((yield from self._on_all(lambda: _QueueCore._op_purge(self, older_than, None))))
+
+    def _op_clear(self) -> Op[int]:
+        # The partitions the queue has (its home says), whatever these settings say: a
+        # clear with the wrong number would leave the others' keys behind.
+        stored = yield Command(("HGET", self.keys.meta, "parts"))
+        count = int(stored) if stored else 1
+        if count == 1 and self.partitions == 1:
+            return (yield from super()._op_clear())
+        deleted = 0
+        for part in range(count if count > 1 else 0):
+            prefix = Keys(self.name, part).prefix
+            deleted += yield from self._on_prefix(_QueueCore._op_clear(self), prefix)
+        # the home last (its meta holds the number of partitions): a clear cut short leaves it
+        deleted += yield from _QueueCore._op_clear(self)
+        self._parts_checked = False
+        return deleted
+
+    def _op_log_leader(
+        self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
+    ) -> Op[scripts.LeaderAnswer]:
+        op = super()._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        return (yield from self._on(op, 0))
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
+        return (yield from self._on(super()._op_job_info(job_id), self._part_of_id(job_id)))
+
+    def _op_get_job(self, job_id: str) -> Op[Job | None]:
+        return (yield from self._on(super()._op_get_job(job_id), self._part_of_id(job_id)))
+
+    def _op_status_raw(self, top: int = 0) -> Op[dict[str, Any]]:
+        yield from self._op_check_parts_read()
+        lanes = self.settings.lanes.names
+        if self.partitions == 1:
+            raw: dict[str, Any] = yield scripts.status(lanes, top)
+            return raw
+        raws = yield from self._many([scripts.status(lanes, top).on(k.prefix) for k in self.parts])
+        return _merge_status(raws)
+
+    def _op_status(self) -> Op[dict[str, Any]]:
+        if self.partitions == 1:
+            yield from self._op_check_parts_read()
+            return (yield from super()._op_status())
+        top = self.settings.status_top
+        raw = yield from self._op_status_raw(top)
+        domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))[:top]))
+        status = _shape_status(self.name, raw, domains)
+        policy = yield from self._op_eviction_policy()
+        if policy not in (None, "noeviction"):
+            status["alarms"].append(_eviction_alarm(policy))
+        return status
+
+    def _op_counts(self) -> Op[dict[str, int]]:
+        if self.partitions == 1:
+            yield from self._op_check_parts_read()
+            return (yield from super()._op_counts())
+        return _shape_counts((yield from self._op_status_raw()))
+
+    def _op_figures(self) -> Op[dict[str, int]]:
+        if self.partitions == 1:
+            yield from self._op_check_parts_read()
+            return (yield from super()._op_figures())
+        return _figures((yield from self._op_status_raw()))
+
+    def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
+        if self.partitions == 1:
+            return (yield from super()._op_domains_info(domains))
+        if domains is None:
+            members = yield from self._many([Command(("SMEMBERS", k.domains)) for k in self.parts])
+            domains = sorted(str(m) for some in members for m in some)
+        found: dict[str, dict[str, Any]] = {}
+        for part, chosen in _by_part(domains, self._part):
+            for info in (yield from self._on(super()._op_domains_info(chosen), part)):
+                found[str(info.get("domain"))] = info
+        return [found[d] for d in domains if d in found]
+
+    def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
+        if self.partitions == 1 or domain is not None:
+            part = 0 if domain is None else self._part(domain)
+            return (yield from self._on(super()._op_dead_letters(domain, limit), part))
+        top = max(limit, 1)
+        pages = yield from self._many(
+            [Command(("ZREVRANGE", k.dead, 0, top - 1, "WITHSCORES")) for k in self.parts]
+        )
+        scored = [
+            (float(score), str(job_id), part)
+            for part, page in enumerate(pages)
+            for job_id, score in _pairs(page)
+        ]
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        chosen = scored[:top]
+        by_part: dict[int, list[str]] = {}
+        for _, job_id, part in chosen:
+            by_part.setdefault(part, []).append(job_id)
+        texts: dict[str, str | None] = {}
+        for part, some in sorted(by_part.items()):
+            keys = self.parts[part]
+            got = yield Command(("MGET", *[keys.job(i) for i in some]))
+            texts.update(zip(some, got, strict=True))
+        return [_dead_job(i, t) for _, i, _ in chosen if (t := texts.get(i)) is not None]
+
+    def _op_dead_count(self, domain: str | None) -> Op[int]:
+        if self.partitions == 1 or domain is not None:
+            part = 0 if domain is None else self._part(domain)
+            return (yield from self._on(super()._op_dead_count(domain), part))
+        counts = yield from self._many([Command(("ZCARD", k.dead)) for k in self.parts])
+        return sum(int(c) for c in counts)
+
+    def _op_audit(self, repair: bool) -> Op[AuditReport]:
+        if self.partitions == 1:
+            return (yield from super()._op_audit(repair))
+        s = self.settings
+        keep_ms = round(s.keep_done * 1000)
+        reports: list[AuditReport] = []
+        for keys in self.parts:  # the partition's own keys (the scan cuts ids off its keys)
+            op = audit_op(keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+            reports.append((yield from self._on_prefix(op, keys.prefix)))
+        checked: dict[str, int] = {}
+        for r in reports:
+            for name, value in r.checked.items():
+                checked[name] = checked.get(name, 0) + value
+        problems = [p for r in reports for p in r.problems]
+        return AuditReport(self.name, problems, checked, sum(r.suspected for r in reports))
+
+    def _op_exists(self) -> Op[bool]:
+        if self.partitions == 1:
+            return (yield from super()._op_exists())
+        steps: list[Step] = [Command(("EXISTS", self.keys.meta))]
+        steps += [Command(("EXISTS", k.meta, k.domains, k.stats)) for k in self.parts]
+        return any(int(x) for x in (yield from self._many(steps)))
+
+    def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
+        if self.partitions == 1:
+            return (yield from super()._op_events(count))
+        pages = yield from self._many(
+            [Command(("XREVRANGE", k.events, "+", "-", "COUNT", count)) for k in self.parts]
+        )
+        entries = [entry for page in pages for entry in page]
+        entries.sort(key=lambda e: _stream_key(e[0]), reverse=True)
+        return [_event(entry_id, fields) for entry_id, fields in entries[:count]]
+
+    def _op_events_after(self, after: str, count: int) -> Op[list[dict[str, str]]]:
+        """Every partition's events after stream id ``after``, merged in id order. A page
+        ends between two different ids only, so the last id is a cursor for every stream."""
+        if self.partitions == 1:
+            return (yield from super()._op_events_after(after, count))
+        replies = yield from self._many(
+            [Command(("XREAD", "COUNT", count, "STREAMS", k.events, after)) for k in self.parts]
+        )
+        entries = [e for reply in replies for e in _stream_entries(reply)]
+        entries.sort(key=lambda e: _stream_key(e["id"]))
+        if len(entries) <= count:
+            return entries
+        cut = count
+        while cut < len(entries) and entries[cut]["id"] == entries[cut - 1]["id"]:
+            cut += 1
+        return entries[:cut]
+
+
+def _keep_follow(item: Settlement, part: int, part_of: Callable[[str], int]) -> Settlement:
+    """The settlement with only the follow-ups of its own partition."""
+    if not item.follow:
+        return item
+    own = tuple(s for s in item.follow if part_of(s.domain) == part)
+    return item if len(own) == len(item.follow) else dataclasses.replace(item, follow=own)
+
+
+def _by_part(names: Sequence[str], part_of: Callable[[str], int]) -> list[tuple[int, list[str]]]:
+    """``names`` grouped by partition (in the order given within each)."""
+    groups: dict[int, list[str]] = {}
+    for name in names:
+        groups.setdefault(part_of(name), []).append(name)
+    return sorted(groups.items())
+
+
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """A WITHSCORES reply (flat list, or pairs under RESP3) as (member, score) pairs."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(m, s) for m, s in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 def _spec_size(spec: EnqueueSpec) -> int:
@@ -871,7 +1422,66 @@ def _oversized(step: Step, limit_reply: Any) -> PayloadTooLarge | None:
     )
 
 
-class Queue(_QueueCore):
+def _moved(exc: redis.ResponseError) -> ConfigError | None:
+    """A MOVED/ASK reply reaching a single-server client: the server is a cluster node."""
+    if not isinstance(exc, redis.exceptions.AskError):
+        return None
+    return ConfigError(
+        "cluster",
+        f"this server is a cluster node; the queue's slot {exc.slot_id} is served by "
+        f"{exc.node_addr[0]}:{exc.node_addr[1]}: set cluster = auto (or on) to follow the cluster",
+    )
+
+
+#: What a cluster client raises while the cluster cannot serve a slot (a failover under way,
+#: a node unreachable): transient, like a lost connection.
+_CLUSTER_TRANSIENT = (
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.TryAgainError,
+)
+
+
+def _cluster_unavailable(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis Cluster cannot serve the call now: {exc or type(exc).__name__}")
+
+
+#: Commands a cluster client must send to the node that owns the queue's slot: TIME (the
+#: audit's clock, the one the scripts read) and SCAN of the queue's own keys (a MATCH with
+#: its hash tag). A SCAN of every queue (no tag) goes to every primary.
+_TAGGED_SCAN = re.compile(r"\{[^*?\[\]{}]+\}")
+
+
+def _cluster_target(args: tuple[Any, ...], prefix: str) -> str | None:
+    """For a cluster client: a key whose node runs the command (TIME: the queue's prefix; a
+    SCAN whose MATCH has a hash tag: that tag, a partition's for a partitioned queue),
+    ``"all"`` (a SCAN of every primary) or None (redis-py routes it by its keys)."""
+    name = str(args[0]).upper()
+    if name == "TIME":
+        return prefix
+    if name != "SCAN":
+        return None
+    pattern = next(
+        (str(args[i + 1]) for i, a in enumerate(args[:-1]) if str(a).upper() == "MATCH"), ""
+    )
+    tag = _TAGGED_SCAN.search(pattern)
+    return tag.group(0) if tag else "all"
+
+
+def _split_cursor(cursor: Any, primaries: list[str]) -> dict[str, int]:
+    """A cluster SCAN cursor (``node=cursor;...``, or ``0`` to start) by node name."""
+    text = str(cursor)
+    if text == "0":
+        return dict.fromkeys(primaries, 0)
+    pairs = (part.rpartition("=") for part in text.split(";") if part)
+    return {name: int(value) for name, _, value in pairs}
+
+
+def _join_cursor(cursors: dict[str, int]) -> str:
+    return ";".join(f"{name}={c}" for name, c in cursors.items() if int(c) != 0) or "0"
+
+
+class Queue(_PartitionedCore):
     """A queue over a blocking redis-py client: for producers, admin tools and tests.
 
     Args:
@@ -881,10 +1491,11 @@ class Queue(_QueueCore):
     """
 
     def __init__(
-        self, client: redis.Redis, name: str | None = None, *, settings: Settings | None = None
+        self, client: SyncClient, name: str | None = None, *, settings: Settings | None = None
     ) -> None:
         super().__init__(name, settings=settings)
         self.client = client
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
         self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
@@ -896,10 +1507,11 @@ class Queue(_QueueCore):
         The client has scrapeq's options (:func:`scrapeq.engine.connection.sync_client`): a call
         that gets no answer fails after a socket timeout instead of waiting forever.
         """
-        return cls(sync_client(url), name, settings=settings)
+        given = settings or Settings()
+        return cls(sync_client(url, given.cluster), name, settings=settings)
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
 
     def _drive(self, op: Op[T]) -> T:
         try:
@@ -910,17 +1522,28 @@ class Queue(_QueueCore):
             return stop.value  # type: ignore[no-any-return]
 
     def _step(self, step: Step) -> Any:
+        if isinstance(step, Many):
+            return [self._step(s) for s in step.steps]
         try:
             if isinstance(step, Command):
+                if self._cluster:
+                    return self._cluster_command(step.args)
                 return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
             raw = self._scripts[step.script](
-                keys=[self.keys.prefix],
+                keys=[step.prefix or self.keys.prefix],
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
             raise scripts.map_error(str(exc)) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if _maybe_oversized(step):
                 too_large = _oversized(step, self._step(Command(_BULK_LIMIT_QUERY, True)))
@@ -928,6 +1551,32 @@ class Queue(_QueueCore):
                     raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
+
+    def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
+        client = self.client
+        assert isinstance(client, redis.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return client.execute_command(*args)  # type: ignore[no-untyped-call]
+        if target != "all":
+            node = client.get_node_from_key(target)  # type: ignore[no-untyped-call]
+            reply = client.execute_command(*args, target_nodes=node)  # type: ignore[no-untyped-call]
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        names = [n.name for n in client.get_primaries()]  # type: ignore[no-untyped-call]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
+            if node is None:  # gone since the last call (a failover): its keys moved
+                continue
+            got, batch = client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)  # type: ignore[no-untyped-call]
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
 
     # --- public API (one line each: the operations above hold the logic) -----------------------
 
@@ -977,7 +1626,7 @@ class Queue(_QueueCore):
 
     def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
-        return self._step(scripts.reap())  # type: ignore[no-any-return]
+        return self._drive(self._op_reap())
 
     def status(self) -> dict[str, Any]:
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""
@@ -1118,18 +1767,19 @@ class Queue(_QueueCore):
         return self._drive(self._op_eviction_policy())
 
 
-class AsyncQueue(_QueueCore):
+class AsyncQueue(_PartitionedCore):
     """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         name: str | None = None,
         *,
         settings: Settings | None = None,
     ) -> None:
         super().__init__(name, settings=settings)
         self.client = client
+        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
@@ -1137,7 +1787,8 @@ class AsyncQueue(_QueueCore):
         cls, url: str, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
         """Connect to ``url``, with the options of :func:`.connection.async_client`."""
-        return cls(async_client(url), name, settings=settings)
+        given = settings or Settings()
+        return cls(async_client(url, given.cluster), name, settings=settings)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -1151,17 +1802,28 @@ class AsyncQueue(_QueueCore):
             return stop.value  # type: ignore[no-any-return]
 
     async def _step(self, step: Step) -> Any:
+        if isinstance(step, Many):  # to several partitions: concurrently
+            return list(await asyncio.gather(*(self._step(s) for s in step.steps)))
         try:
             if isinstance(step, Command):
-                return await self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+                if self._cluster:
+                    return await self._cluster_command(step.args)
+                return await self.client.execute_command(*step.args)
             raw = await self._scripts[step.script](
-                keys=[self.keys.prefix],
+                keys=[step.prefix or self.keys.prefix],
                 args=[self.testing_clock_offset_ms, self._config_json, step.args],
             )
         except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
             raise scripts.map_error(str(exc)) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if _maybe_oversized(step):
                 limit = await self._step(Command(_BULK_LIMIT_QUERY, True))
@@ -1170,6 +1832,34 @@ class AsyncQueue(_QueueCore):
                     raise too_large from None
             raise _wrap_connection_error(exc) from exc
         return step.parse(raw)
+
+    async def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """The asyncio twin of :meth:`Queue._cluster_command`."""
+        client = self.client
+        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return await client.execute_command(*args)
+        if target != "all":
+            await client.initialize()
+            node = client.get_node_from_key(target)
+            reply = await client.execute_command(*args, target_nodes=node)
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        await client.initialize()
+        names = [n.name for n in client.get_primaries()]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)
+            if node is None:
+                continue
+            got, batch = await client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
 
     async def enqueue(self, url: str, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
@@ -1217,7 +1907,7 @@ class AsyncQueue(_QueueCore):
 
     async def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
-        return await self._step(scripts.reap())  # type: ignore[no-any-return]
+        return await self._drive(self._op_reap())
 
     async def status(self) -> dict[str, Any]:
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""

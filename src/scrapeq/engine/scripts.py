@@ -30,6 +30,7 @@ __all__ = [
     "SCRIPTS",
     "Call",
     "Command",
+    "Many",
     "Op",
     "ScriptConfig",
     "Settlement",
@@ -54,6 +55,7 @@ SCRIPTS: dict[str, str] = {
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
     "log_leader": "log_leader-1.lua",
+    "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
     "replay": "replay-1.lua",
@@ -68,6 +70,7 @@ _ERROR_CODES: dict[str, type[Exception]] = {
     "SQ_UNKNOWN_DOMAIN": NotFound,
     "SQ_BAD_OUTCOME": ScriptError,
     "SQ_SEEN_LAYOUT": ConfigError,
+    "SQ_PARTITIONS": ConfigError,
 }
 
 
@@ -119,10 +122,22 @@ def map_error(message: str) -> Exception:
             detail = text.split(code, 1)[1].strip()
             if exc_type is NotFound:
                 return NotFound(f"unknown domain {detail!r}")
+            if code == "SQ_PARTITIONS":
+                return _partitions_error(detail)
             if exc_type is ConfigError:
                 return _seen_layout_error(detail)
             return exc_type(f"{code}: {detail}")
     return ScriptError(text)
+
+
+def _partitions_error(detail: str) -> ConfigError:
+    stored, given = ([*detail.split(), "?", "?"])[:2]
+    return ConfigError(
+        "partitions",
+        f"this queue has {stored} partition(s) and these settings say {given}: changing "
+        "partitions needs an empty queue (scrapeq queue clear), or set partitions to "
+        f"{stored}",
+    )
 
 
 def _seen_layout_error(detail: str) -> ConfigError:
@@ -220,11 +235,20 @@ def _ms(seconds: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One script call: which script, its ``ARGV[3]`` JSON, and how to read its answer."""
+    """One script call: which script, its ``ARGV[3]`` JSON, and how to read its answer.
+
+    ``prefix``: the key prefix (``KEYS[1]``) of the partition it runs on; None: the queue's
+    own (``sq:{Q}:``, the only one with ``partitions = 1``).
+    """
 
     script: str
     args: str
     parse: Callable[[Any], T]
+    prefix: str | None = None
+
+    def on(self, prefix: str) -> Call[T]:
+        """This call on the partition of key prefix ``prefix``."""
+        return dataclasses.replace(self, prefix=prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +265,15 @@ class Command:
     tolerant: bool = False
 
 
-Step = Call[Any] | Command
+@dataclass(frozen=True, slots=True)
+class Many:
+    """Steps sent together (to several partitions, so several nodes): answered as a list in
+    their order. The async queue sends them concurrently, the sync one in turn."""
+
+    steps: tuple[Call[Any] | Command, ...]
+
+
+Step = Call[Any] | Command | Many
 #: An operation: a generator of steps that receives each step's answer and returns T.
 Op = Generator[Step, Any, T]
 
@@ -321,14 +353,17 @@ class EnqueueSpec:
         return arg
 
 
-def enqueue(specs: Sequence[EnqueueSpec]) -> Call[tuple[list[str], bool]]:
+def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[list[str], bool]]:
     """Add jobs; answers (per job ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or ``"dead:<id>"``,
     whether the queue has had a unique enqueue: then every job should carry its fingerprint).
+    ``pid``: the suffix of the new ids (the partition's, ``.<i>``; None: no suffix).
     """
 
     def parse(raw: list[Any]) -> tuple[list[str], bool]:
         return [str(x) for x in raw[:-1]], bool(int(raw[-1]))
 
+    if pid is not None:
+        return _call("enqueue", parse, jobs=[s.as_arg() for s in specs], pid=pid)
     return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
@@ -389,8 +424,12 @@ class Settlement:
         return arg
 
 
-def settle(items: Sequence[Settlement]) -> Call[list[str]]:
-    """Settle many jobs; answers per item done/retried/throttled/released/dead/stale."""
+def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[str]]:
+    """Settle many jobs; answers per item done/retried/throttled/released/dead/stale.
+    ``pid``: the suffix of the follow-ups' new ids (as :func:`enqueue`)."""
+    if pid is not None:
+        args = [i.as_arg() for i in items]
+        return _call("settle", _str_list, items=args, seed=_seed(), pid=pid)
     return _call("settle", _str_list, items=[i.as_arg() for i in items], seed=_seed())
 
 
@@ -669,6 +708,12 @@ def domain_info(domains: Sequence[str]) -> Call[list[dict[str, Any]]]:
         return value if isinstance(value, list) else []
 
     return _call("domain_info", parse, domains=list(domains))
+
+
+def partitions(given: int) -> Call[str]:
+    """Record (on a queue's first partitioned use) or check the queue's number of partitions
+    (``lua/partitions-1.lua``); refused with ``SQ_PARTITIONS`` when it differs."""
+    return _call("partitions", str, parts=given)
 
 
 def _str_list(raw: list[Any]) -> list[str]:

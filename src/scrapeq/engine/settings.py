@@ -52,6 +52,7 @@ from scrapeq.engine.urls import SCOPES
 from scrapeq.errors import ConfigError
 
 __all__ = [
+    "CLUSTER_MODES",
     "CONFIG_FILE_NAME",
     "ENV_PREFIX",
     "SETTING_NAMES",
@@ -72,6 +73,8 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 _INT = re.compile(r"^[+-]?[0-9]+$")
 #: The de-duplication modes of an enqueue (setting ``unique``).
 UNIQUE_MODES = ("off", "pending", "seen")
+#: The ``cluster`` setting's values: detect Redis Cluster, require it, or refuse it.
+CLUSTER_MODES = ("auto", "on", "off")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -357,6 +360,11 @@ def _check_log_format(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected text or json, got {value!r}")
 
 
+def _check_cluster(name: str, value: Any) -> None:
+    if value not in CLUSTER_MODES:
+        raise ConfigError(name, f"expected auto, on or off, got {value!r}")
+
+
 def _check_header(name: str, value: Any) -> None:
     if not value.strip() or _CONTROL.search(value):
         raise ConfigError(name, "must be non-empty with no control characters")
@@ -543,6 +551,10 @@ class Settings:
     # A domain with nothing queued or in flight and a closed breaker is forgotten this long
     # after its last job left (0: never).
     domain_ttl: float = _seconds(86400.0, positive=False)
+    # Redis Cluster: auto detects it (INFO cluster), on requires one, off refuses one.
+    cluster: str = _setting("str", "auto", check=_check_cluster)
+    # Hash-tag partitions of one queue (1: the one tag {Q}); fixed once the queue is in use.
+    partitions: int = _setting("int", 1, ge=1, le=1024)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

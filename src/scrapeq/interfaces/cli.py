@@ -82,7 +82,7 @@ class Context:
             RedisUnavailable: the URL cannot be used (one line, password hidden).
         """
         url = self.redis_url()
-        client = sync_client(url)
+        client = sync_client(url, self.settings.cluster)
         try:
             check_reachable(client, url)
         finally:
@@ -91,12 +91,14 @@ class Context:
 
     def queue(self) -> Queue:
         url = self.redis_url()
-        client = sync_client(url)
+        client = sync_client(url, self.settings.cluster)
         check_reachable(client, url)
         return Queue(client, settings=self.settings)
 
     def async_queue(self) -> AsyncQueue:
-        return AsyncQueue(async_client(self.redis_url()), settings=self.settings)
+        return AsyncQueue(
+            async_client(self.redis_url(), self.settings.cluster), settings=self.settings
+        )
 
 
 def _settings(ctx: typer.Context, **flags: Any) -> Settings:
@@ -414,7 +416,7 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
 
 def _nothing_to_do(settings: Settings, url: str) -> bool:
     """No job ready, delayed or in flight: a burst worker would stop at once."""
-    q = Queue(sync_client(url), settings=settings)
+    q = Queue(sync_client(url, settings.cluster), settings=settings)
     try:
         c = q.counts()
     finally:
@@ -425,7 +427,7 @@ def _nothing_to_do(settings: Settings, url: str) -> bool:
 async def _log_summary(settings: Settings, url: str) -> None:
     from scrapeq.runtime.reporter import log_summary
 
-    queue = AsyncQueue(async_client(url), settings=settings)
+    queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
     try:
         await log_summary(queue)
     finally:
@@ -465,7 +467,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
     from scrapeq.runtime.worker import Worker
 
     async def main() -> int:
-        queue = AsyncQueue(async_client(url), settings=settings)
+        queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
         sink = JsonlSink(options.results) if options.results else None
         w = Worker(
             queue,

@@ -67,10 +67,10 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import aiohttp.abc
-import redis.asyncio
 from protego import Protego
 from redis.exceptions import RedisError
 
+from scrapeq.engine.connection import AsyncClient
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import is_private_address, is_private_host, parse_target
 from scrapeq.errors import ConfigError, InvalidURL
@@ -544,7 +544,7 @@ class Robots:
     def __init__(
         self,
         fetcher: Fetcher,
-        redis: redis.asyncio.Redis | None,
+        redis: AsyncClient | None,
         prefix: str,
         *,
         ttl: float = 3600.0,

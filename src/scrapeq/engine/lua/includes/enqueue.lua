@@ -41,7 +41,7 @@ end
 local function new_id()
   local hex = string.format('%x', ENQ.next)
   ENQ.next = ENQ.next + 1
-  return string.char(96 + #hex) .. hex
+  return string.char(96 + #hex) .. hex .. (ARG.pid or '')  -- pid: '.<partition>', or none
 end
 
 local function over_max_pages(s)

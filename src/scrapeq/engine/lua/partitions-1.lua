@@ -1,0 +1,34 @@
+--[[
+  Record or check how many partitions a queue has (`partitions` setting).
+
+  KEYS[1] is the queue's own prefix sq:{Q}: (its home, partitioned or not).
+
+  ARG:
+    parts   the number of partitions the caller's settings say
+
+  The number lives in sq:{Q}:meta, field `parts`; absent means 1 (the layout every queue had
+  before partitions, whose keys are sq:{Q}:*). A caller with parts > 1 records it when none
+  is stored and the queue has no domain yet (sq:{Q}:domains absent: nothing was ever
+  enqueued under one partition). Anything else that differs from the stored number (or from
+  1 when none is stored and the single-partition queue is in use) is refused, before any
+  write: `SQ_PARTITIONS <stored> <given>`. A cleared queue (`scrapeq queue clear`) loses the
+  field with its meta key, so its partitions may change.
+
+  Output: 'ok'.
+]]
+--@include common
+
+local given = tonumber(ARG.parts) or 1
+local stored = tonumber(redis.call('HGET', K_META, 'parts'))
+if stored == nil then
+  if given == 1 then return 'ok' end
+  if redis.call('EXISTS', K_DOMAINS) == 1 then
+    return redis.error_reply('SQ_PARTITIONS 1 ' .. given)
+  end
+  redis.call('HSET', K_META, 'parts', given)
+  return 'ok'
+end
+if stored ~= given then
+  return redis.error_reply('SQ_PARTITIONS ' .. stored .. ' ' .. given)
+end
+return 'ok'
