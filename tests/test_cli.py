@@ -179,7 +179,9 @@ def test_dashboard_on_an_address_not_of_this_machine_is_one_line(
     capsys: Any, redis_url: str
 ) -> None:
     # 192.0.2.1 is TEST-NET-1: never a local address, so bind fails at once, nothing is sent.
-    code, _, err = run(capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1")
+    code, _, err = run(
+        capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1", "--token", "t" * 16
+    )
     assert code == 1
     assert err == (
         "scrapeq: error: cannot serve the dashboard on 192.0.2.1:8000: "

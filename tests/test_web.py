@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue, Job, Settings
+from scrapeq.errors import ConfigError
 from scrapeq.interfaces.web import (
     METRICS_CONTENT_TYPE,
     PAGE,
@@ -135,6 +136,18 @@ Client = TestClient[web.Request, web.Application]
 async def client(queue: AsyncQueue) -> AsyncIterator[Client]:
     async with TestClient(TestServer(create_app(queue))) as c:
         yield c
+
+
+async def csrf(client: Client) -> str:
+    token = (await get_json(client, "/api/session"))["csrf"]
+    assert isinstance(token, str) and len(token) >= 32
+    return token
+
+
+async def post(client: Client, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+    """A POST as the page sends it: with the session's CSRF token."""
+    headers = {"X-CSRF-Token": await csrf(client), **kwargs.pop("headers", {})}
+    return await client.post(path, headers=headers, **kwargs)
 
 
 async def get_json(client: Client, path: str, status: int = 200) -> Any:
@@ -295,10 +308,10 @@ async def test_redis_down_is_503_json(unused_tcp_port: int) -> None:
 
 
 async def test_reset_closes_and_trip_opens(client: Client, queue: AsyncQueue) -> None:
-    resp = await client.post(f"/api/breaker/{SHOP.format(2)}/reset")
+    resp = await post(client, f"/api/breaker/{SHOP.format(2)}/reset")
     assert resp.status == 200
     assert await resp.json() == {"domain": SHOP.format(2), "state": "closed"}
-    resp = await client.post(f"/api/breaker/{SHOP.format(1)}/trip?cooldown=60")
+    resp = await post(client, f"/api/breaker/{SHOP.format(1)}/trip?cooldown=60")
     assert await resp.json() == {"domain": SHOP.format(1), "state": "open"}
     doc = await queue.status()
     assert states(doc)[SHOP.format(2)] == "closed"
@@ -307,7 +320,7 @@ async def test_reset_closes_and_trip_opens(client: Client, queue: AsyncQueue) ->
 
 
 async def test_reset_un_retires_and_clears_the_alarm(client: Client, queue: AsyncQueue) -> None:
-    resp = await client.post(f"/api/breaker/{SHOP.format(4)}/reset")
+    resp = await post(client, f"/api/breaker/{SHOP.format(4)}/reset")
     assert resp.status == 200
     doc = await queue.status()
     assert states(doc)[SHOP.format(4)] == "closed"
@@ -317,37 +330,37 @@ async def test_reset_un_retires_and_clears_the_alarm(client: Client, queue: Asyn
 async def test_a_domain_with_a_port_is_routed_url_encoded(
     client: Client, queue: AsyncQueue
 ) -> None:
-    resp = await client.post("/api/breaker/shop-5.example.com%3A8443/trip")
+    resp = await post(client, "/api/breaker/shop-5.example.com%3A8443/trip")
     assert (await resp.json())["domain"] == PORTED
     assert states(await queue.status())[PORTED] == "open"
 
 
 @pytest.mark.parametrize("action", ["reset", "trip"])
 async def test_unknown_domain_is_404_json(client: Client, action: str) -> None:
-    resp = await client.post(f"/api/breaker/nowhere.example.com/{action}")
+    resp = await post(client, f"/api/breaker/nowhere.example.com/{action}")
     assert resp.status == 404
     assert resp.content_type == "application/json"
     assert "nowhere.example.com" in (await resp.json())["error"]
 
 
 async def test_bad_cooldown_is_400(client: Client) -> None:
-    resp = await client.post(f"/api/breaker/{SHOP.format(1)}/trip?cooldown=soon")
+    resp = await post(client, f"/api/breaker/{SHOP.format(1)}/trip?cooldown=soon")
     assert resp.status == 400
 
 
 async def test_cross_site_post_is_refused(client: Client, queue: AsyncQueue) -> None:
     path = f"/api/breaker/{SHOP.format(2)}/reset"
-    resp = await client.post(path, headers={"Origin": "http://evil.example"})
+    resp = await post(client, path, headers={"Origin": "http://evil.example"})
     assert resp.status == 403
     assert states(await queue.status())[SHOP.format(2)] == "open"
     own = f"http://{client.host}:{client.port}"
-    resp = await client.post(path, headers={"Origin": own})
+    resp = await post(client, path, headers={"Origin": own})
     assert resp.status == 200
 
 
 async def test_admin_actions_need_post(client: Client) -> None:
     assert (await client.get(f"/api/breaker/{SHOP.format(2)}/reset")).status == 405
-    assert (await client.post(f"/api/breaker/{SHOP.format(2)}/explode")).status == 404
+    assert (await post(client, f"/api/breaker/{SHOP.format(2)}/explode")).status == 404
 
 
 # --- /metrics -----------------------------------------------------------------------------------
@@ -386,7 +399,7 @@ async def test_metrics_per_domain(client: Client) -> None:
 
 
 async def test_metrics_follow_admin_actions(client: Client) -> None:
-    await client.post(f"/api/breaker/{SHOP.format(2)}/reset")
+    await post(client, f"/api/breaker/{SHOP.format(2)}/reset")
     _, samples = parse_metrics(await (await client.get("/metrics")).text())
     assert value(samples, "scrapeq_domain_state", domain=SHOP.format(2), state="closed") == 1
 
@@ -400,7 +413,7 @@ async def test_index_is_self_contained_html_with_the_poll_script(client: Client)
     assert resp.content_type == "text/html"
     html = await resp.text()
     assert html.startswith("<!doctype html>")
-    assert 'fetch("api/status")' in html
+    assert 'getJSON("api/status")' in html
     assert "setInterval(refresh, 2000)" in html
     assert re.search(r"\b(src|href)\s*=", html) is None, "no external assets"
     assert "innerHTML" not in html
@@ -434,6 +447,7 @@ const nativeFetch = fetch;
 globalThis.fetch = (path, options) => nativeFetch(new URL(path, BASE), options);
 globalThis.setInterval = () => 0;
 globalThis.alert = (message) => console.error("alert:", message);
+globalThis.confirm = () => true;
 """
 
 _DOM_REPORT = """
@@ -553,3 +567,206 @@ async def test_serve_binds_loopback_and_stops_on_signal(
             await proc.wait()
     assert proc.returncode == 0, err.decode()
     assert out.decode().strip() == "stopped"
+
+
+# --- safe by default ----------------------------------------------------------------------------
+
+TOKEN = "tok-" + "x" * 28
+
+
+@pytest.fixture
+async def locked(queue: AsyncQueue) -> AsyncIterator[Client]:
+    """A dashboard with a token."""
+    async with TestClient(TestServer(create_app(queue, token=TOKEN))) as c:
+        yield c
+
+
+def bearer(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_a_forged_host_is_refused_dns_rebinding(
+    client: Client, queue: AsyncQueue, method: str
+) -> None:
+    """A rebinding page names its own host in both Host and Origin: both match, Host is foreign."""
+    forged = {"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}
+    for path in ("/", "/api/status", "/api/dead", "/api/session", "/metrics"):
+        resp = await client.get(path, headers=forged)
+        assert resp.status == 421, path
+        assert SHOP.format(3) not in await resp.text()
+    csrf_token = await csrf(client)
+    resp = await client.request(
+        method,
+        f"/api/breaker/{SHOP.format(2)}/reset",
+        headers={**forged, "X-CSRF-Token": csrf_token},
+    )
+    assert resp.status == 421
+    assert states(await queue.status())[SHOP.format(2)] == "open"
+    # Loopback names, any port, are fine.
+    for host in ("127.0.0.1:1", "localhost", "[::1]:8000"):
+        assert (await client.get("/api/status", headers={"Host": host})).status == 200, host
+
+
+async def test_extra_hosts_are_allowed_and_only_them(queue: AsyncQueue) -> None:
+    app = create_app(queue, hosts=["dash.example.com"])
+    async with TestClient(TestServer(app)) as c:
+        ok = await c.get("/api/status", headers={"Host": "DASH.example.com:443"})
+        assert ok.status == 200
+        assert (await c.get("/api/status", headers={"Host": "127.0.0.1"})).status == 421
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/status", "/api/domains", "/api/events", "/api/dead", "/metrics"]
+)
+async def test_with_a_token_every_endpoint_needs_it(locked: Client, path: str) -> None:
+    assert (await locked.get(path)).status == 401
+    assert (await locked.get(path, headers=bearer("tok-" + "y" * 28))).status == 401
+    assert (await locked.get(path, headers=bearer())).status == 200
+
+
+async def test_with_a_token_the_page_asks_for_it_and_login_sets_a_cookie(
+    locked: Client, queue: AsyncQueue
+) -> None:
+    resp = await locked.get("/")
+    assert resp.status == 401
+    assert 'name="token"' in await resp.text()
+    bad = await locked.post("/login", data={"token": "nope"}, allow_redirects=False)
+    assert bad.status == 401
+    resp = await locked.post("/login", data={"token": TOKEN}, allow_redirects=False)
+    assert resp.status == 303
+    cookie = resp.cookies["scrapeq_token"]
+    assert cookie["httponly"] and cookie["samesite"] == "Strict"
+    assert (await locked.get("/")).status == 200
+    assert (await get_json(locked, "/api/session"))["token_holder"] is True
+    # A cookie session is a browser's: its actions need the CSRF token.
+    path = f"/api/breaker/{SHOP.format(2)}/reset"
+    assert (await locked.post(path)).status == 403
+    assert (await post(locked, path)).status == 200
+    assert states(await queue.status())[SHOP.format(2)] == "closed"
+
+
+async def test_a_bearer_token_acts_without_csrf(locked: Client, queue: AsyncQueue) -> None:
+    resp = await locked.post(f"/api/breaker/{SHOP.format(2)}/reset", headers=bearer())
+    assert resp.status == 200
+    assert states(await queue.status())[SHOP.format(2)] == "closed"
+
+
+@pytest.mark.parametrize("given", [None, "", "wrong"])
+async def test_an_action_without_the_csrf_token_is_refused(
+    client: Client, queue: AsyncQueue, given: str | None
+) -> None:
+    headers = {} if given is None else {"X-CSRF-Token": given}
+    for path, body in (
+        (f"/api/breaker/{SHOP.format(2)}/reset", None),
+        ("/api/dead/replay", {"all": True}),
+        ("/api/dead/purge", {"all": True}),
+    ):
+        resp = await client.post(path, headers=headers, json=body)
+        assert resp.status == 403, path
+        assert "X-CSRF-Token" in (await resp.json())["error"]
+    doc = await queue.status()
+    assert states(doc)[SHOP.format(2)] == "open"
+    assert doc["counts"]["dead"] == 2
+
+
+async def test_read_only_refuses_and_hides_actions(queue: AsyncQueue) -> None:
+    async with TestClient(TestServer(create_app(queue, read_only=True))) as c:
+        session = await get_json(c, "/api/session")
+        assert session["read_only"] is True
+        for path in (f"/api/breaker/{SHOP.format(2)}/reset", "/api/dead/replay"):
+            resp = await post(c, path, json={"all": True})
+            assert resp.status == 403
+            assert "read-only" in (await resp.json())["error"]
+        assert (await get_json(c, "/api/status"))["queue"] == "default"
+    assert states(await queue.status())[SHOP.format(2)] == "open"
+    assert (await queue.status())["counts"]["dead"] == 2
+
+
+def test_a_short_token_is_refused(queue: AsyncQueue) -> None:
+    with pytest.raises(ConfigError, match="16"):
+        create_app(queue, token="short")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.1", "dash.example.com"])
+def test_serve_refuses_a_non_loopback_bind_without_a_token(redis_url: str, host: str) -> None:
+    made: list[AsyncQueue] = []
+    with pytest.raises(ConfigError, match="token is required"):
+        serve(lambda: made.append(AsyncQueue.from_url(redis_url)) or made[-1], host=host)
+    assert made == [], "refused before anything is made or bound"
+
+
+async def test_security_headers_on_every_answer(client: Client) -> None:
+    for path in ("/", "/api/status", "/metrics"):
+        resp = await client.get(path)
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.fixture
+async def secret_dead(queue: AsyncQueue) -> Job:
+    """A dead letter whose URL holds credentials and whose payload holds an API key."""
+    url = "https://bob:hunter2@vault.example.com/private"
+    await queue.enqueue(url, payload={"api_key": "sk-live-123"}, lane="critical")
+    job = await _claim_one(queue)
+    assert job.url == url
+    await queue.fail(job, "http_401", f"denied at {url}")
+    return job
+
+
+async def test_dead_letters_redact_credentials_and_hide_payloads(
+    client: Client, locked: Client, secret_dead: Job
+) -> None:
+    for c, headers in ((client, {}), (locked, bearer())):
+        resp = await c.get("/api/dead", headers=headers)
+        text = await resp.text()
+        assert "hunter2" not in text
+        (row,) = [d for d in json.loads(text) if d["id"] == secret_dead.id]
+        assert row["url"] == "https://bob:***@vault.example.com/private"
+        assert row["last_error"]["message"] == f"denied at {row['url']}"
+        if c is client:
+            assert "sk-live-123" not in text
+            assert row["payload"] is None and row["payload_hidden"] is True
+        else:
+            assert row["payload"] == {"api_key": "sk-live-123"}
+
+
+async def test_dead_replay_and_purge_endpoints(client: Client, queue: AsyncQueue) -> None:
+    dead = await get_json(client, "/api/dead")
+    one = next(d for d in dead if d["domain"] == SHOP.format(3))
+    resp = await post(client, "/api/dead/replay", json={"ids": [one["id"]]})
+    assert await resp.json() == {"moved": 1, "missing": [], "duplicates": []}
+    assert (await queue.job_info(one["id"])).state in ("ready", "delayed")  # type: ignore[union-attr]
+    resp = await post(client, "/api/dead/replay", json={"ids": ["zz9"]})
+    assert (await resp.json())["missing"] == ["zz9"]
+    for bad in ({}, {"ids": "x"}, {"ids": ["a"], "all": True}, [1]):
+        assert (await post(client, "/api/dead/replay", json=bad)).status == 400, bad
+    assert (await post(client, "/api/dead/purge", json={})).status == 400
+    resp = await post(client, "/api/dead/purge", json={"domain": SHOP.format(4)})
+    assert await resp.json() == {"purged": 1}
+    assert (await queue.status())["counts"]["dead"] == 0
+
+
+HTML_ERROR = '<img src=x onerror="document.title=1"><b id="injected">bold</b>'
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
+async def test_html_in_a_url_or_error_renders_as_text(
+    client: Client, queue: AsyncQueue, tmp_path: Path
+) -> None:
+    await queue.enqueue("https://html.example.com/q?<script>alert(1)</script>", lane="critical")
+    job = await _claim_one(queue)
+    assert job.domain == "html.example.com"
+    await queue.fail(job, "http_500", HTML_ERROR)
+    url = f"http://{client.host}:{client.port}/"
+    proc = await asyncio.create_subprocess_exec(
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+        f"--user-data-dir={tmp_path}", "--virtual-time-budget=3000", "--dump-dom", url,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    dom = out.decode()
+    assert job.id in dom, "the dead letter is listed"
+    assert "&lt;img src=x onerror=" in dom, "the error is shown as text"
+    assert '<b id="injected"' not in dom and "<img" not in dom
+    assert "<script>alert" not in dom

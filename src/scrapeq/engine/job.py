@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from scrapeq.engine.urls import redact_text, redact_url
+
 __all__ = ["Job", "JobError", "JobInfo", "ms_to_datetime", "ms_to_iso"]
 
 
@@ -34,7 +36,8 @@ class JobError:
     message: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at_ms, "kind": self.kind, "message": self.message}
+        """A JSON-friendly view; a URL password in the message is redacted."""
+        return {"at": self.at_ms, "kind": self.kind, "message": redact_text(self.message)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +144,11 @@ class Job:
         return max(self.max_attempts - self.attempts, 0)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view (used by ``dead list --json``)."""
+        """A JSON-friendly view (used by ``dead list --json``); a password in the URL or an
+        error message is shown as ``***``."""
         return {
             "id": self.id,
-            "url": self.url,
+            "url": redact_url(self.url),
             "domain": self.domain,
             "lane": self.lane,
             "attempts": self.attempts,
@@ -201,7 +205,7 @@ class JobInfo:
             out["queue"] = queue
         out.update(
             state=self.state,
-            url=job.url,
+            url=redact_url(job.url),
             domain=job.domain,
             lane=job.lane,
             attempts=job.attempts,
@@ -222,11 +226,16 @@ class JobInfo:
         out["dead_reason"] = job.dead_reason
         _times(out, died_at=job.died_ms, done_at=self.done_ms, kept_until=self.kept_until_ms)
         out["errors"] = [
-            {"at": ms_to_iso(e.at_ms), "at_ms": e.at_ms, "kind": e.kind, "message": e.message}
+            {
+                "at": ms_to_iso(e.at_ms),
+                "at_ms": e.at_ms,
+                "kind": e.kind,
+                "message": redact_text(e.message),
+            }
             for e in job.errors
         ]
         if job.raw is not None:
-            out["raw"] = job.raw
+            out["raw"] = redact_text(job.raw)
         _times(out, now=self.now_ms)
         return out
 

@@ -1106,10 +1106,35 @@ def dashboard(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to bind.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SCRAPEQ_DASHBOARD_TOKEN",
+            help="Required on every request (16+ characters); required off loopback.",
+            show_default=False,
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Another name the Host header may carry (a proxy's); repeatable."),
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide and refuse every action.")
+    ] = False,
 ) -> None:
-    """Serve the web dashboard and /metrics (Prometheus text format)."""
-    from scrapeq.interfaces.web import serve
+    """Serve the web dashboard and /metrics (Prometheus text format).
 
+    Examples:
+      scrapeq dashboard --port 8000
+      SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) scrapeq dashboard --host 0.0.0.0 \\
+          --allowed-host dash.example.com --read-only
+    """
+    from scrapeq.interfaces.web import check_token, serve
+
+    try:
+        check_token(token, host)
+    except ConfigError as exc:
+        _die(f"--{exc.name}: {str(exc).partition(': ')[2]}", 2)
     context = Context(_settings(ctx))
     context.checked_url()
     listening = False
@@ -1117,10 +1142,20 @@ def dashboard(
     def ready(base: str) -> None:
         nonlocal listening
         listening = True
-        typer.echo(f"dashboard on {base}/  (metrics: /metrics)", err=True)
+        note = " read-only," if read_only else ""
+        auth = " token required" if token else " loopback only"
+        typer.echo(f"dashboard on {base}/ ({note}{auth}; metrics: /metrics)", err=True)
 
     try:
-        serve(context.async_queue, host=host, port=port, on_ready=ready)
+        serve(
+            context.async_queue,
+            host=host,
+            port=port,
+            on_ready=ready,
+            token=token,
+            allowed_hosts=allowed_host or (),
+            read_only=read_only,
+        )
     except OSError as exc:
         if listening:  # not a bind failure: a bug or the machine's, keep the traceback
             raise

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.urls import redact_text, redact_url
 
 __all__ = [
     "audit_view",
@@ -96,7 +97,7 @@ def dead_table(jobs: list[Job], total: int | None = None) -> Table:
         error = f"{last.kind}: {last.message}" if last else ""
         table.add_row(
             job.id, job.domain, job.lane, f"{job.attempts}/{job.max_attempts}",
-            job.dead_reason or "", error[:120], job.url,
+            job.dead_reason or "", redact_text(error)[:120], redact_url(job.url),
         )  # fmt: skip
     return table
 
@@ -221,7 +222,7 @@ def job_view(info: JobInfo, queue: str) -> Group:
     fields.add_column(overflow="fold")
     rows = [
         ("state", _where(info)),
-        ("url", job.url),
+        ("url", redact_url(job.url)),
         ("domain", job.domain),
         ("lane", job.lane),
         ("attempts", f"{job.attempts} of {job.max_attempts} "
@@ -241,6 +242,6 @@ def job_view(info: JobInfo, queue: str) -> Group:
         for col in ("when", "kind", "message"):
             errors.add_column(col, overflow="fold")
         for e in job.errors:
-            errors.add_row(human_delta(e.at_ms - now), e.kind, e.message[:300])
+            errors.add_row(human_delta(e.at_ms - now), e.kind, redact_text(e.message)[:300])
         parts.append(errors)
     return Group(*parts)

@@ -7,19 +7,31 @@ its own (:func:`serve`, behind ``scrapeq dashboard``) or be mounted in a bigger 
 
 The page at ``/`` only uses relative URLs, so it works under any prefix. Endpoints:
 
-=========================================  ===================================================
-``GET /``                                  the HTML dashboard (polls ``api/status`` every 2 s)
+=========================================  ====================================================
+``GET /``                                  the HTML dashboard (polls the API every 2 s)
+``POST /login``                            form field ``token``: sets the token cookie
+``GET /api/session``                       ``{"csrf", "read_only", "token_holder"}``
 ``GET /api/status``                        the ``status --json`` document
 ``GET /api/domains``                       full per-domain figures (:meth:`domains_info`)
 ``GET /api/events?count=N``                recent events, newest first (default 100, max 1000)
 ``GET /api/dead?domain=D&limit=N``         dead letters, newest first (default 50, max 1000)
+``POST /api/dead/replay``                  {"ids": [...]}, {"domain": D} or {"all": true}
+``POST /api/dead/purge``                   {"domain": D}, {"older_than": S} or {"all": true}
 ``POST /api/breaker/{domain}/reset``       close a breaker (un-retires the domain)
 ``POST /api/breaker/{domain}/trip``        open a breaker now (``?cooldown=S`` optional)
 ``GET /metrics``                           Prometheus text exposition format 0.0.4
-=========================================  ===================================================
+=========================================  ====================================================
 
-Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 403 for a cross-site POST, 404
-for an unknown domain, 503 when Redis is unreachable.
+Safe by default (:class:`Guard`): a ``Host`` header that names no configured host is refused
+(421: DNS rebinding); with a token every request must present it (``Authorization: Bearer``
+or the ``login`` cookie, else 401) and :func:`serve` refuses a non-loopback address without
+one; a POST needs the session's ``X-CSRF-Token`` (unless it came with a bearer token) and a
+same-site ``Origin`` (403); ``read_only`` refuses every POST (403). URL passwords are redacted
+everywhere; payloads are shown only to a request that presented the token.
+
+Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 401 without the token, 403 for
+a refused action, 404 for an unknown domain, 421 for a foreign ``Host``, 503 when Redis is
+unreachable.
 
 The metrics formatter is written here (no ``prometheus_client``): :class:`Metric` holds one
 family, :func:`format_metrics` writes the text format, :func:`status_metrics` maps a status
@@ -30,10 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
 import logging
 import math
 import re
+import secrets
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,7 +57,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.urls import redact_text
 from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
 
 __all__ = [
@@ -226,11 +244,143 @@ def render_metrics(status: Mapping[str, Any]) -> str:
     return format_metrics(status_metrics(status))
 
 
+# --- security ----------------------------------------------------------------------------------
+
+#: Host names a loopback dashboard always answers to (the ``Host`` header's name part).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: The cookie a browser keeps the token in after signing in at ``login``.
+TOKEN_COOKIE = "scrapeq_token"
+#: The header an action (POST) must carry with the session's CSRF token.
+CSRF_HEADER = "X-CSRF-Token"
+#: The environment variable ``scrapeq dashboard`` reads the token from.
+TOKEN_ENV = "SCRAPEQ_DASHBOARD_TOKEN"
+#: Shortest token accepted: a guessable token would be worse than none.
+MIN_TOKEN_CHARS = 16
+
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The dashboard's access rules (see docs/DESIGN.md, "the dashboard's security model").
+
+    Attributes:
+        hosts: host names the ``Host`` header may name (DNS rebinding is refused otherwise).
+        token: when set, every request must present it (``Authorization: Bearer``, or the
+            cookie set by ``login``); payloads are shown only to a request that presented it.
+        read_only: refuse every action and tell the page to hide them.
+        csrf: the secret every action must echo in ``X-CSRF-Token`` (random per app).
+    """
+
+    hosts: frozenset[str]
+    token: str | None = None
+    read_only: bool = False
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        """True when the ``Host`` header names one of :attr:`hosts` (any port)."""
+        if not host_header:
+            return False
+        try:
+            name = urlsplit(f"//{host_header}").hostname
+        except ValueError:
+            return False
+        return name is not None and name.lower() in self.hosts
+
+    def presented(self, request: web.Request) -> str | None:
+        """How the request proved it holds the token: ``bearer``, ``cookie`` or None."""
+        if self.token is None:
+            return None
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and _same_secret(value.strip(), self.token):
+            return "bearer"
+        if _same_secret(request.cookies.get(TOKEN_COOKIE, ""), self.token):
+            return "cookie"
+        return None
+
+
+def _same_secret(given: str, expected: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address (or ``localhost``) that only this machine can reach."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token(token: str | None, host: str) -> None:
+    """Refuse a bind address other machines can reach without a good enough token.
+
+    Raises:
+        ConfigError: ``host`` is not loopback and ``token`` is missing or too short.
+    """
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError("token", f"must be at least {MIN_TOKEN_CHARS} characters")
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            "host",
+            f"{host} is reachable from other machines: a token is required "
+            f"(--token or {TOKEN_ENV})",
+        )
+
+
+def default_hosts(bind: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The host names a dashboard bound to ``bind`` answers to: loopback, the bind address
+    (unless a wildcard), this machine's name for a wildcard bind, and ``extra``."""
+    names = set(LOOPBACK_HOSTS)
+    if bind in ("0.0.0.0", "::", ""):
+        names.update({socket.gethostname(), socket.getfqdn()})
+    else:
+        names.add(bind.strip("[]"))
+    names.update(extra)
+    return frozenset(n.lower() for n in names if n)
+
+
 # --- handlers ----------------------------------------------------------------------------------
+
+GUARD_KEY = web.AppKey("guard", Guard)
+HOLDER_KEY = web.RequestKey("token_holder", bool)
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Host check, token check, CSRF and read-only, before any handler runs."""
+    guard = request.app[GUARD_KEY]
+    if not guard.host_allowed(request.headers.get("Host")):
+        return _error(421, "unknown Host header refused (add it with --allowed-host)")
+    how = guard.presented(request)
+    request[HOLDER_KEY] = how is not None
+    is_login = request.match_info.route.name == "login"
+    if guard.token is not None and how is None and not is_login:
+        if request.method == "GET" and request.match_info.route.name == "index":
+            return web.Response(text=LOGIN_PAGE, content_type="text/html", status=401)
+        return _error(401, "a token is required (Authorization: Bearer, or sign in at /login)")
+    if request.method == "POST" and not is_login:
+        if guard.read_only:
+            return _error(403, "read-only dashboard: actions are disabled")
+        if not _same_origin(request):
+            return _error(403, "cross-site request refused")
+        # A bearer token cannot be sent by another site's page: only cookie or no-token
+        # sessions, which a browser attaches by itself, need the CSRF token.
+        if how != "bearer" and not _same_secret(request.headers.get(CSRF_HEADER, ""), guard.csrf):
+            return _error(403, f"missing or wrong {CSRF_HEADER} (GET api/session gives it)")
+    response = await handler(request)
+    response.headers.update(_SECURITY_HEADERS)
+    return response
 
 
 @web.middleware
@@ -282,8 +432,37 @@ async def _index(request: web.Request) -> web.Response:
     return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
 
 
+async def _login(request: web.Request) -> web.StreamResponse:
+    """POST ``token=...`` (a form): set the token cookie and go to the page."""
+    guard = request.app[GUARD_KEY]
+    form = await request.post()
+    given = str(form.get("token", ""))
+    if guard.token is None or not _same_secret(given, guard.token):
+        return web.Response(text=LOGIN_PAGE, content_type="text/html", status=401)
+    response = web.HTTPSeeOther(location="./")
+    response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="Strict", path="/")
+    raise response
+
+
+async def _session(request: web.Request) -> web.Response:
+    """What the page needs before acting: the CSRF token and what it may show."""
+    guard = request.app[GUARD_KEY]
+    return web.json_response(
+        {
+            "csrf": guard.csrf,
+            "read_only": guard.read_only,
+            "token_holder": bool(request[HOLDER_KEY]),
+        }
+    )
+
+
 async def _status(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[QUEUE_KEY].status())
+    return web.json_response(_redacted_status(await request.app[QUEUE_KEY].status()))
+
+
+def _redacted_status(status: dict[str, Any]) -> dict[str, Any]:
+    alarms = [{**a, "message": redact_text(str(a.get("message", "")))} for a in status["alarms"]]
+    return {**status, "alarms": alarms}
 
 
 async def _domains(request: web.Request) -> web.Response:
@@ -292,19 +471,30 @@ async def _domains(request: web.Request) -> web.Response:
 
 async def _events(request: web.Request) -> web.Response:
     count = _int_param(request, "count", 100)
-    return web.json_response(await request.app[QUEUE_KEY].events(count))
+    events = await request.app[QUEUE_KEY].events(count)
+    return web.json_response(
+        [{**e, "message": redact_text(str(e.get("message", "")))} for e in events]
+    )
+
+
+def _job_view(job: Job, holder: bool) -> dict[str, Any]:
+    """A dead letter for the page: credentials redacted, the payload only for a token holder."""
+    view = job.as_dict()
+    if not holder and view.get("payload") is not None:
+        view["payload"] = None
+        view["payload_hidden"] = True
+    return view
 
 
 async def _dead(request: web.Request) -> web.Response:
     limit = _int_param(request, "limit", 50)
     domain = request.query.get("domain") or None
     jobs = await request.app[QUEUE_KEY].dead_letters(domain, limit)
-    return web.json_response([job.as_dict() for job in jobs])
+    holder = bool(request[HOLDER_KEY])
+    return web.json_response([_job_view(job, holder) for job in jobs])
 
 
 async def _breaker(request: web.Request) -> web.Response:
-    if not _same_origin(request):
-        return _error(403, "cross-site request refused")
     queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
     if request.match_info["action"] == "reset":
         state = await queue.breaker_reset(domain)
@@ -313,12 +503,65 @@ async def _breaker(request: web.Request) -> web.Response:
     return web.json_response({"domain": domain, "state": state})
 
 
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("body", "expected a JSON object") from None
+    if not isinstance(body, dict):
+        raise ConfigError("body", "expected a JSON object")
+    return body
+
+
+async def _dead_replay(request: web.Request) -> web.Response:
+    """Body: exactly one of ``{"ids": [...]}``, ``{"domain": D}``, ``{"all": true}``;
+    ``"reset_attempts": true`` optional."""
+    body = await _json_body(request)
+    ids = body.get("ids")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        raise ConfigError("ids", "expected a list of job ids")
+    domain = body.get("domain")
+    if domain is not None and not isinstance(domain, str):
+        raise ConfigError("domain", "expected a domain name")
+    result = await request.app[QUEUE_KEY].replay(
+        ids=ids,
+        domain=domain,
+        all=body.get("all") is True,
+        reset_attempts=body.get("reset_attempts") is True,
+    )
+    return web.json_response(
+        {"moved": result.moved, "missing": result.missing, "duplicates": result.duplicates}
+    )
+
+
+async def _dead_purge(request: web.Request) -> web.Response:
+    """Body: ``{"domain": D}`` or ``{"all": true}``; ``"older_than": S`` optional."""
+    body = await _json_body(request)
+    domain, older = body.get("domain"), body.get("older_than")
+    if domain is not None and not isinstance(domain, str):
+        raise ConfigError("domain", "expected a domain name")
+    if older is not None and not isinstance(older, int | float):
+        raise ConfigError("older_than", "expected a number of seconds")
+    if domain is None and older is None and body.get("all") is not True:
+        raise ConfigError("purge", 'choose "domain", "older_than" or "all": true')
+    purged = await request.app[QUEUE_KEY].purge(older_than=older, domain=domain)
+    return web.json_response({"purged": purged})
+
+
 async def _metrics(request: web.Request) -> web.Response:
     body = render_metrics(await request.app[QUEUE_KEY].status())
     return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
-def create_app(queue: AsyncQueue) -> web.Application:
+def create_app(
+    queue: AsyncQueue,
+    *,
+    hosts: Iterable[str] = LOOPBACK_HOSTS,
+    token: str | None = None,
+    read_only: bool = False,
+) -> web.Application:
     """Build the dashboard application over ``queue``.
 
     The app does not own the queue: whoever created the queue closes it. Mount it with
@@ -326,17 +569,29 @@ def create_app(queue: AsyncQueue) -> web.Application:
 
     Args:
         queue: the queue to show and steer.
+        hosts: host names the ``Host`` header may name (default: loopback names only).
+        token: when set, required on every request (bearer header or the login cookie).
+        read_only: refuse (403) and hide every action.
 
     Returns:
         An aiohttp application with the endpoints listed in this module's docstring.
+
+    Raises:
+        ConfigError: the token is shorter than :data:`MIN_TOKEN_CHARS`.
     """
-    app = web.Application(middlewares=[_errors])
+    check_token(token, "127.0.0.1")
+    app = web.Application(middlewares=[_guard, _errors])
     app[QUEUE_KEY] = queue
-    app.router.add_get("/", _index)
+    app[GUARD_KEY] = Guard(frozenset(h.lower() for h in hosts), token, read_only)
+    app.router.add_get("/", _index, name="index")
+    app.router.add_post("/login", _login, name="login")
+    app.router.add_get("/api/session", _session)
     app.router.add_get("/api/status", _status)
     app.router.add_get("/api/domains", _domains)
     app.router.add_get("/api/events", _events)
     app.router.add_get("/api/dead", _dead)
+    app.router.add_post("/api/dead/replay", _dead_replay)
+    app.router.add_post("/api/dead/purge", _dead_purge)
     app.router.add_post("/api/breaker/{domain}/{action:reset|trip}", _breaker)
     app.router.add_get("/metrics", _metrics)
     return app
@@ -370,9 +625,10 @@ async def _serve(
     host: str,
     port: int,
     on_ready: Callable[[str], None] | None,
+    options: dict[str, Any],
 ) -> None:
     queue = queue_factory()
-    runner = web.AppRunner(create_app(queue), shutdown_timeout=5.0)
+    runner = web.AppRunner(create_app(queue, **options), shutdown_timeout=5.0)
     try:
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
@@ -392,12 +648,14 @@ def serve(
     port: int = 8000,
     *,
     on_ready: Callable[[str], None] | None = None,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    read_only: bool = False,
 ) -> None:
     """Run the dashboard and ``/metrics`` until SIGINT or SIGTERM, then return.
 
     Blocks in its own event loop (``asyncio.run``); the queue is made inside that loop and
-    closed on the way out. Binds only ``host`` (default loopback): the admin endpoints have no
-    authentication, so expose them further only behind something that has.
+    closed on the way out. Safe by default: binds loopback; any other address needs a token.
 
     Args:
         queue_factory: a zero-argument callable returning the :class:`AsyncQueue` to serve,
@@ -406,17 +664,44 @@ def serve(
         port: the TCP port (default 8000; 0 picks a free one).
         on_ready: called once listening with the base URL (``http://127.0.0.1:8000``), e.g. to
             print it; the actual port when ``port`` is 0.
+        token: required on every request when set; required when ``host`` is not loopback.
+        allowed_hosts: more host names the ``Host`` header may name (a reverse proxy's).
+        read_only: refuse and hide every action.
 
     Raises:
+        ConfigError: ``host`` is not loopback and no token is given, or the token is short.
         OSError: the address cannot be bound (port in use, host not local).
     """
-    asyncio.run(_serve(queue_factory, host, port, on_ready))
+    check_token(token, host)
+    options = {
+        "hosts": default_hosts(host, allowed_hosts),
+        "token": token,
+        "read_only": read_only,
+    }
+    asyncio.run(_serve(queue_factory, host, port, on_ready, options))
 
 
 # --- the page ----------------------------------------------------------------------------------
 
+#: Shown instead of the page when a token is required and none was presented.
+LOGIN_PAGE = """<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>scrapeq: sign in</title>
+<style>body { font: 14px system-ui, sans-serif; margin: 3em; }</style></head>
+<body>
+<h1>scrapeq dashboard</h1>
+<p>This dashboard needs its token
+(<code>--token</code> or <code>SCRAPEQ_DASHBOARD_TOKEN</code>).</p>
+<form method="post" action="login">
+<input type="password" name="token" autocomplete="current-password" autofocus>
+<button type="submit">Sign in</button>
+</form>
+</body>
+</html>
+"""
+
 #: The dashboard: one self-contained HTML page (no external assets). It builds the DOM with
-#: textContent only, so a domain name can never inject markup.
+#: textContent only, so a domain name, URL or error message can never inject markup.
 PAGE = """<!doctype html>
 <html lang="en">
 <head>
@@ -430,7 +715,7 @@ PAGE = """<!doctype html>
  th { background: #eee; } td:first-child, th:first-child { text-align: left; }
  .open, .retired { color: #b00; font-weight: bold; } .half_open { color: #b60; }
  #alarms li { color: #b00; } #conn { color: #888; font-size: 0.9em; }
- button { font-size: 0.85em; }
+ button { font-size: 0.85em; } .ro button { display: none; }
 </style>
 </head>
 <body>
@@ -439,10 +724,12 @@ PAGE = """<!doctype html>
 <h2>Jobs</h2><table id="counts"></table>
 <h2>Lanes</h2><table id="lanes"></table>
 <h2>Domains</h2><table id="domains"></table>
+<h2>Dead letters</h2><table id="dead"></table>
 <script>
 "use strict";
 const ORDER = {open: 0, retired: 1, half_open: 2, closed: 3};
 const $ = (id) => document.getElementById(id);
+let session = {csrf: "", read_only: true, token_holder: false};
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -461,30 +748,53 @@ function table(id, head, rows) {
   $(id).replaceChildren(row(head, "th"), ...rows);
 }
 
-async function act(domain, action) {
-  const path = "api/breaker/" + encodeURIComponent(domain) + "/" + action;
-  const resp = await fetch(path, {method: "POST"});
+async function post(path, body, what) {
+  if (!confirm(what + "?")) return;
+  const resp = await fetch(path, {
+    method: "POST",
+    headers: {"X-CSRF-Token": session.csrf, "Content-Type": "application/json"},
+    body: JSON.stringify(body || {}),
+  });
   if (!resp.ok) {
-    const body = await resp.json().catch(() => ({error: resp.statusText}));
-    alert(action + " " + domain + ": " + body.error);
+    const answer = await resp.json().catch(() => ({error: resp.statusText}));
+    alert(what + ": " + answer.error);
   }
   refresh();
 }
 
-function button(domain, action) {
-  const b = el("button", action);
-  b.onclick = () => act(domain, action);
+function act(domain, action) {
+  return post("api/breaker/" + encodeURIComponent(domain) + "/" + action, {},
+              action + " the breaker of " + domain);
+}
+
+function button(text, onclick) {
+  const b = el("button", text);
+  b.onclick = onclick;
   return b;
 }
 
-function domainRow(d) {
+function actions(...buttons) {
   const td = el("td");
-  td.append(button(d.domain, "reset"), " ", button(d.domain, "trip"));
-  return row([d.domain, el("td", d.state, d.state), d.ready, d.delayed, d.inflight,
-              d.done, d.dead, d.consecutive_failures, d.open_until || "", td]);
+  if (!session.read_only) for (const b of buttons) td.append(b, " ");
+  return td;
 }
 
-function render(s) {
+function domainRow(d) {
+  const buttons = [button("reset", () => act(d.domain, "reset"))];
+  if (d.state !== "retired" && d.state !== "open")
+    buttons.push(button("trip", () => act(d.domain, "trip")));
+  return row([d.domain, el("td", d.state, d.state), d.ready, d.delayed, d.inflight,
+              d.done, d.dead, d.consecutive_failures, d.open_until || "", actions(...buttons)]);
+}
+
+function deadRow(j) {
+  const last = j.last_error ? j.last_error.kind + ": " + j.last_error.message : "";
+  return row([j.id, j.domain, j.dead_reason || "", last, j.url,
+              actions(button("replay", () => post("api/dead/replay", {ids: [j.id]},
+                                                  "replay " + j.id)))]);
+}
+
+function render(s, dead) {
   $("queue").textContent = s.queue + (s.paused_until ? " — paused until " + s.paused_until : "");
   $("alarms").replaceChildren(...s.alarms.map(
     (a) => el("li", a.kind + (a.domain ? " " + a.domain : "") + ": " + a.message)));
@@ -496,14 +806,22 @@ function render(s) {
     (ORDER[a.state] ?? 9) - (ORDER[b.state] ?? 9) || a.domain.localeCompare(b.domain));
   table("domains", ["domain", "state", "ready", "delayed", "inflight", "done", "dead",
                     "fails", "open until", ""], domains.map(domainRow));
+  table("dead", ["id", "domain", "reason", "last error", "url", ""], dead.map(deadRow));
+}
+
+async function getJSON(path) {
+  const resp = await fetch(path);
+  if (!resp.ok) throw new Error("HTTP " + resp.status);
+  return resp.json();
 }
 
 async function refresh() {
   try {
-    const resp = await fetch("api/status");
-    if (!resp.ok) throw new Error("HTTP " + resp.status);
-    render(await resp.json());
-    $("conn").textContent = "updated " + new Date().toLocaleTimeString();
+    session = await getJSON("api/session");
+    const [s, dead] = await Promise.all([getJSON("api/status"), getJSON("api/dead?limit=50")]);
+    render(s, dead);
+    $("conn").textContent = "updated " + new Date().toLocaleTimeString() +
+                            (session.read_only ? " (read-only)" : "");
   } catch (err) {
     $("conn").textContent = "disconnected (" + err.message + ")";
   }

@@ -54,6 +54,7 @@ import orjson
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
 from scrapeq.runtime.classify import Classification, Outcome, classify_exception, classify_response
 from scrapeq.runtime.deadlines import Deadlines
@@ -993,7 +994,7 @@ def _record(
     """A results line in the docs/INTERFACE.md format."""
     return {
         "id": job.id,
-        "url": job.url,
+        "url": redact_url(job.url),
         "domain": job.domain,
         "lane": job.lane,
         "outcome": outcome,
@@ -1002,7 +1003,7 @@ def _record(
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
         "bytes": len(response.body) if response is not None else 0,
         "finished_at": datetime.now(tz=UTC).isoformat(),
-        "error": error,
+        "error": None if error is None else redact_text(error),
         "result": result,
         "depth": job.depth,
         "parent": job.parent,
