@@ -65,6 +65,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "deny": [],
     "log_format": "text",  # not in INTERFACE.md yet
     "log_every": 10,  # not in INTERFACE.md yet
+    "metrics_top_domains": 20,
 }
 
 

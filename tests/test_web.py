@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 import shutil
 import signal
@@ -25,13 +24,14 @@ from scrapeq.errors import ConfigError
 from scrapeq.interfaces.web import (
     METRICS_CONTENT_TYPE,
     PAGE,
-    Metric,
     create_app,
-    escape_label_value,
-    format_metrics,
     render_metrics,
     serve,
+    top_domains,
 )
+from scrapeq.runtime.metrics import WorkerMetrics
+from scrapeq.runtime.worker import Worker
+from sites import ok, sites, status
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -73,13 +73,15 @@ def parse_metrics(text: str) -> tuple[dict[str, str], Samples]:
             assert helps[name], f"empty help for {name}"
         elif line.startswith("# TYPE "):
             name, kind = line[7:].split(" ")
-            assert kind in ("counter", "gauge"), line
+            assert kind in ("counter", "gauge", "histogram"), line
             assert name in helps, f"TYPE before HELP for {name}"
             types[name] = kind
         else:
             match = _SAMPLE.fullmatch(line)
             assert match, f"not a sample line: {line!r}"
-            assert match[1] in types, f"{match[1]} has no HELP/TYPE"
+            family = re.sub(r"_(total|created|bucket|count|sum)$", "", match[1])
+            assert match[1] in types or family in types, f"{match[1]} has no HELP/TYPE"
+            assert match[1].startswith("scrapeq_"), line
             key = (match[1], frozenset(parse_labels(match[2] or "").items()))
             assert key not in samples, f"duplicate series {line!r}"
             samples[key] = float(match[3])
@@ -168,73 +170,6 @@ def without_ages(status: dict[str, Any]) -> dict[str, Any]:
 
 def states(status: dict[str, Any]) -> dict[str, str]:
     return {d["domain"]: d["state"] for d in status["domains"]}
-
-
-# --- the formatter ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("raw", "escaped"),
-    [
-        ("plain", "plain"),
-        ('say "hi"', 'say \\"hi\\"'),
-        ("back\\slash", "back\\\\slash"),
-        ("two\nlines", "two\\nlines"),
-        ('\\"\n', '\\\\\\"\\n'),
-        ("", ""),
-        ("ünï{cödé}", "ünï{cödé}"),
-    ],
-)
-def test_label_values_are_escaped(raw: str, escaped: str) -> None:
-    assert escape_label_value(raw) == escaped
-    assert _unescape(escaped) == raw
-
-
-def test_format_metrics_writes_help_type_and_samples() -> None:
-    m = Metric("x_total", "counter", 'counts "things"\nand \\ more')
-    m.add(3, a='q"1', b="two\nlines").add(1.5)
-    assert format_metrics([m]) == (
-        '# HELP x_total counts "things"\\nand \\\\ more\n'
-        "# TYPE x_total counter\n"
-        'x_total{a="q\\"1",b="two\\nlines"} 3\n'
-        "x_total 1.5\n"
-    )
-
-
-def test_escaped_labels_survive_a_round_trip_through_the_parser() -> None:
-    nasty = 'a\\b"c\nd} 1 {e="'
-    _, samples = parse_metrics(format_metrics([Metric("m", "gauge", "h").add(2, v=nasty)]))
-    assert value(samples, "m", v=nasty) == 2
-
-
-def test_special_values_and_empty_families() -> None:
-    m = Metric("g", "gauge", "h").add(math.nan).add(math.inf, s="p").add(-math.inf, s="n")
-    text = format_metrics([m, Metric("empty", "gauge", "nothing yet")])
-    assert text.splitlines()[2:5] == ["g NaN", 'g{s="p"} +Inf', 'g{s="n"} -Inf']
-    assert "# TYPE empty gauge" in text
-
-
-@pytest.mark.parametrize(
-    "metric",
-    [Metric("bad-name", "gauge", "h"), Metric("ok", "gauge", "h").add(1, **{"__x": "v"})],
-)
-def test_invalid_names_are_refused(metric: Metric) -> None:
-    with pytest.raises(ValueError, match="invalid"):
-        format_metrics([metric])
-
-
-def test_render_metrics_of_an_empty_queue_is_well_formed() -> None:
-    empty = {
-        "queue": "q",
-        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
-        "lanes": {},
-        "domains": [],
-        "paused_until": "2030-01-01T00:00:00+00:00",
-        "alarms": [],
-    }
-    types, samples = parse_metrics(render_metrics(empty))
-    assert value(samples, "scrapeq_paused", queue="q") == 1
-    assert "scrapeq_domain_state" in types
 
 
 # --- JSON endpoints -----------------------------------------------------------------------------
@@ -366,42 +301,164 @@ async def test_admin_actions_need_post(client: Client) -> None:
 # --- /metrics -----------------------------------------------------------------------------------
 
 
-async def test_metrics_parse_and_match_the_status(client: Client, queue: AsyncQueue) -> None:
+async def scrape(client: Client) -> tuple[dict[str, str], Samples]:
     resp = await client.get("/metrics")
     assert resp.status == 200
     assert resp.headers["Content-Type"] == METRICS_CONTENT_TYPE
-    types, samples = parse_metrics(await resp.text())
+    return parse_metrics(await resp.text())
+
+
+async def test_metrics_parse_and_match_the_status(client: Client, queue: AsyncQueue) -> None:
+    types, samples = await scrape(client)
+    assert all(dict(labels).get("queue") == "default" for _, labels in samples), "queue label"
     doc = await queue.status()
     for state in ("ready", "delayed", "inflight", "dead"):
         assert value(samples, "scrapeq_jobs", queue="default", state=state) == doc["counts"][state]
     assert value(samples, "scrapeq_jobs_enqueued_total", queue="default") == 9
     assert value(samples, "scrapeq_jobs_done_total", queue="default") == 0
-    assert types["scrapeq_jobs_enqueued_total"] == types["scrapeq_jobs_done_total"] == "counter"
+    assert types["scrapeq_jobs_enqueued_total"] == types["scrapeq_jobs_settled_total"] == "counter"
     for lane, info in doc["lanes"].items():
-        assert value(samples, "scrapeq_lane_ready", lane=lane) == info["ready"]
-        age = value(samples, "scrapeq_lane_oldest_ready_age_seconds", lane=lane)
+        for state in ("ready", "delayed"):
+            got = value(samples, "scrapeq_lane_jobs", queue="default", lane=lane, state=state)
+            assert got == info[state]
+        age = value(samples, "scrapeq_lane_oldest_ready_age_seconds", queue="default", lane=lane)
         assert 0 <= age <= info["oldest_ready_age"]  # scraped just before
     assert value(samples, "scrapeq_paused", queue="default") == 0
-    assert value(samples, "scrapeq_alarms", kind="domain_retired") == 1
-    assert value(samples, "scrapeq_alarms", kind="global_pause") == 0
+    assert value(samples, "scrapeq_alarms", queue="default", kind="domain_retired") == 1
+    assert value(samples, "scrapeq_alarms", queue="default", kind="global_pause") == 0
+    domains = {"closed": 3, "open": 1, "half_open": 0, "retired": 1}
+    for state, n in domains.items():
+        assert value(samples, "scrapeq_domains", queue="default", state=state) == n
+
+
+async def test_metrics_counters_after_a_known_sequence(client: Client) -> None:
+    """The fixture: shop-4 tripped twice and retired (its job dead), shop-3 one 404 dead
+    letter, shop-2 tripped by hand; two retries (shop-4's failed attempts)."""
+    _, samples = await scrape(client)
+    q = {"queue": "default"}
+    assert value(samples, "scrapeq_breaker_trips_total", **q) == 2
+    assert value(samples, "scrapeq_domain_retirements_total", **q) == 1
+    assert value(samples, "scrapeq_global_pauses_total", **q) == 0
+    settled = {"done": 0, "retried": 2, "throttled": 0, "released": 0, "dead": 2}
+    for outcome, n in settled.items():
+        got = value(samples, "scrapeq_jobs_settled_total", outcome=outcome, **q)
+        assert got == n, outcome
 
 
 async def test_metrics_per_domain(client: Client) -> None:
-    _, samples = parse_metrics(await (await client.get("/metrics")).text())
+    _, samples = await scrape(client)
     expected = {SHOP.format(2): "open", SHOP.format(4): "retired", SHOP.format(1): "closed"}
     for domain, current in expected.items():
         for state in ("closed", "half_open", "open", "retired"):
-            got = value(samples, "scrapeq_domain_state", domain=domain, state=state)
+            got = value(
+                samples, "scrapeq_domain_breaker_state", queue="default", domain=domain, state=state
+            )
             assert got == (1 if state == current else 0), (domain, state)
-    assert value(samples, "scrapeq_domain_dead", domain=SHOP.format(3)) == 1
-    assert value(samples, "scrapeq_domain_inflight", domain=SHOP.format(1)) == 0
-    assert value(samples, "scrapeq_domain_consecutive_failures", domain=PORTED) == 0
+    dead = value(
+        samples, "scrapeq_domain_jobs", queue="default", domain=SHOP.format(3), state="dead"
+    )
+    assert dead == 1
+    ready = value(
+        samples, "scrapeq_domain_jobs", queue="default", domain=SHOP.format(1), state="ready"
+    )
+    assert ready == 3
+    fails = value(samples, "scrapeq_domain_consecutive_failures", queue="default", domain=PORTED)
+    assert fails == 0
 
 
 async def test_metrics_follow_admin_actions(client: Client) -> None:
     await post(client, f"/api/breaker/{SHOP.format(2)}/reset")
-    _, samples = parse_metrics(await (await client.get("/metrics")).text())
-    assert value(samples, "scrapeq_domain_state", domain=SHOP.format(2), state="closed") == 1
+    _, samples = await scrape(client)
+    got = value(
+        samples, "scrapeq_domain_breaker_state", queue="default", domain=SHOP.format(2),
+        state="closed",
+    )  # fmt: skip
+    assert got == 1
+    assert value(samples, "scrapeq_domains", queue="default", state="open") == 0
+
+
+def test_top_domains_puts_the_worst_first() -> None:
+    def d(name: str, state: str = "closed", dead: int = 0, inflight: int = 0) -> dict[str, Any]:
+        return {"domain": name, "state": state, "dead": dead, "inflight": inflight, "ready": 0}
+
+    domains = [d("a"), d("b", dead=5), d("c", "open"), d("d", "retired"), d("e", inflight=9)]
+    assert [x["domain"] for x in top_domains(domains, 4)] == ["d", "c", "b", "e"]
+    assert top_domains(domains, 0) == []
+
+
+async def test_metrics_cardinality_stays_bounded_at_10000_domains(redis_url: str) -> None:
+    settings = Settings(metrics_top_domains=7)
+    q = AsyncQueue.from_url(redis_url, settings=settings)
+    try:
+        urls = [f"https://site-{i}.example.com/" for i in range(10_000)]
+        for start in range(0, len(urls), 1000):
+            await q.enqueue_many(urls[start : start + 1000])
+        async with TestClient(TestServer(create_app(q))) as c:
+            _, samples = await scrape(c)
+    finally:
+        await q.close()
+    per_domain = [key for key in samples if any(k == "domain" for k, _ in key[1])]
+    assert {dict(labels)["domain"] for _, labels in per_domain} <= {
+        f"site-{i}.example.com" for i in range(10_000)
+    }
+    assert len({dict(labels)["domain"] for _, labels in per_domain}) == 7
+    assert len(per_domain) == 7 * (4 + 4 + 1)
+    assert len(samples) < 200, "no series grows with the number of domains"
+    assert value(samples, "scrapeq_domains", queue="default", state="closed") == 10_000
+
+
+def test_render_metrics_of_an_empty_queue_is_well_formed() -> None:
+    empty = {
+        "queue": "q",
+        "counts": dict.fromkeys(("enqueued", "ready", "delayed", "inflight", "done", "dead"), 0),
+        "lanes": {},
+        "domains": [],
+        "paused_until": "2030-01-01T00:00:00+00:00",
+        "alarms": [],
+    }
+    types, samples = parse_metrics(render_metrics(empty).decode())
+    assert value(samples, "scrapeq_paused", queue="q") == 1
+    assert value(samples, "scrapeq_breaker_trips_total", queue="q") == 0
+    assert "scrapeq_domain_breaker_state" in types
+
+
+async def test_worker_metrics_after_a_known_sequence(redis_url: str) -> None:
+    """A worker's own /metrics: 3 done in normal, 1 dead (404) in bulk, 1 retried (503)."""
+    settings = Settings(allow_private=True, max_attempts=2, backoff_base=0.05, backoff_cap=0.1)
+    q = AsyncQueue.from_url(redis_url, settings=settings)
+    metrics = WorkerMetrics("default")
+    port = metrics.serve(0)
+    try:
+        async with sites(ok, status(404), status(503)) as (good, gone, down):
+            await q.enqueue_many([good.url(f"/p/{i}") for i in range(3)])
+            await q.enqueue(gone.url("/x"), lane="bulk")
+            await q.enqueue(down.url("/y"), lane="critical")
+            worker = Worker(q, concurrency=4, burst=True, metrics=metrics)
+            await asyncio.wait_for(worker.run_async(), 60)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/metrics") as resp,
+        ):
+            text = await resp.text()
+    finally:
+        metrics.close()
+        await q.close()
+    types, samples = parse_metrics(text)
+    assert all(dict(labels).get("queue") == "default" for _, labels in samples)
+    name = "scrapeq_worker_settled_total"
+    assert value(samples, name, queue="default", lane="normal", outcome="done") == 3
+    assert value(samples, name, queue="default", lane="bulk", outcome="dead") == 1
+    assert value(samples, name, queue="default", lane="critical", outcome="retried") == 1
+    assert value(samples, name, queue="default", lane="critical", outcome="dead") == 1
+    assert types["scrapeq_worker_fetch_duration_seconds"] == "histogram"
+    fetches = value(samples, "scrapeq_worker_fetch_duration_seconds_count", queue="default",
+                    lane="normal")  # fmt: skip
+    assert fetches == 3
+    inf = {"queue": "default", "le": "+Inf"}
+    claims = value(samples, "scrapeq_worker_claim_batch_size_count", queue="default")
+    assert claims >= 2
+    assert value(samples, "scrapeq_worker_claim_batch_size_sum", queue="default") == 6
+    assert value(samples, "scrapeq_worker_claim_duration_seconds_bucket", **inf) == claims
 
 
 # --- the page -----------------------------------------------------------------------------------

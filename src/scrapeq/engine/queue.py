@@ -508,6 +508,10 @@ class _QueueCore:
         reply = yield Command(("XREAD", "COUNT", count, "STREAMS", self.keys.events, after))
         return _stream_entries(reply)
 
+    def _op_stats(self) -> Op[dict[str, int]]:
+        flat = yield Command(("HGETALL", self.keys.stats))
+        return {str(k): int(v) for k, v in dict(flat).items()}
+
     def _op_figures(self) -> Op[dict[str, int]]:
         raw = yield scripts.status(self.settings.lanes.names)
         domains = yield from self._op_domains_info(None)
@@ -1078,6 +1082,12 @@ class Queue(_QueueCore):
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return self._drive(self._op_events_after(after, count))
 
+    def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created: ``enqueued``, ``done``, ``done:<lane>``,
+        ``retried``, ``throttled``, ``released``, ``dead_total``, ``dead:<reason>``,
+        ``trips``, ``retirements``, ``global_pauses``, ``cancelled``... (zero: absent)."""
+        return self._drive(self._op_stats())
+
     def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
         ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
@@ -1317,6 +1327,10 @@ class AsyncQueue(_QueueCore):
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return await self._drive(self._op_events_after(after, count))
+
+    async def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created (see :meth:`Queue.stats`)."""
+        return await self._drive(self._op_stats())
 
     async def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,

@@ -538,6 +538,9 @@ class Settings:
     log_format: str = _setting("str", "text", check=_check_log_format)
     # The queue-wide progress line's period (0: none); one worker of all logs it.
     log_every: float = _seconds(10.0, positive=False)
+    # Domains with their own series on the dashboard's /metrics (the worst first): bounds the
+    # label cardinality whatever the number of domains (0: none).
+    metrics_top_domains: int = _count(20, ge=0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -217,6 +217,14 @@ def worker(
         float | None,
         typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve this process's /metrics on 127.0.0.1:PORT (process i: PORT+i).",
+        ),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -243,6 +251,10 @@ def worker(
     options = _worker_options(
         settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose
     )
+    if metrics_port is not None:
+        if metrics_port + processes - 1 > 65535:
+            _die(f"--metrics-port {metrics_port}: ports up to {metrics_port + processes - 1}", 2)
+        options = dataclasses.replace(options, metrics_port=metrics_port)
     _run_workers(settings, options, processes)
 
 
@@ -398,6 +410,7 @@ class WorkerOptions:
     save_bodies: str | None = None
     verbose: int = 0
     summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
+    metrics_port: int | None = None  # serve /metrics on 127.0.0.1:(port + slot)
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
@@ -405,9 +418,22 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
     from scrapeq.runtime.handlers import import_handler
+    from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
     from scrapeq.runtime.sinks import JsonlSink
     from scrapeq.runtime.worker import Worker
+
+    metrics = None
+    if options.metrics_port is not None:
+        metrics = WorkerMetrics(settings.queue)
+        port = options.metrics_port + slot
+        try:
+            metrics.serve(port)
+        except OSError as exc:
+            typer.echo(f"scrapeq: error: cannot serve metrics on 127.0.0.1:{port}: "
+                       f"{_bind_problem(exc)}", err=True)  # fmt: skip
+            return 1
+        log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url), settings=settings)
@@ -421,6 +447,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
             max_runtime=options.max_runtime,
             follow_links=options.follow_links,
             save_bodies=options.save_bodies,
+            metrics=metrics,
         )
         try:
             await w.run_async()
@@ -430,7 +457,11 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
             await queue.close()
         return 0
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
 # --- enqueue and status (the rest of the CLI arrives with the CLI work) --------------------------

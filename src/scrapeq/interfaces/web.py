@@ -33,29 +33,32 @@ Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 401 without the t
 a refused action, 404 for an unknown domain, 421 for a foreign ``Host``, 503 when Redis is
 unreachable.
 
-The metrics formatter is written here (no ``prometheus_client``): :class:`Metric` holds one
-family, :func:`format_metrics` writes the text format, :func:`status_metrics` maps a status
-document to the families scrapeq exports.
+``/metrics`` is written by ``prometheus_client`` from a status document and the queue's
+counters (:func:`status_metrics`): every series has a ``queue`` label, and only the
+``metrics_top_domains`` worst domains have series of their own. A worker process's own
+metrics (settles by lane and outcome, fetch and claim latency) are in
+:mod:`scrapeq.runtime.metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import hmac
 import ipaddress
 import logging
-import math
-import re
 import secrets
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
@@ -65,13 +68,13 @@ from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
 __all__ = [
     "METRICS_CONTENT_TYPE",
     "PAGE",
-    "Metric",
+    "Guard",
+    "check_token",
     "create_app",
-    "escape_label_value",
-    "format_metrics",
     "render_metrics",
     "serve",
     "status_metrics",
+    "top_domains",
 ]
 
 log = logging.getLogger(__name__)
@@ -86,162 +89,166 @@ MAX_LIST = 1000
 
 _JOB_STATES = ("ready", "delayed", "inflight", "dead")
 _DOMAIN_STATES = ("closed", "half_open", "open", "retired")
+_STATE_RANK = {"retired": 0, "open": 1, "half_open": 2, "closed": 3}
 #: Alarm kinds always exported (at 0 when quiet) so their series never vanish.
 _ALARM_KINDS = ("dead_letter_spike", "domain_retired", "global_pause")
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: outcome label -> the queue's stats field counting it.
+_SETTLED_FIELDS = {
+    "done": "done",
+    "retried": "retried",
+    "throttled": "throttled",
+    "released": "released",
+    "dead": "dead_total",
+}
+#: stats field -> (counter name, help) of the breaker and guard events.
+_EVENT_COUNTERS = {
+    "trips": ("scrapeq_breaker_trips", "Breaker trips (closed or half-open to open)."),
+    "retirements": ("scrapeq_domain_retirements", "Domains retired after repeated trips."),
+    "global_pauses": ("scrapeq_global_pauses", "Global pauses of dispatch (our fault)."),
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-# --- Prometheus text format --------------------------------------------------------------------
+# --- Prometheus metrics ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Metric:
-    """One metric family: a name, its type, a help text and its samples.
+class _Families:
+    """A one-shot collector: what ``generate_latest`` reads (``collect``)."""
 
-    Attributes:
-        name: the metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``); counters end in ``_total``.
-        kind: ``gauge`` or ``counter``.
-        help: one line of help (backslashes and newlines are escaped on output).
-        samples: ``(labels, value)`` pairs, written in order.
-    """
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
 
-    name: str
-    kind: Literal["counter", "gauge"]
-    help: str
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
-
-    def add(self, value: float, /, **labels: str) -> Metric:
-        """Append one sample and return the family (so calls chain)."""
-        self.samples.append((labels, value))
-        return self
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
-def escape_label_value(value: str) -> str:
-    r"""Escape a label value: ``\`` to ``\\``, ``"`` to ``\"``, newline to ``\n``."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
 
 
-def _format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
-def _format_labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    for name in labels:
-        if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
-            raise ValueError(f"invalid label name {name!r}")
-    inner = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-def format_metrics(metrics: Iterable[Metric]) -> str:
-    """Write metric families in the Prometheus text exposition format (version 0.0.4).
-
-    Each family gets its ``# HELP`` and ``# TYPE`` lines, then one ``name{labels} value`` line
-    per sample. Values: integers without a decimal point, ``NaN``, ``+Inf``, ``-Inf``.
-
-    Raises:
-        ValueError: a metric or label name is not valid in the format.
-    """
-    lines: list[str] = []
-    for metric in metrics:
-        if not _METRIC_NAME.fullmatch(metric.name):
-            raise ValueError(f"invalid metric name {metric.name!r}")
-        lines.append(f"# HELP {metric.name} {_escape_help(metric.help)}")
-        lines.append(f"# TYPE {metric.name} {metric.kind}")
-        for labels, value in metric.samples:
-            lines.append(f"{metric.name}{_format_labels(labels)} {_format_value(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _queue_metrics(status: Mapping[str, Any]) -> list[Metric]:
+def _queue_metrics(status: Mapping[str, Any], stats: Mapping[str, int]) -> list[Metric]:
     name, counts = status["queue"], status["counts"]
-    jobs = Metric("scrapeq_jobs", "gauge", "Jobs the queue holds now, by state.")
+    jobs = _gauge("scrapeq_jobs", "Jobs the queue holds now, by state.", ["queue", "state"])
     for state in _JOB_STATES:
-        jobs.add(counts[state], queue=name, state=state)
-    return [
-        jobs,
-        Metric("scrapeq_jobs_enqueued_total", "counter", "Jobs enqueued since creation.").add(
-            counts["enqueued"], queue=name
-        ),
-        Metric("scrapeq_jobs_done_total", "counter", "Jobs done since creation.").add(
-            counts["done"], queue=name
-        ),
-        Metric("scrapeq_paused", "gauge", "1 while the global-fault guard pauses dispatch.").add(
-            1 if status.get("paused_until") else 0, queue=name
-        ),
-    ]
+        jobs.add_metric([name, state], counts[state])
+    totals = _counter(
+        "scrapeq_jobs_settled",
+        "Attempts settled since the queue was created, by outcome (dead: dead-lettered).",
+        ["queue", "outcome"],
+    )
+    for outcome, field_name in _SETTLED_FIELDS.items():
+        totals.add_metric([name, outcome], stats.get(field_name, 0))
+    enqueued = _counter("scrapeq_jobs_enqueued", "Jobs enqueued since creation.", ["queue"])
+    enqueued.add_metric([name], counts["enqueued"])
+    done = _counter("scrapeq_jobs_done", "Jobs done since creation.", ["queue"])
+    done.add_metric([name], counts["done"])
+    paused = _gauge("scrapeq_paused", "1 while the global-fault guard pauses dispatch.", ["queue"])
+    paused.add_metric([name], 1 if status.get("paused_until") else 0)
+    events = []
+    for field_name, (metric, doc) in _EVENT_COUNTERS.items():
+        family = _counter(metric, doc, ["queue"])
+        family.add_metric([name], stats.get(field_name, 0))
+        events.append(family)
+    return [jobs, totals, enqueued, done, paused, *events]
 
 
-def _lane_metrics(lanes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
-    ready = Metric("scrapeq_lane_ready", "gauge", "Ready jobs per lane.")
-    age = Metric(
-        "scrapeq_lane_oldest_ready_age_seconds", "gauge", "Age of the oldest ready job per lane."
+def _lane_metrics(queue: str, lanes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
+    jobs = _gauge("scrapeq_lane_jobs", "Jobs per lane, by state.", ["queue", "lane", "state"])
+    age = _gauge(
+        "scrapeq_lane_oldest_ready_age_seconds",
+        "Age of the oldest ready job per lane (freshness lag).",
+        ["queue", "lane"],
     )
     for lane, info in lanes.items():
-        ready.add(info["ready"], lane=lane)
-        age.add(info["oldest_ready_age"], lane=lane)
-    return [ready, age]
+        jobs.add_metric([queue, lane, "ready"], info["ready"])
+        jobs.add_metric([queue, lane, "delayed"], info["delayed"])
+        age.add_metric([queue, lane], info["oldest_ready_age"])
+    return [jobs, age]
 
 
-def _domain_metrics(domains: Iterable[Mapping[str, Any]]) -> list[Metric]:
-    state = Metric("scrapeq_domain_state", "gauge", "Breaker state per domain (1 = current).")
-    inflight = Metric("scrapeq_domain_inflight", "gauge", "Jobs in flight per domain.")
-    dead = Metric("scrapeq_domain_dead", "gauge", "Dead letters held per domain.")
-    fails = Metric(
-        "scrapeq_domain_consecutive_failures", "gauge", "Consecutive failures per domain."
-    )
+def _rank(info: Mapping[str, Any]) -> tuple[int, int, int, int, str]:
+    """Sort key of the domains worth a series: not closed first, then most dead letters,
+    most in flight, most ready."""
+    state = _STATE_RANK.get(str(info["state"]), len(_STATE_RANK))
+    return (state, -int(info["dead"]), -int(info["inflight"]), -int(info["ready"]), info["domain"])
+
+
+def top_domains(domains: Iterable[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
+    """The ``n`` domains most worth a series of their own (see :func:`_rank`)."""
+    return heapq.nsmallest(n, domains, key=_rank) if n > 0 else []
+
+
+def _domain_metrics(queue: str, domains: list[Mapping[str, Any]], top: int) -> list[Metric]:
+    by_state = _gauge("scrapeq_domains", "Domains by breaker state.", ["queue", "state"])
+    counted = dict.fromkeys(_DOMAIN_STATES, 0)
     for info in domains:
-        d = info["domain"]
+        counted[str(info["state"])] = counted.get(str(info["state"]), 0) + 1
+    for name, n in counted.items():
+        by_state.add_metric([queue, name], n)
+    labels = ["queue", "domain"]
+    state = _gauge(
+        "scrapeq_domain_breaker_state",
+        f"Breaker state of the top {top} domains (1 = current).",
+        [*labels, "state"],
+    )
+    jobs = _gauge(
+        "scrapeq_domain_jobs", f"Jobs of the top {top} domains, by state.", [*labels, "state"]
+    )
+    fails = _gauge(
+        "scrapeq_domain_consecutive_failures",
+        f"Consecutive failures of the top {top} domains.",
+        labels,
+    )
+    for info in top_domains(domains, top):
+        d = str(info["domain"])
         for s in _DOMAIN_STATES:
-            state.add(1 if info["state"] == s else 0, domain=d, state=s)
-        inflight.add(info["inflight"], domain=d)
-        dead.add(info["dead"], domain=d)
-        fails.add(info["consecutive_failures"], domain=d)
-    return [state, inflight, dead, fails]
+            state.add_metric([queue, d, s], 1 if info["state"] == s else 0)
+        for s in ("ready", "delayed", "inflight", "dead"):
+            jobs.add_metric([queue, d, s], info[s])
+        fails.add_metric([queue, d], info["consecutive_failures"])
+    return [by_state, state, jobs, fails]
 
 
-def _alarm_metrics(alarms: Iterable[Mapping[str, Any]]) -> Metric:
+def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
     counts = dict.fromkeys(_ALARM_KINDS, 0)
     for alarm in alarms:
         counts[str(alarm["kind"])] = counts.get(str(alarm["kind"]), 0) + 1
-    metric = Metric("scrapeq_alarms", "gauge", "Alarms raised now, by kind.")
+    metric = _gauge("scrapeq_alarms", "Alarms raised now, by kind.", ["queue", "kind"])
     for kind in sorted(counts):
-        metric.add(counts[kind], kind=kind)
+        metric.add_metric([queue, kind], counts[kind])
     return metric
 
 
-def status_metrics(status: Mapping[str, Any]) -> list[Metric]:
-    """The metric families scrapeq exports, from a ``status --json`` document.
+def status_metrics(
+    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+) -> list[Metric]:
+    """The queue-wide metric families, from a ``status --json`` document.
 
     Args:
         status: what :meth:`AsyncQueue.status` answers.
+        stats: the queue's counters (:meth:`AsyncQueue.stats`): settled by outcome, trips,
+            retirements, global pauses; zeros when not given.
+        top: how many domains get series of their own (``metrics_top_domains``).
     """
+    queue = str(status["queue"])
     return [
-        *_queue_metrics(status),
-        *_lane_metrics(status["lanes"]),
-        *_domain_metrics(status["domains"]),
-        _alarm_metrics(status["alarms"]),
+        *_queue_metrics(status, stats or {}),
+        *_lane_metrics(queue, status["lanes"]),
+        *_domain_metrics(queue, status["domains"], top),
+        _alarm_metrics(queue, status["alarms"]),
     ]
 
 
-def render_metrics(status: Mapping[str, Any]) -> str:
-    """The ``/metrics`` body for a status document (see :func:`status_metrics`)."""
-    return format_metrics(status_metrics(status))
+def render_metrics(
+    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+) -> bytes:
+    """The ``/metrics`` body (Prometheus text format 0.0.4) of :func:`status_metrics`."""
+    return bytes(generate_latest(_Families(status_metrics(status, stats, top))))
 
 
 # --- security ----------------------------------------------------------------------------------
@@ -551,8 +558,10 @@ async def _dead_purge(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = render_metrics(await request.app[QUEUE_KEY].status())
-    return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+    queue = request.app[QUEUE_KEY]
+    status, stats = await queue.status(), await queue.stats()
+    body = render_metrics(status, stats, queue.settings.metrics_top_domains)
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 def create_app(

@@ -15,6 +15,7 @@ local function open_breaker(d, trips, cool, why)
   redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
     'fails', 0, 'win', '', 'probe', '')
   emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
+  stat('trips')
   refile(d)
 end
 
@@ -28,6 +29,7 @@ local function retire(d, why)
   -- letters (drained by the next claims, the delayed ones when due).
   local delayed = math.max(tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0, 0)
   emit('retired', d, why, {'jobs', redis.call('ZCARD', k_dq(d)) + delayed})
+  stat('retirements')
 end
 
 local function close_breaker(d)
@@ -61,6 +63,7 @@ local function global_guard(d)
   emit('global_pause', '', string.format(
     'dispatch paused %.1f s: %d of %d active domains tripped together; likely our fault',
     pause / 1000, tripped, active))
+  stat('global_pauses')
   return true
 end
 
