@@ -221,8 +221,26 @@ async def test_api_dead_lists_dead_letters(client: Client) -> None:
     assert await get_json(client, "/api/dead?domain=nowhere.example.com") == []
 
 
+async def test_api_history_has_the_fixtures_outcomes(client: Client) -> None:
+    doc = await get_json(client, "/api/history?minutes=1440")  # the fixture moved 4 h on
+    assert doc["minutes"] == 1440 and doc["step"] == 60
+    assert sum(doc["outcomes"]["retried"]) == 2  # shop-4's two failed attempts
+    assert sum(doc["outcomes"]["dead"]) == 2  # shop-3's 404, shop-4's job when retired
+    assert sum(doc["events"]["retired"]) == 1
+    assert sum(doc["events"]["trip"]) == 2  # shop-4's first trip, shop-2's by hand
+    assert len((await get_json(client, "/api/history"))["outcomes"]["done"]) == 60
+
+
 @pytest.mark.parametrize(
-    "path", ["/api/events?count=0", "/api/events?count=x", "/api/dead?limit=1001"]
+    "path",
+    [
+        "/api/events?count=0",
+        "/api/events?count=x",
+        "/api/dead?limit=1001",
+        "/api/history?minutes=0",
+        "/api/history?minutes=1441",
+        "/api/history?minutes=soon",
+    ],
 )
 async def test_bad_parameters_are_400_json(client: Client, path: str) -> None:
     doc = await get_json(client, path, status=400)

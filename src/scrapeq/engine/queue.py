@@ -508,6 +508,18 @@ class _QueueCore:
         reply = yield Command(("XREAD", "COUNT", count, "STREAMS", self.keys.events, after))
         return _stream_entries(reply)
 
+    def _op_history(self, minutes: int) -> Op[dict[str, Any]]:
+        if not 1 <= minutes <= HISTORY_MINUTES:
+            raise ConfigError("minutes", f"must be in 1..{HISTORY_MINUTES}, got {minutes}")
+        seconds, micros = yield Command(("TIME",))
+        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        last = now_ms // 60_000
+        first = last - minutes + 1
+        hashes: dict[int, dict[str, str]] = {}
+        for hour in range(first // 60, last // 60 + 1):
+            hashes[hour] = dict((yield Command(("HGETALL", self.keys.history(hour)))))
+        return _shape_history(hashes, first, minutes, now_ms)
+
     def _op_stats(self) -> Op[dict[str, int]]:
         flat = yield Command(("HGETALL", self.keys.stats))
         return {str(k): int(v) for k, v in dict(flat).items()}
@@ -747,6 +759,46 @@ def _figures(raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, in
 
 
 _DOMAIN_FIELDS = ("domain", "state", "ready", "delayed", "inflight", "done", "dead")
+
+#: Minutes of history kept (lua/includes/history.lua keeps 25 h; 24 h are answered).
+HISTORY_MINUTES = 1440
+#: Outcomes the history counts per lane, and events it counts per queue.
+HISTORY_OUTCOMES = ("done", "retried", "throttled", "released", "dead")
+HISTORY_EVENTS = ("trip", "retired", "pause")
+
+
+def _shape_history(
+    hashes: dict[int, dict[str, str]], first: int, minutes: int, now_ms: int
+) -> dict[str, Any]:
+    """The per-minute series of ``Queue.history`` from the hour hashes of history.lua."""
+    outcomes = {o: [0] * minutes for o in HISTORY_OUTCOMES}
+    events = {e: [0] * minutes for e in HISTORY_EVENTS}
+    lanes: dict[str, dict[str, list[int]]] = {}
+    for hour, fields in hashes.items():
+        for field_name, text in fields.items():
+            minute_text, _, rest = str(field_name).partition(":")
+            name, _, lane = rest.partition(":")
+            i = hour * 60 + int(minute_text) - first
+            if not 0 <= i < minutes:
+                continue
+            n = int(text)
+            if lane and name in outcomes:
+                outcomes[name][i] += n
+                per_lane = lanes.setdefault(lane, {o: [0] * minutes for o in HISTORY_OUTCOMES})
+                per_lane[name][i] += n
+            elif name in events:
+                events[name][i] += n
+    return {
+        "start": ms_to_iso(first * 60_000),
+        "start_ms": first * 60_000,
+        "step": 60,
+        "minutes": minutes,
+        "now_ms": now_ms,
+        "outcomes": outcomes,
+        "lanes": lanes,
+        "events": events,
+    }
+
 
 #: A dead-letter spike: at least this many in the last hour and this many times the baseline.
 SPIKE_MIN = 10
@@ -1082,6 +1134,19 @@ class Queue(_QueueCore):
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return self._drive(self._op_events_after(after, count))
 
+    def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (1..1440, the current one last and
+        partial), kept in Redis by the scripts that settle (``lua/includes/history.lua``).
+
+        Answers ``{"start", "start_ms", "step": 60, "minutes", "now_ms", "outcomes": {outcome:
+        [n per minute]}, "lanes": {lane: {outcome: [...]}}, "events": {"trip"|"retired"|
+        "pause": [...]}}``; outcomes are done, retried, throttled, released and dead.
+
+        Raises:
+            ConfigError: ``minutes`` is out of range.
+        """
+        return self._drive(self._op_history(minutes))
+
     def stats(self) -> dict[str, int]:
         """The queue's counters since it was created: ``enqueued``, ``done``, ``done:<lane>``,
         ``retried``, ``throttled``, ``released``, ``dead_total``, ``dead:<reason>``,
@@ -1327,6 +1392,10 @@ class AsyncQueue(_QueueCore):
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return await self._drive(self._op_events_after(after, count))
+
+    async def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (see :meth:`Queue.history`)."""
+        return await self._drive(self._op_history(minutes))
 
     async def stats(self) -> dict[str, int]:
         """The queue's counters since it was created (see :meth:`Queue.stats`)."""

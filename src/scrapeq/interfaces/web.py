@@ -12,6 +12,7 @@ The page at ``/`` only uses relative URLs, so it works under any prefix. Endpoin
 ``POST /login``                            form field ``token``: sets the token cookie
 ``GET /api/session``                       ``{"csrf", "read_only", "token_holder"}``
 ``GET /api/status``                        the ``status --json`` document
+``GET /api/history?minutes=N``             per-minute outcomes and events (default 60, max 1440)
 ``GET /api/domains``                       full per-domain figures (:meth:`domains_info`)
 ``GET /api/events?count=N``                recent events, newest first (default 100, max 1000)
 ``GET /api/dead?domain=D&limit=N``         dead letters, newest first (default 50, max 1000)
@@ -472,6 +473,15 @@ def _redacted_status(status: dict[str, Any]) -> dict[str, Any]:
     return {**status, "alarms": alarms}
 
 
+async def _history(request: web.Request) -> web.Response:
+    text = request.query.get("minutes", "") or "60"
+    try:
+        minutes = int(text)
+    except ValueError:
+        raise ConfigError("minutes", f"expected an integer, got {text!r}") from None
+    return web.json_response(await request.app[QUEUE_KEY].history(minutes))
+
+
 async def _domains(request: web.Request) -> web.Response:
     return web.json_response(await request.app[QUEUE_KEY].domains_info())
 
@@ -596,6 +606,7 @@ def create_app(
     app.router.add_post("/login", _login, name="login")
     app.router.add_get("/api/session", _session)
     app.router.add_get("/api/status", _status)
+    app.router.add_get("/api/history", _history)
     app.router.add_get("/api/domains", _domains)
     app.router.add_get("/api/events", _events)
     app.router.add_get("/api/dead", _dead)
