@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,8 +21,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from scrapeq import AsyncQueue, Job, Settings
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.web import (
+    CSP,
     METRICS_CONTENT_TYPE,
-    PAGE,
+    STATIC,
     create_app,
     render_metrics,
     serve,
@@ -482,16 +482,64 @@ async def test_worker_metrics_after_a_known_sequence(redis_url: str) -> None:
 # --- the page -----------------------------------------------------------------------------------
 
 
-async def test_index_is_self_contained_html_with_the_poll_script(client: Client) -> None:
+async def test_index_and_static_files_are_the_packaged_page(client: Client) -> None:
     resp = await client.get("/")
     assert resp.status == 200
     assert resp.content_type == "text/html"
+    assert resp.headers["Content-Security-Policy"] == CSP
     html = await resp.text()
     assert html.startswith("<!doctype html>")
-    assert 'getJSON("api/status")' in html
-    assert "setInterval(refresh, 2000)" in html
-    assert re.search(r"\b(src|href)\s*=", html) is None, "no external assets"
-    assert "innerHTML" not in html
+    assert re.findall(r'\b(?:src|href)="([^"#]*)"', html) == ["static/app.css", "static/app.js"]
+    for name, kind in (("app.js", "text/javascript"), ("app.css", "text/css")):
+        resp = await client.get(f"/static/{name}")
+        assert resp.status == 200 and resp.content_type == kind
+        assert await resp.read() == (STATIC / name).read_bytes()
+    script = await (await client.get("/static/app.js")).text()
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
+    assert "http://" not in script.replace("http://www.w3.org/2000/svg", ""), "no network"
+    for bad in ("../web.py", ".hidden.js", "app.py", "nothing.js"):
+        assert (await client.get(f"/static/{bad}")).status == 404, bad
+
+
+async def test_api_domains_pages_filters_and_sorts_on_the_server(client: Client) -> None:
+    doc = await get_json(client, "/api/domains?page=1&per_page=2&sort=domain")
+    assert doc["total"] == 5 and doc["page"] == 1 and doc["per_page"] == 2
+    assert [d["domain"] for d in doc["items"]] == [SHOP.format(1), SHOP.format(2)]
+    doc = await get_json(client, "/api/domains?page=3&per_page=2&sort=domain")
+    assert [d["domain"] for d in doc["items"]] == [PORTED]
+    doc = await get_json(client, "/api/domains?page=1&sort=state")
+    assert [d["state"] for d in doc["items"]][:2] == ["retired", "open"]
+    doc = await get_json(client, "/api/domains?page=1&state=open")
+    (row,) = doc["items"]
+    assert row["domain"] == SHOP.format(2) and 0 < row["open_for"] <= 3600
+    doc = await get_json(client, "/api/domains?page=1&q=SHOP-3")
+    (row,) = doc["items"]
+    assert row["dead"] == 1 and row["failure_rate"] == 1.0
+    doc = await get_json(client, "/api/domains?page=1&sort=ready&order=desc")
+    assert doc["items"][0]["domain"] == SHOP.format(1)
+    for bad in ("page=1&sort=evil", "page=1&state=weird", "page=1&per_page=0", "page=x"):
+        assert "error" in await get_json(client, f"/api/domains?{bad}", status=400)
+
+
+async def test_api_domain_has_errors_and_breaker_history(client: Client) -> None:
+    doc = await get_json(client, f"/api/domain/{SHOP.format(4)}")
+    assert doc["domain"]["state"] == "retired"
+    assert {e["kind"] for e in doc["events"]} >= {"trip", "retired"}
+    assert all(e["domain"] == SHOP.format(4) for e in doc["events"])
+    doc = await get_json(client, f"/api/domain/{SHOP.format(3)}")
+    assert [e["kind"] for e in doc["errors"]] == ["http_404"]
+    assert (await client.get("/api/domain/nowhere.example.com")).status == 404
+
+
+async def test_api_dead_filters_by_reason(client: Client) -> None:
+    (row,) = await get_json(client, "/api/dead?reason=http_404")
+    assert row["domain"] == SHOP.format(3)
+    assert await get_json(client, "/api/dead?reason=nothing_like_it") == []
+
+
+async def test_session_tells_the_queue_and_the_pause(client: Client) -> None:
+    doc = await get_json(client, "/api/session")
+    assert doc["queue"] == "default" and doc["paused_until"] is None
 
 
 async def test_the_app_mounts_under_a_prefix(queue: AsyncQueue) -> None:
@@ -500,94 +548,6 @@ async def test_the_app_mounts_under_a_prefix(queue: AsyncQueue) -> None:
     async with TestClient(TestServer(parent)) as c:
         assert (await get_json(c, "/scrapeq/api/status"))["queue"] == "default"
         assert (await c.get("/scrapeq/metrics")).status == 200
-
-
-_DOM_SHIM = """
-const BASE = process.argv[2];
-class FakeNode {
-  constructor(tag) { this.tag = tag; this.children = []; this.textContent = ""; }
-  append(...items) {
-    for (const c of items) this.children.push(c instanceof FakeNode ? c : new FakeText(c));
-  }
-  replaceChildren(...items) { this.children = []; this.append(...items); }
-}
-class FakeText extends FakeNode { constructor(t) { super("#text"); this.textContent = t; } }
-globalThis.Node = FakeNode;
-const ids = {};
-globalThis.document = {
-  createElement: (tag) => new FakeNode(tag),
-  getElementById: (id) => (ids[id] ??= new FakeNode("div")),
-};
-const nativeFetch = fetch;
-globalThis.fetch = (path, options) => nativeFetch(new URL(path, BASE), options);
-globalThis.setInterval = () => 0;
-globalThis.alert = (message) => console.error("alert:", message);
-globalThis.confirm = () => true;
-"""
-
-_DOM_REPORT = """
-(async () => {
-  await refresh();
-  const rows = ids.domains.children.slice(1);
-  const cell = (r, i) => r.children[i].textContent;
-  const report = {
-    conn: ids.conn.textContent,
-    domains: rows.map((r) => [cell(r, 0), cell(r, 1)]),
-    lanes: ids.lanes.children.slice(1).map((r) => cell(r, 0)),
-    alarms: ids.alarms.children.map((a) => a.textContent),
-  };
-  const open = rows.find((r) => cell(r, 1) === "open");
-  await open.children[9].children.find((b) => b.textContent === "reset").onclick();
-  console.log(JSON.stringify(report));
-})();
-"""
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-async def test_page_script_renders_and_resets_in_node(
-    client: Client, queue: AsyncQueue, tmp_path: Path
-) -> None:
-    """Run the page's own script in node over a minimal fake DOM against the live server."""
-    script = re.search(r"<script>(.*?)</script>", PAGE, re.DOTALL)
-    assert script
-    path = tmp_path / "page.js"
-    path.write_text(_DOM_SHIM + script[1] + _DOM_REPORT)
-    base = f"http://{client.host}:{client.port}/"
-    proc = await asyncio.create_subprocess_exec(
-        "node", str(path), base, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 20)
-    assert proc.returncode == 0, err.decode()
-    report = json.loads(out)
-    assert report["conn"].startswith("updated")
-    assert report["domains"][:2] == [[SHOP.format(2), "open"], [SHOP.format(4), "retired"]]
-    assert {state for _, state in report["domains"][2:]} == {"closed"}
-    assert report["lanes"] == ["critical", "normal", "bulk"]
-    (alarm,) = report["alarms"]
-    assert alarm.startswith(f"domain_retired {SHOP.format(4)}: ")
-    assert states(await queue.status())[SHOP.format(2)] == "closed", "the reset button works"
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (optional)")
-async def test_page_renders_in_headless_chromium(client: Client, tmp_path: Path) -> None:
-    url = f"http://{client.host}:{client.port}/"
-    proc = await asyncio.create_subprocess_exec(
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        f"--user-data-dir={tmp_path}",
-        "--virtual-time-budget=3000",
-        "--dump-dom",
-        url,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    dom = out.decode()
-    assert SHOP.format(2) in dom
-    assert "domain_retired" in dom
-    assert dom.index(SHOP.format(2)) < dom.index(SHOP.format(1)), "open domains first"
 
 
 # --- serve() ------------------------------------------------------------------------------------
@@ -833,7 +793,7 @@ async def test_html_in_a_url_or_error_renders_as_text(
     job = await _claim_one(queue)
     assert job.domain == "html.example.com"
     await queue.fail(job, "http_500", HTML_ERROR)
-    url = f"http://{client.host}:{client.port}/"
+    url = f"http://{client.host}:{client.port}/#/dead"
     proc = await asyncio.create_subprocess_exec(
         str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
         f"--user-data-dir={tmp_path}", "--virtual-time-budget=3000", "--dump-dom", url,
@@ -842,6 +802,7 @@ async def test_html_in_a_url_or_error_renders_as_text(
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     dom = out.decode()
     assert job.id in dom, "the dead letter is listed"
+    assert "html.example.com" in dom
     assert "&lt;img src=x onerror=" in dom, "the error is shown as text"
     assert '<b id="injected"' not in dom and "<img" not in dom
     assert "<script>alert" not in dom

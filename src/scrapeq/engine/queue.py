@@ -345,6 +345,16 @@ class _QueueCore:
         policy = info.get("maxmemory_policy")
         return None if policy is None else str(policy)
 
+    def _op_paused_until(self) -> Op[str | None]:
+        until = yield Command(("HGET", self.keys.meta, "paused_until"))
+        seconds, micros = yield Command(("TIME",))
+        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        return ms_to_iso(int(until)) if until and int(until) > now_ms else None
+
+    def _op_domain_names(self) -> Op[list[str]]:
+        members = yield Command(("SMEMBERS", self.keys.domains))
+        return sorted(str(m) for m in members)
+
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
             members = yield Command(("SMEMBERS", self.keys.domains))
@@ -1038,6 +1048,14 @@ class Queue(_QueueCore):
         """Full per-domain figures (breaker state, politeness, counts)."""
         return self._drive(self._op_domains_info(domains))
 
+    def paused_until(self) -> str | None:
+        """When the global-fault guard's pause ends (ISO 8601), or None when not paused."""
+        return self._drive(self._op_paused_until())
+
+    def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (one SMEMBERS: no per-domain reads)."""
+        return self._drive(self._op_domain_names())
+
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
         return self._drive(self._op_dead_letters(domain, limit))
@@ -1296,6 +1314,14 @@ class AsyncQueue(_QueueCore):
     async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""
         return await self._drive(self._op_domains_info(domains))
+
+    async def paused_until(self) -> str | None:
+        """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
+        return await self._drive(self._op_paused_until())
+
+    async def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
+        return await self._drive(self._op_domain_names())
 
     async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""

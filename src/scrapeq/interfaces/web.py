@@ -8,14 +8,18 @@ its own (:func:`serve`, behind ``scrapeq dashboard``) or be mounted in a bigger 
 The page at ``/`` only uses relative URLs, so it works under any prefix. Endpoints:
 
 =========================================  ====================================================
-``GET /``                                  the HTML dashboard (polls the API every 2 s)
+``GET /``                                  the dashboard (``static/index.html``, views by #hash)
+``GET /static/{name}``                     its script and style sheet (package data)
 ``POST /login``                            form field ``token``: sets the token cookie
 ``GET /api/session``                       ``{"csrf", "read_only", "token_holder"}``
 ``GET /api/status``                        the ``status --json`` document
 ``GET /api/history?minutes=N``             per-minute outcomes and events (default 60, max 1440)
 ``GET /api/domains``                       full per-domain figures (:meth:`domains_info`)
+``GET /api/domains?page=P&per_page=N&...``  one page of the table (``sort``, ``order``, ``state``,
+                                           ``q``): ``{"total", "page", "per_page", "items"}``
+``GET /api/domain/{domain}``               one domain: figures, recent errors, breaker events
 ``GET /api/events?count=N``                recent events, newest first (default 100, max 1000)
-``GET /api/dead?domain=D&limit=N``         dead letters, newest first (default 50, max 1000)
+``GET /api/dead?domain=D&reason=R&limit=N``  dead letters, newest first (default 50, max 1000)
 ``POST /api/dead/replay``                  {"ids": [...]}, {"domain": D} or {"all": true}
 ``POST /api/dead/purge``                   {"domain": D}, {"older_than": S} or {"all": true}
 ``POST /api/breaker/{domain}/reset``       close a breaker (un-retires the domain)
@@ -52,8 +56,10 @@ import logging
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -61,14 +67,15 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.job import Job, ms_to_iso
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.urls import redact_text
+from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
 
 __all__ = [
+    "CSP",
     "METRICS_CONTENT_TYPE",
-    "PAGE",
+    "STATIC",
     "Guard",
     "check_token",
     "create_app",
@@ -436,8 +443,37 @@ def _same_origin(request: web.Request) -> bool:
     return origin is None or urlsplit(origin).netloc == request.host
 
 
+#: The page's files, shipped as package data (no network at run time, no build step).
+STATIC = resources.files("scrapeq.interfaces") / "static"
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+#: Only the page's own files, only same-origin fetches; nothing inline, no frames.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def _static_file(name: str) -> web.Response:
+    suffix = name[name.rfind(".") :] if "." in name else ""
+    if "/" in name or name.startswith(".") or suffix not in _STATIC_TYPES:
+        raise web.HTTPNotFound()
+    resource = STATIC / name
+    if not resource.is_file():
+        raise web.HTTPNotFound()
+    return web.Response(
+        body=resource.read_bytes(),
+        content_type=_STATIC_TYPES[suffix],
+        charset="utf-8",
+        headers={"Content-Security-Policy": CSP},
+    )
+
+
 async def _index(request: web.Request) -> web.Response:
-    return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+    return _static_file("index.html")
+
+
+async def _static(request: web.Request) -> web.Response:
+    return _static_file(request.match_info["name"])
 
 
 async def _login(request: web.Request) -> web.StreamResponse:
@@ -454,12 +490,14 @@ async def _login(request: web.Request) -> web.StreamResponse:
 
 async def _session(request: web.Request) -> web.Response:
     """What the page needs before acting: the CSRF token and what it may show."""
-    guard = request.app[GUARD_KEY]
+    guard, queue = request.app[GUARD_KEY], request.app[QUEUE_KEY]
     return web.json_response(
         {
             "csrf": guard.csrf,
             "read_only": guard.read_only,
             "token_holder": bool(request[HOLDER_KEY]),
+            "queue": queue.name,
+            "paused_until": await queue.paused_until(),
         }
     )
 
@@ -482,8 +520,101 @@ async def _history(request: web.Request) -> web.Response:
     return web.json_response(await request.app[QUEUE_KEY].history(minutes))
 
 
+#: Columns the domains table sorts by (server side).
+DOMAIN_SORTS = (
+    "domain", "state", "ready", "delayed", "inflight", "done", "dead", "failure_rate",
+    "open_until", "trips",
+)  # fmt: skip
+MAX_PER_PAGE = 200
+
+
+def _domain_row(info: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """One row of the domains table: the figures, a failure rate, the open time left."""
+    done, dead = int(info["done"]), int(info["dead"])
+    open_until = info.get("open_until")
+    row = {k: info[k] for k in ("domain", "state", "ready", "delayed", "inflight", "done", "dead")}
+    row.update(
+        failure_rate=round(dead / (done + dead), 4) if done + dead else 0.0,
+        open_until=ms_to_iso(open_until) if open_until else None,
+        open_for=round(max(open_until - now_ms, 0) / 1000, 1) if open_until else None,
+        trips=info.get("trips", 0),
+        consecutive_failures=info.get("consecutive_failures", 0),
+        concurrency=info.get("concurrency"),
+        delay_ms=info.get("delay_ms"),
+        adaptive_limit=info.get("adaptive_limit", info.get("limit")),
+    )
+    return row
+
+
+def _sort_key(column: str) -> Callable[[Mapping[str, Any]], Any]:
+    if column == "state":
+        return lambda r: (_STATE_RANK.get(r["state"], 9), r["domain"])
+    if column == "domain":
+        return lambda r: r["domain"]
+    return lambda r: (r[column] is None, r[column] or 0, r["domain"])
+
+
 async def _domains(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[QUEUE_KEY].domains_info())
+    """Without ``page``: every domain's full figures (a list). With ``page``: one page of the
+    domains table, filtered (``state``, ``q`` a name substring) and sorted (``sort``,
+    ``order``) on the server: ``{"total", "page", "per_page", "items"}``. Sorted by name and
+    not filtered by state, only the page's domains are read from Redis."""
+    queue = request.app[QUEUE_KEY]
+    if "page" not in request.query:
+        return web.json_response(await queue.domains_info())
+    page = _int_param(request, "page", 1)
+    per_page = min(_int_param(request, "per_page", 50), MAX_PER_PAGE)
+    sort = request.query.get("sort") or "state"
+    if sort not in DOMAIN_SORTS:
+        raise ConfigError("sort", f"expected one of {', '.join(DOMAIN_SORTS)}, got {sort!r}")
+    descending = request.query.get("order", "asc") == "desc"
+    state = request.query.get("state") or None
+    if state is not None and state not in _DOMAIN_STATES:
+        raise ConfigError("state", f"expected one of {', '.join(_DOMAIN_STATES)}, got {state!r}")
+    needle = (request.query.get("q") or "").lower()
+    names = [n for n in await queue.domain_names() if needle in n.lower()]
+    now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
+    start = (page - 1) * per_page
+    if sort == "domain" and state is None:
+        names.sort(reverse=descending)
+        total, chosen = len(names), names[start : start + per_page]
+        rows = [_domain_row(i, now_ms) for i in await queue.domains_info(chosen)] if chosen else []
+    else:
+        rows = [_domain_row(i, now_ms) for i in await queue.domains_info(names)] if names else []
+        if state is not None:
+            rows = [r for r in rows if r["state"] == state]
+        rows.sort(key=_sort_key(sort), reverse=descending)
+        total, rows = len(rows), rows[start : start + per_page]
+    return web.json_response({"total": total, "page": page, "per_page": per_page, "items": rows})
+
+
+async def _domain(request: web.Request) -> web.Response:
+    """One domain: its figures, its recent dead letters' errors, its breaker history."""
+    queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
+    infos = await queue.domains_info([domain])
+    if not infos or domain not in await queue.domain_names():
+        raise NotFound(f"unknown domain {domain!r}")
+    now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
+    dead = await queue.dead_letters(domain, 20)
+    errors = [
+        {"id": job.id, "url": redact_url(job.url), "reason": job.dead_reason, **e.as_dict()}
+        for job in dead
+        for e in job.errors[-3:]
+    ]
+    errors.sort(key=lambda e: e["at"], reverse=True)
+    events = [
+        {**e, "message": redact_text(str(e.get("message", "")))}
+        for e in await queue.events(MAX_LIST)
+        if e["domain"] == domain
+    ]
+    return web.json_response(
+        {
+            "domain": _domain_row(infos[0], now_ms),
+            "info": infos[0],
+            "errors": errors[:50],
+            "events": events[:100],
+        }
+    )
 
 
 async def _events(request: web.Request) -> web.Response:
@@ -504,11 +635,17 @@ def _job_view(job: Job, holder: bool) -> dict[str, Any]:
 
 
 async def _dead(request: web.Request) -> web.Response:
+    """Dead letters, newest first; ``reason`` filters among the newest ``MAX_LIST``."""
     limit = _int_param(request, "limit", 50)
     domain = request.query.get("domain") or None
-    jobs = await request.app[QUEUE_KEY].dead_letters(domain, limit)
+    reason = request.query.get("reason") or None
+    queue = request.app[QUEUE_KEY]
+    if reason is None:
+        jobs = await queue.dead_letters(domain, limit)
+    else:
+        jobs = [j for j in await queue.dead_letters(domain, MAX_LIST) if j.dead_reason == reason]
     holder = bool(request[HOLDER_KEY])
-    return web.json_response([_job_view(job, holder) for job in jobs])
+    return web.json_response([_job_view(job, holder) for job in jobs[:limit]])
 
 
 async def _breaker(request: web.Request) -> web.Response:
@@ -604,10 +741,12 @@ def create_app(
     app[GUARD_KEY] = Guard(frozenset(h.lower() for h in hosts), token, read_only)
     app.router.add_get("/", _index, name="index")
     app.router.add_post("/login", _login, name="login")
+    app.router.add_get("/static/{name}", _static)
     app.router.add_get("/api/session", _session)
     app.router.add_get("/api/status", _status)
     app.router.add_get("/api/history", _history)
     app.router.add_get("/api/domains", _domains)
+    app.router.add_get("/api/domain/{domain}", _domain)
     app.router.add_get("/api/events", _events)
     app.router.add_get("/api/dead", _dead)
     app.router.add_post("/api/dead/replay", _dead_replay)
@@ -716,140 +855,6 @@ LOGIN_PAGE = """<!doctype html>
 <input type="password" name="token" autocomplete="current-password" autofocus>
 <button type="submit">Sign in</button>
 </form>
-</body>
-</html>
-"""
-
-#: The dashboard: one self-contained HTML page (no external assets). It builds the DOM with
-#: textContent only, so a domain name, URL or error message can never inject markup.
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>scrapeq</title>
-<style>
- body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
- h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.5em; }
- table { border-collapse: collapse; } td, th { padding: 2px 10px; text-align: right; }
- th { background: #eee; } td:first-child, th:first-child { text-align: left; }
- .open, .retired { color: #b00; font-weight: bold; } .half_open { color: #b60; }
- #alarms li { color: #b00; } #conn { color: #888; font-size: 0.9em; }
- button { font-size: 0.85em; } .ro button { display: none; }
-</style>
-</head>
-<body>
-<h1>scrapeq <span id="queue"></span> <span id="conn">connecting…</span></h1>
-<ul id="alarms"></ul>
-<h2>Jobs</h2><table id="counts"></table>
-<h2>Lanes</h2><table id="lanes"></table>
-<h2>Domains</h2><table id="domains"></table>
-<h2>Dead letters</h2><table id="dead"></table>
-<script>
-"use strict";
-const ORDER = {open: 0, retired: 1, half_open: 2, closed: 3};
-const $ = (id) => document.getElementById(id);
-let session = {csrf: "", read_only: true, token_holder: false};
-
-function el(tag, text, cls) {
-  const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = String(text);
-  if (cls) node.className = cls;
-  return node;
-}
-
-function row(cells, tag) {
-  const tr = el("tr");
-  for (const c of cells) tr.append(c instanceof Node ? c : el(tag || "td", c));
-  return tr;
-}
-
-function table(id, head, rows) {
-  $(id).replaceChildren(row(head, "th"), ...rows);
-}
-
-async function post(path, body, what) {
-  if (!confirm(what + "?")) return;
-  const resp = await fetch(path, {
-    method: "POST",
-    headers: {"X-CSRF-Token": session.csrf, "Content-Type": "application/json"},
-    body: JSON.stringify(body || {}),
-  });
-  if (!resp.ok) {
-    const answer = await resp.json().catch(() => ({error: resp.statusText}));
-    alert(what + ": " + answer.error);
-  }
-  refresh();
-}
-
-function act(domain, action) {
-  return post("api/breaker/" + encodeURIComponent(domain) + "/" + action, {},
-              action + " the breaker of " + domain);
-}
-
-function button(text, onclick) {
-  const b = el("button", text);
-  b.onclick = onclick;
-  return b;
-}
-
-function actions(...buttons) {
-  const td = el("td");
-  if (!session.read_only) for (const b of buttons) td.append(b, " ");
-  return td;
-}
-
-function domainRow(d) {
-  const buttons = [button("reset", () => act(d.domain, "reset"))];
-  if (d.state !== "retired" && d.state !== "open")
-    buttons.push(button("trip", () => act(d.domain, "trip")));
-  return row([d.domain, el("td", d.state, d.state), d.ready, d.delayed, d.inflight,
-              d.done, d.dead, d.consecutive_failures, d.open_until || "", actions(...buttons)]);
-}
-
-function deadRow(j) {
-  const last = j.last_error ? j.last_error.kind + ": " + j.last_error.message : "";
-  return row([j.id, j.domain, j.dead_reason || "", last, j.url,
-              actions(button("replay", () => post("api/dead/replay", {ids: [j.id]},
-                                                  "replay " + j.id)))]);
-}
-
-function render(s, dead) {
-  $("queue").textContent = s.queue + (s.paused_until ? " — paused until " + s.paused_until : "");
-  $("alarms").replaceChildren(...s.alarms.map(
-    (a) => el("li", a.kind + (a.domain ? " " + a.domain : "") + ": " + a.message)));
-  const keys = Object.keys(s.counts);
-  table("counts", keys, [row(keys.map((k) => s.counts[k]))]);
-  table("lanes", ["lane", "ready", "delayed", "oldest ready (s)"],
-        Object.entries(s.lanes).map(([n, l]) => row([n, l.ready, l.delayed, l.oldest_ready_age])));
-  const domains = [...s.domains].sort((a, b) =>
-    (ORDER[a.state] ?? 9) - (ORDER[b.state] ?? 9) || a.domain.localeCompare(b.domain));
-  table("domains", ["domain", "state", "ready", "delayed", "inflight", "done", "dead",
-                    "fails", "open until", ""], domains.map(domainRow));
-  table("dead", ["id", "domain", "reason", "last error", "url", ""], dead.map(deadRow));
-}
-
-async function getJSON(path) {
-  const resp = await fetch(path);
-  if (!resp.ok) throw new Error("HTTP " + resp.status);
-  return resp.json();
-}
-
-async function refresh() {
-  try {
-    session = await getJSON("api/session");
-    const [s, dead] = await Promise.all([getJSON("api/status"), getJSON("api/dead?limit=50")]);
-    render(s, dead);
-    $("conn").textContent = "updated " + new Date().toLocaleTimeString() +
-                            (session.read_only ? " (read-only)" : "");
-  } catch (err) {
-    $("conn").textContent = "disconnected (" + err.message + ")";
-  }
-}
-
-refresh();
-setInterval(refresh, 2000);
-</script>
 </body>
 </html>
 """
