@@ -27,12 +27,15 @@ def test_settles_are_counted_per_minute_and_lane(make_queue: Callable[..., Queue
     q = make_queue(domain_concurrency=100, max_attempts=1, breaker_failures=100)
     q.enqueue_many([f"https://shop-1.example.com/p/{i}" for i in range(5)])
     q.enqueue_many([f"https://shop-2.example.com/b/{i}" for i in range(3)], lane="bulk")
-    jobs = claim_all(q, 8)
+    q.enqueue("https://shop-3.example.com/", lane="critical")
+    jobs = claim_all(q, 9)
     normal = [j for j in jobs if j.lane == "normal"]
     bulk = [j for j in jobs if j.lane == "bulk"]
     q.settle_many([q.done(j) for j in normal[:3]])
     q.throttle(normal[3], 30)
     q.release(normal[4])
+    (stopping,) = [j for j in jobs if j.lane == "critical"]
+    q.release(stopping, shutdown=True)  # a worker stopping: no outcome of the job
     q.fail(bulk[0], "http_404", "gone")
     q.retry(bulk[1], kind="timeout")  # max_attempts=1: dead
     q.settle_many([q.done(bulk[2]), q.done(bulk[2])])  # the second one is stale: not counted

@@ -243,7 +243,7 @@ local function settle_one(i, it)
     status = settle_release(job, it)
   end
   TOUCHED[d] = true
-  if status ~= 'dead' and status ~= 'retried' then history_via(bump, status, job.lane) end
+  history_settled(bump, status, job.lane, it.sd)
   return status
 end
 

@@ -4,7 +4,8 @@
   is first named).
 
   Keys: sq:{Q}:history:<hour> (hour = floor(now / 3600000)), a hash per hour whose fields are
-  '<minute of the hour>:<outcome>:<lane>' (done, retried, dead, throttled, released) or
+  '<minute of the hour>:<outcome>:<lane>' (done, retried, dead, throttled, released: not the
+  releases of a worker stopping, which say nothing about the jobs) or
   '<minute of the hour>:<event>' (trip, retired, pause), each counting what happened in that
   minute. Every write sets the hash's TTL to HISTORY_KEEP_MS, so an hour is kept 25 h after
   its last write and at most 26 hashes live: the memory is bounded by minutes x lanes x
@@ -45,4 +46,12 @@ local function history_via(bump, name, lane)
   if name == 'stale' then return end
   local key, field = history_field(name, lane)
   bump(key, field)
+end
+
+-- settle-1.lua's count of one settled item: done, throttled and released through its batched
+-- `bump`; retried and dead are counted where they happen (jobs.lua), and the release of a
+-- worker stopping (`sd`) is no outcome of the job.
+local function history_settled(bump, status, lane, sd)
+  if sd == true or status == 'dead' or status == 'retried' then return end
+  history_via(bump, status, lane)
 end
