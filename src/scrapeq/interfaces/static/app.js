@@ -174,7 +174,9 @@ async function overview(view) {
   const byState = {closed: 0, half_open: 0, open: 0, retired: 0};
   for (const d of s.domains) byState[d.state] = (byState[d.state] || 0) + 1;
   const states = table(Object.keys(byState).map((k) => th(k.replace("_", "-"))), [el("tr", {}, ...Object.values(byState).map((n) => td(num(n))))]);
-  const worst = s.domains.filter((d) => d.state !== "closed").slice(0, 8);
+  const rank = {retired: 0, open: 1, half_open: 2};
+  const worst = s.domains.filter((d) => d.state !== "closed")
+    .sort((a, b) => rank[a.state] - rank[b.state] || b.dead - a.dead || a.domain.localeCompare(b.domain)).slice(0, 8);
   const tripped = table([th("domain", "l"), th("state", "l"), "ready", "dead", "open"],
     worst.map((d) => el("tr", {}, el("td", {class: "l"}, domainLink(d.domain)), el("td", {class: "l"}, stateBadge(d.state)), td(num(d.ready)), td(num(d.dead)), td(d.open_until ? ago(d.open_until) : ""))), "every breaker is closed");
   view.replaceChildren(
