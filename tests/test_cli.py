@@ -179,7 +179,9 @@ def test_dashboard_on_an_address_not_of_this_machine_is_one_line(
     capsys: Any, redis_url: str
 ) -> None:
     # 192.0.2.1 is TEST-NET-1: never a local address, so bind fails at once, nothing is sent.
-    code, _, err = run(capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1")
+    code, _, err = run(
+        capsys, "--redis", redis_url, "dashboard", "--host", "192.0.2.1", "--token", "t" * 16
+    )
     assert code == 1
     assert err == (
         "scrapeq: error: cannot serve the dashboard on 192.0.2.1:8000: "
@@ -211,8 +213,10 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     assert code == 0
     doc = json.loads(out)
     assert set(doc) == {
-        "queue", "counts", "lanes", "domains", "paused_until", "paused_until_ms", "alarms",
+        "queue", "counts", "lanes", "domains", "breakers", "paused_until", "paused_until_ms",
+        "alarms",
     }  # fmt: skip
+    assert doc["breakers"] == {"closed": 2, "open": 0, "retired": 0}  # shop-1, shop-2
     assert doc["counts"] == {
         "enqueued": 4, "ready": 2, "delayed": 1, "inflight": 0, "done": 0, "dead": 1,
         "cancelled": 0,
@@ -246,6 +250,7 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
             for lane in ("fast", "slow")
         },
         "domains": [],
+        "breakers": {"closed": 0, "open": 0, "retired": 0},
         "paused_until": None,
         "paused_until_ms": None,
         "alarms": [],

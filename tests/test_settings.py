@@ -69,6 +69,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "domain_ttl": 86400,
     "cluster": "auto",
     "partitions": 1,
+    "metrics_top_domains": 20,
 }
 
 

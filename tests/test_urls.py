@@ -25,6 +25,8 @@ from scrapeq.engine.urls import (
     is_private_address,
     is_private_host,
     parse_target,
+    redact_text,
+    redact_url,
     registrable_domain,
 )
 from scrapeq.errors import ConfigError, InvalidURL
@@ -578,3 +580,42 @@ def test_url_filter_refuses_bad_patterns(allow: list[str], deny: list[str], name
     with pytest.raises(ConfigError) as info:
         UrlFilter(allow, deny)
     assert info.value.name == name
+
+
+# --- redaction ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:s3cret@shop.example.com/p", "https://user:***@shop.example.com/p"),
+        ("https://user:s3cret@shop.example.com:8443/", "https://user:***@shop.example.com:8443/"),
+        ("https://u:p%40ss:w@h.example.com/x@y", "https://u:***@h.example.com/x@y"),
+        ("https://:only-password@h.example.com/", "https://:***@h.example.com/"),
+        ("https://user@h.example.com/", "https://user@h.example.com/"),
+        ("https://h.example.com:8080/a@b", "https://h.example.com:8080/a@b"),
+        ("https://h.example.com/?to=a:b@c", "https://h.example.com/?to=a:b@c"),
+        ("https://u:p@h.example.com?q=x@y", "https://u:***@h.example.com?q=x@y"),
+        ("not a url", "not a url"),
+        ("", ""),
+    ],
+)
+def test_redact_url_hides_only_the_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_text_hides_every_url_password_in_a_message() -> None:
+    message = "redirect from http://a:pw1@x.example.com/ to ftp://b:pw2@y.example.com/f failed"
+    assert redact_text(message) == (
+        "redirect from http://a:***@x.example.com/ to ftp://b:***@y.example.com/f failed"
+    )
+
+
+@given(
+    st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True),
+    st.from_regex(r"[A-Za-z0-9%!$&'()*+,;=:._~-]{1,20}", fullmatch=True),
+)
+def test_a_parsed_url_never_shows_its_password(user: str, password: str) -> None:
+    target = parse_target(f"https://{user}:{password}@shop.example.com/p")
+    shown = redact_url(target.url)
+    assert shown == f"https://{user}:***@shop.example.com/p"

@@ -705,3 +705,19 @@ async def test_max_job_time_stops_renewing_the_lease_and_abandons_the_attempt(
     assert dead.id == job_id
     assert [e.kind for e in dead.errors] == ["lease_expired"], "reaped: its lease ran out"
     assert stats.done == 0
+
+
+async def test_results_lines_redact_a_password_in_the_url(
+    make_queue: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    q = make_queue()
+    results = tmp_path / "results.jsonl"
+    async with sites(ok) as (site,):
+        url = site.url("/p/1").replace("http://", "http://user:s3cret@")
+        await q.enqueue(url)
+        worker = Worker(q, concurrency=1, sink=JsonlSink(results), burst=True)
+        await asyncio.wait_for(worker.run_async(), 30)
+    (row,) = lines(results)
+    assert row["outcome"] == "done"
+    assert row["url"] == url.replace("s3cret", "***")
+    assert "s3cret" not in results.read_text()

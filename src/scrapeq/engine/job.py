@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from scrapeq.engine.urls import redact_text, redact_url
+
 __all__ = [
     "Job",
     "JobError",
@@ -104,12 +106,13 @@ class JobError:
     message: str
 
     def as_dict(self) -> dict[str, Any]:
-        """``at``: ISO 8601 UTC text, ``at_ms``: the number (the JSON outputs' time format)."""
+        """``at``: ISO 8601 UTC text, ``at_ms``: the number (the JSON outputs' time format); a
+        URL password in the message is redacted."""
         return {
             "at": ms_to_iso(self.at_ms),
             "at_ms": self.at_ms,
             "kind": self.kind,
-            "message": self.message,
+            "message": redact_text(self.message),
         }
 
 
@@ -221,10 +224,10 @@ class Job:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (used by ``dead list --json``): times as ISO 8601 UTC text with
-        ``_ms`` twins."""
+        ``_ms`` twins; a password in the URL or an error message is shown as ``***``."""
         out: dict[str, Any] = {
             "id": self.id,
-            "url": self.url,
+            "url": redact_url(self.url),
             "domain": self.domain,
             "lane": self.lane,
             "attempts": self.attempts,
@@ -283,7 +286,7 @@ class JobInfo:
             out["queue"] = queue
         out.update(
             state=self.state,
-            url=job.url,
+            url=redact_url(job.url),
             domain=job.domain,
             lane=job.lane,
             attempts=job.attempts,
@@ -305,7 +308,7 @@ class JobInfo:
         _times(out, died_at=job.died_ms, done_at=self.done_ms, kept_until=self.kept_until_ms)
         out["errors"] = [e.as_dict() for e in job.errors]
         if job.raw is not None:
-            out["raw"] = job.raw
+            out["raw"] = redact_text(job.raw)
         _times(out, now=self.now_ms)
         return out
 

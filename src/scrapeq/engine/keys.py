@@ -100,6 +100,10 @@ class Keys:
     def dead(self) -> str:
         return f"{self.prefix}dead"
 
+    def history(self, hour: int) -> str:
+        """Per-minute counts of one hour (hours since the epoch): lua/includes/history.lua."""
+        return f"{self.prefix}history:{hour}"
+
     @property
     def stats(self) -> str:
         return f"{self.prefix}stats"

@@ -360,6 +360,16 @@ class _QueueCore:
         policy = info.get("maxmemory_policy")
         return None if policy is None else str(policy)
 
+    def _op_paused_until(self) -> Op[str | None]:
+        until = yield Command(("HGET", self.keys.meta, "paused_until"))
+        seconds, micros = yield Command(("TIME",))
+        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        return ms_to_iso(int(until)) if until and int(until) > now_ms else None
+
+    def _op_domain_names(self) -> Op[list[str]]:
+        members = yield Command(("SMEMBERS", self.keys.domains))
+        return sorted(str(m) for m in members)
+
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
             members = yield Command(("SMEMBERS", self.keys.domains))
@@ -523,6 +533,22 @@ class _QueueCore:
     def _op_events_after(self, after: str, count: int) -> Op[list[dict[str, str]]]:
         reply = yield Command(("XREAD", "COUNT", count, "STREAMS", self.keys.events, after))
         return _stream_entries(reply)
+
+    def _op_history(self, minutes: int) -> Op[dict[str, Any]]:
+        if not 1 <= minutes <= HISTORY_MINUTES:
+            raise ConfigError("minutes", f"must be in 1..{HISTORY_MINUTES}, got {minutes}")
+        seconds, micros = yield Command(("TIME",))
+        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        last = now_ms // 60_000
+        first = last - minutes + 1
+        hashes: dict[int, dict[str, str]] = {}
+        for hour in range(first // 60, last // 60 + 1):
+            hashes[hour] = dict((yield Command(("HGETALL", self.keys.history(hour)))))
+        return _shape_history(hashes, first, minutes, now_ms)
+
+    def _op_stats(self) -> Op[dict[str, int]]:
+        flat = yield Command(("HGETALL", self.keys.stats))
+        return {str(k): int(v) for k, v in dict(flat).items()}
 
     def _op_figures(self) -> Op[dict[str, int]]:
         return _figures((yield scripts.status(self.settings.lanes.names)))
@@ -1300,6 +1326,46 @@ def _figures(raw: dict[str, Any]) -> dict[str, int]:
 
 _DOMAIN_FIELDS = ("domain", "state", "ready", "delayed", "inflight", "done", "dead")
 
+#: Minutes of history kept (lua/includes/history.lua keeps 25 h; 24 h are answered).
+HISTORY_MINUTES = 1440
+#: Outcomes the history counts per lane, and events it counts per queue.
+HISTORY_OUTCOMES = ("done", "retried", "throttled", "released", "dead")
+HISTORY_EVENTS = ("trip", "retired", "pause")
+
+
+def _shape_history(
+    hashes: dict[int, dict[str, str]], first: int, minutes: int, now_ms: int
+) -> dict[str, Any]:
+    """The per-minute series of ``Queue.history`` from the hour hashes of history.lua."""
+    outcomes = {o: [0] * minutes for o in HISTORY_OUTCOMES}
+    events = {e: [0] * minutes for e in HISTORY_EVENTS}
+    lanes: dict[str, dict[str, list[int]]] = {}
+    for hour, fields in hashes.items():
+        for field_name, text in fields.items():
+            minute_text, _, rest = str(field_name).partition(":")
+            name, _, lane = rest.partition(":")
+            i = hour * 60 + int(minute_text) - first
+            if not 0 <= i < minutes:
+                continue
+            n = int(text)
+            if lane and name in outcomes:
+                outcomes[name][i] += n
+                per_lane = lanes.setdefault(lane, {o: [0] * minutes for o in HISTORY_OUTCOMES})
+                per_lane[name][i] += n
+            elif name in events:
+                events[name][i] += n
+    return {
+        "start": ms_to_iso(first * 60_000),
+        "start_ms": first * 60_000,
+        "step": 60,
+        "minutes": minutes,
+        "now_ms": now_ms,
+        "outcomes": outcomes,
+        "lanes": lanes,
+        "events": events,
+    }
+
+
 #: A dead-letter spike: at least this many in the last hour and this many times the baseline.
 SPIKE_MIN = 10
 SPIKE_FACTOR = 3.0
@@ -1373,6 +1439,15 @@ def _shape_counts(raw: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def _breaker_counts(raw: dict[str, Any]) -> dict[str, int]:
+    """The queue's domains by breaker state, from the scripts' counters (O(1)): ``open``
+    counts open and half-open breakers (the set sq:{Q}:open), ``retired`` the retired."""
+    opened = int(raw.get("open_breakers") or 0)
+    retired = int(raw.get("retired_domains") or 0)
+    total = int(raw.get("domains") or 0)
+    return {"closed": max(total - opened - retired, 0), "open": opened, "retired": retired}
+
+
 def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
     lanes = raw.get("lanes") or {}
     return {
@@ -1387,6 +1462,7 @@ def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]])
             for lane in raw.get("lane_order") or []
         },
         "domains": [_shape_domain(d) for d in domains],
+        "breakers": _breaker_counts(raw),
         "paused_until": ms_to_iso(raw.get("paused_until")),
         "alarms": _alarms(raw, domains),
     }
@@ -1636,6 +1712,14 @@ class Queue(_PartitionedCore):
         """Full per-domain figures (breaker state, politeness, counts)."""
         return self._drive(self._op_domains_info(domains))
 
+    def paused_until(self) -> str | None:
+        """When the global-fault guard's pause ends (ISO 8601), or None when not paused."""
+        return self._drive(self._op_paused_until())
+
+    def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (one SMEMBERS: no per-domain reads)."""
+        return self._drive(self._op_domain_names())
+
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
         return self._drive(self._op_dead_letters(domain, limit))
@@ -1731,6 +1815,25 @@ class Queue(_PartitionedCore):
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return self._drive(self._op_events_after(after, count))
+
+    def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (1..1440, the current one last and
+        partial), kept in Redis by the scripts that settle (``lua/includes/history.lua``).
+
+        Answers ``{"start", "start_ms", "step": 60, "minutes", "now_ms", "outcomes": {outcome:
+        [n per minute]}, "lanes": {lane: {outcome: [...]}}, "events": {"trip"|"retired"|
+        "pause": [...]}}``; outcomes are done, retried, throttled, released and dead.
+
+        Raises:
+            ConfigError: ``minutes`` is out of range.
+        """
+        return self._drive(self._op_history(minutes))
+
+    def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created: ``enqueued``, ``done``, ``done:<lane>``,
+        ``retried``, ``throttled``, ``released``, ``dead_total``, ``dead:<reason>``,
+        ``trips``, ``retirements``, ``global_pauses``, ``cancelled``... (zero: absent)."""
+        return self._drive(self._op_stats())
 
     def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
@@ -1917,6 +2020,14 @@ class AsyncQueue(_PartitionedCore):
         """Full per-domain figures (breaker state, politeness, counts)."""
         return await self._drive(self._op_domains_info(domains))
 
+    async def paused_until(self) -> str | None:
+        """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
+        return await self._drive(self._op_paused_until())
+
+    async def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
+        return await self._drive(self._op_domain_names())
+
     async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
         return await self._drive(self._op_dead_letters(domain, limit))
@@ -2012,6 +2123,14 @@ class AsyncQueue(_PartitionedCore):
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
         return await self._drive(self._op_events_after(after, count))
+
+    async def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (see :meth:`Queue.history`)."""
+        return await self._drive(self._op_history(minutes))
+
+    async def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created (see :meth:`Queue.stats`)."""
+        return await self._drive(self._op_stats())
 
     async def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,

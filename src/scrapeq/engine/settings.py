@@ -555,6 +555,9 @@ class Settings:
     cluster: str = _setting("str", "auto", check=_check_cluster)
     # Hash-tag partitions of one queue (1: the one tag {Q}); fixed once the queue is in use.
     partitions: int = _setting("int", 1, ge=1, le=1024)
+    # Domains with their own series on the dashboard's /metrics (the worst first): bounds the
+    # label cardinality whatever the number of domains (0: none).
+    metrics_top_domains: int = _count(20, ge=0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -48,6 +48,8 @@ __all__ = [
     "is_private_address",
     "is_private_host",
     "parse_target",
+    "redact_text",
+    "redact_url",
     "registrable_domain",
 ]
 
@@ -125,6 +127,31 @@ def parse_target(url: str, *, allow_private: bool = False) -> TargetURL:
     if parts.query:
         normalised += f"?{parts.query}"
     return TargetURL(url=normalised, domain=domain)
+
+
+REDACTED: Final = "***"
+"""What a password in a URL's user info is replaced with by :func:`redact_url`."""
+
+# scheme://user:password@ anywhere in a text: the password is what follows the first ":" of
+# the user info, up to the last "@" before the host (no "/", whitespace or quote in between).
+_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#\s:@\"<>]*):[^/?#\s\"<>]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user info replaced by ``***``, for display.
+
+    ``https://user:secret@host/p`` gives ``https://user:***@host/p``; a URL without a password
+    (or that is not a URL) is returned unchanged. Used by every listing (CLI, dashboard,
+    results lines) so credentials stored in a job's URL are never shown.
+    """
+    return redact_text(url)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` in it redacted."""
+    if "@" not in text:
+        return text
+    return _CREDENTIALS.sub(rf"\1:{REDACTED}@", text)
 
 
 def domain_of(url: str) -> str:

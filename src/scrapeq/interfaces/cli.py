@@ -274,6 +274,14 @@ def worker(
         float | None,
         typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve this process's /metrics on 127.0.0.1:PORT (process i: PORT+i).",
+        ),
+    ] = None,
 ) -> None:
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
@@ -300,6 +308,10 @@ def worker(
     options = _worker_options(
         settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose
     )
+    if metrics_port is not None:
+        if metrics_port + processes - 1 > 65535:
+            _die(f"--metrics-port {metrics_port}: ports up to {metrics_port + processes - 1}", 2)
+        options = dataclasses.replace(options, metrics_port=metrics_port)
     _run_workers(settings, options, processes)
 
 
@@ -455,6 +467,7 @@ class WorkerOptions:
     save_bodies: str | None = None
     verbose: int = 0
     summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
+    metrics_port: int | None = None  # serve /metrics on 127.0.0.1:(port + slot)
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
@@ -462,9 +475,22 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
     from scrapeq.runtime.handlers import import_handler
+    from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
     from scrapeq.runtime.sinks import JsonlSink
     from scrapeq.runtime.worker import Worker
+
+    metrics = None
+    if options.metrics_port is not None:
+        metrics = WorkerMetrics(settings.queue)
+        port = options.metrics_port + slot
+        try:
+            metrics.serve(port)
+        except OSError as exc:
+            typer.echo(f"scrapeq: error: cannot serve metrics on 127.0.0.1:{port}: "
+                       f"{_bind_problem(exc)}", err=True)  # fmt: skip
+            return 1
+        log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
@@ -478,6 +504,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
             max_runtime=options.max_runtime,
             follow_links=options.follow_links,
             save_bodies=options.save_bodies,
+            metrics=metrics,
         )
         try:
             await w.run_async()
@@ -487,7 +514,11 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
             await queue.close()
         return 0
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
 # --- enqueue and status (the rest of the CLI arrives with the CLI work) --------------------------
@@ -1280,10 +1311,35 @@ def dashboard(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to bind.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SCRAPEQ_DASHBOARD_TOKEN",
+            help="Required on every request (16+ characters); required off loopback.",
+            show_default=False,
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Another name the Host header may carry (a proxy's); repeatable."),
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide and refuse every action.")
+    ] = False,
 ) -> None:
-    """Serve the web dashboard and /metrics (Prometheus text format)."""
-    from scrapeq.interfaces.web import serve
+    """Serve the web dashboard and /metrics (Prometheus text format).
 
+    Examples:
+      scrapeq dashboard --port 8000
+      SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) scrapeq dashboard --host 0.0.0.0 \\
+          --allowed-host dash.example.com --read-only
+    """
+    from scrapeq.interfaces.web import check_token, serve
+
+    try:
+        check_token(token, host)
+    except ConfigError as exc:
+        _die(f"--{exc.name}: {str(exc).partition(': ')[2]}", 2)
     context = Context(_settings(ctx))
     context.checked_url()
     listening = False
@@ -1291,10 +1347,20 @@ def dashboard(
     def ready(base: str) -> None:
         nonlocal listening
         listening = True
-        typer.echo(f"dashboard on {base}/  (metrics: /metrics)", err=True)
+        note = " read-only," if read_only else ""
+        auth = " token required" if token else " loopback only"
+        typer.echo(f"dashboard on {base}/ ({note}{auth}; metrics: /metrics)", err=True)
 
     try:
-        serve(context.async_queue, host=host, port=port, on_ready=ready)
+        serve(
+            context.async_queue,
+            host=host,
+            port=port,
+            on_ready=ready,
+            token=token,
+            allowed_hosts=allowed_host or (),
+            read_only=read_only,
+        )
     except OSError as exc:
         if listening:  # not a bind failure: a bug or the machine's, keep the traceback
             raise

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.urls import redact_text, redact_url
 
 __all__ = [
     "DOMAIN_SORTS",
@@ -137,7 +138,7 @@ def dead_table(jobs: list[Job], total: int | None = None, now_ms: float | None =
         died = human_delta(job.died_ms - now) if job.died_ms else ""
         table.add_row(
             job.id, job.domain, job.lane, f"{job.attempts}/{job.max_attempts}", died,
-            job.dead_reason or "", error[:120], job.url,
+            job.dead_reason or "", redact_text(error)[:120], redact_url(job.url),
         )  # fmt: skip
     return table
 
@@ -296,7 +297,7 @@ def job_view(info: JobInfo, queue: str) -> Group:
     fields.add_column(overflow="fold")
     rows = [
         ("state", _where(info)),
-        ("url", job.url),
+        ("url", redact_url(job.url)),
         ("domain", job.domain),
         ("lane", job.lane),
         ("attempts", f"{job.attempts} of {job.max_attempts} "
@@ -316,6 +317,6 @@ def job_view(info: JobInfo, queue: str) -> Group:
         for col in ("when", "kind", "message"):
             errors.add_column(col, overflow="fold")
         for e in job.errors:
-            errors.add_row(human_delta(e.at_ms - now), e.kind, e.message[:300])
+            errors.add_row(human_delta(e.at_ms - now), e.kind, redact_text(e.message)[:300])
         parts.append(errors)
     return Group(*parts)

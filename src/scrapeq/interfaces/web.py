@@ -7,53 +7,82 @@ its own (:func:`serve`, behind ``scrapeq dashboard``) or be mounted in a bigger 
 
 The page at ``/`` only uses relative URLs, so it works under any prefix. Endpoints:
 
-=========================================  ===================================================
-``GET /``                                  the HTML dashboard (polls ``api/status`` every 2 s)
+=========================================  ====================================================
+``GET /``                                  the dashboard (``static/index.html``, views by #hash)
+``GET /static/{name}``                     its script and style sheet (package data)
+``POST /login``                            form field ``token``: sets the token cookie
+``GET /api/session``                       ``{"csrf", "read_only", "token_holder"}``
 ``GET /api/status``                        the ``status --json`` document
+``GET /api/history?minutes=N``             per-minute outcomes and events (default 60, max 1440)
 ``GET /api/domains``                       full per-domain figures (:meth:`domains_info`)
+``GET /api/domains?page=P&per_page=N&...``  one page of the table (``sort``, ``order``, ``state``,
+                                           ``q``): ``{"total", "page", "per_page", "items"}``
+``GET /api/domain/{domain}``               one domain: figures, recent errors, breaker events
 ``GET /api/events?count=N``                recent events, newest first (default 100, max 1000)
-``GET /api/dead?domain=D&limit=N``         dead letters, newest first (default 50, max 1000)
+``GET /api/dead?domain=D&reason=R&limit=N``  dead letters, newest first (default 50, max 1000)
+``POST /api/dead/replay``                  {"ids": [...]}, {"domain": D} or {"all": true}
+``POST /api/dead/purge``                   {"domain": D}, {"older_than": S} or {"all": true}
 ``POST /api/breaker/{domain}/reset``       close a breaker (un-retires the domain)
 ``POST /api/breaker/{domain}/trip``        open a breaker now (``?cooldown=S`` optional)
 ``GET /metrics``                           Prometheus text exposition format 0.0.4
-=========================================  ===================================================
+=========================================  ====================================================
 
-Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 403 for a cross-site POST, 404
-for an unknown domain, 503 when Redis is unreachable.
+Safe by default (:class:`Guard`): a ``Host`` header that names no configured host is refused
+(421: DNS rebinding); with a token every request must present it (``Authorization: Bearer``
+or the ``login`` cookie, else 401) and :func:`serve` refuses a non-loopback address without
+one; a POST needs the session's ``X-CSRF-Token`` (unless it came with a bearer token) and a
+same-site ``Origin`` (403); ``read_only`` refuses every POST (403). URL passwords are redacted
+everywhere; payloads are shown only to a request that presented the token.
 
-The metrics formatter is written here (no ``prometheus_client``): :class:`Metric` holds one
-family, :func:`format_metrics` writes the text format, :func:`status_metrics` maps a status
-document to the families scrapeq exports.
+Errors are JSON ``{"error": "..."}``: 400 for a bad parameter, 401 without the token, 403 for
+a refused action, 404 for an unknown domain, 421 for a foreign ``Host``, 503 when Redis is
+unreachable.
+
+``/metrics`` is written by ``prometheus_client`` from a status document and the queue's
+counters (:func:`status_metrics`): every series has a ``queue`` label, and only the
+``metrics_top_domains`` worst domains have series of their own. A worker process's own
+metrics (settles by lane and outcome, fetch and claim latency) are in
+:mod:`scrapeq.runtime.metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import hmac
+import ipaddress
 import logging
-import math
-import re
+import secrets
 import signal
+import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from importlib import resources
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from scrapeq.engine.job import Job, ms_to_iso
 from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
 
 __all__ = [
+    "CSP",
     "METRICS_CONTENT_TYPE",
-    "PAGE",
-    "Metric",
+    "STATIC",
+    "Guard",
+    "check_token",
     "create_app",
-    "escape_label_value",
-    "format_metrics",
     "render_metrics",
     "serve",
     "status_metrics",
+    "top_domains",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,169 +97,314 @@ MAX_LIST = 1000
 
 _JOB_STATES = ("ready", "delayed", "inflight", "dead")
 _DOMAIN_STATES = ("closed", "half_open", "open", "retired")
+_STATE_RANK = {"retired": 0, "open": 1, "half_open": 2, "closed": 3}
 #: Alarm kinds always exported (at 0 when quiet) so their series never vanish.
 _ALARM_KINDS = ("dead_letter_spike", "domain_retired", "global_pause")
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: outcome label -> the queue's stats field counting it.
+_SETTLED_FIELDS = {
+    "done": "done",
+    "retried": "retried",
+    "throttled": "throttled",
+    "released": "released",
+    "dead": "dead_total",
+}
+#: stats field -> (counter name, help) of the breaker and guard events.
+_EVENT_COUNTERS = {
+    "trips": ("scrapeq_breaker_trips", "Breaker trips (closed or half-open to open)."),
+    "retirements": ("scrapeq_domain_retirements", "Domains retired after repeated trips."),
+    "global_pauses": ("scrapeq_global_pauses", "Global pauses of dispatch (our fault)."),
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-# --- Prometheus text format --------------------------------------------------------------------
+# --- Prometheus metrics ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Metric:
-    """One metric family: a name, its type, a help text and its samples.
+class _Families:
+    """A one-shot collector: what ``generate_latest`` reads (``collect``)."""
 
-    Attributes:
-        name: the metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``); counters end in ``_total``.
-        kind: ``gauge`` or ``counter``.
-        help: one line of help (backslashes and newlines are escaped on output).
-        samples: ``(labels, value)`` pairs, written in order.
-    """
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
 
-    name: str
-    kind: Literal["counter", "gauge"]
-    help: str
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
-
-    def add(self, value: float, /, **labels: str) -> Metric:
-        """Append one sample and return the family (so calls chain)."""
-        self.samples.append((labels, value))
-        return self
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
-def escape_label_value(value: str) -> str:
-    r"""Escape a label value: ``\`` to ``\\``, ``"`` to ``\"``, newline to ``\n``."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
 
 
-def _format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
-def _format_labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    for name in labels:
-        if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
-            raise ValueError(f"invalid label name {name!r}")
-    inner = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-def format_metrics(metrics: Iterable[Metric]) -> str:
-    """Write metric families in the Prometheus text exposition format (version 0.0.4).
-
-    Each family gets its ``# HELP`` and ``# TYPE`` lines, then one ``name{labels} value`` line
-    per sample. Values: integers without a decimal point, ``NaN``, ``+Inf``, ``-Inf``.
-
-    Raises:
-        ValueError: a metric or label name is not valid in the format.
-    """
-    lines: list[str] = []
-    for metric in metrics:
-        if not _METRIC_NAME.fullmatch(metric.name):
-            raise ValueError(f"invalid metric name {metric.name!r}")
-        lines.append(f"# HELP {metric.name} {_escape_help(metric.help)}")
-        lines.append(f"# TYPE {metric.name} {metric.kind}")
-        for labels, value in metric.samples:
-            lines.append(f"{metric.name}{_format_labels(labels)} {_format_value(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _queue_metrics(status: Mapping[str, Any]) -> list[Metric]:
+def _queue_metrics(status: Mapping[str, Any], stats: Mapping[str, int]) -> list[Metric]:
     name, counts = status["queue"], status["counts"]
-    jobs = Metric("scrapeq_jobs", "gauge", "Jobs the queue holds now, by state.")
+    jobs = _gauge("scrapeq_jobs", "Jobs the queue holds now, by state.", ["queue", "state"])
     for state in _JOB_STATES:
-        jobs.add(counts[state], queue=name, state=state)
-    return [
-        jobs,
-        Metric("scrapeq_jobs_enqueued_total", "counter", "Jobs enqueued since creation.").add(
-            counts["enqueued"], queue=name
-        ),
-        Metric("scrapeq_jobs_done_total", "counter", "Jobs done since creation.").add(
-            counts["done"], queue=name
-        ),
-        Metric("scrapeq_paused", "gauge", "1 while the global-fault guard pauses dispatch.").add(
-            1 if status.get("paused_until") else 0, queue=name
-        ),
-    ]
+        jobs.add_metric([name, state], counts[state])
+    totals = _counter(
+        "scrapeq_jobs_settled",
+        "Attempts settled since the queue was created, by outcome (dead: dead-lettered).",
+        ["queue", "outcome"],
+    )
+    for outcome, field_name in _SETTLED_FIELDS.items():
+        totals.add_metric([name, outcome], stats.get(field_name, 0))
+    enqueued = _counter("scrapeq_jobs_enqueued", "Jobs enqueued since creation.", ["queue"])
+    enqueued.add_metric([name], counts["enqueued"])
+    done = _counter("scrapeq_jobs_done", "Jobs done since creation.", ["queue"])
+    done.add_metric([name], counts["done"])
+    paused = _gauge("scrapeq_paused", "1 while the global-fault guard pauses dispatch.", ["queue"])
+    paused.add_metric([name], 1 if status.get("paused_until") else 0)
+    events = []
+    for field_name, (metric, doc) in _EVENT_COUNTERS.items():
+        family = _counter(metric, doc, ["queue"])
+        family.add_metric([name], stats.get(field_name, 0))
+        events.append(family)
+    return [jobs, totals, enqueued, done, paused, *events]
 
 
-def _lane_metrics(lanes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
-    ready = Metric("scrapeq_lane_ready", "gauge", "Ready jobs per lane.")
-    age = Metric(
-        "scrapeq_lane_oldest_ready_age_seconds", "gauge", "Age of the oldest ready job per lane."
+def _lane_metrics(queue: str, lanes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
+    jobs = _gauge("scrapeq_lane_jobs", "Jobs per lane, by state.", ["queue", "lane", "state"])
+    age = _gauge(
+        "scrapeq_lane_oldest_ready_age_seconds",
+        "Age of the oldest ready job per lane (freshness lag).",
+        ["queue", "lane"],
     )
     for lane, info in lanes.items():
-        ready.add(info["ready"], lane=lane)
-        age.add(info["oldest_ready_age"], lane=lane)
-    return [ready, age]
+        jobs.add_metric([queue, lane, "ready"], info["ready"])
+        jobs.add_metric([queue, lane, "delayed"], info["delayed"])
+        age.add_metric([queue, lane], info["oldest_ready_age"])
+    return [jobs, age]
 
 
-def _domain_metrics(domains: Iterable[Mapping[str, Any]]) -> list[Metric]:
-    state = Metric("scrapeq_domain_state", "gauge", "Breaker state per domain (1 = current).")
-    inflight = Metric("scrapeq_domain_inflight", "gauge", "Jobs in flight per domain.")
-    dead = Metric("scrapeq_domain_dead", "gauge", "Dead letters held per domain.")
-    fails = Metric(
-        "scrapeq_domain_consecutive_failures", "gauge", "Consecutive failures per domain."
+def _rank(info: Mapping[str, Any]) -> tuple[int, int, int, int, str]:
+    """Sort key of the domains worth a series: not closed first, then most dead letters,
+    most in flight, most ready."""
+    state = _STATE_RANK.get(str(info["state"]), len(_STATE_RANK))
+    return (state, -int(info["dead"]), -int(info["inflight"]), -int(info["ready"]), info["domain"])
+
+
+def top_domains(domains: Iterable[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
+    """The ``n`` domains most worth a series of their own (see :func:`_rank`)."""
+    return heapq.nsmallest(n, domains, key=_rank) if n > 0 else []
+
+
+def _domain_metrics(
+    queue: str, domains: list[Mapping[str, Any]], breakers: Mapping[str, int], top: int
+) -> list[Metric]:
+    by_state = _gauge("scrapeq_domains", "Domains by breaker state.", ["queue", "state"])
+    # the totals come from the scripts' counters (status lists at most status_top domains);
+    # they count half-open breakers with the open ones, so half_open is those among the
+    # domains listed, taken out of open
+    half_open = sum(1 for info in domains if info["state"] == "half_open")
+    counted = {
+        "closed": int(breakers.get("closed", 0)),
+        "half_open": half_open,
+        "open": max(int(breakers.get("open", 0)) - half_open, 0),
+        "retired": int(breakers.get("retired", 0)),
+    }
+    for name, n in counted.items():
+        by_state.add_metric([queue, name], n)
+    labels = ["queue", "domain"]
+    state = _gauge(
+        "scrapeq_domain_breaker_state",
+        f"Breaker state of the top {top} domains (1 = current).",
+        [*labels, "state"],
     )
-    for info in domains:
-        d = info["domain"]
+    jobs = _gauge(
+        "scrapeq_domain_jobs", f"Jobs of the top {top} domains, by state.", [*labels, "state"]
+    )
+    fails = _gauge(
+        "scrapeq_domain_consecutive_failures",
+        f"Consecutive failures of the top {top} domains.",
+        labels,
+    )
+    for info in top_domains(domains, top):
+        d = str(info["domain"])
         for s in _DOMAIN_STATES:
-            state.add(1 if info["state"] == s else 0, domain=d, state=s)
-        inflight.add(info["inflight"], domain=d)
-        dead.add(info["dead"], domain=d)
-        fails.add(info["consecutive_failures"], domain=d)
-    return [state, inflight, dead, fails]
+            state.add_metric([queue, d, s], 1 if info["state"] == s else 0)
+        for s in ("ready", "delayed", "inflight", "dead"):
+            jobs.add_metric([queue, d, s], info[s])
+        fails.add_metric([queue, d], info["consecutive_failures"])
+    return [by_state, state, jobs, fails]
 
 
-def _alarm_metrics(alarms: Iterable[Mapping[str, Any]]) -> Metric:
+def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
     counts = dict.fromkeys(_ALARM_KINDS, 0)
     for alarm in alarms:
         counts[str(alarm["kind"])] = counts.get(str(alarm["kind"]), 0) + 1
-    metric = Metric("scrapeq_alarms", "gauge", "Alarms raised now, by kind.")
+    metric = _gauge("scrapeq_alarms", "Alarms raised now, by kind.", ["queue", "kind"])
     for kind in sorted(counts):
-        metric.add(counts[kind], kind=kind)
+        metric.add_metric([queue, kind], counts[kind])
     return metric
 
 
-def status_metrics(status: Mapping[str, Any]) -> list[Metric]:
-    """The metric families scrapeq exports, from a ``status --json`` document.
+def status_metrics(
+    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+) -> list[Metric]:
+    """The queue-wide metric families, from a ``status --json`` document.
 
     Args:
         status: what :meth:`AsyncQueue.status` answers.
+        stats: the queue's counters (:meth:`AsyncQueue.stats`): settled by outcome, trips,
+            retirements, global pauses; zeros when not given.
+        top: how many domains get series of their own (``metrics_top_domains``).
     """
+    queue = str(status["queue"])
     return [
-        *_queue_metrics(status),
-        *_lane_metrics(status["lanes"]),
-        *_domain_metrics(status["domains"]),
-        _alarm_metrics(status["alarms"]),
+        *_queue_metrics(status, stats or {}),
+        *_lane_metrics(queue, status["lanes"]),
+        *_domain_metrics(queue, status["domains"], status.get("breakers") or {}, top),
+        _alarm_metrics(queue, status["alarms"]),
     ]
 
 
-def render_metrics(status: Mapping[str, Any]) -> str:
-    """The ``/metrics`` body for a status document (see :func:`status_metrics`)."""
-    return format_metrics(status_metrics(status))
+def render_metrics(
+    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+) -> bytes:
+    """The ``/metrics`` body (Prometheus text format 0.0.4) of :func:`status_metrics`."""
+    return bytes(generate_latest(_Families(status_metrics(status, stats, top))))
+
+
+# --- security ----------------------------------------------------------------------------------
+
+#: Host names a loopback dashboard always answers to (the ``Host`` header's name part).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: The cookie a browser keeps the token in after signing in at ``login``.
+TOKEN_COOKIE = "scrapeq_token"
+#: The header an action (POST) must carry with the session's CSRF token.
+CSRF_HEADER = "X-CSRF-Token"
+#: The environment variable ``scrapeq dashboard`` reads the token from.
+TOKEN_ENV = "SCRAPEQ_DASHBOARD_TOKEN"
+#: Shortest token accepted: a guessable token would be worse than none.
+MIN_TOKEN_CHARS = 16
+
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The dashboard's access rules (see docs/DESIGN.md, "the dashboard's security model").
+
+    Attributes:
+        hosts: host names the ``Host`` header may name (DNS rebinding is refused otherwise).
+        token: when set, every request must present it (``Authorization: Bearer``, or the
+            cookie set by ``login``); payloads are shown only to a request that presented it.
+        read_only: refuse every action and tell the page to hide them.
+        csrf: the secret every action must echo in ``X-CSRF-Token`` (random per app).
+    """
+
+    hosts: frozenset[str]
+    token: str | None = None
+    read_only: bool = False
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        """True when the ``Host`` header names one of :attr:`hosts` (any port)."""
+        if not host_header:
+            return False
+        try:
+            name = urlsplit(f"//{host_header}").hostname
+        except ValueError:
+            return False
+        return name is not None and name.lower() in self.hosts
+
+    def presented(self, request: web.Request) -> str | None:
+        """How the request proved it holds the token: ``bearer``, ``cookie`` or None."""
+        if self.token is None:
+            return None
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and _same_secret(value.strip(), self.token):
+            return "bearer"
+        if _same_secret(request.cookies.get(TOKEN_COOKIE, ""), self.token):
+            return "cookie"
+        return None
+
+
+def _same_secret(given: str, expected: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address (or ``localhost``) that only this machine can reach."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token(token: str | None, host: str) -> None:
+    """Refuse a bind address other machines can reach without a good enough token.
+
+    Raises:
+        ConfigError: ``host`` is not loopback and ``token`` is missing or too short.
+    """
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError("token", f"must be at least {MIN_TOKEN_CHARS} characters")
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            "host",
+            f"{host} is reachable from other machines: a token is required "
+            f"(--token or {TOKEN_ENV})",
+        )
+
+
+def default_hosts(bind: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The host names a dashboard bound to ``bind`` answers to: loopback, the bind address
+    (unless a wildcard), this machine's name for a wildcard bind, and ``extra``."""
+    names = set(LOOPBACK_HOSTS)
+    if bind in ("0.0.0.0", "::", ""):
+        names.update({socket.gethostname(), socket.getfqdn()})
+    else:
+        names.add(bind.strip("[]"))
+    names.update(extra)
+    return frozenset(n.lower() for n in names if n)
 
 
 # --- handlers ----------------------------------------------------------------------------------
 
+GUARD_KEY = web.AppKey("guard", Guard)
+HOLDER_KEY = web.RequestKey("token_holder", bool)
+
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Host check, token check, CSRF and read-only, before any handler runs."""
+    guard = request.app[GUARD_KEY]
+    if not guard.host_allowed(request.headers.get("Host")):
+        return _error(421, "unknown Host header refused (add it with --allowed-host)")
+    how = guard.presented(request)
+    request[HOLDER_KEY] = how is not None
+    is_login = request.match_info.route.name == "login"
+    if guard.token is not None and how is None and not is_login:
+        if request.method == "GET" and request.match_info.route.name == "index":
+            return web.Response(text=LOGIN_PAGE, content_type="text/html", status=401)
+        return _error(401, "a token is required (Authorization: Bearer, or sign in at /login)")
+    if request.method == "POST" and not is_login:
+        if guard.read_only:
+            return _error(403, "read-only dashboard: actions are disabled")
+        if not _same_origin(request):
+            return _error(403, "cross-site request refused")
+        # A bearer token cannot be sent by another site's page: only cookie or no-token
+        # sessions, which a browser attaches by itself, need the CSRF token.
+        if how != "bearer" and not _same_secret(request.headers.get(CSRF_HEADER, ""), guard.csrf):
+            return _error(403, f"missing or wrong {CSRF_HEADER} (GET api/session gives it)")
+    response = await handler(request)
+    response.headers.update(_SECURITY_HEADERS)
+    return response
 
 
 @web.middleware
@@ -278,33 +452,212 @@ def _same_origin(request: web.Request) -> bool:
     return origin is None or urlsplit(origin).netloc == request.host
 
 
+#: The page's files, shipped as package data (no network at run time, no build step).
+STATIC = resources.files("scrapeq.interfaces") / "static"
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+#: Only the page's own files, only same-origin fetches; nothing inline, no frames.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def _static_file(name: str) -> web.Response:
+    suffix = name[name.rfind(".") :] if "." in name else ""
+    if "/" in name or name.startswith(".") or suffix not in _STATIC_TYPES:
+        raise web.HTTPNotFound()
+    resource = STATIC / name
+    if not resource.is_file():
+        raise web.HTTPNotFound()
+    return web.Response(
+        body=resource.read_bytes(),
+        content_type=_STATIC_TYPES[suffix],
+        charset="utf-8",
+        headers={"Content-Security-Policy": CSP},
+    )
+
+
 async def _index(request: web.Request) -> web.Response:
-    return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+    return _static_file("index.html")
+
+
+async def _static(request: web.Request) -> web.Response:
+    return _static_file(request.match_info["name"])
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    """POST ``token=...`` (a form): set the token cookie and go to the page."""
+    guard = request.app[GUARD_KEY]
+    form = await request.post()
+    given = str(form.get("token", ""))
+    if guard.token is None or not _same_secret(given, guard.token):
+        return web.Response(text=LOGIN_PAGE, content_type="text/html", status=401)
+    response = web.HTTPSeeOther(location="./")
+    response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="Strict", path="/")
+    raise response
+
+
+async def _session(request: web.Request) -> web.Response:
+    """What the page needs before acting: the CSRF token and what it may show."""
+    guard, queue = request.app[GUARD_KEY], request.app[QUEUE_KEY]
+    return web.json_response(
+        {
+            "csrf": guard.csrf,
+            "read_only": guard.read_only,
+            "token_holder": bool(request[HOLDER_KEY]),
+            "queue": queue.name,
+            "paused_until": await queue.paused_until(),
+        }
+    )
 
 
 async def _status(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[QUEUE_KEY].status())
+    return web.json_response(_redacted_status(await request.app[QUEUE_KEY].status()))
+
+
+def _redacted_status(status: dict[str, Any]) -> dict[str, Any]:
+    alarms = [{**a, "message": redact_text(str(a.get("message", "")))} for a in status["alarms"]]
+    return {**status, "alarms": alarms}
+
+
+async def _history(request: web.Request) -> web.Response:
+    text = request.query.get("minutes", "") or "60"
+    try:
+        minutes = int(text)
+    except ValueError:
+        raise ConfigError("minutes", f"expected an integer, got {text!r}") from None
+    return web.json_response(await request.app[QUEUE_KEY].history(minutes))
+
+
+#: Columns the domains table sorts by (server side).
+DOMAIN_SORTS = (
+    "domain", "state", "ready", "delayed", "inflight", "done", "dead", "failure_rate",
+    "open_until", "trips",
+)  # fmt: skip
+MAX_PER_PAGE = 200
+
+
+def _domain_row(info: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """One row of the domains table: the figures, a failure rate, the open time left."""
+    done, dead = int(info["done"]), int(info["dead"])
+    open_until = info.get("open_until")
+    row = {k: info[k] for k in ("domain", "state", "ready", "delayed", "inflight", "done", "dead")}
+    row.update(
+        failure_rate=round(dead / (done + dead), 4) if done + dead else 0.0,
+        open_until=ms_to_iso(open_until) if open_until else None,
+        open_for=round(max(open_until - now_ms, 0) / 1000, 1) if open_until else None,
+        trips=info.get("trips", 0),
+        consecutive_failures=info.get("consecutive_failures", 0),
+        concurrency=info.get("concurrency"),
+        delay_ms=info.get("delay_ms"),
+        adaptive_limit=info.get("adaptive_limit", info.get("limit")),
+    )
+    return row
+
+
+def _sort_key(column: str) -> Callable[[Mapping[str, Any]], Any]:
+    if column == "state":
+        return lambda r: (_STATE_RANK.get(r["state"], 9), r["domain"])
+    if column == "domain":
+        return lambda r: r["domain"]
+    return lambda r: (r[column] is None, r[column] or 0, r["domain"])
 
 
 async def _domains(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[QUEUE_KEY].domains_info())
+    """Without ``page``: every domain's full figures (a list). With ``page``: one page of the
+    domains table, filtered (``state``, ``q`` a name substring) and sorted (``sort``,
+    ``order``) on the server: ``{"total", "page", "per_page", "items"}``. Sorted by name and
+    not filtered by state, only the page's domains are read from Redis."""
+    queue = request.app[QUEUE_KEY]
+    if "page" not in request.query:
+        return web.json_response(await queue.domains_info())
+    page = _int_param(request, "page", 1)
+    per_page = min(_int_param(request, "per_page", 50), MAX_PER_PAGE)
+    sort = request.query.get("sort") or "state"
+    if sort not in DOMAIN_SORTS:
+        raise ConfigError("sort", f"expected one of {', '.join(DOMAIN_SORTS)}, got {sort!r}")
+    descending = request.query.get("order", "asc") == "desc"
+    state = request.query.get("state") or None
+    if state is not None and state not in _DOMAIN_STATES:
+        raise ConfigError("state", f"expected one of {', '.join(_DOMAIN_STATES)}, got {state!r}")
+    needle = (request.query.get("q") or "").lower()
+    names = [n for n in await queue.domain_names() if needle in n.lower()]
+    now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
+    start = (page - 1) * per_page
+    if sort == "domain" and state is None:
+        names.sort(reverse=descending)
+        total, chosen = len(names), names[start : start + per_page]
+        rows = [_domain_row(i, now_ms) for i in await queue.domains_info(chosen)] if chosen else []
+    else:
+        rows = [_domain_row(i, now_ms) for i in await queue.domains_info(names)] if names else []
+        if state is not None:
+            rows = [r for r in rows if r["state"] == state]
+        rows.sort(key=_sort_key(sort), reverse=descending)
+        total, rows = len(rows), rows[start : start + per_page]
+    return web.json_response({"total": total, "page": page, "per_page": per_page, "items": rows})
+
+
+async def _domain(request: web.Request) -> web.Response:
+    """One domain: its figures, its recent dead letters' errors, its breaker history."""
+    queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
+    infos = await queue.domains_info([domain])
+    if not infos or domain not in await queue.domain_names():
+        raise NotFound(f"unknown domain {domain!r}")
+    now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
+    dead = await queue.dead_letters(domain, 20)
+    errors = [
+        {"id": job.id, "url": redact_url(job.url), "reason": job.dead_reason, **e.as_dict()}
+        for job in dead
+        for e in job.errors[-3:]
+    ]
+    errors.sort(key=lambda e: e["at"], reverse=True)
+    events = [
+        {**e, "message": redact_text(str(e.get("message", "")))}
+        for e in await queue.events(MAX_LIST)
+        if e["domain"] == domain
+    ]
+    return web.json_response(
+        {
+            "domain": _domain_row(infos[0], now_ms),
+            "info": infos[0],
+            "errors": errors[:50],
+            "events": events[:100],
+        }
+    )
 
 
 async def _events(request: web.Request) -> web.Response:
     count = _int_param(request, "count", 100)
-    return web.json_response(await request.app[QUEUE_KEY].events(count))
+    events = await request.app[QUEUE_KEY].events(count)
+    return web.json_response(
+        [{**e, "message": redact_text(str(e.get("message", "")))} for e in events]
+    )
+
+
+def _job_view(job: Job, holder: bool) -> dict[str, Any]:
+    """A dead letter for the page: credentials redacted, the payload only for a token holder."""
+    view = job.as_dict()
+    if not holder and view.get("payload") is not None:
+        view["payload"] = None
+        view["payload_hidden"] = True
+    return view
 
 
 async def _dead(request: web.Request) -> web.Response:
+    """Dead letters, newest first; ``reason`` filters among the newest ``MAX_LIST``."""
     limit = _int_param(request, "limit", 50)
     domain = request.query.get("domain") or None
-    jobs = await request.app[QUEUE_KEY].dead_letters(domain, limit)
-    return web.json_response([job.as_dict() for job in jobs])
+    reason = request.query.get("reason") or None
+    queue = request.app[QUEUE_KEY]
+    if reason is None:
+        jobs = await queue.dead_letters(domain, limit)
+    else:
+        jobs = [j for j in await queue.dead_letters(domain, MAX_LIST) if j.dead_reason == reason]
+    holder = bool(request[HOLDER_KEY])
+    return web.json_response([_job_view(job, holder) for job in jobs[:limit]])
 
 
 async def _breaker(request: web.Request) -> web.Response:
-    if not _same_origin(request):
-        return _error(403, "cross-site request refused")
     queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
     if request.match_info["action"] == "reset":
         state = await queue.breaker_reset(domain)
@@ -313,12 +666,67 @@ async def _breaker(request: web.Request) -> web.Response:
     return web.json_response({"domain": domain, "state": state})
 
 
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("body", "expected a JSON object") from None
+    if not isinstance(body, dict):
+        raise ConfigError("body", "expected a JSON object")
+    return body
+
+
+async def _dead_replay(request: web.Request) -> web.Response:
+    """Body: exactly one of ``{"ids": [...]}``, ``{"domain": D}``, ``{"all": true}``;
+    ``"reset_attempts": true`` optional."""
+    body = await _json_body(request)
+    ids = body.get("ids")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        raise ConfigError("ids", "expected a list of job ids")
+    domain = body.get("domain")
+    if domain is not None and not isinstance(domain, str):
+        raise ConfigError("domain", "expected a domain name")
+    result = await request.app[QUEUE_KEY].replay(
+        ids=ids,
+        domain=domain,
+        all=body.get("all") is True,
+        reset_attempts=body.get("reset_attempts") is True,
+    )
+    return web.json_response(
+        {"moved": result.moved, "missing": result.missing, "duplicates": result.duplicates}
+    )
+
+
+async def _dead_purge(request: web.Request) -> web.Response:
+    """Body: ``{"domain": D}`` or ``{"all": true}``; ``"older_than": S`` optional."""
+    body = await _json_body(request)
+    domain, older = body.get("domain"), body.get("older_than")
+    if domain is not None and not isinstance(domain, str):
+        raise ConfigError("domain", "expected a domain name")
+    if older is not None and not isinstance(older, int | float):
+        raise ConfigError("older_than", "expected a number of seconds")
+    if domain is None and older is None and body.get("all") is not True:
+        raise ConfigError("purge", 'choose "domain", "older_than" or "all": true')
+    purged = await request.app[QUEUE_KEY].purge(older_than=older, domain=domain)
+    return web.json_response({"purged": purged})
+
+
 async def _metrics(request: web.Request) -> web.Response:
-    body = render_metrics(await request.app[QUEUE_KEY].status())
-    return web.Response(body=body.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+    queue = request.app[QUEUE_KEY]
+    status, stats = await queue.status(), await queue.stats()
+    body = render_metrics(status, stats, queue.settings.metrics_top_domains)
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
-def create_app(queue: AsyncQueue) -> web.Application:
+def create_app(
+    queue: AsyncQueue,
+    *,
+    hosts: Iterable[str] = LOOPBACK_HOSTS,
+    token: str | None = None,
+    read_only: bool = False,
+) -> web.Application:
     """Build the dashboard application over ``queue``.
 
     The app does not own the queue: whoever created the queue closes it. Mount it with
@@ -326,17 +734,32 @@ def create_app(queue: AsyncQueue) -> web.Application:
 
     Args:
         queue: the queue to show and steer.
+        hosts: host names the ``Host`` header may name (default: loopback names only).
+        token: when set, required on every request (bearer header or the login cookie).
+        read_only: refuse (403) and hide every action.
 
     Returns:
         An aiohttp application with the endpoints listed in this module's docstring.
+
+    Raises:
+        ConfigError: the token is shorter than :data:`MIN_TOKEN_CHARS`.
     """
-    app = web.Application(middlewares=[_errors])
+    check_token(token, "127.0.0.1")
+    app = web.Application(middlewares=[_guard, _errors])
     app[QUEUE_KEY] = queue
-    app.router.add_get("/", _index)
+    app[GUARD_KEY] = Guard(frozenset(h.lower() for h in hosts), token, read_only)
+    app.router.add_get("/", _index, name="index")
+    app.router.add_post("/login", _login, name="login")
+    app.router.add_get("/static/{name}", _static)
+    app.router.add_get("/api/session", _session)
     app.router.add_get("/api/status", _status)
+    app.router.add_get("/api/history", _history)
     app.router.add_get("/api/domains", _domains)
+    app.router.add_get("/api/domain/{domain}", _domain)
     app.router.add_get("/api/events", _events)
     app.router.add_get("/api/dead", _dead)
+    app.router.add_post("/api/dead/replay", _dead_replay)
+    app.router.add_post("/api/dead/purge", _dead_purge)
     app.router.add_post("/api/breaker/{domain}/{action:reset|trip}", _breaker)
     app.router.add_get("/metrics", _metrics)
     return app
@@ -370,9 +793,10 @@ async def _serve(
     host: str,
     port: int,
     on_ready: Callable[[str], None] | None,
+    options: dict[str, Any],
 ) -> None:
     queue = queue_factory()
-    runner = web.AppRunner(create_app(queue), shutdown_timeout=5.0)
+    runner = web.AppRunner(create_app(queue, **options), shutdown_timeout=5.0)
     try:
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
@@ -392,12 +816,14 @@ def serve(
     port: int = 8000,
     *,
     on_ready: Callable[[str], None] | None = None,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    read_only: bool = False,
 ) -> None:
     """Run the dashboard and ``/metrics`` until SIGINT or SIGTERM, then return.
 
     Blocks in its own event loop (``asyncio.run``); the queue is made inside that loop and
-    closed on the way out. Binds only ``host`` (default loopback): the admin endpoints have no
-    authentication, so expose them further only behind something that has.
+    closed on the way out. Safe by default: binds loopback; any other address needs a token.
 
     Args:
         queue_factory: a zero-argument callable returning the :class:`AsyncQueue` to serve,
@@ -406,112 +832,38 @@ def serve(
         port: the TCP port (default 8000; 0 picks a free one).
         on_ready: called once listening with the base URL (``http://127.0.0.1:8000``), e.g. to
             print it; the actual port when ``port`` is 0.
+        token: required on every request when set; required when ``host`` is not loopback.
+        allowed_hosts: more host names the ``Host`` header may name (a reverse proxy's).
+        read_only: refuse and hide every action.
 
     Raises:
+        ConfigError: ``host`` is not loopback and no token is given, or the token is short.
         OSError: the address cannot be bound (port in use, host not local).
     """
-    asyncio.run(_serve(queue_factory, host, port, on_ready))
+    check_token(token, host)
+    options = {
+        "hosts": default_hosts(host, allowed_hosts),
+        "token": token,
+        "read_only": read_only,
+    }
+    asyncio.run(_serve(queue_factory, host, port, on_ready, options))
 
 
 # --- the page ----------------------------------------------------------------------------------
 
-#: The dashboard: one self-contained HTML page (no external assets). It builds the DOM with
-#: textContent only, so a domain name can never inject markup.
-PAGE = """<!doctype html>
+#: Shown instead of the page when a token is required and none was presented.
+LOGIN_PAGE = """<!doctype html>
 <html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>scrapeq</title>
-<style>
- body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
- h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.5em; }
- table { border-collapse: collapse; } td, th { padding: 2px 10px; text-align: right; }
- th { background: #eee; } td:first-child, th:first-child { text-align: left; }
- .open, .retired { color: #b00; font-weight: bold; } .half_open { color: #b60; }
- #alarms li { color: #b00; } #conn { color: #888; font-size: 0.9em; }
- button { font-size: 0.85em; }
-</style>
-</head>
+<head><meta charset="utf-8"><title>scrapeq: sign in</title>
+<style>body { font: 14px system-ui, sans-serif; margin: 3em; }</style></head>
 <body>
-<h1>scrapeq <span id="queue"></span> <span id="conn">connecting…</span></h1>
-<ul id="alarms"></ul>
-<h2>Jobs</h2><table id="counts"></table>
-<h2>Lanes</h2><table id="lanes"></table>
-<h2>Domains</h2><table id="domains"></table>
-<script>
-"use strict";
-const ORDER = {open: 0, retired: 1, half_open: 2, closed: 3};
-const $ = (id) => document.getElementById(id);
-
-function el(tag, text, cls) {
-  const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = String(text);
-  if (cls) node.className = cls;
-  return node;
-}
-
-function row(cells, tag) {
-  const tr = el("tr");
-  for (const c of cells) tr.append(c instanceof Node ? c : el(tag || "td", c));
-  return tr;
-}
-
-function table(id, head, rows) {
-  $(id).replaceChildren(row(head, "th"), ...rows);
-}
-
-async function act(domain, action) {
-  const path = "api/breaker/" + encodeURIComponent(domain) + "/" + action;
-  const resp = await fetch(path, {method: "POST"});
-  if (!resp.ok) {
-    const body = await resp.json().catch(() => ({error: resp.statusText}));
-    alert(action + " " + domain + ": " + body.error);
-  }
-  refresh();
-}
-
-function button(domain, action) {
-  const b = el("button", action);
-  b.onclick = () => act(domain, action);
-  return b;
-}
-
-function domainRow(d) {
-  const td = el("td");
-  td.append(button(d.domain, "reset"), " ", button(d.domain, "trip"));
-  return row([d.domain, el("td", d.state, d.state), d.ready, d.delayed, d.inflight,
-              d.done, d.dead, d.consecutive_failures, d.open_until || "", td]);
-}
-
-function render(s) {
-  $("queue").textContent = s.queue + (s.paused_until ? " — paused until " + s.paused_until : "");
-  $("alarms").replaceChildren(...s.alarms.map(
-    (a) => el("li", a.kind + (a.domain ? " " + a.domain : "") + ": " + a.message)));
-  const keys = Object.keys(s.counts);
-  table("counts", keys, [row(keys.map((k) => s.counts[k]))]);
-  table("lanes", ["lane", "ready", "delayed", "oldest ready (s)"],
-        Object.entries(s.lanes).map(([n, l]) => row([n, l.ready, l.delayed, l.oldest_ready_age])));
-  const domains = [...s.domains].sort((a, b) =>
-    (ORDER[a.state] ?? 9) - (ORDER[b.state] ?? 9) || a.domain.localeCompare(b.domain));
-  table("domains", ["domain", "state", "ready", "delayed", "inflight", "done", "dead",
-                    "fails", "open until", ""], domains.map(domainRow));
-}
-
-async function refresh() {
-  try {
-    const resp = await fetch("api/status");
-    if (!resp.ok) throw new Error("HTTP " + resp.status);
-    render(await resp.json());
-    $("conn").textContent = "updated " + new Date().toLocaleTimeString();
-  } catch (err) {
-    $("conn").textContent = "disconnected (" + err.message + ")";
-  }
-}
-
-refresh();
-setInterval(refresh, 2000);
-</script>
+<h1>scrapeq dashboard</h1>
+<p>This dashboard needs its token
+(<code>--token</code> or <code>SCRAPEQ_DASHBOARD_TOKEN</code>).</p>
+<form method="post" action="login">
+<input type="password" name="token" autocomplete="current-password" autofocus>
+<button type="submit">Sign in</button>
+</form>
 </body>
 </html>
 """

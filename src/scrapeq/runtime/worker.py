@@ -54,6 +54,7 @@ import orjson
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
 from scrapeq.runtime.classify import Classification, Outcome, classify_exception, classify_response
 from scrapeq.runtime.deadlines import Deadlines
@@ -61,6 +62,7 @@ from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
 from scrapeq.runtime.handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from scrapeq.runtime.links import extract_counted
+from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.sinks import Sink
 
@@ -204,6 +206,9 @@ class Worker:
         report: take turns as the queue's log leader (:mod:`scrapeq.runtime.reporter`): one worker
             of all logs each breaker transition, global pause and its end once, and every
             ``log_every`` seconds (a setting) the queue's progress. Default yes.
+        metrics: count settles by lane and outcome, fetch durations, claim sizes and
+            durations into these :class:`~scrapeq.runtime.metrics.WorkerMetrics` (default:
+            none; ``scrapeq worker --metrics-port`` serves them).
     """
 
     def __init__(
@@ -221,6 +226,7 @@ class Worker:
         follow_links: bool = False,
         save_bodies: str | os.PathLike[str] | None = None,
         report: bool = True,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -256,6 +262,7 @@ class Worker:
         self._handler_deadlines: Deadlines
         self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
+        self.metrics = metrics
         self._flights: dict[str, _Flight] = {}
         # Settlements waiting for the next settle call: the job, when its answer is only
         # counted and logged; a future, when a caller awaits it.
@@ -455,6 +462,8 @@ class Worker:
             reconnect = RECONNECT_MIN
             self._health.ok(sent)
             now = time.monotonic()
+            if self.metrics is not None:
+                self.metrics.claimed(len(claimed.jobs), now - sent)
             for job in claimed.jobs:
                 self._start(job, now)
             if claimed.jobs:
@@ -509,6 +518,7 @@ class Worker:
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
         """Fetch, classify and handle one job; answers its settlement and result record."""
         started = time.monotonic()
+        fetching = 0.0
         try:
             if self._robots is not None:
                 allowed, crawl_delay = await self._robots.allowed(job.url)
@@ -516,8 +526,13 @@ class Worker:
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
+            fetching = time.monotonic()
             response = await self._fetcher.fetch(job.url, normalised=True)
+            if self.metrics is not None:
+                self.metrics.fetched(job.lane, time.monotonic() - fetching)
         except Exception as exc:
+            if self.metrics is not None and fetching:
+                self.metrics.fetched(job.lane, time.monotonic() - fetching)
             return self._from_classification(job, classify_exception(exc), None, started, exc)
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
@@ -686,6 +701,8 @@ class Worker:
 
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
         self.stats.count(status)
+        if self.metrics is not None:
+            self.metrics.settled(job.lane, status)
         if status == "done":  # the common case: one cached level check
             if log.isEnabledFor(logging.DEBUG):
                 where = {"job_id": job.id, "domain": job.domain}
@@ -993,7 +1010,7 @@ def _record(
     """A results line in the docs/INTERFACE.md format."""
     return {
         "id": job.id,
-        "url": job.url,
+        "url": redact_url(job.url),
         "domain": job.domain,
         "lane": job.lane,
         "outcome": outcome,
@@ -1002,7 +1019,7 @@ def _record(
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
         "bytes": len(response.body) if response is not None else 0,
         "finished_at": datetime.now(tz=UTC).isoformat(),
-        "error": error,
+        "error": None if error is None else redact_text(error),
         "result": result,
         "depth": job.depth,
         "parent": job.parent,

@@ -243,6 +243,7 @@ local function settle_one(i, it)
     status = settle_release(job, it)
   end
   TOUCHED[d] = true
+  history_settled(bump, status, job.lane, it.sd)
   return status
 end
 

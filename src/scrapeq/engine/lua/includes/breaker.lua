@@ -5,6 +5,7 @@
   Depends on common.lua and domain.lua. A separate include from domain.lua so that the scripts
   that never touch a breaker do not build these functions on every call.
 ]]
+--@include history
 
 -- Cooldown of the n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
 local function cooldown_ms(trips)
@@ -18,6 +19,8 @@ local function open_breaker(d, trips, cool, why)
     'fails', 0, 'win', '', 'probe', '')
   redis.call('SADD', K_OPEN, d)
   emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
+  stat('trips')
+  history('trip')
   refile(d)
 end
 
@@ -32,6 +35,8 @@ local function retire(d, why)
   -- letters (drained by the next claims, the delayed ones when due).
   local delayed = math.max(tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0, 0)
   emit('retired', d, why, {'jobs', redis.call('ZCARD', k_dq(d)) + delayed})
+  stat('retirements')
+  history('retired')
 end
 
 local function close_breaker(d)
@@ -67,6 +72,8 @@ local function global_guard(d)
   emit('global_pause', '', string.format(
     'dispatch paused %.1f s: %d of %d active domains tripped together; likely our fault',
     pause / 1000, tripped, active))
+  stat('global_pauses')
+  history('pause')
   return true
 end
 

@@ -10,6 +10,7 @@
     done      nowhere: the job key is deleted and counters move (with keep_done, the key is
               kept that long with done_at and a TTL)
 ]]
+--@include history
 
 -- Ready jobs per lane are counters (no index of their own: issue 13): ready:<lane> in
 -- sq:{Q}:stats, and in sq:{Q}:lane-since the time the lane last had a job claimed or last
@@ -80,6 +81,7 @@ local function dead_letter(job, reason, message, quiet)
   stat('dead:' .. reason)
   release_unique(job)
   count_dead_rate(job.domain)
+  history('dead', job.lane)
   if not quiet then emit('dead', job.domain, job.id .. ': ' .. reason) end
 end
 
@@ -93,5 +95,6 @@ local function retry_or_dead(job, delay, kind, message)
   put_delayed(job, NOW + math.max(0, math.floor(delay)))
   save_job(job)
   stat('retried')
+  history('retried', job.lane)
   return 'retried'
 end
