@@ -481,20 +481,35 @@ class _QueueCore:
         return str((yield scripts.breaker(domain, action, cool_ms)))
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | None
+        self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        if (
+            concurrency is not None
+            and concurrency != "auto"
+            and (
+                isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+            )
         ):
-            raise ConfigError("concurrency", f"must be an integer >= 1, got {concurrency!r}")
-        got_delay, got_conc = yield scripts.domain_set(domain, delay_ms, concurrency)
-        return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc}
+            raise ConfigError(
+                "concurrency", f"must be an integer >= 1 or auto, got {concurrency!r}"
+            )
+        got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
+        return {
+            "domain": domain,
+            "delay": got_delay / 1000,
+            "concurrency": got_conc,
+            "adaptive": adaptive,
+        }
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         s = self.settings
         keep_ms = round(s.keep_done * 1000)
-        return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+        conc = s.domain_concurrency
+        # auto: the lower bound, so a domain with leases counts as at its cap (the script
+        # checks each suspicion again with the domain's own limit)
+        default_conc = conc if isinstance(conc, int) else s.domain_concurrency_min
+        return audit_op(self.keys, list(s.lanes.names), default_conc, repair, keep_ms)
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -1064,7 +1079,7 @@ class Queue(_QueueCore):
         return self._drive(self._op_breaker(domain, "trip", cooldown))
 
     def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
         return self._drive(self._op_domain_set(domain, delay, concurrency))
@@ -1304,7 +1319,7 @@ class AsyncQueue(_QueueCore):
         return await self._drive(self._op_breaker(domain, "trip", cooldown))
 
     async def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
         return await self._drive(self._op_domain_set(domain, delay, concurrency))

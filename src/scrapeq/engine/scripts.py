@@ -136,6 +136,11 @@ def _seen_layout_error(detail: str) -> ConfigError:
     )
 
 
+#: The limit an adaptive domain starts at (within the bounds): the fixed default before
+#: adaptive limits existed.
+AUTO_START = 2
+
+
 @dataclass(frozen=True, slots=True)
 class ScriptConfig:
     """The settings scripts need, in script units (ms, counts).
@@ -175,13 +180,20 @@ class ScriptConfig:
     seen_slice_ms: int = 0
     seen_bits: int = 0
     seen_chunk_bits: int = 0
+    #: domain_concurrency = auto: adaptive limits (``conc`` is then the starting limit),
+    #: within conc_min and conc_max (includes/adaptive.lua).
+    auto: bool = False
+    conc_min: int = 1
+    conc_max: int = 32
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
         """Convert a Settings object (seconds) to script units (milliseconds)."""
         seen = SeenLayout.from_settings(s)
+        auto = s.domain_concurrency == "auto"
+        conc_min, conc_max = s.domain_concurrency_min, s.domain_concurrency_max
         return cls(
-            conc=s.domain_concurrency,
+            conc=min(max(AUTO_START, conc_min), conc_max) if auto else s.domain_concurrency,
             delay_ms=_ms(s.domain_delay),
             lease_ms=_ms(s.lease),
             fails=s.breaker_failures,
@@ -204,6 +216,9 @@ class ScriptConfig:
             seen_slice_ms=seen.slice_ms,
             seen_bits=seen.bits,
             seen_chunk_bits=seen.chunk_bits,
+            auto=auto,
+            conc_min=conc_min,
+            conc_max=conc_max,
         )
 
     def to_json(self) -> str:
@@ -353,6 +368,9 @@ class Settlement:
             is not spent and nothing is recorded.
         follow: follow-ups of a ``done`` job, enqueued by the same script call that settles
             it (nothing is enqueued when the token no longer owns the job).
+        latency_ms: how long the fetch took, when the site answered or failed by itself: an
+            adaptive domain learns its limit from it (``includes/adaptive.lua``).
+        overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
     """
 
     job_id: str
@@ -366,6 +384,8 @@ class Settlement:
     reason: str | None = None
     shutdown: bool = False
     follow: tuple[EnqueueSpec, ...] = ()
+    latency_ms: int | None = None
+    overload: bool = False
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
@@ -382,6 +402,10 @@ class Settlement:
             arg["sd"] = True
         if self.follow:
             arg["f"] = [spec.as_arg() for spec in self.follow]
+        if self.latency_ms is not None:
+            arg["lat"] = self.latency_ms
+            if self.overload:
+                arg["ov"] = True
         return arg
 
 
@@ -423,12 +447,13 @@ def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
 
 
 def domain_set(
-    domain: str, delay_ms: int | None = None, conc: int | None = None
-) -> Call[tuple[int, int]]:
-    """Set politeness overrides (-1 restores the default); answers (delay_ms, conc)."""
+    domain: str, delay_ms: int | None = None, conc: int | str | None = None
+) -> Call[tuple[int, int, bool]]:
+    """Set politeness overrides (-1 restores the default; conc may be ``auto``); answers
+    (delay_ms, conc, adaptive): conc is the limit in force, adaptive whether it adapts."""
 
-    def parse(raw: list[Any]) -> tuple[int, int]:
-        return int(raw[0]), int(raw[1])
+    def parse(raw: list[Any]) -> tuple[int, int, bool]:
+        return int(raw[0]), int(raw[1]), bool(int(raw[2]))
 
     args: dict[str, Any] = {"domain": domain}
     if delay_ms is not None:

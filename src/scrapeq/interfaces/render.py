@@ -119,14 +119,38 @@ def breakers_table(infos: list[dict[str, Any]]) -> Table:
 def domains_table(infos: list[dict[str, Any]]) -> Table:
     """Every domain's politeness and counts."""
     table = Table(title="domains", show_edge=False)
-    for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead"):
+    for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead",
+                "latency"):  # fmt: skip
         table.add_column(col)
     for d in sorted(infos, key=lambda d: d["domain"]):
         table.add_row(
-            d["domain"], _state(d["state"]), f"{d['delay_ms'] / 1000:g}s", str(d["concurrency"]),
-            str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]),
+            d["domain"], _state(d["state"]), _delay(d), _concurrency(d),
+            str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]), _latency(d),
         )  # fmt: skip
     return table
+
+
+def _concurrency(d: dict[str, Any]) -> str:
+    """A fixed limit as is; an adaptive one as ``auto <limit>`` (its learned value)."""
+    if not d.get("adaptive"):
+        return str(d["concurrency"])
+    return f"auto {d['limit']:.1f}"
+
+
+def _delay(d: dict[str, Any]) -> str:
+    """The delay between request starts: the set one, or an adaptive domain's learned one."""
+    delay = d["delay_ms"] / 1000
+    learned = (d.get("interval_ms") or 0) / 1000 if d.get("adaptive") else 0
+    if learned > delay:
+        return f"{learned:.2f}s (learned)"
+    return f"{delay:g}s"
+
+
+def _latency(d: dict[str, Any]) -> str:
+    """An adaptive domain's current latency over its no-load baseline, in ms."""
+    if d.get("latency_ms") is None or d.get("baseline_ms") is None:
+        return "-"
+    return f"{d['latency_ms']:.0f}/{d['baseline_ms']:.0f} ms"
 
 
 def print_to(console: Console, renderable: Any) -> None:

@@ -45,7 +45,7 @@ import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,7 +55,13 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
-from scrapeq.runtime.classify import Classification, Outcome, classify_exception, classify_response
+from scrapeq.runtime.classify import (
+    OVERLOAD_REASONS,
+    Classification,
+    Outcome,
+    classify_exception,
+    classify_response,
+)
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
@@ -508,7 +514,7 @@ class Worker:
 
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
         """Fetch, classify and handle one job; answers its settlement and result record."""
-        started = time.monotonic()
+        started = fetched = time.monotonic()
         try:
             if self._robots is not None:
                 allowed, crawl_delay = await self._robots.allowed(job.url)
@@ -516,15 +522,23 @@ class Worker:
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
+            fetched = time.monotonic()
             response = await self._fetcher.fetch(job.url, normalised=True)
         except Exception as exc:
-            return self._from_classification(job, classify_exception(exc), None, started, exc)
+            verdict = classify_exception(exc)
+            out = self._from_classification(job, verdict, None, started, exc)
+            if not verdict.counts_against_domain:  # no answer of the site's to learn from
+                return out
+            return _timed(out, verdict, time.monotonic() - fetched)
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
         )
         if verdict.outcome is not Outcome.OK:
-            return self._from_classification(job, verdict, response, started, None)
-        return await self._handle(job, response, verdict, started)
+            out = self._from_classification(job, verdict, response, started, None)
+            return _timed(out, verdict, response.elapsed)
+        return _timed(
+            await self._handle(job, response, verdict, started), verdict, response.elapsed
+        )
 
     async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
         """Honour robots.txt's Crawl-delay.
@@ -928,6 +942,22 @@ class Worker:
             "(the jobs come back when the leases expire)",
             len(self._pending),
         )
+
+
+def _timed(
+    out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
+) -> tuple[Settlement, dict[str, Any] | None]:
+    """The settlement with the fetch's latency and whether the site signalled overload, for
+    the domain's adaptive limit; an attempt that ended by our own fault teaches nothing."""
+    settlement, record = out
+    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
+        return out
+    timed = replace(
+        settlement,
+        latency_ms=max(round(seconds * 1000), 0),
+        overload=verdict.reason in OVERLOAD_REASONS,
+    )
+    return timed, record
 
 
 def _about(job: Job, kind: str) -> dict[str, str]:
