@@ -7,8 +7,9 @@
   Domain hash fields (besides domain.lua's):
     alim   the concurrency limit (a float; claims take floor(alim), within the bounds)
     aivl   ms between request starts once the limit is at its minimum (0: none)
-    abase  no-load latency, ms: a decaying minimum of the latencies of answered requests
-    alat   current latency, ms: their moving average (EWMA)
+    alat   current latency, ms: the moving average (EWMA) of answered requests' latencies
+    abase  no-load latency, ms: alat's decaying minimum (of the average, not of single
+           samples: the fastest of a few hundred answers is far below a site's usual)
     acut   ms: when the rate was last lowered (one decrease per window: only outcomes of
            requests claimed after it lower it again)
     aok    ms: the last answered request (a site that answered lately is alive)
@@ -101,7 +102,7 @@ local function adaptive_outcome(d, job, it)
     end
   elseif it.o == 'done' or df ~= true then
     avg = avg and (avg + (lat - avg) * A_EWMA) or lat
-    base = base and math.min(lat, base * (1 + A_DRIFT)) or lat
+    base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
     okt = NOW
     sn = sn + 1
     if avg > base * A_BAD + A_SLACK then
