@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,9 @@ from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
 from scrapeq.engine.job import Job
 from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.urls import politeness_key
+from scrapeq.runtime.fetch import Fetcher, StaticResolver
+from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
 from sites import sites, status
 
@@ -268,3 +272,57 @@ def test_two_worker_processes_share_one_learned_limit(redis_url: str, tmp_path: 
         assert seen.statuses.get("503", 0) <= 0.08 * seen.requests, seen
     finally:
         q.close()
+
+
+# --- the politeness key -----------------------------------------------------------------------
+
+
+def test_politeness_domain_groups_hosts_by_registrable_domain() -> None:
+    assert politeness_key("www.shop.co.uk", "domain") == "shop.co.uk"
+    assert politeness_key("img.shop.co.uk", "domain") == "shop.co.uk"
+    assert politeness_key("a.blogspot.com", "domain") == "a.blogspot.com"
+    assert politeness_key("b.blogspot.com", "domain") == "b.blogspot.com"
+    assert politeness_key("www.shop.co.uk:8080", "domain") == "shop.co.uk:8080"
+    assert politeness_key("[::1]:8080", "domain") == "[::1]:8080"
+    assert politeness_key("www.shop.co.uk", "host") == "www.shop.co.uk"
+
+
+def test_with_politeness_domain_two_hosts_share_one_limit_and_one_breaker(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue(politeness="domain", domain_concurrency=2, breaker_failures=2)
+    q.enqueue_many(
+        [f"http://{h}.shop.co.uk/p/{i}" for i in range(4) for h in ("www", "img")]
+        + [f"http://{h}.blogspot.com/p/{i}" for i in range(4) for h in ("a", "b")]
+    )
+    jobs = q.claim(100).jobs
+    by_key: dict[str, list[Job]] = {}
+    for j in jobs:
+        by_key.setdefault(j.domain, []).append(j)
+    assert {k: len(v) for k, v in by_key.items()} == {
+        "shop.co.uk": 2, "a.blogspot.com": 2, "b.blogspot.com": 2,
+    }  # fmt: skip
+    assert all(j.url.startswith(("http://www.", "http://img.")) for j in by_key["shop.co.uk"])
+    q.settle_many([q.retrying(j, kind="http_500") for j in by_key["shop.co.uk"]])
+    infos = {i["domain"]: i for i in q.domains_info()}
+    assert infos["shop.co.uk"]["state"] == "open", "one breaker for the whole group"
+    assert infos["a.blogspot.com"]["state"] == "closed"
+
+
+async def test_a_results_line_names_the_host_not_the_group(
+    make_async: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    q = make_async(politeness="domain")
+    resolver = StaticResolver({"www.shop.test": "127.0.0.1", "img.shop.test": "127.0.0.1"})
+    out = tmp_path / "results.jsonl"
+    async with sites(status(200)) as (site,):
+        await q.enqueue_many([f"http://{h}.shop.test:{site.port}/p" for h in ("www", "img")])
+        fetcher = Fetcher(q.settings, resolver=resolver)
+        worker = Worker(q, fetcher=fetcher, sink=JsonlSink(out), burst=True, report=False)
+        await asyncio.wait_for(worker.run_async(), 30)
+        await fetcher.close()
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["domain"] for r in lines) == [
+        f"img.shop.test:{site.port}", f"www.shop.test:{site.port}",
+    ]  # fmt: skip
+    assert [i["domain"] for i in await q.domains_info()] == [f"shop.test:{site.port}"]

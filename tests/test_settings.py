@@ -67,6 +67,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "log_every": 10,  # not in INTERFACE.md yet
     "domain_concurrency_min": 1,
     "domain_concurrency_max": 32,
+    "politeness": "host",
 }
 
 
@@ -651,3 +652,9 @@ def test_domain_concurrency_is_a_number_or_auto() -> None:
             Settings(domain_concurrency=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="domain_concurrency_max"):
         Settings(domain_concurrency_min=8, domain_concurrency_max=4)
+
+
+def test_politeness_is_host_or_domain() -> None:
+    assert load(environ={"SCRAPEQ_POLITENESS": "domain"}).politeness == "domain"
+    with pytest.raises(ConfigError, match="politeness"):
+        Settings(politeness="street")

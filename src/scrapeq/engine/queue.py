@@ -37,7 +37,7 @@ from scrapeq.engine.scripts import (
 )
 from scrapeq.engine.seen import SeenLayout
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
-from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target
+from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
 from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 
 __all__ = [
@@ -250,9 +250,12 @@ class _QueueCore:
         # From the URL as given, not the job's: parse_target drops the fragment, which
         # canonical_keep_fragments may keep.
         fp64 = fingerprint64(url, **self._canonical) if mode == "seen" else None
+        domain = target.domain
+        if self.settings.politeness != "host":
+            domain = politeness_key(domain, self.settings.politeness)
         return EnqueueSpec(
             url=target.url,
-            domain=target.domain,
+            domain=domain,
             lane=lane_name,
             off_ms=off_ms,
             delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,

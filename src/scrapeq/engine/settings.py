@@ -48,7 +48,7 @@ from urllib.parse import SplitResult, urlsplit
 from scrapeq.engine.keys import validate_queue_name
 from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
-from scrapeq.engine.urls import SCOPES
+from scrapeq.engine.urls import POLITENESS, SCOPES
 from scrapeq.errors import ConfigError
 
 __all__ = [
@@ -352,6 +352,11 @@ def _check_scope(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected {', '.join(SCOPES)}, got {value!r}")
 
 
+def _check_politeness(name: str, value: Any) -> None:
+    if value not in POLITENESS:
+        raise ConfigError(name, f"expected {' or '.join(POLITENESS)}, got {value!r}")
+
+
 def _at_least(low: int) -> _Check:
     def check(name: str, value: Any) -> None:
         if value is not None and value < low:
@@ -570,6 +575,8 @@ class Settings:
     # Bounds of an adaptive (auto) domain's concurrency limit.
     domain_concurrency_min: int = _count(1)
     domain_concurrency_max: int = _count(32)
+    # What limits, delays and breakers apply to: each host, or each registrable domain.
+    politeness: str = _setting("str", "host", check=_check_politeness)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

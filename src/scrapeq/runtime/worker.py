@@ -54,7 +54,8 @@ import orjson
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
+from scrapeq.engine.urls import parse_target
+from scrapeq.errors import InvalidURL, Permanent, RedisUnavailable, Retry, ScriptError
 from scrapeq.runtime.classify import (
     OVERLOAD_REASONS,
     Classification,
@@ -960,6 +961,19 @@ def _timed(
     return timed, record
 
 
+def _host_of(job: Job) -> str:
+    """The job's own host (``host[:port]``): its domain, unless ``politeness = domain`` filed
+    it under its registrable domain (a results line names the host it was fetched from)."""
+    d = job.domain
+    if job.url.startswith((f"http://{d}/", f"https://{d}/")):
+        return d  # job URLs are normalised: their host is the domain (politeness = host)
+    try:
+        target = parse_target(job.url, allow_private=True)
+    except InvalidURL:
+        return job.domain
+    return target.domain
+
+
 def _about(job: Job, kind: str) -> dict[str, str]:
     """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
     return {"job_id": job.id, "domain": job.domain, "kind": kind}
@@ -1024,7 +1038,7 @@ def _record(
     return {
         "id": job.id,
         "url": job.url,
-        "domain": job.domain,
+        "domain": _host_of(job),
         "lane": job.lane,
         "outcome": outcome,
         "status": response.status if response is not None else None,
