@@ -220,6 +220,7 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     assert set(doc["domains"][0]) == {
         "domain", "state", "ready", "delayed", "inflight", "done", "dead",
         "consecutive_failures", "open_until",
+        "concurrency", "adaptive", "limit", "interval_ms", "baseline_ms", "latency_ms",
     }  # fmt: skip
     q.close()
 

@@ -771,6 +771,10 @@ def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
     out = {f: info[f] for f in _DOMAIN_FIELDS}
     out["consecutive_failures"] = info["consecutive_failures"]
     out["open_until"] = ms_to_iso(info["open_until"])
+    # politeness: the limit in force; an adaptive domain's learned state (None: not learned)
+    for f in ("concurrency", "adaptive", "limit", "interval_ms", "baseline_ms", "latency_ms"):
+        value = info.get(f)
+        out[f] = round(value, 2) if isinstance(value, float) else value
     return out
 
 

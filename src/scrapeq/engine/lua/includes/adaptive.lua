@@ -15,20 +15,24 @@
     aok    ms: the last answered request (a site that answered lately is alive)
     asb, asn, asp  answers per second: the second (floor(ms / 1000)) of asn, the answers
            counted in it, and in the second before it (0 when none)
+    ath    slow-start threshold: the limit a decrease left (+1 an answer below it)
+    abad   ms: the interval last refused (at least KEEP x the one refused before it)
 
-  AIMD: an answered request whose latency stays near the baseline (alat <= abase * GOOD +
-  SLACK) raises the limit (+1 per answer until the first decrease, slow start; then
-  +1/limit, about +1 per limit's worth of answers), or, once the limit is at its minimum,
-  shortens the interval (x IVL_DOWN, dropped when under the latency); latency past
-  abase * BAD + SLACK lowers the limit (x LAT_CUT). An overload signal (the client's `ov`:
-  429, 503, timeout, reset) lowers the limit (x CUT), then, at the minimum, starts or
-  lengthens the interval (x IVL_UP) up to FLOOR_MS.
+  AIMD on the limit: an answer whose latency average stays near the baseline (alat <=
+  abase * GOOD + SLACK), while the limit is in use, raises it (+1 an answer up to the slow-start
+  threshold ath, then +1/limit; each step scaled by min(1, alat / RAMP_MS)); latency past
+  abase * BAD + SLACK cuts it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503,
+  timeout, reset) halves it (x CUT), or, answered as fast as a page (a rate limiter at the
+  door), drops it to the minimum and starts the interval. At the minimum, an overload
+  lengthens the interval (x IVL_UP the spacing, no shorter than IVL_UP x the rate the site
+  served in the last whole second, up to FLOOR_MS); good answers shorten it (BACK of the way
+  to NEAR x the interval last refused, then x IVL_DOWN an answer), and drop it under alat.
 
   Slow down before condemning: an overload signal is kept from the breaker (and a retry
   becomes a throttle: no attempt spent, the job queued again at once, paced by the domain)
-  while the domain answered within RECENT_MS and its rate is not yet at the floor (limit
-  at its minimum and interval FLOOR_MS). A site that never answers gets no excuse: it trips
-  exactly as before.
+  while the domain answered within RECENT_MS and its rate is not near the floor (limit at
+  its minimum and interval within one IVL_UP step of FLOOR_MS). A site that never answers
+  gets no excuse: it trips exactly as before.
 ]]
 
 local A_GOOD, A_BAD, A_SLACK = 1.5, 2.0, 10
