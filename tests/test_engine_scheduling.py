@@ -763,6 +763,12 @@ DOMAIN_KEYS = {
     "dead",
     "consecutive_failures",
     "open_until",
+    "concurrency",
+    "adaptive",
+    "limit",
+    "interval_ms",
+    "baseline_ms",
+    "latency_ms",
 }
 
 
