@@ -6,18 +6,19 @@ process of their own): each serves K requests at once at its base latency (logno
 with the queue; beyond 2K requests in the site it answers 503 at once, without Retry-After.
 K = 2, 8 and 32, one site each. Nothing leaves 127.0.0.1.
 
-For each setting (fixed 2, fixed 32, auto) a flushed private redis-server gets ``--pages``
-jobs per site, and one ``Worker(concurrency=200)`` (default settings but the limit) works all
-three sites at once until every job is done or dead, or ``--max-runtime`` passes. Reported per
-site and setting: the seconds until its last job was done or dead, how many were done, the
-share of its requests answered 503 (counted by the site), and its breaker's state at the end.
+For each site and setting (fixed 2, fixed 32, auto), one after the other, a flushed private
+redis-server gets ``--pages`` jobs of that site, and one ``Worker(concurrency=200)`` (default
+settings but the limit) works them until every job is done or dead, its breaker leaves closed
+(it would wait out a cooldown), or ``--max-runtime`` passes. Reported per site and setting:
+the seconds until its last job was done or dead, how many were done, its requests and the
+share of them answered 503 (counted by the site), and its breaker's state at the end.
 Then, per site, auto's time against the best fixed setting's (target: within 15%) and auto's
 refused share (target: at most 1%).
 
 Run: ``.venv/bin/python bench/adaptive.py [--quick] [--pages N] [--latency MS]
 [--max-runtime S] [--redis-server PATH]``. ``--quick``: 400 pages a site, 30 s at most a
 run (default 60 s). A site whose breaker trips (fixed 32 on K = 2 and 8) does not finish
-within a run: its row says how many of its pages were done.
+within a run: its row says how many of its pages were done when it stopped.
 """
 
 from __future__ import annotations
@@ -57,46 +58,40 @@ def _site(k: int, latency: float) -> SiteSpec:
 
 
 async def _run(
-    url: str, fleet: Fleet, conc: int | str, pages: int, max_runtime: float
-) -> dict[int, Figure]:
+    url: str, fleet: Fleet, conc: int | str, k: int, pages: int, max_runtime: float
+) -> Figure:
+    """Fetch ``pages`` pages of site K=k alone with one setting; stop when they are all done
+    or dead, when its breaker leaves closed (it would wait out a cooldown), or at
+    ``max_runtime``."""
     settings = Settings(allow_private=True, domain_concurrency=conc, log_every=0)
     q = AsyncQueue.from_url(url, settings=settings)
     await q.client.flushall()
-    domains = {k: f"127.0.0.1:{fleet.ports[_site(k, 0).name]}" for k in CAPACITIES}
-    urls = [f"http://{d}/p/{i}" for i in range(pages) for d in domains.values()]
-    await q.enqueue_many(urls)
-    before = fleet.stats()
+    name = _site(k, 0).name
+    domain = f"127.0.0.1:{fleet.ports[name]}"
+    await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(pages)])
+    before = fleet.stats()[name]
     worker = Worker(q, concurrency=200, burst=True, max_runtime=max_runtime, report=False)
     started = time.monotonic()
     task = asyncio.create_task(worker.run_async())
-    finished: dict[int, float] = {}
-    while not task.done():
-        infos = await q.domains_info(list(domains.values()))
-        for k, info in zip(domains, infos, strict=True):
-            if k not in finished and info["done"] + info["dead"] >= pages:
-                finished[k] = time.monotonic() - started
-        if len(finished) == len(domains):
+    seconds = None
+    while True:
+        (info,) = await q.domains_info([domain])
+        if info["done"] + info["dead"] >= pages:
+            seconds = time.monotonic() - started
             break
-        await asyncio.sleep(0.05)
+        if task.done() or info["state"] != "closed":
+            break
+        await asyncio.sleep(0.02)
     worker.stop()
     await task
-    ended = time.monotonic() - started
-    after = fleet.stats()
-    infos = await q.domains_info(list(domains.values()))
+    seen: SiteCounts = fleet.stats()[name] - before
+    (info,) = await q.domains_info([domain])
     await q.close()
-    out = {}
-    for k, info in zip(domains, infos, strict=True):
-        if k not in finished and info["done"] + info["dead"] >= pages:
-            finished[k] = ended  # the burst ended between two looks
-        seen: SiteCounts = after[_site(k, 0).name] - before[_site(k, 0).name]
-        out[k] = Figure(
-            finished.get(k), info["done"], seen.requests, seen.statuses.get("503", 0), info["state"]
-        )
-    return out
+    return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
 
 
 def _fmt(f: Figure, pages: int) -> list[str]:
-    took = f"{f.seconds:.1f}" if f.seconds is not None else f"> run ({f.done}/{pages} done)"
+    took = f"{f.seconds:.1f}" if f.seconds is not None else f"stopped ({f.done}/{pages} done)"
     return [took, f"{f.requests}", f"{100 * f.refused_share:.1f}%", f.state]
 
 
@@ -113,10 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     specs = [_site(k, args.latency) for k in CAPACITIES]
     print(f"bench/adaptive.py: {pages} pages a site, base latency {args.latency:g} ms, "
           f"sites K = {', '.join(map(str, CAPACITIES))}; {load_note()}")  # fmt: skip
-    results: dict[int | str, dict[int, Figure]] = {}
+    results: dict[int | str, dict[int, Figure]] = {conc: {} for conc in SETTINGS}
     with private_redis(args.redis_server) as server, Fleet(specs, seed=11) as fleet:
-        for conc in SETTINGS:
-            results[conc] = asyncio.run(_run(server.url, fleet, conc, pages, max_runtime))
+        for k in CAPACITIES:
+            for conc in SETTINGS:
+                run = _run(server.url, fleet, conc, k, pages, max_runtime)
+                results[conc][k] = asyncio.run(run)
     headers = ["site", "setting", "seconds", "requests", "refused", "breaker"]
     rows: list[list[str]] = []
     for k in CAPACITIES:
