@@ -66,7 +66,7 @@ async def run_until_settled(
         await asyncio.wait_for(task, 30)
 
 
-RATE, PAGES = 20, 100
+RATE, PAGES = 20, 200
 
 
 async def test_a_rate_limited_site_is_slowed_down_not_condemned(
