@@ -277,6 +277,31 @@ def test_two_worker_processes_share_one_learned_limit(redis_url: str, tmp_path: 
 # --- the politeness key -----------------------------------------------------------------------
 
 
+async def test_politeness_ip_files_a_host_under_its_address_after_its_first_fetch(
+    make_async: Callable[..., AsyncQueue],
+) -> None:
+    q = make_async(politeness="ip")
+    resolver = StaticResolver({"www.a.test": "127.0.0.1", "www.b.test": "127.0.0.1"})
+    async with sites(status(200)) as (site,):
+
+        def urls(host: str, n: int) -> list[str]:
+            return [f"http://{host}:{site.port}/p/{i}" for i in range(n)]
+
+        await q.enqueue_many(urls("www.a.test", 1) + urls("www.b.test", 1))
+        before = sorted(i["domain"] for i in await q.domains_info())
+        assert before == [f"www.a.test:{site.port}", f"www.b.test:{site.port}"]
+        fetcher = Fetcher(q.settings, resolver=resolver)
+        worker = Worker(q, fetcher=fetcher, burst=True, report=False)
+        await asyncio.wait_for(worker.run_async(), 30)
+        await fetcher.close()
+        assert site.total == 2
+        await q.enqueue_many(urls("www.a.test", 3) + urls("www.b.test", 3))
+        jobs = (await q.claim(100)).jobs
+    assert {j.domain for j in jobs} == {"ip:127.0.0.1"}, "both hosts joined one group"
+    assert len(jobs) == 2, "one limit for the group (it starts at 2)"
+    assert await q.host_group(f"www.a.test:{site.port}", "10.0.0.1") == "ip:127.0.0.1"
+
+
 def test_politeness_domain_groups_hosts_by_registrable_domain() -> None:
     assert politeness_key("www.shop.co.uk", "domain") == "shop.co.uk"
     assert politeness_key("img.shop.co.uk", "domain") == "shop.co.uk"

@@ -767,6 +767,10 @@ SPIKE_MIN = 10
 SPIKE_FACTOR = 3.0
 
 
+def _op_host_group(host: str, address: str) -> Op[str]:
+    return (yield scripts.host_group(host, f"ip:{address}"))  # type: ignore[no-any-return]
+
+
 def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
     out = {f: info[f] for f in _DOMAIN_FIELDS}
     out["consecutive_failures"] = info["consecutive_failures"]
@@ -1091,6 +1095,11 @@ class Queue(_QueueCore):
         """Set a domain's politeness overrides; answers what is now in force."""
         return self._drive(self._op_domain_set(domain, delay, concurrency))
 
+    def host_group(self, host: str, address: str) -> str:
+        """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it
+        has a group already; answers its group. Its later jobs are filed there."""
+        return self._drive(_op_host_group(host, address))
+
     def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
         return self._drive(self._op_events(count))
@@ -1330,6 +1339,10 @@ class AsyncQueue(_QueueCore):
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
         return await self._drive(self._op_domain_set(domain, delay, concurrency))
+
+    async def host_group(self, host: str, address: str) -> str:
+        """The asyncio twin of :meth:`Queue.host_group`."""
+        return await self._drive(_op_host_group(host, address))
 
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""

@@ -50,6 +50,7 @@ SCRIPTS: dict[str, str] = {
     "clear": "clear-1.lua",
     "domain_info": "domain_info-1.lua",
     "domain_set": "domain_set-1.lua",
+    "host_group": "host_group-1.lua",
     "enqueue": "enqueue-1.lua",
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
@@ -185,6 +186,8 @@ class ScriptConfig:
     auto: bool = False
     conc_min: int = 1
     conc_max: int = 32
+    #: host | domain | ip: with ip, enqueue files a host under its learned group.
+    politeness: str = "host"
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -219,6 +222,7 @@ class ScriptConfig:
             auto=auto,
             conc_min=conc_min,
             conc_max=conc_max,
+            politeness=s.politeness,
         )
 
     def to_json(self) -> str:
@@ -461,6 +465,16 @@ def domain_set(
     if conc is not None:
         args["conc"] = conc
     return _call("domain_set", parse, **args)
+
+
+def host_group(host: str, key: str) -> Call[str]:
+    """``politeness = ip``: file ``host`` under group ``key`` unless it has one; answers its
+    group key now."""
+
+    def parse(raw: Any) -> str:
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    return _call("host_group", parse, host=host, key=key)
 
 
 @dataclass(frozen=True, slots=True)

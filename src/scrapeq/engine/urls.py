@@ -236,7 +236,7 @@ def registrable_domain(host: str) -> str:
 
 
 #: What the per-domain limits, delays and breakers apply to (setting ``politeness``).
-POLITENESS = ("host", "domain")
+POLITENESS = ("host", "domain", "ip")
 
 
 def politeness_key(domain: str, politeness: str) -> str:
@@ -250,7 +250,7 @@ def politeness_key(domain: str, politeness: str) -> str:
     Raises:
         ConfigError: an unknown ``politeness``.
     """
-    if politeness == "host":
+    if politeness in ("host", "ip"):  # ip: the host until a fetch learns its address
         return domain
     if politeness != "domain":
         raise ConfigError("politeness", f"expected {', '.join(POLITENESS)}, got {politeness!r}")

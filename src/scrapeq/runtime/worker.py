@@ -48,6 +48,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -276,6 +277,8 @@ class Worker:
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
+        # politeness = ip: hosts this process has filed under their address's group
+        self._grouped: set[str] | None = set() if self.settings.politeness == "ip" else None
 
     @property
     def redis_down(self) -> bool:
@@ -525,6 +528,8 @@ class Worker:
             assert self._fetcher is not None
             fetched = time.monotonic()
             response = await self._fetcher.fetch(job.url, normalised=True)
+            if self._grouped is not None and job.domain not in self._grouped:
+                await self._learn_group(job)
         except Exception as exc:
             verdict = classify_exception(exc)
             out = self._from_classification(job, verdict, None, started, exc)
@@ -540,6 +545,24 @@ class Worker:
         return _timed(
             await self._handle(job, response, verdict, started), verdict, response.elapsed
         )
+
+    async def _learn_group(self, job: Job) -> None:
+        """``politeness = ip``: after a host's first fetch in this process, file the host
+        under its address's group (``ip:<address>``, host_group-1.lua; the first worker's
+        stands): its jobs enqueued from then on share that group's limits and breaker."""
+        assert self._grouped is not None and self._fetcher is not None
+        self._grouped.add(job.domain)
+        if job.domain.startswith("ip:"):
+            return
+        name = urlsplit(job.url).hostname
+        address = await self._fetcher.address(name) if name else None
+        if address is None:
+            return
+        try:
+            await self.queue.host_group(job.domain, address)
+        except Exception as exc:  # learned again on the host's next fetch
+            self._grouped.discard(job.domain)
+            log.warning("could not file %s under ip:%s: %s", job.domain, address, exc)
 
     async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
         """Honour robots.txt's Crawl-delay.
