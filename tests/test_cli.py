@@ -228,6 +228,8 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     assert set(doc["domains"][0]) == {
         "domain", "state", "ready", "delayed", "inflight", "done", "dead",
         "consecutive_failures", "open_until", "open_until_ms",
+        "concurrency", "adaptive", "limit", "interval", "interval_ms", "baseline", "baseline_ms",
+        "latency", "latency_ms",
     }  # fmt: skip
     q.close()
 

@@ -275,6 +275,7 @@ def test_domain_concurrency_cap(make_queue: MakeQueue) -> None:
         "domain": dom(1),
         "delay": 0.0,
         "concurrency": 5,
+        "adaptive": False,
     }
     assert len(q.claim(10).jobs) == 3
     assert q.claim(10).jobs == []
@@ -335,7 +336,12 @@ def test_domain_delay_does_not_hold_other_domains(make_queue: MakeQueue) -> None
 
 def test_domain_delay_override(make_queue: MakeQueue) -> None:
     q = make_queue(domain_delay=5)
-    assert q.domain_set(dom(1), delay=0) == {"domain": dom(1), "delay": 0.0, "concurrency": 2}
+    assert q.domain_set(dom(1), delay=0) == {
+        "domain": dom(1),
+        "delay": 0.0,
+        "concurrency": 2,
+        "adaptive": True,
+    }
     q.domain_set(dom(2), delay=10, concurrency=3)
     q.enqueue_many([url(s, p) for s in (1, 2, 3) for p in range(3)])
 
@@ -759,6 +765,15 @@ DOMAIN_KEYS = {
     "dead",
     "consecutive_failures",
     "open_until",
+    "concurrency",
+    "adaptive",
+    "limit",
+    "interval",
+    "interval_ms",
+    "baseline",
+    "baseline_ms",
+    "latency",
+    "latency_ms",
 }
 
 

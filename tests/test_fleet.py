@@ -25,3 +25,33 @@ def test_a_flaky_site_answers_500_to_a_share_of_requests() -> None:
     assert set(seen) == {200, 500} and 10 <= seen[500] <= 50, seen
     assert counts.requests == 60
     assert counts.statuses == {str(code): n for code, n in seen.items()}
+
+
+def _status(opener: urllib.request.OpenerDirector, url: str) -> int:
+    try:
+        with opener.open(url, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        assert exc.headers.get("Retry-After") is None, "a limiter as most run: no Retry-After"
+        return exc.code
+
+
+def test_a_limit_site_refuses_past_its_rate_with_503_and_no_retry_after() -> None:
+    spec = SiteSpec("limit.example.com", Mode.LIMIT, latency_ms=1, rate=5)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with Fleet([spec], seed=7) as fleet:
+        url = f"http://127.0.0.1:{fleet.ports[spec.name]}/p"
+        seen = Counter(_status(opener, url) for _ in range(20))
+    assert seen[200] >= 5 and seen[503] >= 5, seen  # a burst of 5, then about 5 a second
+
+
+def test_a_capacity_site_queues_past_k_and_refuses_past_2k() -> None:
+    import concurrent.futures
+
+    spec = SiteSpec("cap.example.com", Mode.CAPACITY, latency_ms=200, capacity=2)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with Fleet([spec], seed=7) as fleet:
+        url = f"http://127.0.0.1:{fleet.ports[spec.name]}/p"
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            seen = Counter(pool.map(lambda _: _status(opener, url), range(8)))
+    assert seen[200] >= 4 and seen[503] >= 2, seen  # 2 served, 2 queued, the rest refused

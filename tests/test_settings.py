@@ -22,7 +22,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "backoff_cap": 3600,
     "lease": 60,
     "request_timeout": 30,
-    "domain_concurrency": 2,
+    "domain_concurrency": "auto",
     "domain_delay": 0,
     "breaker_failures": 5,
     "breaker_window": 20,
@@ -70,6 +70,9 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "cluster": "auto",
     "partitions": 1,
     "metrics_top_domains": 20,
+    "domain_concurrency_min": 1,
+    "domain_concurrency_max": 32,
+    "politeness": "host",
 }
 
 
@@ -645,3 +648,20 @@ def test_every_setting_is_in_the_interface_document() -> None:
     }
     missing = [name for name in SETTING_NAMES if name not in documented]
     assert not missing, f"docs/INTERFACE.md lacks {missing}"
+
+
+def test_domain_concurrency_is_a_number_or_auto() -> None:
+    assert load(environ={"SCRAPEQ_DOMAIN_CONCURRENCY": "AUTO"}).domain_concurrency == "auto"
+    assert load(environ={"SCRAPEQ_DOMAIN_CONCURRENCY": "4"}).domain_concurrency == 4
+    assert Settings(domain_concurrency=3).domain_concurrency == 3
+    for bad in ("fast", "0", 0, 2.5, True):
+        with pytest.raises(ConfigError, match="domain_concurrency"):
+            Settings(domain_concurrency=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="domain_concurrency_max"):
+        Settings(domain_concurrency_min=8, domain_concurrency_max=4)
+
+
+def test_politeness_is_host_or_domain() -> None:
+    assert load(environ={"SCRAPEQ_POLITENESS": "domain"}).politeness == "domain"
+    with pytest.raises(ConfigError, match="politeness"):
+        Settings(politeness="street")

@@ -18,6 +18,12 @@ Site modes (:class:`Mode`):
   fires on it).
 * ``flaky``: a shop that answers 500 to a share of its requests (``fail_share``, drawn at
   random per request): retries succeed, a run of failures may trip its breaker.
+* ``limit``: a rate limiter as most CDNs run one: a token bucket of ``rate`` requests a
+  second (holding at most ``burst`` tokens, ``rate`` when 0) per client address; a request
+  that finds the bucket empty gets 503 *without* Retry-After at once. The others are shops.
+* ``capacity``: a site that serves ``capacity`` (K) requests at once at its latency; beyond
+  K a request queues for a free slot (its latency grows with the queue); beyond 2K requests
+  in the site it answers 503 at once, without Retry-After.
 
 The fleet counts, per site, the requests that reached it, the body bytes it sent and the
 statuses it answered; :meth:`Fleet.stats` reads them from the child over a control port
@@ -77,6 +83,8 @@ class Mode(StrEnum):
     THROTTLE = "throttle"
     DRIP = "drip"
     FLAKY = "flaky"
+    LIMIT = "limit"
+    CAPACITY = "capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,8 @@ class SiteSpec:
         weight: its share of the demo's jobs, relative to an ordinary shop (1.0).
         rate: requests a second a ``throttle`` site allows before answering 429.
         fail_share: share of requests a ``flaky`` site answers with 500.
+        capacity: requests a ``capacity`` site serves at once (K; 503 beyond 2K).
+        burst: tokens a ``limit`` site's bucket holds (0: ``rate``).
     """
 
     name: str
@@ -98,6 +108,8 @@ class SiteSpec:
     weight: float = 1.0
     rate: int = 4
     fail_share: float = 0.3
+    capacity: int = 8
+    burst: int = 0
 
     @property
     def healthy(self) -> bool:
@@ -177,8 +189,15 @@ class _Site:
             Mode.THROTTLE: self._throttle,
             Mode.DRIP: self._drip,
             Mode.FLAKY: self._flaky,
+            Mode.LIMIT: self._limit,
+            Mode.CAPACITY: self._capacity,
         }
         self._handler = modes[spec.mode]
+        # limit: client address -> (tokens, monotonic time of the last refill)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        # capacity: requests in the site (served and queued), and the K serving slots
+        self._in_site = 0
+        self._slots = asyncio.Semaphore(max(spec.capacity, 1))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
@@ -231,6 +250,29 @@ class _Site:
             await self._wait()
             return self._answer(500, "internal server error")
         return await self._shop(request)
+
+    async def _limit(self, request: web.Request) -> web.StreamResponse:
+        rate = float(max(self.spec.rate, 1))
+        size = float(self.spec.burst or self.spec.rate or 1)
+        client = request.remote or ""
+        now = time.monotonic()
+        tokens, last = self._buckets.get(client, (size, now))
+        tokens = min(size, tokens + (now - last) * rate)
+        if tokens < 1.0:
+            self._buckets[client] = (tokens, now)
+            return self._answer(503, "rate limit exceeded")
+        self._buckets[client] = (tokens - 1.0, now)
+        return await self._shop(request)
+
+    async def _capacity(self, request: web.Request) -> web.StreamResponse:
+        if self._in_site >= 2 * self.spec.capacity:
+            return self._answer(503, "overloaded")
+        self._in_site += 1
+        try:
+            async with self._slots:
+                return await self._shop(request)
+        finally:
+            self._in_site -= 1
 
     async def _drip(self, request: web.Request) -> web.StreamResponse:
         self.statuses["200"] += 1

@@ -112,6 +112,11 @@ class Keys:
     def unique(self) -> str:
         return f"{self.prefix}unique"
 
+    @property
+    def hosts(self) -> str:
+        """``politeness = ip``: host -> its group key (``ip:<address>``), learned by fetches."""
+        return f"{self.prefix}hosts"
+
     def seen(self, bucket: int, time_slice: int | None = None) -> str:
         """A bucket set of the exact seen-set (``time_slice``: with ``recrawl_after``)."""
         if time_slice is None:

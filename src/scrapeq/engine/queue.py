@@ -50,7 +50,7 @@ from scrapeq.engine.scripts import (
 )
 from scrapeq.engine.seen import SeenLayout
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
-from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target
+from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
 from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
 
 __all__ = [
@@ -263,9 +263,12 @@ class _QueueCore:
         # From the URL as given, not the job's: parse_target drops the fragment, which
         # canonical_keep_fragments may keep.
         fp64 = fingerprint64(url, **self._canonical) if mode == "seen" else None
+        domain = target.domain
+        if self.settings.politeness != "host":
+            domain = politeness_key(domain, self.settings.politeness)
         return EnqueueSpec(
             url=target.url,
-            domain=target.domain,
+            domain=domain,
             lane=lane_name,
             off_ms=off_ms,
             delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,
@@ -507,20 +510,31 @@ class _QueueCore:
         return str((yield scripts.breaker(domain, action, cool_ms)))
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | None
+        self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        if (
+            concurrency is not None
+            and concurrency != "auto"
+            and (
+                isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+            )
         ):
-            raise ConfigError("concurrency", f"must be an integer >= 1, got {concurrency!r}")
-        got_delay, got_conc = yield scripts.domain_set(domain, delay_ms, concurrency)
-        return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc}
+            raise ConfigError(
+                "concurrency", f"must be an integer >= 1 or auto, got {concurrency!r}"
+            )
+        got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
+        return {
+            "domain": domain,
+            "delay": got_delay / 1000,
+            "concurrency": got_conc,
+            "adaptive": adaptive,
+        }
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         s = self.settings
         keep_ms = round(s.keep_done * 1000)
-        return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+        return audit_op(self.keys, list(s.lanes.names), _audit_conc(s), repair, keep_ms)
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -966,7 +980,7 @@ class _PartitionedCore(_QueueCore):
         )
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | None
+        self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
         op = super()._op_domain_set(domain, delay, concurrency)
         return (yield from self._on(op, self._part(domain)))
@@ -1140,7 +1154,7 @@ class _PartitionedCore(_QueueCore):
         keep_ms = round(s.keep_done * 1000)
         reports: list[AuditReport] = []
         for keys in self.parts:  # the partition's own keys (the scan cuts ids off its keys)
-            op = audit_op(keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+            op = audit_op(keys, list(s.lanes.names), _audit_conc(s), repair, keep_ms)
             reports.append((yield from self._on_prefix(op, keys.prefix)))
         checked: dict[str, int] = {}
         for r in reports:
@@ -1302,6 +1316,14 @@ def _stream_entries(reply: Any) -> list[dict[str, str]]:
     return out
 
 
+def _audit_conc(s: Settings) -> int:
+    """The default limit the audit judges a domain by: with ``auto``, the lower bound, so a
+    domain with leases counts as at its cap (the script checks each suspicion again with the
+    domain's own limit)."""
+    conc = s.domain_concurrency
+    return conc if isinstance(conc, int) else s.domain_concurrency_min
+
+
 def _names(value: Any) -> list[str]:
     """A list of names from a script's JSON (an empty Lua table encodes as ``{}``)."""
     return [str(v) for v in value] if isinstance(value, list) else []
@@ -1371,10 +1393,32 @@ SPIKE_MIN = 10
 SPIKE_FACTOR = 3.0
 
 
+def _op_host_group(host: str, address: str) -> Op[str]:
+    return (yield scripts.host_group(host, f"ip:{address}"))  # type: ignore[no-any-return]
+
+
 def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
     out = {f: info[f] for f in _DOMAIN_FIELDS}
     out["consecutive_failures"] = info["consecutive_failures"]
     out["open_until"] = ms_to_iso(info["open_until"])
+    # politeness: the limit in force; an adaptive domain's learned state (None: not learned)
+    for f in ("concurrency", "adaptive", "limit"):
+        value = info.get(f)
+        out[f] = round(value, 2) if isinstance(value, float) else value
+    out.update(learned_timing(info))
+    return out
+
+
+def learned_timing(info: dict[str, Any]) -> dict[str, Any]:
+    """An adaptive domain's learned delay between starts (``interval``), no-load and current
+    latency, as the JSON outputs give durations: seconds, then the ``_ms`` integer twin
+    (None when fixed or not learned yet)."""
+    out: dict[str, Any] = {}
+    for name in ("interval", "baseline", "latency"):
+        ms = info.get(f"{name}_ms")
+        whole = None if not isinstance(ms, int | float) else round(ms)
+        out[name] = None if whole is None else whole / 1000
+        out[f"{name}_ms"] = whole
     return out
 
 
@@ -1802,10 +1846,15 @@ class Queue(_PartitionedCore):
         return self._drive(self._op_breaker(domain, "trip", cooldown))
 
     def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
         return self._drive(self._op_domain_set(domain, delay, concurrency))
+
+    def host_group(self, host: str, address: str) -> str:
+        """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it
+        has a group already; answers its group. Its later jobs are filed there."""
+        return self._drive(_op_host_group(host, address))
 
     def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
@@ -2110,10 +2159,14 @@ class AsyncQueue(_PartitionedCore):
         return await self._drive(self._op_breaker(domain, "trip", cooldown))
 
     async def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | None = None
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
         return await self._drive(self._op_domain_set(domain, delay, concurrency))
+
+    async def host_group(self, host: str, address: str) -> str:
+        """The asyncio twin of :meth:`Queue.host_group`."""
+        return await self._drive(_op_host_group(host, address))
 
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""

@@ -51,6 +51,7 @@ SCRIPTS: dict[str, str] = {
     "clear": "clear-1.lua",
     "domain_info": "domain_info-1.lua",
     "domain_set": "domain_set-1.lua",
+    "host_group": "host_group-1.lua",
     "enqueue": "enqueue-1.lua",
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
@@ -151,6 +152,11 @@ def _seen_layout_error(detail: str) -> ConfigError:
     )
 
 
+#: The limit an adaptive domain starts at (within the bounds): the fixed default before
+#: adaptive limits existed.
+AUTO_START = 2
+
+
 @dataclass(frozen=True, slots=True)
 class ScriptConfig:
     """The settings scripts need, in script units (ms, counts).
@@ -193,13 +199,22 @@ class ScriptConfig:
     #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
     #: housekeeping; 0: never.
     domain_ttl_ms: int = 0
+    #: domain_concurrency = auto: adaptive limits (``conc`` is then the starting limit),
+    #: within conc_min and conc_max (includes/adaptive.lua).
+    auto: bool = False
+    conc_min: int = 1
+    conc_max: int = 32
+    #: host | domain | ip: with ip, enqueue files a host under its learned group.
+    politeness: str = "host"
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
         """Convert a Settings object (seconds) to script units (milliseconds)."""
         seen = SeenLayout.from_settings(s)
+        auto = s.domain_concurrency == "auto"
+        conc_min, conc_max = s.domain_concurrency_min, s.domain_concurrency_max
         return cls(
-            conc=s.domain_concurrency,
+            conc=min(max(AUTO_START, conc_min), conc_max) if auto else s.domain_concurrency,
             delay_ms=_ms(s.domain_delay),
             lease_ms=_ms(s.lease),
             fails=s.breaker_failures,
@@ -223,6 +238,10 @@ class ScriptConfig:
             seen_bits=seen.bits,
             seen_chunk_bits=seen.chunk_bits,
             domain_ttl_ms=_ms(s.domain_ttl),
+            auto=auto,
+            conc_min=conc_min,
+            conc_max=conc_max,
+            politeness=s.politeness,
         )
 
     def to_json(self) -> str:
@@ -392,6 +411,9 @@ class Settlement:
             is not spent and nothing is recorded.
         follow: follow-ups of a ``done`` job, enqueued by the same script call that settles
             it (nothing is enqueued when the token no longer owns the job).
+        latency_ms: how long the fetch took, when the site answered or failed by itself: an
+            adaptive domain learns its limit from it (``includes/adaptive.lua``).
+        overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
     """
 
     job_id: str
@@ -405,6 +427,8 @@ class Settlement:
     reason: str | None = None
     shutdown: bool = False
     follow: tuple[EnqueueSpec, ...] = ()
+    latency_ms: int | None = None
+    overload: bool = False
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
@@ -421,6 +445,10 @@ class Settlement:
             arg["sd"] = True
         if self.follow:
             arg["f"] = [spec.as_arg() for spec in self.follow]
+        if self.latency_ms is not None:
+            arg["lat"] = self.latency_ms
+            if self.overload:
+                arg["ov"] = True
         return arg
 
 
@@ -466,12 +494,13 @@ def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
 
 
 def domain_set(
-    domain: str, delay_ms: int | None = None, conc: int | None = None
-) -> Call[tuple[int, int]]:
-    """Set politeness overrides (-1 restores the default); answers (delay_ms, conc)."""
+    domain: str, delay_ms: int | None = None, conc: int | str | None = None
+) -> Call[tuple[int, int, bool]]:
+    """Set politeness overrides (-1 restores the default; conc may be ``auto``); answers
+    (delay_ms, conc, adaptive): conc is the limit in force, adaptive whether it adapts."""
 
-    def parse(raw: list[Any]) -> tuple[int, int]:
-        return int(raw[0]), int(raw[1])
+    def parse(raw: list[Any]) -> tuple[int, int, bool]:
+        return int(raw[0]), int(raw[1]), bool(int(raw[2]))
 
     args: dict[str, Any] = {"domain": domain}
     if delay_ms is not None:
@@ -479,6 +508,16 @@ def domain_set(
     if conc is not None:
         args["conc"] = conc
     return _call("domain_set", parse, **args)
+
+
+def host_group(host: str, key: str) -> Call[str]:
+    """``politeness = ip``: file ``host`` under group ``key`` unless it has one; answers its
+    group key now."""
+
+    def parse(raw: Any) -> str:
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    return _call("host_group", parse, host=host, key=key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ Units:
       ``seen_error_rate`` is a fraction in (0, 0.5];
     * ``unique`` is ``off``, ``pending`` or ``seen`` (a boolean means ``pending`` or
       ``off``); ``seen_filter`` is ``exact`` or ``bloom``;
-    * every other number is a count.
+    * ``domain_concurrency`` is a count or ``auto``; every other number is a count.
 
 ``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
 :func:`scrapeq.engine.urls.canonical_url`'s options for de-duplication fingerprints.
@@ -48,7 +48,7 @@ from urllib.parse import SplitResult, urlsplit
 from scrapeq.engine.keys import validate_queue_name
 from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
-from scrapeq.engine.urls import SCOPES
+from scrapeq.engine.urls import POLITENESS, SCOPES
 from scrapeq.errors import ConfigError
 
 __all__ = [
@@ -183,6 +183,14 @@ def _text_optional_int(name: str, text: str, spec: _Spec) -> object:
     return None if not text.strip() else _text_int(name, text, spec)
 
 
+def _text_conc(name: str, text: str, spec: _Spec) -> object:
+    if text.strip().lower() == "auto":
+        return "auto"
+    if not _INT.match(text.strip()):
+        raise ConfigError(name, f"expected an integer or auto, got {text!r}")
+    return int(text.strip())
+
+
 def _text_patterns(name: str, text: str, spec: _Spec) -> object:
     # whitespace-separated: a regex for URLs has no need of a space (write \s or %20)
     return tuple(text.split())
@@ -237,6 +245,14 @@ def _norm_unique(name: str, value: object, spec: _Spec) -> object:
 
 def _norm_optional_int(name: str, value: object, spec: _Spec) -> object:
     return None if value is None else _norm_int(name, value, spec)
+
+
+def _norm_conc(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, str):
+        return _text_conc(name, value, spec)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"expected an integer or auto, got {_shown(value)}")
+    return value
 
 
 def _norm_text_list(parse: _Text, what: str) -> _Norm:
@@ -339,12 +355,22 @@ def _check_scope(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected {', '.join(SCOPES)}, got {value!r}")
 
 
+def _check_politeness(name: str, value: Any) -> None:
+    if value not in POLITENESS:
+        raise ConfigError(name, f"expected {' or '.join(POLITENESS)}, got {value!r}")
+
+
 def _at_least(low: int) -> _Check:
     def check(name: str, value: Any) -> None:
         if value is not None and value < low:
             raise ConfigError(name, f"must be >= {low} (or unset), got {value!r}")
 
     return check
+
+
+def _check_conc(name: str, value: Any) -> None:
+    if value != "auto" and value < 1:
+        raise ConfigError(name, f"must be >= 1 or auto, got {value!r}")
 
 
 def _check_patterns(name: str, value: Any) -> None:
@@ -389,6 +415,7 @@ _KINDS: dict[str, tuple[_Text, _Norm]] = {
     "lanes": (_text_lanes, _norm_lanes),
     "optional_int": (_text_optional_int, _norm_optional_int),
     "patterns": (_text_patterns, _norm_text_list(_text_patterns, "URL patterns")),
+    "conc": (_text_conc, _norm_conc),
 }
 
 
@@ -463,6 +490,11 @@ def _cross_checks(s: Settings) -> None:
         raise ConfigError("breaker_min_calls", f"must be <= breaker_window ({s.breaker_window})")
     if s.seen_filter == "bloom":
         _check_bloom(s)
+    if s.domain_concurrency_max < s.domain_concurrency_min:
+        raise ConfigError(
+            "domain_concurrency_max",
+            f"must be >= domain_concurrency_min ({s.domain_concurrency_min})",
+        )
 
 
 def _check_bloom(s: Settings) -> None:
@@ -495,7 +527,9 @@ class Settings:
     backoff_cap: float = _seconds(3600.0)
     lease: float = _seconds(60.0)
     request_timeout: float = _seconds(30.0)
-    domain_concurrency: int = _count(2)
+    # A number: that many jobs in flight per domain; auto: adaptive, within
+    # domain_concurrency_min and domain_concurrency_max (docs/DESIGN.md, "Adaptive politeness").
+    domain_concurrency: int | str = _setting("conc", "auto", check=_check_conc)
     domain_delay: float = _seconds(0.0, positive=False)
     breaker_failures: int = _count(5)
     breaker_window: int = _count(20)
@@ -558,6 +592,11 @@ class Settings:
     # Domains with their own series on the dashboard's /metrics (the worst first): bounds the
     # label cardinality whatever the number of domains (0: none).
     metrics_top_domains: int = _count(20, ge=0)
+    # Bounds of an adaptive (auto) domain's concurrency limit.
+    domain_concurrency_min: int = _count(1)
+    domain_concurrency_max: int = _count(32)
+    # What limits, delays and breakers apply to: each host, or each registrable domain.
+    politeness: str = _setting("str", "host", check=_check_politeness)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -37,6 +37,7 @@ from scrapeq.errors import ConfigError, InvalidURL
 
 __all__ = [
     "MAX_URL_BYTES",
+    "POLITENESS",
     "SCOPES",
     "TargetURL",
     "UrlFilter",
@@ -48,6 +49,7 @@ __all__ = [
     "is_private_address",
     "is_private_host",
     "parse_target",
+    "politeness_key",
     "redact_text",
     "redact_url",
     "registrable_domain",
@@ -258,6 +260,30 @@ def registrable_domain(host: str) -> str:
         InvalidURL: the host is not a valid host name or address.
     """
     return _site(_normalise_host(host, _strip_port(host.strip())))
+
+
+#: What the per-domain limits, delays and breakers apply to (setting ``politeness``).
+POLITENESS = ("host", "domain", "ip")
+
+
+def politeness_key(domain: str, politeness: str) -> str:
+    """The key a job's politeness and breaker apply to, from its domain (``host[:port]``).
+
+    ``host``: the domain itself. ``domain``: its registrable domain (:func:`registrable_domain`)
+    with the port kept, so ``www.shop.co.uk`` and ``img.shop.co.uk`` share ``shop.co.uk``
+    while ``a.blogspot.com`` and ``b.blogspot.com`` (a public suffix's separate owners) do not,
+    and two servers on two ports of one host stay two.
+
+    Raises:
+        ConfigError: an unknown ``politeness``.
+    """
+    if politeness in ("host", "ip"):  # ip: the host until a fetch learns its address
+        return domain
+    if politeness != "domain":
+        raise ConfigError("politeness", f"expected {', '.join(POLITENESS)}, got {politeness!r}")
+    host = _strip_port(domain)
+    port = domain[len(host) :] if domain.startswith(host) else ""
+    return registrable_domain(host) + port
 
 
 def in_scope(url: str, seed_or_parent_url: str, scope: str) -> bool:

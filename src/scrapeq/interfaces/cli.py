@@ -32,7 +32,7 @@ from scrapeq.engine.connection import (
     sync_client,
 )
 from scrapeq.engine.job import ms_to_iso
-from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue
+from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue, learned_timing
 from scrapeq.engine.settings import (
     CONFIG_FILE_NAME,
     ENV_PREFIX,
@@ -261,7 +261,8 @@ def worker(
         float | None, typer.Option(help="Seconds of a job's lease; heartbeats renew it (60).")
     ] = None,
     domain_concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Jobs in flight per domain (2).")
+        str | None,
+        typer.Option(help="Jobs in flight per domain: a number, or auto (learned; default)."),
     ] = None,
     domain_delay: Annotated[
         float | None, typer.Option(min=0, help="Seconds between request starts per domain (0).")
@@ -1239,6 +1240,10 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     out["delay"] = info["delay_ms"] / 1000
     out["delay_ms"] = int(info["delay_ms"])
     out["concurrency"] = info["concurrency"]
+    out["adaptive"] = info["adaptive"]
+    limit = info["limit"]
+    out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
+    out.update(learned_timing(info))
     return out
 
 
@@ -1253,19 +1258,31 @@ def domain_set(
     delay: Annotated[
         float | None, typer.Option(min=0, help="Minimum seconds between request starts.")
     ] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs in flight at once.")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Jobs in flight at once: a number, or auto (learned).")
+    ] = None,
 ) -> None:
     """Set a domain's politeness overrides.
 
     Examples:
       scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
+      scrapeq domain set shop-43.example.com --concurrency auto
     """
     _domain_arg(domain)
     if delay is None and concurrency is None:
         _die("give --delay and/or --concurrency", 2)
+    conc: int | str | None = concurrency
+    if concurrency is not None and concurrency.strip().lower() == "auto":
+        conc = "auto"
+    elif concurrency is not None:
+        text = concurrency.strip()
+        if not text.isdigit() or int(text) < 1:
+            _die(f"--concurrency: expected a number >= 1 or auto, got {concurrency!r}", 2)
+        conc = int(text)
     q = Context(_settings(ctx)).queue()
-    got = q.domain_set(domain, delay=delay, concurrency=concurrency)
-    typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {got['concurrency']}")
+    got = q.domain_set(domain, delay=delay, concurrency=conc)
+    limit = f"auto (now {got['concurrency']})" if got["adaptive"] else str(got["concurrency"])
+    typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {limit}")
 
 
 # --- demo and dashboard ------------------------------------------------------------------------

@@ -162,15 +162,38 @@ def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Tab
 def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
     """Domains in the order given: politeness and counts; ``total`` as for breakers."""
     table = Table(title=_shown("domains", len(infos), total), show_edge=False)
-    for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead"):
+    for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead",
+                "latency"):  # fmt: skip
         table.add_column(col)
     for d in infos:
         table.add_row(
-            d["domain"], _state(d["state"]), human_duration(d["delay_ms"] / 1000),
-            str(d["concurrency"]), str(d["inflight"]), str(d["ready"]), str(d["done"]),
-            str(d["dead"]),
+            d["domain"], _state(d["state"]), _delay(d), _concurrency(d),
+            str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]), _latency(d),
         )  # fmt: skip
     return table
+
+
+def _concurrency(d: dict[str, Any]) -> str:
+    """A fixed limit as is; an adaptive one as ``auto <limit>`` (its learned value)."""
+    if not d.get("adaptive"):
+        return str(d["concurrency"])
+    return f"auto {d['limit']:.1f}"
+
+
+def _delay(d: dict[str, Any]) -> str:
+    """The delay between request starts: the set one, or an adaptive domain's learned one."""
+    delay = d["delay_ms"] / 1000
+    learned = (d.get("interval_ms") or 0) / 1000 if d.get("adaptive") else 0
+    if learned > delay:
+        return f"{human_duration(learned)} (learned)"
+    return human_duration(delay)
+
+
+def _latency(d: dict[str, Any]) -> str:
+    """An adaptive domain's current latency over its no-load baseline, in ms."""
+    if d.get("latency_ms") is None or d.get("baseline_ms") is None:
+        return "-"
+    return f"{d['latency_ms']:.0f}/{d['baseline_ms']:.0f} ms"
 
 
 def print_to(console: Console, renderable: Any) -> None:

@@ -537,6 +537,13 @@ DOMAIN_SORTS = (
 MAX_PER_PAGE = 200
 
 
+def _learned_limit(info: Mapping[str, Any]) -> float | None:
+    limit = info.get("limit")
+    if not info.get("adaptive") or not isinstance(limit, int | float):
+        return None
+    return round(float(limit), 1)
+
+
 def _domain_row(info: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
     """One row of the domains table: the figures, a failure rate, the open time left."""
     done, dead = int(info["done"]), int(info["dead"])
@@ -550,7 +557,8 @@ def _domain_row(info: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
         consecutive_failures=info.get("consecutive_failures", 0),
         concurrency=info.get("concurrency"),
         delay_ms=info.get("delay_ms"),
-        adaptive_limit=info.get("adaptive_limit", info.get("limit")),
+        # an adaptive domain's learned limit (domain_concurrency = auto); None when fixed
+        adaptive_limit=_learned_limit(info),
     )
     return row
 

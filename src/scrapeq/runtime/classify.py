@@ -45,6 +45,7 @@ from typing import Final
 from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
 
 __all__ = [
+    "OVERLOAD_REASONS",
     "BlockedAddress",
     "BodyTooLarge",
     "Classification",
@@ -88,6 +89,14 @@ class Classification:
     counts_against_domain: bool
     retry_after: float | None = None
     message: str = ""
+
+
+#: Reasons that say the site is overloaded, or refusing us for our rate: an adaptive domain
+#: lowers its rate on them before its breaker hears of them (engine/lua/includes/adaptive.lua).
+#: A refused or reset connection is one too: a site that never answers gets no excuse anyway.
+OVERLOAD_REASONS: Final = frozenset(
+    {"http_429", "http_503", "http_504", "timeout", "server_disconnected", "connection_error"}
+)
 
 
 # --- exceptions the fetch layer raises -------------------------------------------------------

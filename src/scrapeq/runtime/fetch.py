@@ -336,6 +336,17 @@ class Fetcher:
             await self._given_resolver.close()
         self._given_resolver = None
 
+    async def address(self, host: str) -> str | None:
+        """The first address ``host`` resolves to, through this fetcher's resolver (what its
+        requests connect to; ``politeness = ip``); None when it does not resolve."""
+        self._ensure_session()
+        assert self._inner is not None
+        try:
+            found = await self._inner.resolve(host, 0)
+        except OSError:
+            return None
+        return str(found[0]["host"]) if found else None
+
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is not None:
             return self._session

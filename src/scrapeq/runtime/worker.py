@@ -45,18 +45,25 @@ import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.engine.urls import redact_text, redact_url
-from scrapeq.errors import Permanent, RedisUnavailable, Retry, ScriptError
-from scrapeq.runtime.classify import Classification, Outcome, classify_exception, classify_response
+from scrapeq.engine.urls import parse_target, redact_text, redact_url
+from scrapeq.errors import InvalidURL, Permanent, RedisUnavailable, Retry, ScriptError
+from scrapeq.runtime.classify import (
+    OVERLOAD_REASONS,
+    Classification,
+    Outcome,
+    classify_exception,
+    classify_response,
+)
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
@@ -276,6 +283,8 @@ class Worker:
         self._claim_pause_until = 0.0
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
+        # politeness = ip: hosts this process has filed under their address's group
+        self._grouped: set[str] | None = set() if self.settings.politeness == "ip" else None
 
     @property
     def redis_down(self) -> bool:
@@ -490,6 +499,14 @@ class Worker:
         job = flight.job
         try:
             settlement, record = await self._attempt(job)
+            if record is not None and self.sink is not None and _may_be_excused(settlement, record):
+                # An overload on the job's last attempt: the settle script may excuse it
+                # (adaptive politeness: a throttle, the job queued again), so its line is
+                # written once the queue says the job is dead, never for a job that goes on.
+                flight.submitted = True
+                if await self._submit(settlement, job) == "dead":
+                    await self._write_dead_line(job, record)
+                return
             if record is not None and self.sink is not None:
                 settlement = await self._write_result(job, settlement, record)
             # The fetch slot is free once the settlement is buffered: settling is batched,
@@ -517,8 +534,8 @@ class Worker:
 
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
         """Fetch, classify and handle one job; answers its settlement and result record."""
-        started = time.monotonic()
-        fetching = 0.0
+        started = fetched = time.monotonic()
+        fetching = 0.0  # when the fetch started (0: not yet), for the metrics
         try:
             if self._robots is not None:
                 allowed, crawl_delay = await self._robots.allowed(job.url)
@@ -526,20 +543,47 @@ class Worker:
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
-            fetching = time.monotonic()
+            fetched = fetching = time.monotonic()
             response = await self._fetcher.fetch(job.url, normalised=True)
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
+            if self._grouped is not None and job.domain not in self._grouped:
+                await self._learn_group(job)
         except Exception as exc:
             if self.metrics is not None and fetching:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
-            return self._from_classification(job, classify_exception(exc), None, started, exc)
+            verdict = classify_exception(exc)
+            out = self._from_classification(job, verdict, None, started, exc)
+            if not verdict.counts_against_domain:  # no answer of the site's to learn from
+                return out
+            return _timed(out, verdict, time.monotonic() - fetched)
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
         )
         if verdict.outcome is not Outcome.OK:
-            return self._from_classification(job, verdict, response, started, None)
-        return await self._handle(job, response, verdict, started)
+            out = self._from_classification(job, verdict, response, started, None)
+            return _timed(out, verdict, response.elapsed)
+        return _timed(
+            await self._handle(job, response, verdict, started), verdict, response.elapsed
+        )
+
+    async def _learn_group(self, job: Job) -> None:
+        """``politeness = ip``: after a host's first fetch in this process, file the host
+        under its address's group (``ip:<address>``, host_group-1.lua; the first worker's
+        stands): its jobs enqueued from then on share that group's limits and breaker."""
+        assert self._grouped is not None and self._fetcher is not None
+        self._grouped.add(job.domain)
+        if job.domain.startswith("ip:"):
+            return
+        name = urlsplit(job.url).hostname
+        address = await self._fetcher.address(name) if name else None
+        if address is None:
+            return
+        try:
+            await self.queue.host_group(job.domain, address)
+        except Exception as exc:  # learned again on the host's next fetch
+            self._grouped.discard(job.domain)
+            log.warning("could not file %s under ip:%s: %s", job.domain, address, exc)
 
     async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
         """Honour robots.txt's Crawl-delay.
@@ -723,11 +767,21 @@ class Worker:
 
     # --- settle ----------------------------------------------------------------------------------
 
-    async def _submit(self, settlement: Settlement) -> str:
-        """Buffer a settlement and wait for its answer."""
+    async def _submit(self, settlement: Settlement, job: Job | None = None) -> str:
+        """Buffer a settlement and wait for its answer (counted and logged with ``job``)."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._pending.append((settlement, None, future))
+        self._pending.append((settlement, job, future))
         return await future
+
+    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> None:
+        """The results line of a job already dead: a sink failure cannot give it back, and the
+        dead letter holds it (``scrapeq dead list``), so it is logged, not retried."""
+        assert self.sink is not None
+        try:
+            await self.sink.write(record)
+        except Exception as exc:
+            log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
+                        extra=_about(job, "sink_failed"))  # fmt: skip
 
     def _answer(self, item: _Pending, status: str) -> None:
         settlement, job, future = item
@@ -947,6 +1001,35 @@ class Worker:
         )
 
 
+def _timed(
+    out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
+) -> tuple[Settlement, dict[str, Any] | None]:
+    """The settlement with the fetch's latency and whether the site signalled overload, for
+    the domain's adaptive limit; an attempt that ended by our own fault teaches nothing."""
+    settlement, record = out
+    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
+        return out
+    timed = replace(
+        settlement,
+        latency_ms=max(round(seconds * 1000), 0),
+        overload=verdict.reason in OVERLOAD_REASONS,
+    )
+    return timed, record
+
+
+def _host_of(job: Job) -> str:
+    """The job's own host (``host[:port]``): its domain, unless ``politeness = domain`` filed
+    it under its registrable domain (a results line names the host it was fetched from)."""
+    d = job.domain
+    if job.url.startswith((f"http://{d}/", f"https://{d}/")):
+        return d  # job URLs are normalised: their host is the domain (politeness = host)
+    try:
+        target = parse_target(job.url, allow_private=True)
+    except InvalidURL:
+        return job.domain
+    return target.domain
+
+
 def _about(job: Job, kind: str) -> dict[str, str]:
     """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
     return {"job_id": job.id, "domain": job.domain, "kind": kind}
@@ -999,6 +1082,12 @@ def _not_json(result: Any) -> str | None:
     return None
 
 
+def _may_be_excused(settlement: Settlement, record: dict[str, Any]) -> bool:
+    """A retry the worker judged the job's last (its line says dead) for an overload the
+    settle script may excuse on an adaptive domain (``includes/adaptive.lua``)."""
+    return settlement.outcome == "retry" and settlement.overload and record["outcome"] == "dead"
+
+
 def _record(
     job: Job,
     outcome: str,
@@ -1011,7 +1100,7 @@ def _record(
     return {
         "id": job.id,
         "url": redact_url(job.url),
-        "domain": job.domain,
+        "domain": _host_of(job),
         "lane": job.lane,
         "outcome": outcome,
         "status": response.status if response is not None else None,

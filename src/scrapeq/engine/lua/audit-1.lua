@@ -318,13 +318,13 @@ function CHECKS.stranded_domain(it)
       or redis.call('ZSCORE', K_WAIT, d) then
     return false
   end
-  local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc')
+  local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc', 'alim')
   local state = f[2] or 'closed'
   if state == 'retired' then
     if redis.call('SISMEMBER', K_RETIRING, d) == 1 then return false end
   else
     local leases = leases_of(d)
-    if leases > 0 and leases >= domain_cap(f[3], state) and (tonumber(f[1]) or 0) == leases then
+    if leases > 0 and leases >= domain_cap(f[3], state, f[4]) and (tonumber(f[1]) or 0) == leases then
       return false  -- at its cap: the next settle files it
     end
   end

@@ -130,12 +130,14 @@ end
 -- Returns the domain fields refile reads, as they are after the run.
 local function take_run(d, room, bound, out)
   local dk = k_dom(d)
-  local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until')
+  local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until',
+    'alim', 'aivl')
   local state = f[4] or 'closed'
   local delay = tonumber(f[3]) or CFG.delay_ms
-  local budget = math.min(room, domain_cap(f[2], state) - (tonumber(f[1]) or 0))
+  if adaptive_on(f[2]) then delay = math.max(delay, math.floor(tonumber(f[8]) or 0)) end
+  local budget = math.min(room, domain_cap(f[2], state, f[7]) - (tonumber(f[1]) or 0))
   if delay > 0 or state == 'half_open' then budget = math.min(budget, 1) end
-  local known = {f[1], f[5], f[4], f[6], f[2]}  -- inflight, next, state, open_until, conc
+  local known = {f[1], f[5], f[4], f[6], f[2], f[7]}  -- inflight, next, state, open_until, conc, alim
   budget = math.floor(budget)
   if budget < 1 then return known end
   local dq = k_dq(d)

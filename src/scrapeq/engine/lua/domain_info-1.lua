@@ -8,16 +8,22 @@
 
   Output: JSON text [{domain, state, ready, delayed, inflight, done, dead, enqueued,
     consecutive_failures, window, open_until, trips, delay_ms, concurrency, next_ms,
-    dead_last_hour, dead_baseline}, ...]
+    dead_last_hour, dead_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms},
+    ...]
+    concurrency is the cap in force (an adaptive domain's limit, rounded down); adaptive:
+    whether it adapts; limit, interval_ms, baseline_ms, latency_ms: its adaptive state
+    (includes/adaptive.lua; null when not learned yet).
     state reports 'half_open' for an open breaker whose cooldown is over.
 ]]
 --@include common
+--@include domain
 
 local HOUR_MS = 3600000
 local out = {}
 for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done', 'enq',
-    'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db')
+    'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
+    'alim', 'aivl', 'abase', 'alat')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[8])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
@@ -42,6 +48,18 @@ for i, d in ipairs(ARG.domains) do
     next_ms = tonumber(f[12]) or 0,
     dead_last_hour = dead_hour, dead_baseline = tonumber(f[16]) or 0,
   }
+  local adaptive = adaptive_on(f[11])
+  out[i].adaptive = adaptive
+  if adaptive then
+    out[i].concurrency = domain_cap(f[11], 'closed', f[17])
+    out[i].limit = tonumber(f[17]) or adaptive_start()
+    out[i].interval_ms = tonumber(f[18]) or 0
+    out[i].baseline_ms = tonumber(f[19]) or cjson.null
+    out[i].latency_ms = tonumber(f[20]) or cjson.null
+  else
+    out[i].limit, out[i].interval_ms = cjson.null, cjson.null
+    out[i].baseline_ms, out[i].latency_ms = cjson.null, cjson.null
+  end
 end
 if #out == 0 then return '[]' end
 return cjson.encode(out)

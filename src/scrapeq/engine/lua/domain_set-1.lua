@@ -6,10 +6,12 @@
     ARGV[1]  clock offset ms, ARGV[2] config JSON
     ARGV[3]  JSON {domain, delay_ms?, conc?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
-      conc      jobs in flight at once (>= 1); -1 restores the queue default
+      conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
+                -1 restores the queue default
       absent fields are left as they are
 
-  Output: {delay_ms, conc} now in force (the defaults when no override is set).
+  Output: {delay_ms, conc, auto} now in force (the defaults when no override is set); auto
+  is 1 when the domain's limit adapts (conc is then its limit now).
 ]]
 --@include common
 --@include domain
@@ -21,10 +23,14 @@ if ARG.delay_ms then
   if ARG.delay_ms < 0 then redis.call('HDEL', dk, 'delay')
   else redis.call('HSET', dk, 'delay', math.floor(ARG.delay_ms)) end
 end
-if ARG.conc then
+if ARG.conc == 'auto' then
+  redis.call('HSET', dk, 'conc', 'auto')
+elseif ARG.conc then
   if ARG.conc < 0 then redis.call('HDEL', dk, 'conc')
   else redis.call('HSET', dk, 'conc', math.floor(ARG.conc)) end
 end
 local f = redis.call('HMGET', dk, 'delay', 'conc')
 refile(d)
-return {tonumber(f[1]) or CFG.delay_ms, tonumber(f[2]) or CFG.conc}
+local auto = adaptive_on(f[2])
+local alim = auto and redis.call('HGET', dk, 'alim') or nil
+return {tonumber(f[1]) or CFG.delay_ms, domain_cap(f[2], 'closed', alim), auto and 1 or 0}

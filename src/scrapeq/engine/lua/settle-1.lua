@@ -5,7 +5,7 @@
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
     ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?, sd?,
-             f?}]}
+             f?, lat?, ov?}]}
       o       'done' | 'retry' | 'throttle' | 'fail' | 'release'
       df      breaker input for the job's domain: true = a failure (timeout, 5xx, slow call),
               false = a success; absent = no information (released, our own fault, 404)
@@ -15,6 +15,8 @@
       msg     error message kept in the history
       reason  dead-letter reason (fail), e.g. 'http_404'
       sd      true: a release because the worker is stopping (see below)
+      lat     ms the fetch took (adaptive domains learn from it: includes/adaptive.lua)
+      ov      true: an overload signal (429, 503, timeout, reset); with lat
       f       with o = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
               (with depth and parent), enqueued by this call when the token owns the job:
               a crash never acks a parent without its children, and a stale settle adds
@@ -43,6 +45,7 @@
 --@include common
 --@include domain
 --@include breaker
+--@include adaptive
 --@include jobs
 --@include seen
 --@include enqueue
@@ -222,6 +225,7 @@ local function settle_one(i, it)
   local d = job.domain
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
+  it.df = adaptive_outcome(d, job, it)  -- may excuse an overload (then `it` is a throttle)
   if it.df ~= nil and it.df ~= cjson.null then
     breaker_outcome(d, it.df, job.id)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then

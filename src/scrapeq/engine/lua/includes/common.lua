@@ -37,6 +37,7 @@ local K_LEASED = P .. 'leased'  -- hash: id of a claimed job -> its domain
 local K_DEAD = P .. 'dead'
 local K_STATS = P .. 'stats'
 local K_UNIQUE = P .. 'unique'
+local K_HOSTS = P .. 'hosts'  -- politeness = ip: host -> group key (host_group-1.lua)
 local K_EVENTS = P .. 'events'
 local K_META = P .. 'meta'
 local K_LANES = P .. 'lanes'

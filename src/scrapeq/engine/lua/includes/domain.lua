@@ -11,15 +11,33 @@
     open_until   ms: end of the current cooldown
     trips        consecutive trips (reset by a successful probe)
     probe        id of the half-open probe job
-    delay, conc  per-domain overrides (ms between request starts, jobs in flight)
+    delay, conc  per-domain overrides (ms between request starts, jobs in flight; conc
+                 'auto': an adaptive limit, see adaptive.lua for its fields)
     delayed      jobs of the domain in the delayed zset
     enq, done    totals since the domain was first seen
     dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
                  bucket's count, baseline (moving average of completed hours)
 ]]
 
-local function domain_cap(conc_override, state)
+-- Whether a domain's limit adapts (adaptive.lua): its `conc` field says 'auto', or it has
+-- none and the queue's domain_concurrency is auto.
+local function adaptive_on(conc_override)
+  if conc_override == 'auto' then return true end
+  return not conc_override and CFG.auto == true
+end
+
+-- The limit an adaptive domain starts at: the queue's default, within the bounds.
+local function adaptive_start()
+  return math.min(math.max(CFG.conc, CFG.conc_min or 1), CFG.conc_max or CFG.conc)
+end
+
+-- `alim`: the domain's adaptive limit (its field), used when its limit adapts.
+local function domain_cap(conc_override, state, alim)
   if state == 'half_open' then return 1 end
+  if adaptive_on(conc_override) then
+    local lim = tonumber(alim) or adaptive_start()
+    return math.floor(math.min(math.max(lim, CFG.conc_min or 1), CFG.conc_max or lim))
+  end
   return tonumber(conc_override) or CFG.conc
 end
 
@@ -51,7 +69,7 @@ end
 -- File domain d where it belongs now. Returns true when it may dispatch.
 -- `from_ready`: the caller knows d is not in domains:wait (it was just taken from ready).
 -- `known`: the caller's current values of the fields read here (inflight, next, state,
--- open_until, conc), saving the HMGET.
+-- open_until, conc, alim), saving the HMGET.
 local function refile(d, from_ready, known)
   local dk = k_dom(d)
   local left = INFLIGHT_LEFT[d]
@@ -60,7 +78,8 @@ local function refile(d, from_ready, known)
     free_slots(d, left)
     known = nil
   end
-  local f = known or redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc')
+  local f = known or redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc',
+    'alim')
   local state = f[3] or 'closed'
   if state == 'retired' then
     redis.call('ZREM', K_READY, d)
@@ -87,7 +106,7 @@ local function refile(d, from_ready, known)
     redis.call('HSET', dk, 'state', 'half_open', 'probe', '')
     emit('half_open', d, 'cooldown over: one probe allowed')
   end
-  if (tonumber(f[1]) or 0) >= domain_cap(f[5], state) then
+  if (tonumber(f[1]) or 0) >= domain_cap(f[5], state, f[6]) then
     redis.call('ZREM', K_READY, d)
     redis.call('ZREM', K_WAIT, d)
     return false

@@ -51,6 +51,7 @@ local function over_max_pages(s)
 end
 
 local function enqueue_one(s)
+  if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K_HOSTS, s.domain) or s.domain end
   local hold_all = ENQ.hold_all
   local holder = s.fp and hold_all and redis.call('HGET', K_UNIQUE, s.fp)
   if over_max_pages(s) then return 'limit' end

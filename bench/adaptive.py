@@ -1,0 +1,146 @@
+"""Adaptive politeness: fixed per-domain limits against ``domain_concurrency = auto``.
+
+Three loopback sites with a capacity model (``scrapeq.demo.fleet``, mode ``capacity``, in a
+process of their own): each serves K requests at once at its base latency (lognormal around
+``--latency`` ms, sigma 0.5); beyond K a request queues for a free slot, so its latency grows
+with the queue; beyond 2K requests in the site it answers 503 at once, without Retry-After.
+K = 2, 8 and 32, one site each. Nothing leaves 127.0.0.1.
+
+For each site and setting (fixed 2, fixed 32, auto), one after the other, a flushed private
+redis-server gets ``--pages`` jobs of that site, and one ``Worker(concurrency=200)`` (default
+settings but the limit) works them until every job is done or dead, its breaker leaves closed
+(it would wait out a cooldown), or ``--max-runtime`` passes. Reported per site and setting:
+the seconds until its last job was done or dead, how many were done, its requests and the
+share of them answered 503 (counted by the site), and its breaker's state at the end.
+Then, per site, auto's time against the best fixed setting's (target: within 15%) and auto's
+refused share (target: at most 1%).
+
+Run: ``.venv/bin/python bench/adaptive.py [--quick] [--pages N] [--latency MS]
+[--max-runtime S] [--redis-server PATH]``. ``--quick``: 400 pages a site, 30 s at most a
+run (default 60 s). A site whose breaker trips (fixed 32 on K = 2 and 8) does not finish
+within a run: its row says how many of its pages were done when it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass
+
+from _redis import add_server_args, format_table, load_note, private_redis
+from scrapeq import AsyncQueue, Settings
+from scrapeq.demo.fleet import Fleet, Mode, SiteCounts, SiteSpec
+from scrapeq.runtime.worker import Worker
+
+CAPACITIES = (2, 8, 32)
+SETTINGS: tuple[int | str, ...] = (2, 32, "auto")
+
+
+@dataclass
+class Figure:
+    """One site under one setting."""
+
+    seconds: float | None  # until its last job was done or dead; None: not within the run
+    done: int
+    requests: int
+    refused: int
+    state: str
+
+    @property
+    def refused_share(self) -> float:
+        return self.refused / self.requests if self.requests else 0.0
+
+
+def _site(k: int, latency: float) -> SiteSpec:
+    return SiteSpec(f"k{k}.example.com", Mode.CAPACITY, latency_ms=latency, capacity=k)
+
+
+async def _run(
+    url: str, fleet: Fleet, conc: int | str, k: int, pages: int, max_runtime: float
+) -> Figure:
+    """Fetch ``pages`` pages of site K=k alone with one setting; stop when they are all done
+    or dead, when its breaker leaves closed (it would wait out a cooldown), or at
+    ``max_runtime``."""
+    settings = Settings(allow_private=True, domain_concurrency=conc, log_every=0)
+    q = AsyncQueue.from_url(url, settings=settings)
+    await q.client.flushall()
+    name = _site(k, 0).name
+    domain = f"127.0.0.1:{fleet.ports[name]}"
+    await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(pages)])
+    before = fleet.stats()[name]
+    worker = Worker(q, concurrency=200, burst=True, max_runtime=max_runtime, report=False)
+    started = time.monotonic()
+    task = asyncio.create_task(worker.run_async())
+    seconds = None
+    while True:
+        (info,) = await q.domains_info([domain])
+        if info["done"] + info["dead"] >= pages:
+            seconds = time.monotonic() - started
+            break
+        if task.done() or info["state"] != "closed":
+            break
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+    seen: SiteCounts = fleet.stats()[name] - before
+    (info,) = await q.domains_info([domain])
+    await q.close()
+    return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
+
+
+def _fmt(f: Figure, pages: int) -> list[str]:
+    took = f"{f.seconds:.1f}" if f.seconds is not None else f"stopped ({f.done}/{pages} done)"
+    return [took, f"{f.requests}", f"{100 * f.refused_share:.1f}%", f.state]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="400 pages a site, 30 s a run")
+    parser.add_argument("--pages", type=int, default=None, help="jobs per site (2000)")
+    parser.add_argument("--latency", type=float, default=20.0, help="base latency, ms (20)")
+    parser.add_argument("--max-runtime", type=float, default=None, help="seconds a run (60)")
+    add_server_args(parser)
+    args = parser.parse_args(argv)
+    pages = args.pages or (400 if args.quick else 2000)
+    max_runtime = args.max_runtime or (30.0 if args.quick else 60.0)
+    specs = [_site(k, args.latency) for k in CAPACITIES]
+    print(f"bench/adaptive.py: {pages} pages a site, base latency {args.latency:g} ms, "
+          f"sites K = {', '.join(map(str, CAPACITIES))}; {load_note()}")  # fmt: skip
+    results: dict[int | str, dict[int, Figure]] = {conc: {} for conc in SETTINGS}
+    with private_redis(args.redis_server) as server, Fleet(specs, seed=11) as fleet:
+        for k in CAPACITIES:
+            for conc in SETTINGS:
+                run = _run(server.url, fleet, conc, k, pages, max_runtime)
+                results[conc][k] = asyncio.run(run)
+    headers = ["site", "setting", "seconds", "requests", "refused", "breaker"]
+    rows: list[list[str]] = []
+    for k in CAPACITIES:
+        for conc in SETTINGS:
+            rows.append([f"K={k}", f"{conc}", *_fmt(results[conc][k], pages)])
+    print(format_table(headers, rows))
+    verdict: list[list[str]] = []
+    ok = True
+    for k in CAPACITIES:
+        fixed = [results[c][k].seconds for c in SETTINGS if c != "auto"]
+        best = min((s for s in fixed if s is not None), default=None)
+        auto = results["auto"][k]
+        ratio = auto.seconds / best if auto.seconds is not None and best else None
+        good = ratio is not None and ratio <= 1.15 and auto.refused_share <= 0.01
+        ok = ok and good
+        verdict.append([
+            f"K={k}", f"{best:.1f}" if best else "-",
+            f"{auto.seconds:.1f}" if auto.seconds else "-",
+            f"{ratio:.2f}" if ratio else "-", f"{100 * auto.refused_share:.1f}%",
+            "yes" if good else "NO",
+        ])  # fmt: skip
+    print()
+    print(format_table(["site", "best fixed s", "auto s", "auto/best", "auto refused", "target"],
+                       verdict))  # fmt: skip
+    print("targets: auto within 15% of the best fixed setting's time, <= 1% refused")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+--[[
+  Adaptive politeness (domain_concurrency = auto): a domain's concurrency limit and the
+  interval between its request starts, learned from the outcomes settle already sees.
+  Depends on common.lua and domain.lua (adaptive_on, adaptive_start). docs/DESIGN.md,
+  "Adaptive politeness", says why it works this way.
+
+  Domain hash fields (besides domain.lua's):
+    alim   the concurrency limit (a float; claims take floor(alim), within the bounds)
+    aivl   ms between request starts once the limit is at its minimum (0: none)
+    alat   current latency, ms: the moving average (EWMA) of answered requests' latencies
+    abase  no-load latency, ms: alat's decaying minimum (of the average, not of single
+           samples: the fastest of a few hundred answers is far below a site's usual)
+    acut   ms: when the rate was last lowered (one decrease per window: only outcomes of
+           requests claimed after it lower it again)
+    aok    ms: the last answered request (a site that answered lately is alive)
+    asb, asn, asp  answers per second: the second (floor(ms / 1000)) of asn, the answers
+           counted in it, and in the second before it (0 when none)
+    ath    slow-start threshold: the limit a decrease left (+1 an answer below it)
+    abad   ms: the interval last refused (at least KEEP x the one refused before it)
+
+  AIMD on the limit: an answer whose latency average stays near the baseline (alat <=
+  abase * GOOD + SLACK), while the limit is in use, raises it (+1 an answer up to the slow-start
+  threshold ath, then +1/limit; each step scaled by min(1, alat / RAMP_MS)); latency past
+  abase * BAD + SLACK cuts it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503,
+  timeout, reset) halves it (x CUT), or, answered as fast as a page (a rate limiter at the
+  door), drops it to the minimum and starts the interval. At the minimum, an overload
+  lengthens the interval (x IVL_UP the spacing, no shorter than IVL_UP x the rate the site
+  served in the last whole second, up to FLOOR_MS); good answers shorten it (BACK of the way
+  to NEAR x the interval last refused, then x IVL_DOWN an answer), and drop it under alat.
+
+  Slow down before condemning: an overload signal is kept from the breaker (and a retry
+  becomes a throttle: no attempt spent, the job queued again at once, paced by the domain)
+  while the domain answered within RECENT_MS and its rate is not near the floor (limit at
+  its minimum and interval within one IVL_UP step of FLOOR_MS). A site that never answers
+  gets no excuse: it trips exactly as before.
+]]
+
+local A_GOOD, A_BAD, A_SLACK = 1.5, 2.0, 10
+local A_EWMA, A_DRIFT = 0.2, 0.01
+local A_CUT, A_LAT_CUT = 0.5, 0.75
+local A_IVL_START, A_IVL_UP, A_IVL_DOWN = 100, 1.5, 0.998
+local A_IVL_NEAR, A_IVL_BACK, A_IVL_KEEP = 1.2, 0.1, 1.0
+local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS = 4000, 15000, 250
+
+-- The breaker input of settle item `it` for domain d, after its outcome adjusted the
+-- domain's rate: it.df, or nil when an overload is excused (then `it` becomes a throttle).
+local function adaptive_outcome(d, job, it)
+  local lat = tonumber(it.lat)
+  if not lat then return it.df end
+  local dk = k_dom(d)
+  local f = redis.call('HMGET', dk, 'conc', 'alim', 'aivl', 'abase', 'alat', 'acut', 'aok',
+    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad')
+  if not adaptive_on(f[1]) then return it.df end
+  local lo, hi = CFG.conc_min, CFG.conc_max
+  local lim = math.min(math.max(tonumber(f[2]) or adaptive_start(), lo), hi)
+  local ivl = tonumber(f[3]) or 0
+  local base, avg = tonumber(f[4]), tonumber(f[5])
+  local cut, okt = tonumber(f[6]), tonumber(f[7]) or 0
+  -- claimed after the last decrease took effect (one interval after it): a new window
+  local fresh = (tonumber(job.claimed) or 0) >= (cut or 0) + ivl
+  -- answers per second: this second's (asn) and the one before's (asp), second asb
+  local sec, sb = math.floor(NOW / 1000), tonumber(f[9]) or 0
+  local sn, sp = tonumber(f[10]) or 0, tonumber(f[11]) or 0
+  if sb ~= sec then
+    sp = (sb == sec - 1) and sn or 0
+    sn, sb = 0, sec
+  end
+  local th, bad = tonumber(f[12]), tonumber(f[13])
+  local df = it.df
+  if df == cjson.null then df = nil end
+  if it.ov == true then
+    local at_floor = lim <= lo and ivl * A_IVL_UP >= A_FLOOR_MS  -- at it, or one step off
+    if fresh then
+      -- a refusal answered as fast as a page (a rate limiter at the door, or a site past its
+      -- queue): straight to the minimum, slow start back up to half the limit; slow
+      -- answers, timeouts, resets: halve the limit
+      local quick = base and lat <= base * A_GOOD + A_SLACK
+      th = math.max(lo, lim * A_CUT)
+      if lim > lo and not quick then
+        lim = th
+      elseif lim > lo then
+        -- the starts were at most (latency / limit) apart: space them from now on
+        bad = (avg or lat) / lim
+        lim = lo
+        ivl = sp >= 2 and A_IVL_UP * 1000 / sp or A_IVL_START
+      else
+        -- at the minimum limit: space the starts, no faster than the site answered in the
+        -- last whole second (its rate limit, when it has one), nor than IVL_UP x before
+        -- the interval refused: no shorter than the site's rate in the last whole second,
+        -- nor than most of the one refused before (a bucket refilled in a slow spell lets
+        -- the interval shrink past the rate before the next refusal)
+        -- (the starts are at least one latency apart at one request in flight)
+        local spacing = math.max(ivl, (avg or lat) / lim)
+        bad = math.max(spacing, 1, sp >= 2 and 1000 / sp or 0, (bad or 0) * A_IVL_KEEP)
+        local served = sp >= 2 and A_IVL_UP * 1000 / sp or A_IVL_START
+        ivl = math.min(math.max(spacing * A_IVL_UP, served), A_FLOOR_MS)
+      end
+      cut = NOW
+    end
+    if okt > 0 and NOW - okt < A_RECENT_MS and not at_floor then
+      df = nil
+      if it.o == 'retry' then
+        it.o = 'throttle'
+        it.delay = 0
+      end
+    end
+  elseif it.o == 'done' or df ~= true then
+    avg = avg and (avg + (lat - avg) * A_EWMA) or lat
+    base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
+    okt = NOW
+    sn = sn + 1
+    if avg > base * A_BAD + A_SLACK then
+      if fresh and lim > lo then
+        lim = math.max(lo, lim * A_LAT_CUT)
+        cut = NOW
+      end
+    elseif avg <= base * A_GOOD + A_SLACK then
+      if ivl > 0 then
+        -- back quickly towards the interval that was refused last, then probe past it slowly
+        local target = (bad or 0) * A_IVL_NEAR
+        if ivl > target then
+          ivl = math.max(ivl - (ivl - target) * A_IVL_BACK, target)
+        else
+          ivl = ivl * A_IVL_DOWN
+        end
+        if ivl < avg then ivl = 0 end
+      elseif (tonumber(f[8]) or 0) >= math.floor(lim) then  -- the limit is in use
+        -- slow start (+1 an answer) up to the threshold of the last decrease, then +1/limit
+        -- (at most a doubling per RAMP_MS of latency: a site answering in 5 ms is not sent
+        -- 2^200 requests a second after one second of slow start)
+        local step = (th and lim >= th) and 1 / lim or 1
+        lim = math.min(hi, lim + step * math.min(1, avg / A_RAMP_MS))
+      end
+    end
+  else
+    return df
+  end
+  redis.call('HSET', dk, 'alim', lim, 'aivl', ivl, 'abase', base or '',
+    'alat', avg or '', 'acut', cut or '', 'aok', okt, 'asb', sb, 'asn', sn, 'asp', sp,
+    'ath', th or '', 'abad', bad or '')
+  return df
+end
