@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
@@ -71,6 +72,8 @@ CLEAR_PASSES = 3
 #: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
 #: domain's delayed counter says some were missed (they moved while it paged).
 CANCEL_DELAYED_PASSES = 2
+#: What a ``once`` flag's name may be (it becomes part of a key).
+_ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +498,12 @@ class _QueueCore:
         s = self.settings
         keep_ms = round(s.keep_done * 1000)
         return audit_op(self.keys, list(s.lanes.names), s.domain_concurrency, repair, keep_ms)
+
+    def _op_once(self, name: str, holder: str) -> Op[tuple[bool, str]]:
+        if not isinstance(name, str) or not _ONCE_NAME.fullmatch(name):
+            raise ConfigError("once", f"a flag name is letters, digits, _ - . or :, got {name!r}")
+        answer: tuple[bool, str] = yield scripts.once(name, holder)
+        return answer
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -1097,6 +1106,12 @@ class Queue(_QueueCore):
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         return self._drive(self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release))
 
+    def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
+        its setter left). One atomic step, so of several processes asking together exactly
+        one wins; ``clear`` removes the flags with the queue."""
+        return self._drive(self._op_once(name, holder))
+
     def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return self._drive(self._op_exists())
@@ -1337,6 +1352,10 @@ class AsyncQueue(_QueueCore):
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         op = self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
         return await self._drive(op)
+
+    async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """The async twin of :meth:`Queue.once`."""
+        return await self._drive(self._op_once(name, holder))
 
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
