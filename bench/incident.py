@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -56,7 +58,7 @@ from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
 from scrapeq.demo.scenario import BASE_JOBS
 
-SYSTEMS = ("scrapeq", "scrapy", "scrapy-scrapeq", "arq")
+SYSTEMS = ("scrapeq", "scrapy", "scrapy-redis", "scrapy-scrapeq", "rq", "dramatiq", "celery", "arq")
 TIMEOUT = 30.0
 RETRIES = 3
 
@@ -204,11 +206,77 @@ def _child_arq(redis_url: str, urls: list[str], concurrency: int) -> None:
     asyncio.run(main())
 
 
+def _child_scrapy_redis(redis_url: str, urls: list[str], concurrency: int) -> None:
+    settings = _scrapy_settings(concurrency)
+    settings.update(
+        SCHEDULER="scrapy_redis.scheduler.Scheduler",
+        DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
+        REDIS_URL=redis_url,
+    )
+    _run_spider(urls, settings, slot_per_site=True)
+
+
+def _peer_env(redis_url: str) -> dict[str, str]:
+    here = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, BENCH_REDIS_URL=redis_url)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run_workers(cmd: list[str], redis_url: str) -> None:
+    """Run a peer's worker command until this child is stopped (its group goes with it)."""
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent, env=_peer_env(redis_url))
+    proc.wait()
+
+
+def _child_rq(redis_url: str, urls: list[str], concurrency: int) -> None:
+    from rq import Queue as RQueue
+    from rq import Retry
+
+    conn = redis.Redis.from_url(redis_url)
+    q = RQueue("incident", connection=conn)
+    retry = Retry(max=RETRIES, interval=[1, 2, 4])
+    with conn.pipeline() as pipe:
+        for url in urls:
+            q.enqueue("_peers.fetch", url, retry=retry, job_timeout=600, pipeline=pipe)
+        pipe.execute()
+    rq = str(Path(sys.executable).parent / "rq")
+    _run_workers([rq, "worker-pool", "-n", str(concurrency), "-w", "rq.worker.SimpleWorker",
+                  "--url", redis_url, "-q", "incident"], redis_url)  # fmt: skip
+
+
+def _child_dramatiq(redis_url: str, urls: list[str], concurrency: int) -> None:
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    import _peers
+
+    for url in urls:
+        _peers.dramatiq_fetch.send(url)
+    threads = max(1, concurrency // 2)
+    exe = str(Path(sys.executable).parent / "dramatiq")
+    _run_workers([exe, "_peers", "--processes", "2", "--threads", str(threads)], redis_url)
+
+
+def _child_celery(redis_url: str, urls: list[str], concurrency: int) -> None:
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    import _peers
+
+    for url in urls:
+        _peers.celery_fetch.delay(url)
+    exe = str(Path(sys.executable).parent / "celery")
+    _run_workers([exe, "-A", "_peers", "worker", "--pool", "threads", "--concurrency",
+                  str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
+                  "--without-heartbeat"], redis_url)  # fmt: skip
+
+
 CHILDREN = {
     "scrapeq": _child_scrapeq,
     "scrapy": _child_scrapy,
     "scrapy-scrapeq": _child_scrapy_scrapeq,
     "arq": _child_arq,
+    "scrapy-redis": _child_scrapy_redis,
+    "rq": _child_rq,
+    "dramatiq": _child_dramatiq,
+    "celery": _child_celery,
 }
 
 
@@ -235,7 +303,7 @@ def run_system(
            "--url-file", url_file, "--concurrency", str(args.concurrency)]  # fmt: skip
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     timeline: list[tuple[float, int]] = []
     at_30 = None
     try:
@@ -250,12 +318,7 @@ def run_system(
             if done >= healthy_total or now >= args.duration or proc.poll() is not None:
                 break
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop_group(proc)
         os.unlink(url_file)
     after = fleet.stats()
     log.seek(0)
@@ -279,6 +342,22 @@ def run_system(
     return result
 
 
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the child and the workers it started (its own process group), by force at last."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig is signal.SIGTERM:
+            time.sleep(0.5)  # the group's other members (worker processes) finish
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
 def _scrapeq_lost(redis_url: str, urls: dict[str, list[str]]) -> int:
     """Jobs that are neither done, dead nor pending in the queue (lost or stranded)."""
     from scrapeq.engine.queue import Queue
@@ -288,8 +367,8 @@ def _scrapeq_lost(redis_url: str, urls: dict[str, list[str]]) -> int:
         c = q.counts()
     finally:
         q.close()
-    total = sum(len(v) for v in urls.values())
-    return total - (c["done"] + c["dead"] + c["ready"] + c["delayed"] + c["inflight"])
+    kept = c["done"] + c["dead"] + c["ready"] + c["delayed"] + c["inflight"] + c["cancelled"]
+    return c["enqueued"] - kept
 
 
 # --- report ----------------------------------------------------------------------------------

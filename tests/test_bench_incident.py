@@ -39,6 +39,5 @@ def test_an_unknown_system_is_one_line_and_exit_2() -> None:
         [sys.executable, str(BENCH), "--systems", "nope"], capture_output=True, text=True
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "incident: unknown system 'nope' (known: scrapeq, scrapy, scrapy-scrapeq, arq)"
-    ]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("incident: unknown system 'nope' (known: scrapeq, scrapy, ")

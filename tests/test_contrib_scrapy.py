@@ -22,6 +22,7 @@ from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
 from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
 from scrapeq.engine.queue import Queue  # noqa: E402
+from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
 from sites import Site, sites  # noqa: E402
 
@@ -213,3 +214,27 @@ async def test_a_killed_crawls_requests_come_back_to_another_process(
     # Every page was fetched; the ones the killed process held, twice.
     assert set(shop.hits) == {f"/p/{n}" for n in range(PAGES)}
     assert held >= 5 and sum(shop.hits.values()) >= PAGES + 1
+
+
+async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with sites(_hang) as (hang,):
+        start = [hang.url(f"/h/{i}") for i in range(10)]
+        settings = _scrapeq(request_timeout=3, domain_concurrency=4)
+        proc = await _crawl(redis_url, "stop", start, tmp_path / "items.json", settings)
+        await _wait_for_hits(hang, 4, 20)
+        proc.send_signal(signal.SIGINT)  # once: Scrapy's graceful stop
+        output, _ = await asyncio.wait_for(proc.communicate(), 30)
+    log = output.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    assert "'finish_reason': 'shutdown'" in log, log[-3000:]
+    q = Queue.from_url(redis_url, settings=Settings(queue="stop", domain_concurrency=20))
+    try:
+        counts = q.counts()
+        jobs = q.claim(20).jobs
+    finally:
+        q.close()
+    # All 10 are ready again at once (a retry would wait its backoff), none charged.
+    assert (counts["ready"], counts["delayed"], counts["inflight"]) == (10, 0, 0), counts
+    assert [(j.attempts, j.errors) for j in jobs] == [(1, ())] * 10  # 1: this claim

@@ -262,6 +262,19 @@ class _Frontier:
 
     # --- settling --------------------------------------------------------------------------
 
+    def closing(self) -> bool:
+        """Whether the crawl is stopping (Scrapy waits for the downloads in flight)."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        return getattr(slot, "closing", None) is not None
+
+    def settlement(self, job: Job, verdict: Classification) -> Settlement:
+        """The settlement of a failed download; while the crawl stops, a release that spends
+        nothing (a download cut short by the stop, or timing out while Scrapy waits for it,
+        says nothing about the page or its site)."""
+        if self.closing():
+            return self.queue.releasing(job, shutdown=True)
+        return settlement_for(self.queue, job, verdict)
+
     def settle(self, job: Job, settlement: Settlement) -> str:
         if self.held.pop(job.id, None) is None:
             return "not_held"  # released at close, or its lease was lost
@@ -458,7 +471,7 @@ class ReportMiddleware:
             request.meta[_VERDICT] = verdict
             return response
         request.meta[_SETTLED] = True
-        frontier.settle(job, settlement_for(frontier.queue, job, verdict))
+        frontier.settle(job, frontier.settlement(job, verdict))
         raise IgnoreRequest(f"scrapeq: {verdict.reason} ({verdict.outcome.value})")
 
     def process_exception(
@@ -469,8 +482,7 @@ class ReportMiddleware:
         if job is None or frontier is None or request.meta.get(_SETTLED):
             return
         request.meta[_SETTLED] = True
-        verdict = classify_failure(exception)
-        frontier.settle(job, settlement_for(frontier.queue, job, verdict))
+        frontier.settle(job, frontier.settlement(job, classify_failure(exception)))
 
     # --- spider side -----------------------------------------------------------------------
 
