@@ -44,13 +44,19 @@ def fetch(url: str) -> int:
     return status
 
 
-# --- Dramatiq: its default exponential backoff (from 15 s), 3 retries -----------------------
+# --- Dramatiq: its default exponential backoff (from 15 s), 3 retries; the critical burst on
+# its own queue, by an actor of higher priority ------------------------------------------------
 
 dramatiq.set_broker(RedisBroker(url=REDIS_URL))
 
 
-@dramatiq.actor(max_retries=RETRIES)
+@dramatiq.actor(max_retries=RETRIES, priority=10)
 def dramatiq_fetch(url: str) -> None:
+    fetch(url)
+
+
+@dramatiq.actor(max_retries=RETRIES, queue_name="critical", priority=0)  # lower runs first
+def dramatiq_critical(url: str) -> None:
     fetch(url)
 
 
@@ -58,6 +64,8 @@ def dramatiq_fetch(url: str) -> None:
 
 celery_app = Celery("incident", broker=REDIS_URL)
 celery_app.conf.worker_hijack_root_logger = False
+# The critical queue first, always (kombu's default cycles the queues for fairness).
+celery_app.conf.broker_transport_options = {"queue_order_strategy": "priority"}
 
 
 @celery_app.task(autoretry_for=(FetchError,), retry_backoff=True, max_retries=RETRIES)
