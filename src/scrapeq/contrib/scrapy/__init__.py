@@ -45,7 +45,7 @@ from scrapy.crawler import Crawler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
-from twisted.internet import reactor, task
+from twisted.internet import task
 from twisted.internet.base import DelayedCall
 
 from scrapeq.contrib.scrapy._classify import classify_failure
@@ -306,6 +306,8 @@ class _Frontier:
             if self._wake_call.getTime() <= time.time() + seconds:
                 return
             self._wake_call.cancel()
+        from twisted.internet import reactor  # not at import: Scrapy installs its reactor
+
         clock: Any = reactor
         self._wake_call = clock.callLater(max(seconds, 0.0), self._wake)
 
