@@ -167,8 +167,9 @@ async def test_a_hanging_site_parks_while_the_healthy_pages_finish(
     assert proc.returncode == 0, log[-3000:]
     urls = {item["url"] for item in _items(tmp_path / "items.json")}
     assert urls == {shop.url(f"/p/{n}") for n in range(PAGES)}, log[-3000:]
-    # 4 at once time out, the breaker opens on the 3rd failure: nothing more went there.
-    assert hang.total <= 4, hang.hits
+    # 4 at once time out; the slots the first two failures free may be refilled before the
+    # 3rd failure opens the breaker: then nothing more goes there (20 were waiting).
+    assert hang.total <= 6, hang.hits
     q = Queue.from_url(redis_url, "hang")
     try:
         (info,) = q.domains_info([hang.domain])

@@ -220,6 +220,8 @@ class _Frontier:
 
     def enqueue(self, spec: EnqueueSpec) -> str:
         (result,) = self.queue.enqueue_many([spec])
+        if result.added and not self.ready:
+            self._claim_after = 0.0  # a job may be ready now: the next request claims
         return result.status
 
     def next_request(self) -> Request | None:
