@@ -239,3 +239,21 @@ async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts
     # All 10 are ready again at once (a retry would wait its backoff), none charged.
     assert (counts["ready"], counts["delayed"], counts["inflight"]) == (10, 0, 0), counts
     assert [(j.attempts, j.errors) for j in jobs] == [(1, ())] * 10  # 1: this claim
+
+
+async def test_two_crawl_processes_share_one_frontier(redis_url: str, tmp_path: Path) -> None:
+    async with sites(_shop(delay=0.3)) as (shop,):
+        settings = (_scrapeq(domain_concurrency=4), "CONCURRENT_REQUESTS=2")
+        start = [shop.url("/p/0")]
+        procs = [
+            await _crawl(redis_url, "shared", start, tmp_path / f"{name}.json", *settings)
+            for name in ("a", "b")
+        ]
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 50)
+    logs = [out.decode(errors="replace") for out, _ in outputs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    items = [{i["url"] for i in _items(tmp_path / f"{name}.json")} for name in ("a", "b")]
+    assert items[0] | items[1] == {shop.url(f"/p/{n}") for n in range(PAGES)}
+    assert items[0] and items[1] and not items[0] & items[1]  # both worked, no page twice
+    assert sorted(shop.hits.values()) == [1] * PAGES
+    assert sum("'scrapeq/start_requests_skipped': 1" in log for log in logs) == 1
