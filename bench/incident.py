@@ -127,12 +127,21 @@ def _later(at: float, fn: Callable[[], None]) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
+def _domain_concurrency() -> dict[str, int]:
+    """scrapeq's ``domain_concurrency`` when $BENCH_DOMAIN_CONCURRENCY sets it (the
+    throughput bench: 16 sites x 4 = 64), else its default."""
+    value = os.environ.get("BENCH_DOMAIN_CONCURRENCY")
+    return {"domain_concurrency": int(value)} if value else {}
+
+
 def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
     from scrapeq.engine.queue import AsyncQueue, Queue
     from scrapeq.engine.settings import Settings
     from scrapeq.runtime.worker import Worker
 
-    settings = Settings(allow_private=True, request_timeout=TIMEOUT, queue="incident")
+    settings = Settings(
+        allow_private=True, request_timeout=TIMEOUT, queue="incident", **_domain_concurrency()
+    )
     q = Queue.from_url(redis_url, settings=settings)
     q.enqueue_many(urls)
     _later(burst.at, lambda: q.enqueue_many(burst.urls, lane="critical"))
@@ -197,7 +206,11 @@ def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, bur
         SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 10},
         SCRAPEQ_REDIS_URL=redis_url,
         SCRAPEQ_QUEUE="incident",
-        SCRAPEQ_SETTINGS={"allow_private": True, "request_timeout": TIMEOUT},
+        SCRAPEQ_SETTINGS={
+            "allow_private": True,
+            "request_timeout": TIMEOUT,
+            **_domain_concurrency(),
+        },
     )
     _run_spider(urls, settings, slot_per_site=False, burst=burst)
 
