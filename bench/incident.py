@@ -165,21 +165,37 @@ def _run_spider(
     urls: list[str], settings: dict[str, Any], slot_per_site: bool, burst: Burst
 ) -> None:
     import scrapy
+    import scrapy.signals
     from scrapy.crawler import CrawlerProcess
 
     class Incident(scrapy.Spider):
         name = "incident"
+
+        @classmethod
+        def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Any:
+            spider = super().from_crawler(crawler, *args, **kwargs)
+            crawler.signals.connect(spider.opened, signal=scrapy.signals.spider_opened)
+            return spider
+
+        def opened(self) -> None:
+            # The burst enters the scheduler on time, whatever start() has reached.
+            from twisted.internet import reactor
+
+            delay = max(0.0, burst.at - time.monotonic())
+            reactor.callLater(delay, self.send_burst)  # type: ignore[attr-defined]
+
+        def send_burst(self) -> None:
+            for url in burst.urls:
+                meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
+                meta["scrapeq_lane"] = "critical"  # read by Scrapy on scrapeq only
+                request = scrapy.Request(url, callback=self.parse_page, meta=meta, priority=100)
+                self.crawler.engine.crawl(request)
 
         async def start(self) -> Any:
             for url in urls:
                 # One download slot per site, as distinct host names would have.
                 meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
                 yield scrapy.Request(url, callback=self.parse_page, meta=meta)
-            await asyncio.sleep(max(0.0, burst.at - time.monotonic()))
-            for url in burst.urls:
-                meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
-                meta["scrapeq_lane"] = "critical"  # read by Scrapy on scrapeq only
-                yield scrapy.Request(url, callback=self.parse_page, meta=meta, priority=100)
 
         def parse_page(self, response: Any) -> Any:
             yield {"url": response.url}
@@ -586,6 +602,22 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def _from_json(paths: list[Path], plot_path: Path | None) -> int:
+    """Print the table (and draw the plot) of saved results."""
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in json.loads(path.read_text()):
+            by.setdefault(r["system"], []).append(r)
+        merged.update(by)
+    results = [r for runs in merged.values() for r in runs]
+    faulty = sorted(next(iter(results))["faulty_fetches"])
+    print(table(results, faulty))
+    if plot_path is not None:
+        plot(results, plot_path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a short run (checks the harness)")
@@ -598,6 +630,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst-after", type=float, default=None, help="seconds into a run")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="no run: the table (and --plot) of earlier --json files; a system in a later "
+        "file replaces its runs from an earlier one",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url-file", default=None, help=argparse.SUPPRESS)
@@ -612,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         burst = Burst(job["burst"], job["burst_at"])
         CHILDREN[args.child](args.redis_url, job["urls"], args.concurrency, burst)
         return 0
+    if args.from_json:
+        return _from_json(args.from_json, args.plot)
     default_systems = "scrapeq,scrapy" if args.quick else ",".join(SYSTEMS)
     systems = (args.systems or default_systems).split(",")
     unknown = [s for s in systems if s not in CHILDREN]
