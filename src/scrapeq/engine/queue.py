@@ -84,6 +84,8 @@ CLEAR_PASSES = 3
 #: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
 #: domain's delayed counter says some were missed (they moved while it paged).
 CANCEL_DELAYED_PASSES = 2
+#: What a ``once`` flag's name may be (it becomes part of a key).
+_ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +537,12 @@ class _QueueCore:
         s = self.settings
         keep_ms = round(s.keep_done * 1000)
         return audit_op(self.keys, list(s.lanes.names), _audit_conc(s), repair, keep_ms)
+
+    def _op_once(self, name: str, holder: str) -> Op[tuple[bool, str]]:
+        if not isinstance(name, str) or not _ONCE_NAME.fullmatch(name):
+            raise ConfigError("once", f"a flag name is letters, digits, _ - . or :, got {name!r}")
+        answer: tuple[bool, str] = yield scripts.once(name, holder)
+        return answer
 
     def _op_exists(self) -> Op[bool]:
         found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
@@ -1903,6 +1911,12 @@ class Queue(_PartitionedCore):
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         return self._drive(self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release))
 
+    def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
+        its setter left). One atomic step, so of several processes asking together exactly
+        one wins; ``clear`` removes the flags with the queue."""
+        return self._drive(self._op_once(name, holder))
+
     def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
         return self._drive(self._op_exists())
@@ -2204,6 +2218,10 @@ class AsyncQueue(_PartitionedCore):
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
         op = self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
         return await self._drive(op)
+
+    async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """The async twin of :meth:`Queue.once`."""
+        return await self._drive(self._op_once(name, holder))
 
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""

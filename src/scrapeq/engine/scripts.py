@@ -56,6 +56,7 @@ SCRIPTS: dict[str, str] = {
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
     "log_leader": "log_leader-1.lua",
+    "once": "once-1.lua",
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
@@ -764,3 +765,12 @@ def _json_obj(raw: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ScriptError("status script returned a non-object")
     return value
+
+
+def once(name: str, holder: str) -> Call[tuple[bool, str]]:
+    """Set the queue's flag ``name`` unless it is set (``lua/once-1.lua``): (won, holder)."""
+
+    def parse(raw: list[Any]) -> tuple[bool, str]:
+        return bool(int(raw[0])), str(raw[1])
+
+    return _call("once", parse, name=name, holder=holder)

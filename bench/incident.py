@@ -1,0 +1,697 @@
+"""The one-hanging-site incident through scrapeq and its peers, side by side.
+
+The demo's fleet (:func:`scrapeq.demo.fleet.default_sites`: 40 healthy shops beside a 503, a
+404, a hanging, a 429 and a dripping site; the hanging ``shop-43`` carries 25 times a shop's
+backlog) is fetched by each system in turn, from the same job list (the demo's ``BASE_JOBS``
+per site times ``--scale``, round robin over the sites), each against the same private
+redis-server (``bench/_redis.py``), flushed before each system, each with **the same request
+timeout (30 s) and the same total concurrency** (``--concurrency``, 64) and its natural
+retry settings (3 retries, exponential backoff where it has one):
+
+* ``scrapeq``: scrapeq's own :class:`~scrapeq.runtime.worker.Worker` (its defaults: 5
+  attempts, full-jitter backoff, breakers, ``domain_concurrency`` 2);
+* ``scrapy``: plain Scrapy, its default retry middleware (``RETRY_TIMES`` 3, no backoff), one
+  download slot per site (``CONCURRENT_REQUESTS_PER_DOMAIN`` 8, its default);
+* ``scrapy-redis``: the same spider on scrapy-redis's scheduler and dupefilter;
+* ``scrapy-scrapeq``: the same spider on :mod:`scrapeq.contrib.scrapy`;
+* ``rq``: an RQ worker pool of ``SimpleWorker`` processes, ``Retry(max=3, interval=[1, 2, 4])``;
+* ``dramatiq``: 2 processes x concurrency/2 threads, ``max_retries=3`` (its exponential
+  backoff from 15 s);
+* ``celery``: a threads pool, ``autoretry_for`` with ``retry_backoff`` (1, 2, 4 s), 3 retries;
+* ``arq`` (when installed; it pins redis-py < 6, so it is not in the ``bench`` extra): an arq
+  worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4.
+
+The sync peers fetch with urllib (``bench/_peers.py``): their 30 s timeout is a socket
+timeout (per connect, per read), as ``requests``' is, not a total deadline.
+
+``--burst-after`` seconds into each run (10; 3 with ``--quick``) a burst of ``--burst`` (40)
+critical jobs for a separate loopback site is enqueued with the system's top priority (lane
+``critical``; Scrapy ``priority=100``; a ``critical`` queue listed first for RQ and Celery; a
+higher-priority actor on its own queue for Dramatiq; arq has none: the tail).
+
+Each system runs in a child process (its own process group) until every healthy page and the
+whole burst are fetched, or ``--duration`` seconds (90; 12 with ``--quick``). The figures come
+from the servers' own counters, sampled every second, so no system reports on itself:
+
+* healthy pages fetched (200s on the healthy shops) in the first 30 s and in all;
+* fetches spent on each faulty site;
+* for scrapeq and Scrapy on scrapeq: jobs lost or stranded (enqueued, and neither done, dead
+  nor pending in Redis after the system was stopped);
+* the burst: p50/p99 seconds from its enqueue to each page's first fetch, and pages fetched.
+
+``--quick`` (scrapeq and plain Scrapy, a tenth of the jobs) is what
+``tests/test_bench_incident.py`` runs to check the harness works, not its speed. ``--runs N``
+repeats the whole round; the table shows medians (min-max). ``--plot PATH`` draws healthy
+pages over time, one line per system (matplotlib, in the ``bench`` extra).
+
+Run: ``python bench/incident.py [--quick] [--systems scrapeq,scrapy,...] [--runs N]
+[--json PATH] [--plot PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redis import add_server_args, format_table, load_note, private_redis
+from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
+from scrapeq.demo.scenario import BASE_JOBS
+
+SYSTEMS = ("scrapeq", "scrapy", "scrapy-redis", "scrapy-scrapeq", "rq", "dramatiq", "celery", "arq")
+TIMEOUT = 30.0
+RETRIES = 3
+
+
+# --- the job list --------------------------------------------------------------------------
+
+
+def job_urls(fleet: Fleet, scale: float) -> dict[str, list[str]]:
+    """Site name -> its URLs (``http://127.0.0.1:<port>/p/<n>``), the demo's counts."""
+    per_site = sum(BASE_JOBS.values())
+    urls: dict[str, list[str]] = {}
+    n = 0
+    for spec in fleet.sites:
+        count = max(1, round(per_site * spec.weight * scale))
+        port = fleet.ports[spec.name]
+        urls[spec.name] = [f"http://127.0.0.1:{port}/p/{n + i}" for i in range(count)]
+        n += count
+    return urls
+
+
+def interleave(urls: dict[str, list[str]]) -> list[str]:
+    """Every URL, round robin over the sites (as a mixed backlog arrives)."""
+    out: list[str] = []
+    lists = [list(v) for v in urls.values()]
+    while any(lists):
+        for lst in lists:
+            if lst:
+                out.append(lst.pop(0))
+    return out
+
+
+# --- the systems (each runs in a child: python bench/incident.py --child NAME ...) ----------
+
+
+class Burst(NamedTuple):
+    """The critical burst: its URLs, enqueued at ``at`` (``time.monotonic()``, system-wide)
+    with the system's top priority."""
+
+    urls: list[str]
+    at: float
+
+
+def _later(at: float, fn: Callable[[], None]) -> None:
+    """Run ``fn`` at monotonic time ``at`` on a daemon thread."""
+
+    def run() -> None:
+        time.sleep(max(0.0, at - time.monotonic()))
+        fn()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _domain_concurrency() -> dict[str, int]:
+    """scrapeq's ``domain_concurrency`` when $BENCH_DOMAIN_CONCURRENCY sets it (the
+    throughput bench: 16 sites x 4 = 64), else its default."""
+    value = os.environ.get("BENCH_DOMAIN_CONCURRENCY")
+    return {"domain_concurrency": int(value)} if value else {}
+
+
+def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    from scrapeq.engine.queue import AsyncQueue, Queue
+    from scrapeq.engine.settings import Settings
+    from scrapeq.runtime.worker import Worker
+
+    settings = Settings(
+        allow_private=True, request_timeout=TIMEOUT, queue="incident", **_domain_concurrency()
+    )
+    q = Queue.from_url(redis_url, settings=settings)
+    q.enqueue_many(urls)
+    _later(burst.at, lambda: q.enqueue_many(burst.urls, lane="critical"))
+    aq = AsyncQueue.from_url(redis_url, settings=settings)
+    Worker(aq, concurrency=concurrency, report=False).run()
+
+
+def _scrapy_settings(concurrency: int) -> dict[str, Any]:
+    return {
+        "CONCURRENT_REQUESTS": concurrency,
+        "DOWNLOAD_TIMEOUT": TIMEOUT,
+        "RETRY_TIMES": RETRIES,
+        "LOG_LEVEL": "WARNING",
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+    }
+
+
+def _run_spider(
+    urls: list[str], settings: dict[str, Any], slot_per_site: bool, burst: Burst
+) -> None:
+    import scrapy
+    import scrapy.signals
+    from scrapy.crawler import CrawlerProcess
+
+    class Incident(scrapy.Spider):
+        name = "incident"
+
+        @classmethod
+        def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Any:
+            spider = super().from_crawler(crawler, *args, **kwargs)
+            crawler.signals.connect(spider.opened, signal=scrapy.signals.spider_opened)
+            return spider
+
+        def opened(self) -> None:
+            # The burst enters the scheduler on time, whatever start() has reached.
+            from twisted.internet import reactor
+
+            delay = max(0.0, burst.at - time.monotonic())
+            reactor.callLater(delay, self.send_burst)  # type: ignore[attr-defined]
+
+        def send_burst(self) -> None:
+            for url in burst.urls:
+                meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
+                meta["scrapeq_lane"] = "critical"  # read by Scrapy on scrapeq only
+                request = scrapy.Request(url, callback=self.parse_page, meta=meta, priority=100)
+                self.crawler.engine.crawl(request)
+
+        async def start(self) -> Any:
+            for url in urls:
+                # One download slot per site, as distinct host names would have.
+                meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
+                yield scrapy.Request(url, callback=self.parse_page, meta=meta)
+
+        def parse_page(self, response: Any) -> Any:
+            yield {"url": response.url}
+
+    process = CrawlerProcess(settings={**settings, "ITEM_PIPELINES": {}})
+    process.crawl(Incident)
+    process.start()
+
+
+def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    _run_spider(urls, _scrapy_settings(concurrency), slot_per_site=True, burst=burst)
+
+
+def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    settings = _scrapy_settings(concurrency)
+    del settings["RETRY_TIMES"]
+    settings.update(
+        SCHEDULER="scrapeq.contrib.scrapy.Scheduler",
+        DUPEFILTER_CLASS="scrapeq.contrib.scrapy.DupeFilter",
+        DOWNLOADER_MIDDLEWARES={
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+            "scrapeq.contrib.scrapy.ReportMiddleware": 950,
+        },
+        SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 10},
+        SCRAPEQ_REDIS_URL=redis_url,
+        SCRAPEQ_QUEUE="incident",
+        SCRAPEQ_SETTINGS={
+            "allow_private": True,
+            "request_timeout": TIMEOUT,
+            **_domain_concurrency(),
+        },
+    )
+    _run_spider(urls, settings, slot_per_site=False, burst=burst)
+
+
+def _child_arq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    import aiohttp
+    from arq import Retry, Worker, create_pool
+    from arq.connections import RedisSettings
+
+    async def fetch(ctx: dict[str, Any], url: str) -> int:
+        try:
+            async with ctx["session"].get(url) as resp:
+                await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise Retry(defer=2 ** ctx["job_try"]) from exc
+        if status >= 500 or status == 429:
+            raise Retry(defer=2 ** ctx["job_try"])
+        return status
+
+    async def startup(ctx: dict[str, Any]) -> None:
+        timeout = aiohttp.ClientTimeout(total=TIMEOUT)
+        connector = aiohttp.TCPConnector(limit=0)
+        ctx["session"] = aiohttp.ClientSession(timeout=timeout, connector=connector)
+
+    async def shutdown(ctx: dict[str, Any]) -> None:
+        await ctx["session"].close()
+
+    settings = RedisSettings.from_dsn(redis_url)
+
+    async def main() -> None:
+        pool = await create_pool(settings)
+        for url in urls:
+            await pool.enqueue_job("fetch", url)
+
+        async def burst_in() -> None:  # arq has no priorities: the burst joins the queue
+            await asyncio.sleep(max(0.0, burst.at - time.monotonic()))
+            for url in burst.urls:
+                await pool.enqueue_job("fetch", url)
+
+        burst_task = asyncio.create_task(burst_in())
+        worker = Worker(
+            functions=[fetch],
+            redis_settings=settings,
+            max_jobs=concurrency,
+            max_tries=RETRIES + 1,
+            job_timeout=TIMEOUT + 5,
+            on_startup=startup,
+            on_shutdown=shutdown,
+            handle_signals=False,
+        )
+        await worker.async_run()
+        await burst_task
+
+    asyncio.run(main())
+
+
+def _child_scrapy_redis(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    settings = _scrapy_settings(concurrency)
+    settings.update(
+        SCHEDULER="scrapy_redis.scheduler.Scheduler",
+        DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
+        REDIS_URL=redis_url,
+    )
+    _run_spider(urls, settings, slot_per_site=True, burst=burst)
+
+
+def _peer_env(redis_url: str) -> dict[str, str]:
+    here = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, BENCH_REDIS_URL=redis_url)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run_workers(cmd: list[str], redis_url: str) -> None:
+    """Run a peer's worker command until this child is stopped (its group goes with it)."""
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent, env=_peer_env(redis_url))
+    proc.wait()
+
+
+def _child_rq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    from rq import Queue as RQueue
+    from rq import Retry
+
+    conn = redis.Redis.from_url(redis_url)
+    q = RQueue("incident", connection=conn)
+    retry = Retry(max=RETRIES, interval=[1, 2, 4])
+    with conn.pipeline() as pipe:
+        for url in urls:
+            q.enqueue("_peers.fetch", url, retry=retry, job_timeout=600, pipeline=pipe)
+        pipe.execute()
+    critical = RQueue("critical", connection=conn)  # listed first: its workers take it first
+    _later(burst.at, lambda: [critical.enqueue("_peers.fetch", u, retry=retry) for u in burst.urls])
+    rq = str(Path(sys.executable).parent / "rq")
+    _run_workers([rq, "worker-pool", "-n", str(concurrency), "-w", "rq.worker.SimpleWorker",
+                  "--url", redis_url, "critical", "incident"], redis_url)  # fmt: skip
+
+
+def _child_dramatiq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    import _peers
+
+    for url in urls:
+        _peers.dramatiq_fetch.send(url)
+    _later(burst.at, lambda: [_peers.dramatiq_critical.send(u) for u in burst.urls])
+    threads = max(1, concurrency // 2)
+    exe = str(Path(sys.executable).parent / "dramatiq")
+    _run_workers([exe, "_peers", "--processes", "2", "--threads", str(threads)], redis_url)
+
+
+def _child_celery(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    import _peers
+
+    for url in urls:
+        _peers.celery_fetch.delay(url)
+    burst_in = [_peers.celery_fetch.s(u).set(queue="critical") for u in burst.urls]
+    _later(burst.at, lambda: [sig.apply_async() for sig in burst_in])
+    exe = str(Path(sys.executable).parent / "celery")
+    _run_workers([exe, "-A", "_peers", "worker", "-Q", "critical,celery", "--pool", "threads",
+                  "--concurrency",
+                  str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
+                  "--without-heartbeat"], redis_url)  # fmt: skip
+
+
+CHILDREN = {
+    "scrapeq": _child_scrapeq,
+    "scrapy": _child_scrapy,
+    "scrapy-scrapeq": _child_scrapy_scrapeq,
+    "arq": _child_arq,
+    "scrapy-redis": _child_scrapy_redis,
+    "rq": _child_rq,
+    "dramatiq": _child_dramatiq,
+    "celery": _child_celery,
+}
+
+
+# --- the critical burst's site ---------------------------------------------------------------
+
+
+class BurstSite:
+    """A loopback site, served on a thread of this process, that notes when each page was
+    first asked for (``time.monotonic()``): how fresh the critical burst is."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+        self.port = 0
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+
+    async def _serve(self) -> None:
+        from aiohttp import web
+
+        async def page(request: web.Request) -> web.Response:
+            self.first.setdefault(request.path, time.monotonic())
+            return web.Response(text="<title>critical</title>", content_type="text/html")
+
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", page)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> BurstSite:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the burst site did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(5)
+
+    def urls(self, run: str, n: int) -> list[str]:
+        return [f"http://127.0.0.1:{self.port}/{run}/c/{i}" for i in range(n)]
+
+    def freshness(self, urls: list[str], at: float) -> list[float]:
+        """Seconds from the burst's enqueue to each of its pages' first fetch."""
+        paths = ["/" + u.split("/", 3)[3] for u in urls]
+        return sorted(self.first[p] - at for p in paths if p in self.first)
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+def _healthy(stats: dict[str, Any], sites: list[SiteSpec]) -> int:
+    return sum(int(stats[s.name].statuses.get("200", 0)) for s in sites if s.healthy)
+
+
+def run_system(
+    name: str,
+    fleet: Fleet,
+    redis_url: str,
+    urls: dict[str, list[str]],
+    args: argparse.Namespace,
+    site: BurstSite,
+    run: int,
+) -> dict[str, Any]:
+    """Run one system for ``args.duration`` seconds; the fleet's counts say what it did."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+    before = fleet.stats()
+    healthy_total = sum(len(urls[s.name]) for s in fleet.sites if s.healthy)
+    burst_urls = site.urls(f"{name}-{run}", args.burst)
+    burst_at = time.monotonic() + args.burst_after
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"urls": interleave(urls), "burst": burst_urls, "burst_at": burst_at}, f)
+        url_file = f.name
+    cmd = [sys.executable, __file__, "--child", name, "--redis-url", redis_url,
+           "--url-file", url_file, "--concurrency", str(args.concurrency)]  # fmt: skip
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    timeline: list[tuple[float, int]] = []
+    at_30 = None
+    try:
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic() - started
+            stats = fleet.stats()
+            done = _healthy(stats, fleet.sites) - _healthy(before, fleet.sites)
+            timeline.append((round(now, 1), done))
+            if at_30 is None and now >= 30:
+                at_30 = done
+            burst_done = len(site.freshness(burst_urls, burst_at)) == len(burst_urls)
+            finished = done >= healthy_total and burst_done
+            if finished or now >= args.duration or proc.poll() is not None:
+                break
+    finally:
+        _stop_group(proc)
+        os.unlink(url_file)
+    after = fleet.stats()
+    log.seek(0)
+    tail = log.read().decode(errors="replace")[-2000:]
+    log.close()
+    fresh = site.freshness(burst_urls, burst_at)
+    faulty = {
+        s.name: (after[s.name] - before[s.name]).requests for s in fleet.sites if not s.healthy
+    }
+    result: dict[str, Any] = {
+        "system": name,
+        "healthy_total": healthy_total,
+        "healthy_30s": at_30 if at_30 is not None else timeline[-1][1],
+        "healthy_done": timeline[-1][1],
+        "seconds": timeline[-1][0],
+        "faulty_fetches": faulty,
+        "timeline": timeline,
+        "lost": _scrapeq_lost(redis_url, urls) if "scrapeq" in name else None,
+        "burst": len(burst_urls),
+        "burst_fetched": len(fresh),
+        "burst_p50": _pct(fresh, 50),
+        "burst_p99": _pct(fresh, 99),
+    }
+    if result["healthy_done"] == 0 or result["burst_fetched"] < result["burst"]:
+        result["log_tail"] = tail
+    return result
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    """The p-th percentile (nearest rank) of sorted ``values``; None when empty."""
+    if not values:
+        return None
+    rank = max(1, -(-len(values) * p // 100))
+    return round(values[int(rank) - 1], 2)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the child and the workers it started (its own process group), by force at last."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig is signal.SIGTERM:
+            time.sleep(0.5)  # the group's other members (worker processes) finish
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
+def _scrapeq_lost(redis_url: str, urls: dict[str, list[str]]) -> int:
+    """Jobs that are neither done, dead nor pending in the queue (lost or stranded)."""
+    from scrapeq.engine.queue import Queue
+
+    q = Queue.from_url(redis_url, "incident")
+    try:
+        c = q.counts()
+    finally:
+        q.close()
+    kept = c["done"] + c["dead"] + c["ready"] + c["delayed"] + c["inflight"] + c["cancelled"]
+    return c["enqueued"] - kept
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def _median_range(values: list[int]) -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:g}"
+    return f"{med:g} ({min(values)}-{max(values)})"
+
+
+def _median_float(values: list[float | None]) -> str:
+    """Median (min-max) of the runs that fetched the burst; '-' when none did."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "-"
+    med = statistics.median(got)
+    if len(got) == 1:
+        return f"{med:.2f}"
+    return f"{med:.2f} ({min(got):.2f}-{max(got):.2f})"
+
+
+def table(results: list[dict[str, Any]], faulty: list[str]) -> str:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by.setdefault(r["system"], []).append(r)
+    headers = ["system", "healthy in 30 s", "healthy in all", "s", *faulty, "lost",
+               "burst p50 s", "burst p99 s", "burst fetched"]  # fmt: skip
+    rows = []
+    for name, runs in by.items():
+        lost = [r["lost"] for r in runs if r["lost"] is not None]
+        rows.append(
+            [
+                name,
+                _median_range([r["healthy_30s"] for r in runs]),
+                _median_range([r["healthy_done"] for r in runs]) + f" / {runs[0]['healthy_total']}",
+                _median_range([round(r["seconds"]) for r in runs]),
+                *(_median_range([r["faulty_fetches"][f] for r in runs]) for f in faulty),
+                _median_range(lost) if lost else "n/a",
+                _median_float([r["burst_p50"] for r in runs]),
+                _median_float([r["burst_p99"] for r in runs]),
+                _median_range([r["burst_fetched"] for r in runs]) + f" / {runs[0]['burst']}",
+            ]
+        )
+    return format_table(headers, rows)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    shown: set[str] = set()
+    for r in results:
+        if r["system"] in shown:
+            continue  # the first run of each system
+        shown.add(r["system"])
+        xs = [0.0] + [t for t, _ in r["timeline"]]
+        ys = [0] + [d for _, d in r["timeline"]]
+        ax.plot(xs, ys, label=r["system"])
+    ax.axvline(30, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("healthy pages fetched")
+    ax.set_title("One hanging site: healthy pages over time (30 s timeout, same concurrency)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _from_json(paths: list[Path], plot_path: Path | None) -> int:
+    """Print the table (and draw the plot) of saved results."""
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in json.loads(path.read_text()):
+            by.setdefault(r["system"], []).append(r)
+        merged.update(by)
+    results = [r for runs in merged.values() for r in runs]
+    faulty = sorted(next(iter(results))["faulty_fetches"])
+    print(table(results, faulty))
+    if plot_path is not None:
+        plot(results, plot_path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (checks the harness)")
+    parser.add_argument("--systems", default=None, help=f"comma-separated, of {SYSTEMS}")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--scale", type=float, default=None)
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--burst", type=int, default=40, help="critical jobs in the burst")
+    parser.add_argument("--burst-after", type=float, default=None, help="seconds into a run")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="no run: the table (and --plot) of earlier --json files; a system in a later "
+        "file replaces its runs from an earlier one",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--url-file", default=None, help=argparse.SUPPRESS)
+    add_server_args(parser)
+    args = parser.parse_args(argv)
+    # Stopped by a signal, the private redis-server, the fleet and the running system's
+    # processes are stopped too (a background job may have inherited SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.child:
+        job = json.loads(Path(args.url_file).read_text())
+        burst = Burst(job["burst"], job["burst_at"])
+        CHILDREN[args.child](args.redis_url, job["urls"], args.concurrency, burst)
+        return 0
+    if args.from_json:
+        return _from_json(args.from_json, args.plot)
+    default_systems = "scrapeq,scrapy" if args.quick else ",".join(SYSTEMS)
+    systems = (args.systems or default_systems).split(",")
+    unknown = [s for s in systems if s not in CHILDREN]
+    if unknown:
+        print(f"incident: unknown system {unknown[0]!r} (known: {', '.join(SYSTEMS)})",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    args.scale = args.scale or (0.1 if args.quick else 1.0)
+    args.duration = args.duration or (12.0 if args.quick else 90.0)
+    args.burst_after = args.burst_after or (3.0 if args.quick else 10.0)
+    results: list[dict[str, Any]] = []
+    with (
+        private_redis(args.redis_server) as server,
+        Fleet(default_sites()) as fleet,
+        BurstSite() as site,
+    ):
+        urls = job_urls(fleet, args.scale)
+        print(f"redis {server.version}; {sum(len(v) for v in urls.values())} jobs, "
+              f"concurrency {args.concurrency}, timeout {TIMEOUT:g} s, "
+              f"{args.duration:g} s per run; {load_note()}")  # fmt: skip
+        for run in range(args.runs):
+            for name in systems:
+                result = run_system(name, fleet, server.url, urls, args, site, run)
+                result["run"] = run
+                results.append(result)
+                print(f"run {run + 1} {name}: healthy {result['healthy_done']}/"
+                      f"{result['healthy_total']} in {result['seconds']:g} s, "
+                      f"faulty fetches {result['faulty_fetches']}, burst fetched "
+                      f"{result['burst_fetched']}/{result['burst']} p50 {result['burst_p50']} "
+                      f"p99 {result['burst_p99']}", flush=True)  # fmt: skip
+        faulty = [s.name for s in fleet.sites if not s.healthy]
+    print(table(results, faulty))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.plot is not None:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Requests as JSON: what the scheduler stores in a job's payload, and back.
+
+Scrapy's own ``Request.to_dict`` (callbacks and errbacks by name, looked up on the spider) is
+the starting point; its bytes (headers, body) become text here, so the payload is plain JSON,
+never a pickle. Whatever else the dict holds (``meta``, ``cb_kwargs``, cookies) must be JSON as
+it is: a request that cannot be stored raises :class:`UnstorableRequest` when it is scheduled,
+naming the request and the field, instead of failing later in another process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.utils.request import request_from_dict
+
+from scrapeq.errors import ScrapeqError
+
+__all__ = ["META_PREFIX", "UnstorableRequest", "decode_request", "encode_request"]
+
+#: ``meta`` keys the integration keeps on a live request only (never stored): the claimed
+#: job, the attempt's start time, whether it was settled.
+META_PREFIX = "_scrapeq"
+#: The version of the stored form, kept in the payload.
+FORMAT = 1
+
+
+class UnstorableRequest(ScrapeqError):
+    """A request the scheduler cannot store as JSON (a callback that is not a spider method,
+    a ``meta`` or ``cb_kwargs`` value that is not JSON)."""
+
+
+def _json_field(request: Request, name: str, value: Any) -> Any:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UnstorableRequest(
+            f"cannot store {request!r} as JSON: its {name} is not JSON ({exc})"
+        ) from None
+    return value
+
+
+def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
+    """The JSON form of ``request`` (a dict of JSON values).
+
+    Raises:
+        UnstorableRequest: a callback or errback is not a method of ``spider`` (a lambda, a
+            function), or a field is not JSON.
+    """
+    try:
+        data = request.to_dict(spider=spider)
+    except ValueError as exc:
+        raise UnstorableRequest(f"cannot store {request!r}: {exc}") from None
+    headers = data.pop("headers", {}) or {}
+    data["headers"] = {
+        _latin1(key): [_latin1(v) for v in values] for key, values in headers.items()
+    }
+    data["body"] = base64.b64encode(data.get("body") or b"").decode("ascii")
+    meta = {k: v for k, v in (data.get("meta") or {}).items() if not k.startswith(META_PREFIX)}
+    data["meta"] = _json_field(request, "meta", meta)
+    for name in ("cb_kwargs", "cookies", "flags", "callback", "errback", "encoding"):
+        if name in data:
+            data[name] = _json_field(request, name, data[name])
+    return {"v": FORMAT, "request": data}
+
+
+def decode_request(payload: Any, spider: Spider) -> Request:
+    """The request a job's payload holds, its callbacks found on ``spider`` again.
+
+    Raises:
+        ValueError: the payload is not a stored request, or names a method the spider has not.
+    """
+    if not isinstance(payload, dict) or payload.get("v") != FORMAT:
+        raise ValueError(f"job payload is not a stored Scrapy request: {payload!r:.200}")
+    data = dict(payload["request"])
+    data["body"] = base64.b64decode(data.get("body") or "")
+    return request_from_dict(data, spider=spider)
+
+
+def _latin1(value: bytes | str) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
