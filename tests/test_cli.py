@@ -13,25 +13,16 @@ from typing import Any
 import pytest
 import redis
 
+from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
-from scrapeq.interfaces.cli import main
 from sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path)
 
 
 def urls(n: int, shop: int = 1) -> list[str]:

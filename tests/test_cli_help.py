@@ -4,7 +4,6 @@ variable and default, ``-v`` counts; the settings' precedence (flag > env > file
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,16 +11,13 @@ from typing import Any
 
 import pytest
 
+from cli_helpers import scrub_env
 from scrapeq.interfaces.cli import command, main
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("COLUMNS", "200")  # one option a line: nothing folded
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path, columns=200)  # one option a line: nothing folded
 
 
 def help_text(capsys: pytest.CaptureFixture[str], *path: str) -> str:

@@ -4,7 +4,6 @@ format (ISO 8601 UTC text with an ``_ms`` integer twin); ``breakers --json`` win
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cli_helpers import scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.interfaces.cli import main
 
@@ -20,10 +20,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Any:

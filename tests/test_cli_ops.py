@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from importlib.metadata import version
 from pathlib import Path
@@ -14,22 +13,13 @@ import pytest
 import redis
 
 import scrapeq.interfaces.cli
+from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
-from scrapeq.interfaces.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path)
 
 
 class Terminal(io.StringIO):

@@ -3,33 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
-from scrapeq.interfaces.cli import main
 
 SECRET = "s3cret-pw"
 URL = f"https://bob:{SECRET}@shop-1.example.com/p/1"
 SHOWN = "https://bob:***@shop-1.example.com/p/1"
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "400")  # rich folds long cells otherwise
+    scrub_env(monkeypatch, tmp_path, columns=400)
 
 
 @pytest.fixture

@@ -31,10 +31,10 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.engine.connection import redact, sync_client
 from scrapeq.engine.embedded import find_redis_server
-from scrapeq.interfaces.cli import main
 from sites import ok, sites, status
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
@@ -126,16 +126,7 @@ def server(secured: Server) -> Iterator[Server]:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    scrub_env(monkeypatch, tmp_path)
 
 
 async def burst_worker(url: str) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import scrub_env
 from conftest import marked_processes, redis_servers_under
 from scrapeq.engine.embedded import ServerFiles, stop_server
 from scrapeq.interfaces.cli import main
@@ -27,10 +28,7 @@ from scrapeq.interfaces.cli import main
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path)
 
 
 @pytest.fixture

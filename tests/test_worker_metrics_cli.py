@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 import sys
@@ -13,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.interfaces.cli import main
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SCRAPEQ_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    scrub_env(monkeypatch, tmp_path)
 
 
 def _get(url: str) -> bytes:
