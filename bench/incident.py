@@ -9,7 +9,7 @@ timeout (30 s) and the same total concurrency** (``--concurrency``, 64) and its 
 retry settings (3 retries, exponential backoff where it has one):
 
 * ``scrapeq``: scrapeq's own :class:`~scrapeq.runtime.worker.Worker` (its defaults: 5
-  attempts, full-jitter backoff, breakers, ``domain_concurrency`` 2);
+  attempts, full-jitter backoff, breakers, ``domain_concurrency`` ``auto``);
 * ``scrapy``: plain Scrapy, its default retry middleware (``RETRY_TIMES`` 3, no backoff), one
   download slot per site (``CONCURRENT_REQUESTS_PER_DOMAIN`` 8, its default);
 * ``scrapy-redis``: the same spider on scrapy-redis's scheduler and dupefilter;
@@ -18,8 +18,8 @@ retry settings (3 retries, exponential backoff where it has one):
 * ``dramatiq``: 2 processes x concurrency/2 threads, ``max_retries=3`` (its exponential
   backoff from 15 s);
 * ``celery``: a threads pool, ``autoretry_for`` with ``retry_backoff`` (1, 2, 4 s), 3 retries;
-* ``arq`` (when installed; it pins redis-py < 6, so it is not in the ``bench`` extra): an arq
-  worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4.
+* ``arq`` (when installed; it pins redis-py < 6, so it is not in the ``bench`` extra: see
+  ``--python-for``): an arq worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4.
 
 The sync peers fetch with urllib (``bench/_peers.py``): their 30 s timeout is a socket
 timeout (per connect, per read), as ``requests``' is, not a total deadline.
@@ -44,8 +44,14 @@ from the servers' own counters, sampled every second, so no system reports on it
 repeats the whole round; the table shows medians (min-max). ``--plot PATH`` draws healthy
 pages over time, one line per system (matplotlib, in the ``bench`` extra).
 
+``--python-for SYSTEM=PYTHON`` runs that system's child under another interpreter (the
+others, and the harness, stay on the one running this script): arq, whose redis-py pin
+conflicts with the project's, from a venv of its own, e.g. ``python3 -m venv /tmp/arq-venv &&
+/tmp/arq-venv/bin/pip install -e . arq==0.28.0`` then ``--python-for
+arq=/tmp/arq-venv/bin/python``.
+
 Run: ``python bench/incident.py [--quick] [--systems scrapeq,scrapy,...] [--runs N]
-[--json PATH] [--plot PATH]``.
+[--json PATH] [--plot PATH] [--python-for SYSTEM=PYTHON]``.
 """
 
 from __future__ import annotations
@@ -235,6 +241,7 @@ def _child_arq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) 
     import aiohttp
     from arq import Retry, Worker, create_pool
     from arq.connections import RedisSettings
+    from arq.worker import func
 
     async def fetch(ctx: dict[str, Any], url: str) -> int:
         try:
@@ -269,7 +276,9 @@ def _child_arq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) 
 
         burst_task = asyncio.create_task(burst_in())
         worker = Worker(
-            functions=[fetch],
+            # arq names a function by its __qualname__ (here _child_arq.<locals>.fetch), not
+            # the name its jobs were enqueued under.
+            functions=[func(fetch, name="fetch")],
             redis_settings=settings,
             max_jobs=concurrency,
             max_tries=RETRIES + 1,
@@ -445,7 +454,8 @@ def run_system(
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"urls": interleave(urls), "burst": burst_urls, "burst_at": burst_at}, f)
         url_file = f.name
-    cmd = [sys.executable, __file__, "--child", name, "--redis-url", redis_url,
+    python = args.python_for.get(name, sys.executable)
+    cmd = [python, __file__, "--child", name, "--redis-url", redis_url,
            "--url-file", url_file, "--concurrency", str(args.concurrency)]  # fmt: skip
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
     started = time.monotonic()
@@ -618,6 +628,21 @@ def _from_json(paths: list[Path], plot_path: Path | None) -> int:
     return 0
 
 
+def _python_for(values: list[str]) -> dict[str, str]:
+    """``--python-for SYSTEM=PYTHON`` values -> {system: interpreter}; ValueError if bad."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, python = value.partition("=")
+        if not sep or not name or not python:
+            raise ValueError(f"{value!r}: expected SYSTEM=PYTHON")
+        if name not in SYSTEMS:
+            raise ValueError(f"{value!r}: unknown system {name!r} (known: {', '.join(SYSTEMS)})")
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise ValueError(f"{value!r}: {python} is not an executable file")
+        out[name] = python
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a short run (checks the harness)")
@@ -638,6 +663,14 @@ def main(argv: list[str] | None = None) -> int:
         help="no run: the table (and --plot) of earlier --json files; a system in a later "
         "file replaces its runs from an earlier one",
     )
+    parser.add_argument(
+        "--python-for",
+        action="append",
+        default=[],
+        metavar="SYSTEM=PYTHON",
+        help="run SYSTEM's child under this interpreter (repeatable; e.g. "
+        "arq=/tmp/arq-venv/bin/python: arq pins redis-py < 6)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url-file", default=None, help=argparse.SUPPRESS)
@@ -647,6 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     # processes are stopped too (a background job may have inherited SIGINT ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        args.python_for = _python_for(args.python_for)
+    except ValueError as exc:
+        print(f"incident: --python-for {exc}", file=sys.stderr)
+        return 2
     if args.child:
         job = json.loads(Path(args.url_file).read_text())
         burst = Burst(job["burst"], job["burst_at"])

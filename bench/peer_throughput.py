@@ -13,7 +13,11 @@ Throughput is counted by the sites (requests answered), from the first answer to
 so start-up (64 RQ processes, Scrapy's engine) is left out. Each system runs until every URL
 was fetched or ``--timeout`` seconds (60) passed.
 
-Run: ``python bench/peer_throughput.py [--systems scrapeq,rq,...] [--jobs N]``.
+arq is left out unless named in ``--systems``; it runs from a venv of its own
+(``--python-for arq=/tmp/arq-venv/bin/python``, as in ``bench/incident.py``).
+
+Run: ``python bench/peer_throughput.py [--systems scrapeq,rq,...] [--jobs N]
+[--python-for SYSTEM=PYTHON]``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, format_table, load_note, private_redis
-from incident import SYSTEMS, _stop_group
+from incident import SYSTEMS, _python_for, _stop_group
 from scrapeq.demo.fleet import Fleet, SiteSpec
 
 SITES = 16
@@ -54,7 +58,8 @@ def run_case(
         json.dump({"urls": urls, "burst": [], "burst_at": 0.0}, f)
         url_file = f.name
     here = Path(__file__).resolve().parent
-    cmd = [sys.executable, str(here / "incident.py"), "--child", name, "--redis-url", redis_url,
+    python = args.python_for.get(name, sys.executable)
+    cmd = [python, str(here / "incident.py"), "--child", name, "--redis-url", redis_url,
            "--url-file", url_file, "--concurrency", "64"]  # fmt: skip
     os.environ["BENCH_DOMAIN_CONCURRENCY"] = "4"
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
@@ -85,10 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "arq"))
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--python-for",
+        action="append",
+        default=[],
+        metavar="SYSTEM=PYTHON",
+        help="run SYSTEM's child under this interpreter (as bench/incident.py's)",
+    )
     add_server_args(parser)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        args.python_for = _python_for(args.python_for)
+    except ValueError as exc:
+        print(f"peer_throughput: --python-for {exc}", file=sys.stderr)
+        return 2
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:

@@ -47,3 +47,35 @@ def test_an_unknown_system_is_one_line_and_exit_2() -> None:
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("incident: unknown system 'nope' (known: scrapeq, scrapy, ")
+
+
+def test_python_for_runs_that_system_under_the_given_interpreter(tmp_path: Path) -> None:
+    # arq pins redis-py < 6, so it runs from a venv of its own: --python-for NAME=PYTHON.
+    marker = tmp_path / "used"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    out = tmp_path / "incident.json"
+    argv = ["--quick", "--systems", "scrapeq", "--duration", "8", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), *argv, "--python-for", f"scrapeq={wrapper}"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--child scrapeq" in marker.read_text()
+    (result,) = json.loads(out.read_text())
+    assert result["healthy_done"] > 0, result.get("log_tail")
+
+
+@pytest.mark.parametrize(
+    "value", ["arq", "nope=/usr/bin/python3", "arq=/nonexistent/python", "=/usr/bin/python3"]
+)
+def test_a_bad_python_for_is_one_line_and_exit_2(value: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--python-for", value], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("incident: --python-for"), line
