@@ -628,6 +628,35 @@ def _from_json(paths: list[Path], plot_path: Path | None) -> int:
     return 0
 
 
+def add_python_for_arg(parser: argparse.ArgumentParser) -> None:
+    """``--python-for SYSTEM=PYTHON`` (repeatable), shared with bench/peer_throughput.py."""
+    parser.add_argument(
+        "--python-for",
+        action="append",
+        default=[],
+        metavar="SYSTEM=PYTHON",
+        help="run SYSTEM's child under this interpreter (repeatable; e.g. "
+        "arq=/tmp/arq-venv/bin/python: arq pins redis-py < 6)",
+    )
+
+
+def prepare_run(args: argparse.Namespace, prog: str) -> bool:
+    """Signals stop the run cleanly, and ``args.python_for`` becomes {system: interpreter};
+    False (after one line on stderr) when a --python-for value is bad.
+
+    Stopped by a signal, the private redis-server, the fleet and the running system's
+    processes are stopped too (a background job may have inherited SIGINT ignored).
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        args.python_for = _python_for(args.python_for)
+    except ValueError as exc:
+        print(f"{prog}: --python-for {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _python_for(values: list[str]) -> dict[str, str]:
     """``--python-for SYSTEM=PYTHON`` values -> {system: interpreter}; ValueError if bad."""
     out: dict[str, str] = {}
@@ -663,27 +692,13 @@ def main(argv: list[str] | None = None) -> int:
         help="no run: the table (and --plot) of earlier --json files; a system in a later "
         "file replaces its runs from an earlier one",
     )
-    parser.add_argument(
-        "--python-for",
-        action="append",
-        default=[],
-        metavar="SYSTEM=PYTHON",
-        help="run SYSTEM's child under this interpreter (repeatable; e.g. "
-        "arq=/tmp/arq-venv/bin/python: arq pins redis-py < 6)",
-    )
+    add_python_for_arg(parser)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url-file", default=None, help=argparse.SUPPRESS)
     add_server_args(parser)
     args = parser.parse_args(argv)
-    # Stopped by a signal, the private redis-server, the fleet and the running system's
-    # processes are stopped too (a background job may have inherited SIGINT ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        args.python_for = _python_for(args.python_for)
-    except ValueError as exc:
-        print(f"incident: --python-for {exc}", file=sys.stderr)
+    if not prepare_run(args, "incident"):
         return 2
     if args.child:
         job = json.loads(Path(args.url_file).read_text())

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, format_table, load_note, private_redis
-from incident import SYSTEMS, _python_for, _stop_group
+from incident import SYSTEMS, _stop_group, add_python_for_arg, prepare_run
 from scrapeq.demo.fleet import Fleet, SiteSpec
 
 SITES = 16
@@ -90,21 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "arq"))
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument(
-        "--python-for",
-        action="append",
-        default=[],
-        metavar="SYSTEM=PYTHON",
-        help="run SYSTEM's child under this interpreter (as bench/incident.py's)",
-    )
+    add_python_for_arg(parser)
     add_server_args(parser)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        args.python_for = _python_for(args.python_for)
-    except ValueError as exc:
-        print(f"peer_throughput: --python-for {exc}", file=sys.stderr)
+    if not prepare_run(args, "peer_throughput"):
         return 2
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]
