@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from scrapeq import AsyncQueue, Queue, Settings
+from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.queue import partition_of, partition_of_id
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.worker import Worker
@@ -44,7 +45,7 @@ def test_a_domain_has_one_partition_by_a_stable_hash() -> None:
 def test_one_partition_keeps_the_key_names(make_queue: QueueFactory, redis_client: Any) -> None:
     q = make_queue(queue="shop")
     q.enqueue_many(urls(5, 2))
-    assert redis_client.exists("sq:{shop}:domains")
+    assert redis_client.get("sq:{shop}:dcount") == "5"
     assert redis_client.hget("sq:{shop}:meta", "parts") is None
     job = q.claim(1).jobs[0]
     assert "." not in job.id
@@ -55,10 +56,16 @@ def test_keys_spread_over_the_partitions(make_queue: QueueFactory, redis_client:
     results = q.enqueue_many(urls(12, 3))
     assert all(r.status == "added" for r in results)
     assert redis_client.hget("sq:{shop}:meta", "parts") == "3"
-    assert not redis_client.exists("sq:{shop}:domains")
+    assert not redis_client.exists("sq:{shop}:domains", "sq:{shop}:dcount")
     for i in range(3):
-        members = redis_client.smembers(f"sq:{{shop:{i}}}:domains")
+        members = {
+            d
+            for b in range(REGISTRY_BUCKETS)
+            for d in redis_client.hkeys(f"sq:{{shop:{i}}}:reg:{b}")
+        }
         assert members == {dom(d) for d in range(12) if partition_of(dom(d), 3) == i}
+        assert redis_client.get(f"sq:{{shop:{i}}}:dcount") == str(len(members))
+    assert q.domain_names() == sorted(dom(d) for d in range(12))
     for url, r in zip(urls(12, 3), results, strict=True):
         domain = url.split("/")[2]
         assert partition_of_id(r.id, 3) == partition_of(domain, 3)

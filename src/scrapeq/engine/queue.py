@@ -372,13 +372,11 @@ class _QueueCore:
         return ms_to_iso(int(until)) if until and int(until) > now_ms else None
 
     def _op_domain_names(self) -> Op[list[str]]:
-        members = yield Command(("SMEMBERS", self.keys.domains))
-        return sorted(str(m) for m in members)
+        return (yield from scripts.registry_names_op())
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
-            members = yield Command(("SMEMBERS", self.keys.domains))
-            domains = sorted(str(m) for m in members)
+            domains = yield from scripts.registry_names_op()
         out: list[dict[str, Any]] = []
         for start in range(0, len(domains), _PAGE):
             out.extend((yield scripts.domain_info(domains[start : start + _PAGE])))
@@ -545,7 +543,8 @@ class _QueueCore:
         return answer
 
     def _op_exists(self) -> Op[bool]:
-        found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
+        k = self.keys
+        found = yield Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats))
         return bool(found)
 
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
@@ -1111,12 +1110,19 @@ class _PartitionedCore(_QueueCore):
             return (yield from super()._op_figures())
         return _figures((yield from self._op_status_raw()))
 
+    def _op_domain_names(self) -> Op[list[str]]:
+        if self.partitions == 1:
+            return (yield from super()._op_domain_names())
+        names: set[str] = set()
+        for part in range(self.partitions):
+            names.update((yield from self._on(scripts.registry_names_op(), part)))
+        return sorted(names)
+
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if self.partitions == 1:
             return (yield from super()._op_domains_info(domains))
         if domains is None:
-            members = yield from self._many([Command(("SMEMBERS", k.domains)) for k in self.parts])
-            domains = sorted(str(m) for some in members for m in some)
+            domains = yield from self._op_domain_names()
         found: dict[str, dict[str, Any]] = {}
         for part, chosen in _by_part(domains, self._part):
             for info in (yield from self._on(super()._op_domains_info(chosen), part)):
@@ -1175,7 +1181,9 @@ class _PartitionedCore(_QueueCore):
         if self.partitions == 1:
             return (yield from super()._op_exists())
         steps: list[Step] = [Command(("EXISTS", self.keys.meta))]
-        steps += [Command(("EXISTS", k.meta, k.domains, k.stats)) for k in self.parts]
+        steps += [
+            Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats)) for k in self.parts
+        ]
         return any(int(x) for x in (yield from self._many(steps)))
 
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
@@ -1769,7 +1777,7 @@ class Queue(_PartitionedCore):
         return self._drive(self._op_paused_until())
 
     def domain_names(self) -> list[str]:
-        """Every domain the queue knows, sorted (one SMEMBERS: no per-domain reads)."""
+        """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
         return self._drive(self._op_domain_names())
 
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:

@@ -31,6 +31,8 @@
                             longer pending
          open_set           d: the domain's breaker is open or half-open and it is not in
                             sq:{Q}:open, or the other way round
+         domain_count       exp, obs: the registry's counter (sq:{Q}:dcount, obs when
+                            scanned) is not the number of domains it holds (exp)
 
   Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
   (dead letter if it died, else ready; a done one gets its TTL back, or is deleted); a job in
@@ -343,6 +345,21 @@ function CHECKS.stale_fingerprint(it)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+-- Counted again here (every bucket of the registry), unless a registry of an older queue
+-- is still being migrated (housekeeping.lua).
+function CHECKS.domain_count(it)
+  if redis.call('EXISTS', K_DOMAINS) == 1 then return false end
+  local n = 0
+  for b = 0, REGISTRY_BUCKETS - 1 do n = n + redis.call('HLEN', P .. 'reg:' .. b) end
+  local now = tonumber(redis.call('GET', K_DCOUNT)) or 0
+  if now == n then return false end
+  local detail = 'counter ' .. now .. ', domains ' .. n
+  if REPAIR then
+    if n > 0 then redis.call('SET', K_DCOUNT, n) else redis.call('DEL', K_DCOUNT) end
+  end
+  return true, REPAIR, detail
 end
 
 function CHECKS.open_set(it)

@@ -31,7 +31,8 @@ end
 local K_DELAYED = P .. 'delayed'
 local K_READY = P .. 'domains:ready'
 local K_WAIT = P .. 'domains:wait'
-local K_DOMAINS = P .. 'domains'
+local K_DOMAINS = P .. 'domains'  -- the domain registry before it had buckets (registry_*)
+local K_DCOUNT = P .. 'dcount'  -- the number of domains in the registry
 local K_INFLIGHT = P .. 'inflight'
 local K_LEASED = P .. 'leased'  -- hash: id of a claimed job -> its domain
 local K_DEAD = P .. 'dead'
@@ -54,6 +55,57 @@ local function k_dq(d) return P .. 'dq:' .. d end
 local function k_dom(d) return P .. 'domain:' .. d end
 local function k_ddead(d) return P .. 'ddead:' .. d end
 local function k_lane(l) return P .. 'lane:' .. l end
+
+-- The domain registry: every domain the queue knows, with its count of jobs enqueued since it
+-- was first seen (its `enq`), spread over REGISTRY_BUCKETS small hashes sq:{Q}:reg:<b> so each
+-- stays in Redis's compact encoding (up to 128 fields: about 100,000 domains a partition) at
+-- ~25 bytes a domain. A domain that only has jobs queued has no hash of its own (domain.lua):
+-- the registry is all it costs beyond its ready queue. scrapeq/engine/keys.py's
+-- registry_bucket is the same function.
+local REGISTRY_BUCKETS = 1024
+local REG_BUCKET = {}
+local function registry_bucket(d)
+  local b = REG_BUCKET[d]
+  if b then return b end
+  local h = 0  -- a polynomial hash modulo a prime (1,000,003): exact in Lua's doubles
+  for i = 1, #d do h = (h * 31 + string.byte(d, i)) % 1000003 end
+  b = h % REGISTRY_BUCKETS
+  REG_BUCKET[d] = b
+  return b
+end
+local function k_reg(d) return P .. 'reg:' .. registry_bucket(d) end
+
+-- (K_DOMAINS: a queue written before the registry had buckets, until housekeeping.lua's
+-- migrate_registry has moved it.)
+local function registry_has(d)
+  return redis.call('HEXISTS', k_reg(d), d) == 1 or redis.call('SISMEMBER', K_DOMAINS, d) == 1
+end
+
+-- Register d (its enq counter at 0) if it is new; once a call per domain.
+local REG_KNOWN = {}
+local function registry_add(d)
+  if REG_KNOWN[d] then return end
+  REG_KNOWN[d] = true
+  if redis.call('HSETNX', k_reg(d), d, 0) == 1 then redis.call('INCR', K_DCOUNT) end
+end
+
+-- Domain d's count of jobs enqueued (0 when unknown).
+local function registry_enq(d)
+  return tonumber(redis.call('HGET', k_reg(d), d)) or 0
+end
+
+-- Count one job enqueued for d, registering it when new.
+local function registry_count(d)
+  registry_add(d)
+  redis.call('HINCRBY', k_reg(d), d, 1)
+end
+
+local function registry_del(d)
+  REG_KNOWN[d] = nil
+  if redis.call('HDEL', k_reg(d), d) == 1 and redis.call('DECR', K_DCOUNT) <= 0 then
+    redis.call('DEL', K_DCOUNT)
+  end
+end
 
 local EVENTS_MAXLEN = 10000
 
