@@ -12,7 +12,7 @@ The domain table part (``--ttl-up-to``, default 1,000,000: every count): the que
 drained (claim 500 and ack, with ``Settings(domain_ttl=60, domain_concurrency=10)``), the
 clock moved 61 s ahead (the scripts' testing clock offset), and ``reap`` (the housekeeping a
 claim also runs, ``budget`` 1,000 domains a call) called until it forgets nothing more; the
-size of ``sq:{Q}:domains`` and the used memory are printed before and after. The open and
+number of domains in the registry (``sq:{Q}:dcount``) and the used memory are printed before and after. The open and
 dead-letter domains stay (an open breaker is not idle; dead letters keep their domain).
 
 Run: ``.venv/bin/python bench/many_domains.py [--counts 10000,100000,1000000] [--repeat 5]
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ttl_rows = [r for r in rows if r.table_before]
     if ttl_rows:
         print(
-            f"\nThe domain table (sq:{{Q}}:domains) after draining, before and after domain_ttl "
+            f"\nThe domain registry (sq:{{Q}}:dcount) after draining, before and after domain_ttl "
             f"({TTL_S:g} s) housekeeping:"
         )
         print(
