@@ -12,8 +12,9 @@ The domain table part (``--ttl-up-to``, default 1,000,000: every count): the que
 drained (claim 500 and ack, with ``Settings(domain_ttl=60, domain_concurrency=10)``), the
 clock moved 61 s ahead (the scripts' testing clock offset), and ``reap`` (the housekeeping a
 claim also runs, ``budget`` 1,000 domains a call) called until it forgets nothing more; the
-number of domains in the registry (``sq:{Q}:dcount``) and the used memory are printed before and after. The open and
-dead-letter domains stay (an open breaker is not idle; dead letters keep their domain).
+number of domains in the registry (``sq:{Q}:dcount``) and the used memory are printed
+before and after. The open and dead-letter domains stay (an open breaker is not idle; dead
+letters keep their domain).
 
 Run: ``.venv/bin/python bench/many_domains.py [--counts 10000,100000,1000000] [--repeat 5]
 [--ttl-up-to N] [--redis-server PATH]``

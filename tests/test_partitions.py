@@ -66,6 +66,7 @@ def test_keys_spread_over_the_partitions(make_queue: QueueFactory, redis_client:
         assert members == {dom(d) for d in range(12) if partition_of(dom(d), 3) == i}
         assert redis_client.get(f"sq:{{shop:{i}}}:dcount") == str(len(members))
     assert q.domain_names() == sorted(dom(d) for d in range(12))
+    assert all(q.domain_known(dom(d)) for d in range(12)) and not q.domain_known(dom(99))
     for url, r in zip(urls(12, 3), results, strict=True):
         domain = url.split("/")[2]
         assert partition_of_id(r.id, 3) == partition_of(domain, 3)

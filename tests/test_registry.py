@@ -87,6 +87,7 @@ def test_a_domain_with_only_queued_jobs_has_no_hash_of_its_own(
 def test_unknown_domains_are_still_refused(make_queue: MakeQueue) -> None:
     q = make_queue()
     q.enqueue("https://known.example.com/")
+    assert q.domain_known("known.example.com") and not q.domain_known("unknown.example.com")
     with pytest.raises(NotFound):
         q.breaker_reset("unknown.example.com")
     assert q.breaker_reset("known.example.com") == "closed"
@@ -112,6 +113,7 @@ def test_a_queue_written_before_is_read_and_migrated(
 
     # before the migration: listed, counted, known
     assert q.domain_names() == sorted(before)
+    assert all(q.domain_known(d) for d in before)
     assert sum(q.status()["breakers"].values()) == 4
     assert q.breaker_reset("shop-1.example.com") == "closed"
 

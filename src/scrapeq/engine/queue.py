@@ -35,7 +35,7 @@ from scrapeq.engine.connection import (
     sync_client,
 )
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
-from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
+from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.scripts import (
     SCAN_START,
     Call,
@@ -373,6 +373,14 @@ class _QueueCore:
 
     def _op_domain_names(self) -> Op[list[str]]:
         return (yield from scripts.registry_names_op())
+
+    def _op_domain_known(self, domain: str) -> Op[bool]:
+        k = self.keys
+        found = yield Command(("HEXISTS", k.registry(registry_bucket(domain)), domain))
+        if int(found):
+            return True
+        # a queue written before the registry had buckets, not migrated yet
+        return bool(int((yield Command(("SISMEMBER", k.domains, domain)))))
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
@@ -1110,6 +1118,11 @@ class _PartitionedCore(_QueueCore):
             return (yield from super()._op_figures())
         return _figures((yield from self._op_status_raw()))
 
+    def _op_domain_known(self, domain: str) -> Op[bool]:
+        if self.partitions == 1:
+            return (yield from super()._op_domain_known(domain))
+        return (yield from self._on(super()._op_domain_known(domain), self._part(domain)))
+
     def _op_domain_names(self) -> Op[list[str]]:
         if self.partitions == 1:
             return (yield from super()._op_domain_names())
@@ -1780,6 +1793,10 @@ class Queue(_PartitionedCore):
         """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
         return self._drive(self._op_domain_names())
 
+    def domain_known(self, domain: str) -> bool:
+        """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
+        return self._drive(self._op_domain_known(domain))
+
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
         return self._drive(self._op_dead_letters(domain, limit))
@@ -2094,6 +2111,10 @@ class AsyncQueue(_PartitionedCore):
     async def paused_until(self) -> str | None:
         """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
         return await self._drive(self._op_paused_until())
+
+    async def domain_known(self, domain: str) -> bool:
+        """The asyncio twin of :meth:`Queue.domain_known`."""
+        return await self._drive(self._op_domain_known(domain))
 
     async def domain_names(self) -> list[str]:
         """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
