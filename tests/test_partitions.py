@@ -305,3 +305,12 @@ def test_status_details_at_most_status_top_domains_across_partitions(
     small = make_queue(queue="few", partitions=3, status_top=50)
     small.enqueue_many(urls(7, 1))
     assert len(small.status()["domains"]) == 7  # every domain while there are few
+
+
+def test_politeness_by_address_is_refused_with_partitions() -> None:
+    """A job's partition is chosen from its host in the client, while a host's address group
+    is learned in Redis (politeness = ip): the two cannot agree, so the pair is refused."""
+    with pytest.raises(ConfigError, match="ip needs partitions = 1"):
+        Settings(politeness="ip", partitions=3)
+    assert Settings(politeness="ip").partitions == 1
+    assert Settings(politeness="domain", partitions=3).partitions == 3

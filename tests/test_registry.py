@@ -99,7 +99,7 @@ def _as_written_before(client: redis.Redis, q: Queue) -> dict[str, int]:
     for d, enq in before.items():
         client.sadd(q.keys.domains, d)
         client.hset(q.keys.domain(d), "enq", enq)
-    client.delete(*q.keys.registry_keys, q.keys.domain_count)
+    client.delete(*q.keys.registry_keys, q.keys.domain_count, q.keys.registry_index)
     return before
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from scrapeq.engine import scripts
 from scrapeq.engine.job import expand_stored
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.keys import Keys, registry_bucket
 from scrapeq.engine.scripts import Command, Op
 
 __all__ = ["AuditProblem", "AuditReport", "Snapshot", "audit_op", "find_suspects"]
@@ -135,6 +135,8 @@ class Snapshot:
     domain_count: int = 0
     registered: int = 0
     unmigrated: int = 0
+    registry_index: set[int] = field(default_factory=set)  # sq:{Q}:regb
+    registry_names: list[str] = field(default_factory=list)
 
 
 def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
@@ -169,6 +171,8 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     domains = yield from scripts.registry_names_op()
     snap.domain_count = _int((yield Command(("GET", keys.domain_count))))
     snap.registered = len(domains)
+    snap.registry_names = domains
+    snap.registry_index = {int(b) for b in (yield Command(("SMEMBERS", keys.registry_index)))}
     snap.unmigrated = int((yield Command(("SCARD", keys.domains))))
     for d in domains:
         snap.queued[d] = yield from _zset(keys.domain_queue(d))
@@ -401,7 +405,10 @@ def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
 
 
 def _registry_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
-    if snap.unmigrated == 0 and snap.domain_count != snap.registered:
+    if snap.unmigrated:
+        return  # an older queue's registry is still being moved (housekeeping.lua)
+    used = {registry_bucket(d) for d in snap.registry_names}
+    if snap.domain_count != snap.registered or used != snap.registry_index:
         yield {"k": "domain_count", "exp": snap.registered, "obs": snap.domain_count}
 
 

@@ -128,6 +128,11 @@ class Keys:
         return [self.registry(b) for b in range(REGISTRY_BUCKETS)]
 
     @property
+    def registry_index(self) -> str:
+        """The numbers of the registry's buckets that are not empty (a set)."""
+        return f"{self.prefix}regb"
+
+    @property
     def domain_count(self) -> str:
         """The number of domains in the registry (a counter)."""
         return f"{self.prefix}dcount"

@@ -11,15 +11,19 @@
   set of a queue written before the registry had buckets (housekeeping.lua:
   migrate_registry), which may repeat a registered name.
 
-  Cost: O(to - from + the names returned).
+  Cost: O(to - from + the names returned): only the buckets sq:{Q}:regb says are not empty
+  are read.
 ]]
 --@include common
 
 local out = {}
 local from = math.max(math.floor(tonumber(ARG.from) or 0), 0)
 local to = math.min(math.floor(tonumber(ARG.to) or REGISTRY_BUCKETS), REGISTRY_BUCKETS)
+local used = registry_buckets()
 for b = from, to - 1 do
-  for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do out[#out + 1] = d end
+  if used[b] then
+    for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do out[#out + 1] = d end
+  end
 end
 if from == 0 then
   for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do out[#out + 1] = d end

@@ -17,7 +17,7 @@
                   latest dead letters, the most urgent ready ones and the next to wake up,
                   in that order.
   Cost: O(top + lanes), whatever the number of domains (a queue of at most `top` domains
-  reads each of the registry's 1,024 buckets: common.lua).
+  reads the registry's buckets that hold them: common.lua).
     oldest_ready_ms: ms since the lane last had a job claimed or last became non-empty,
     whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
@@ -56,10 +56,11 @@ local function pick_top(top)
   end
   local known = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS)
   if known <= top then
-    for b = 0, REGISTRY_BUCKETS - 1 do
+    for b in pairs(registry_buckets()) do
       for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do add(d) end
     end
     for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do add(d) end  -- not migrated yet
+    table.sort(picked)
     return picked
   end
   for _, d in ipairs(redis.call('SRANDMEMBER', K_OPEN, top)) do add(d) end

@@ -236,16 +236,8 @@ end
 -- sq:{Q}:domains and their enqueue counts in their hashes (`enq`): move `budget` of them a
 -- call into the registry (common.lua) until the set is gone.
 local function migrate_registry(budget)
-  if redis.call('EXISTS', K_DOMAINS) == 0 then return end
-  for _, d in ipairs(redis.call('SPOP', K_DOMAINS, budget)) do
-    registry_add(d)
-    local dk = k_dom(d)
-    local enq = tonumber(redis.call('HGET', dk, 'enq'))
-    if enq then
-      redis.call('HINCRBY', k_reg(d), d, enq)
-      redis.call('HDEL', dk, 'enq')
-    end
-  end
+  if not legacy_registry() then return end
+  for _, d in ipairs(redis.call('SPOP', K_DOMAINS, budget)) do registry_adopt(d, true) end
 end
 
 local function housekeeping(budget)
