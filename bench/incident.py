@@ -988,7 +988,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with (
         private_redis(args.redis_server) as server,
-        Fleet(default_sites()) as fleet,
+        Fleet(default_sites(), track_paths=True) as fleet,
         BurstSite() as site,
     ):
         urls = job_urls(fleet, args.scale)

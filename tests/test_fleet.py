@@ -67,7 +67,7 @@ def test_paths_records_each_request_and_how_it_ended_until_reset() -> None:
         SiteSpec("drip.example.com", Mode.DRIP),
     ]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with Fleet(specs) as fleet:
+    with Fleet(specs, track_paths=True) as fleet:
         base = {s.name: f"http://127.0.0.1:{fleet.ports[s.name]}" for s in specs}
         for path in ("/p/1", "/p/1", "/p/2"):
             with opener.open(base["shop.example.com"] + path, timeout=10) as resp:
@@ -93,3 +93,8 @@ def test_paths_records_each_request_and_how_it_ended_until_reset() -> None:
         with opener.open(base["shop.example.com"] + "/p/1", timeout=10) as resp:
             resp.read()
         assert fleet.paths()["shop.example.com"] == {"/p/1": (1, ["200"])}
+    # Off by default (a long run's record would grow with every URL).
+    with Fleet(specs[:1]) as fleet:
+        with opener.open(f"http://127.0.0.1:{fleet.ports['shop.example.com']}/p/1") as resp:
+            resp.read()
+        assert fleet.paths() == {"shop.example.com": {}}

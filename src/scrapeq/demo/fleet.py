@@ -28,9 +28,10 @@ Site modes (:class:`Mode`):
 The fleet counts, per site, the requests that reached it, the body bytes it sent and the
 statuses it answered; :meth:`Fleet.stats` reads them from the child over a control port
 (``GET /__stats``), so figures about fetches come from the servers, not from the client.
-:meth:`Fleet.paths` reads what each path saw since the last :meth:`Fleet.reset_paths`: the
-requests that reached it and how each ended (a status, or ``gave_up`` when the client closed
-the connection before a hanging or dripping answer was complete).
+:meth:`Fleet.paths` reads (with ``track_paths``) what each path saw since the last
+:meth:`Fleet.reset_paths`: the requests that reached it and how each ended (a status, or
+``gave_up`` when the client closed the connection before a hanging or dripping answer was
+complete).
 
 :class:`Workload` is the jobs a demo gives the fleet: so many per site and lane, times the
 site's ``weight`` (``shop-43`` carries the incident's big backlog).
@@ -176,8 +177,9 @@ class SiteCounts:
 class _Site:
     """The handler and counters of one site, inside the fleet process."""
 
-    def __init__(self, spec: SiteSpec, rng: random.Random) -> None:
+    def __init__(self, spec: SiteSpec, rng: random.Random, track_paths: bool = False) -> None:
         self.spec = spec
+        self.track_paths = track_paths
         self.rng = rng
         self.requests = 0
         self.bytes = 0
@@ -207,6 +209,8 @@ class _Site:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        if not self.track_paths:
+            return await self._handler(request)
         epoch, path = self.epoch, request.path
         self.paths.setdefault(path, [0])[0] += 1
         outcome = "gave_up"
@@ -323,9 +327,9 @@ async def _start_server(app: web.Application) -> tuple[web.AppRunner, int]:
     return runner, int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
 
 
-async def _serve(specs: list[SiteSpec], seed: int) -> None:
+async def _serve(specs: list[SiteSpec], seed: int, track_paths: bool = False) -> None:
     rng = random.Random(seed)
-    sites = {s.name: _Site(s, random.Random(rng.random())) for s in specs}
+    sites = {s.name: _Site(s, random.Random(rng.random()), track_paths) for s in specs}
     runners: list[web.AppRunner] = []
     ports: dict[str, int] = {}
     for name, site in sites.items():
@@ -370,7 +374,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     config = json.loads(sys.stdin.readline())
     specs = [SiteSpec(**{**s, "mode": Mode(s["mode"])}) for s in config["sites"]]
-    asyncio.run(_serve(specs, int(config["seed"])))
+    asyncio.run(_serve(specs, int(config["seed"]), bool(config.get("track_paths"))))
 
 
 def _child_env() -> dict[str, str]:
@@ -394,11 +398,16 @@ class Fleet:
     Args:
         sites: the sites to serve; default :func:`default_sites`.
         seed: seeds the per-request latencies and page sizes.
+        track_paths: record each request per path for :meth:`paths` (off: a long run's
+            record would grow with every URL).
     """
 
-    def __init__(self, sites: list[SiteSpec] | None = None, *, seed: int = 0) -> None:
+    def __init__(
+        self, sites: list[SiteSpec] | None = None, *, seed: int = 0, track_paths: bool = False
+    ) -> None:
         self.sites = sites if sites is not None else default_sites()
         self.seed = seed
+        self.track_paths = track_paths
         self.ports: dict[str, int] = {}
         self._process: subprocess.Popen[bytes] | None = None
         self._errors: IO[bytes] | None = None
@@ -432,7 +441,11 @@ class Fleet:
         )
         self._process = proc
         assert proc.stdin is not None and proc.stdout is not None
-        config = {"seed": self.seed, "sites": [dataclasses.asdict(s) for s in self.sites]}
+        config = {
+            "seed": self.seed,
+            "track_paths": self.track_paths,
+            "sites": [dataclasses.asdict(s) for s in self.sites],
+        }
         proc.stdin.write(json.dumps(config).encode() + b"\n")
         proc.stdin.flush()
         ready, _, _ = select.select([proc.stdout], [], [], timeout)
@@ -492,8 +505,9 @@ class Fleet:
 
     def paths(self, timeout: float = 30.0) -> dict[str, dict[str, tuple[int, list[str]]]]:
         """Site -> path -> (requests that reached it, how each ended so far: the status
-        answered, or ``gave_up``), since the last :meth:`reset_paths`. An answer still
-        being sent (a hanging or dripping one) has no outcome yet."""
+        answered, or ``gave_up``), since the last :meth:`reset_paths`; empty unless the
+        fleet was started with ``track_paths``. An answer still being sent (a hanging or
+        dripping one) has no outcome yet."""
         url = f"http://127.0.0.1:{self.ports[_CONTROL]}/__paths"
         with self._opener.open(url, timeout=timeout) as resp:
             data: dict[str, dict[str, list[Any]]] = json.load(resp)
