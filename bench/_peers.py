@@ -1,47 +1,30 @@
-"""The peers' tasks for bench/incident.py: one fetch per job, the broker at $BENCH_REDIS_URL.
+"""Dramatiq's and Celery's tasks for bench/incident.py, the broker at $BENCH_REDIS_URL.
 
-RQ, Dramatiq and Celery run sync functions; each fetches with the standard library's
-``urllib`` (as ``requests`` would: the 30 s timeout is a socket timeout, per connect and per
-read, not a total deadline) and raises :class:`FetchError` for what is worth a retry (a
-network error, a timeout, a 5xx, 408 or 429), so each library's own retry settings decide:
-3 retries, with its exponential backoff where it has one. A 4xx is a plain failure.
+Each runs ``_fetch.fetch`` (RQ runs it directly, so an RQ worker needs neither library), and
+each library's own retry settings decide: 3 retries, with its exponential backoff.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 
 import dramatiq
 from celery import Celery
 from dramatiq.brokers.redis import RedisBroker
 
+from _fetch import RETRIES, TIMEOUT, FetchError, fetch
+
+__all__ = [
+    "RETRIES",
+    "TIMEOUT",
+    "FetchError",
+    "celery_fetch",
+    "dramatiq_critical",
+    "dramatiq_fetch",
+    "fetch",
+]
+
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-TIMEOUT = 30.0
-RETRIES = 3
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-class FetchError(Exception):
-    """A failure worth a retry."""
-
-
-def fetch(url: str) -> int:
-    """Fetch ``url`` (the whole body); its status, or FetchError when worth a retry."""
-    try:
-        with _opener.open(url, timeout=TIMEOUT) as resp:
-            resp.read()
-            status = int(resp.status)
-    except urllib.error.HTTPError as exc:
-        exc.read()
-        status = exc.code
-    except OSError as exc:  # timeouts, refused and reset connections
-        raise FetchError(f"{url}: {exc}") from exc
-    if status >= 500 or status in (408, 429):
-        raise FetchError(f"{url}: HTTP {status}")
-    return status
 
 
 # --- Dramatiq: its default exponential backoff (from 15 s), 3 retries; the critical burst on

@@ -21,7 +21,7 @@ retry settings (3 retries, exponential backoff where it has one):
 * ``arq`` (when installed; it pins redis-py < 6, so it is not in the ``bench`` extra: see
   ``--python-for``): an arq worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4.
 
-The sync peers fetch with urllib (``bench/_peers.py``): their 30 s timeout is a socket
+The sync peers fetch with urllib (``bench/_fetch.py``): their 30 s timeout is a socket
 timeout (per connect, per read), as ``requests``' is, not a total deadline.
 
 ``--burst-after`` seconds into each run (10; 3 with ``--quick``) a burst of ``--burst`` (40)
@@ -35,9 +35,50 @@ from the servers' own counters, sampled every second, so no system reports on it
 
 * healthy pages fetched (200s on the healthy shops) in the first 30 s and in all;
 * fetches spent on each faulty site;
-* for scrapeq and Scrapy on scrapeq: jobs lost or stranded (enqueued, and neither done, dead
-  nor pending in Redis after the system was stopped);
+* where every job is once the system was stopped (below);
 * the burst: p50/p99 seconds from its enqueue to each page's first fetch, and pages fetched.
+
+How a run is stopped (as it always was): SIGTERM to the child's whole process group (every
+process of the system gets it at once: scrapeq's worker and Scrapy stop taking work and wait
+for what is in flight; RQ's, Dramatiq's and Celery's worker processes start their warm
+shutdown), then SIGKILL to the group 0.5 s after the child has exited, or 10 s after the
+SIGTERM if it has not. scrapeq's worker (30 s ``shutdown_grace``) and the three Scrapy
+variants wait for their hanging and dripping fetches and are killed at 10 s; for RQ, Dramatiq
+and Celery the child is only their launcher, which exits at once, so their workers get 0.5 s;
+arq's child (``handle_signals=False``) exits at once, cancelling its jobs.
+
+Where every job is: each job of the run (the job list and the burst) is put in exactly one
+category, read from the system's own store (by ``--account NAME``, under the system's
+interpreter, with its own API where it has one) and from what the sites saw of its URL
+(:meth:`scrapeq.demo.fleet.Fleet.paths`: each request and how it ended), in this order:
+
+* ``done``: fetched OK: a site answered its URL with a 200 (a dripping body only when
+  complete; a burst page when the burst site served it). For scrapeq (and Scrapy on
+  scrapeq): the queue's own ``done`` count.
+* ``failed``: ended without a page, as the system records it: scrapeq's dead letters; RQ's
+  ``rq:failed:<queue>`` and ``rq:finished:<queue>`` registries (a 404 is a job that returned);
+  arq's ``arq:result:<id>`` records; Dramatiq's dead letters (``dramatiq:<queue>.XQ.msgs``).
+  A system that keeps no record of a job that ended (plain Scrapy and scrapy-redis, Celery
+  without a result backend; Dramatiq for a job that returned) counts as failed a job whose
+  every attempt had ended at the stop with a final answer (404) or after its retries were
+  spent (4 attempts: a 503, a 429, a timeout).
+* ``pending``: the system will run it again with no one's help: scrapeq's ready, delayed and
+  in-flight jobs (an in-flight job's lease expires and it is reaped); scrapy-redis's
+  ``incident:requests`` sorted set; RQ's queues (``rq:queue:<queue>``), ``rq:scheduled`` and
+  ``rq:deferred`` registries, and a job in ``rq:wip:<queue>`` (started by a worker that is
+  gone) with retries left, which RQ's cleanup re-queues once its entry expires (job timeout
+  600 s + 60 s); Dramatiq's ``dramatiq:<queue>.msgs`` and ``<queue>.DQ.msgs`` (queued, delayed
+  retries, and messages fetched but not acked by a worker that is gone, put back when its
+  heartbeat lapses); Celery's queue lists (``celery``, ``critical``) and kombu's ``unacked``
+  hash (fetched, not acked: an ETA retry a worker held; restored after the visibility
+  timeout, 1 h); arq's ``arq:queue`` (a running job stays there; its ``arq:in-progress`` key
+  expires).
+* ``lost``: none of the above: it was in the stopped process's memory only (plain Scrapy's
+  whole frontier; what scrapy-redis had popped; a Celery task acked on receipt, its
+  default, and running when its worker died), or never stored. Lost includes ``stranded``
+  (in the JSON with its record): held in a record of a process that is gone that will not
+  make it run again (RQ's ``rq:wip`` with no retry left: its cleanup records it failed,
+  unfetched).
 
 ``--quick`` (scrapeq and plain Scrapy, a tenth of the jobs) is what
 ``tests/test_bench_incident.py`` runs to check the harness works, not its speed. ``--runs N``
@@ -325,10 +366,10 @@ def _child_rq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -
     retry = Retry(max=RETRIES, interval=[1, 2, 4])
     with conn.pipeline() as pipe:
         for url in urls:
-            q.enqueue("_peers.fetch", url, retry=retry, job_timeout=600, pipeline=pipe)
+            q.enqueue("_fetch.fetch", url, retry=retry, job_timeout=600, pipeline=pipe)
         pipe.execute()
     critical = RQueue("critical", connection=conn)  # listed first: its workers take it first
-    _later(burst.at, lambda: [critical.enqueue("_peers.fetch", u, retry=retry) for u in burst.urls])
+    _later(burst.at, lambda: [critical.enqueue("_fetch.fetch", u, retry=retry) for u in burst.urls])
     rq = str(Path(sys.executable).parent / "rq")
     _run_workers([rq, "worker-pool", "-n", str(concurrency), "-w", "rq.worker.SimpleWorker",
                   "--url", redis_url, "critical", "incident"], redis_url)  # fmt: skip
@@ -371,6 +412,223 @@ CHILDREN = {
     "dramatiq": _child_dramatiq,
     "celery": _child_celery,
 }
+
+
+# --- where every job is after the run (python bench/incident.py --account NAME ...) ---------
+#
+# Each reader runs under the system's own interpreter (--python-for) and reads the system's
+# store with its own API where it has one; it prints {"finished": {where: [url, ...]},
+# "pending": {...}, "stranded": {...}} (the URLs of the jobs each record holds), or, for
+# scrapeq, {"counts": Queue.counts()}. _account() then puts every job in one category.
+
+
+def _urls_of(where: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {k: sorted(set(v)) for k, v in where.items() if v}
+
+
+def _store_scrapeq(redis_url: str) -> dict[str, Any]:
+    from scrapeq.engine.queue import Queue
+
+    q = Queue.from_url(redis_url, "incident")
+    try:
+        return {"counts": q.counts()}
+    finally:
+        q.close()
+
+
+def _store_none(redis_url: str) -> dict[str, Any]:
+    """Plain Scrapy: its frontier was in the stopped process's memory."""
+    return {"finished": {}, "pending": {}, "stranded": {}}
+
+
+def _store_scrapy_redis(redis_url: str) -> dict[str, Any]:
+    from scrapy_redis import picklecompat
+
+    conn = redis.Redis.from_url(redis_url)
+    queued = [picklecompat.loads(m)["url"] for m in conn.zrange("incident:requests", 0, -1)]
+    return {"finished": {}, "pending": _urls_of({"incident:requests": queued}), "stranded": {}}
+
+
+def _store_rq(redis_url: str) -> dict[str, Any]:
+    from rq import Queue as RQueue
+    from rq.job import Job
+    from rq.registry import (
+        DeferredJobRegistry,
+        FailedJobRegistry,
+        FinishedJobRegistry,
+        ScheduledJobRegistry,
+        StartedJobRegistry,
+    )
+
+    conn = redis.Redis.from_url(redis_url)
+
+    def urls(ids: list[str]) -> list[Job]:
+        return [j for j in Job.fetch_many(ids, connection=conn) if j is not None]
+
+    def members(key: str) -> list[str]:
+        # The registries' keys read as they are: their get_job_ids() would first clean up
+        # (move expired entries), changing what is being looked at.
+        return [m.decode().split(":")[0] for m in conn.zrange(key, 0, -1)]
+
+    finished: dict[str, list[str]] = {}
+    pending: dict[str, list[str]] = {}
+    stranded: dict[str, list[str]] = {}
+    for name in ("critical", "incident"):
+        q = RQueue(name, connection=conn)
+        finished[f"rq:finished:{name}"] = [
+            j.args[0] for j in urls(members(FinishedJobRegistry(queue=q).key))
+        ]
+        finished[f"rq:failed:{name}"] = [
+            j.args[0] for j in urls(members(FailedJobRegistry(queue=q).key))
+        ]
+        pending[f"rq:queue:{name}"] = [j.args[0] for j in urls(q.get_job_ids())]
+        for registry in (ScheduledJobRegistry(queue=q), DeferredJobRegistry(queue=q)):
+            pending[registry.key] = [j.args[0] for j in urls(members(registry.key))]
+        # Started by a worker that is gone: RQ's cleanup re-queues it when its entry expires
+        # if it has retries left, else records it failed (AbandonedJobError) without a fetch.
+        for job in urls(members(StartedJobRegistry(queue=q).key)):
+            if job.retries_left:
+                pending.setdefault(f"rq:wip:{name} (retries left)", []).append(job.args[0])
+            else:
+                stranded.setdefault(f"rq:wip:{name} (no retry left)", []).append(job.args[0])
+    return {"finished": _urls_of(finished), "pending": _urls_of(pending),
+            "stranded": _urls_of(stranded)}  # fmt: skip
+
+
+def _store_dramatiq(redis_url: str) -> dict[str, Any]:
+    # dramatiq's RedisBroker (brokers/redis/dispatch.lua): dramatiq:<queue>.msgs holds every
+    # message not yet acked, queued (the list dramatiq:<queue>) or fetched by a worker (its
+    # set dramatiq:__acks__.<worker>.<queue>; a worker whose heartbeat lapses has those put
+    # back); <queue>.DQ is the delay queue (retries); <queue>.XQ.msgs the dead letters.
+    conn = redis.Redis.from_url(redis_url)
+    finished: dict[str, list[str]] = {}
+    pending: dict[str, list[str]] = {}
+    for queue in ("default", "critical"):
+        for sub in (queue, f"{queue}.DQ"):
+            key = f"dramatiq:{sub}.msgs"
+            pending[key] = [json.loads(m)["args"][0] for m in conn.hvals(key)]
+        key = f"dramatiq:{queue}.XQ.msgs"
+        finished[key] = [json.loads(m)["args"][0] for m in conn.hvals(key)]
+    return {"finished": _urls_of(finished), "pending": _urls_of(pending), "stranded": {}}
+
+
+def _store_celery(redis_url: str) -> dict[str, Any]:
+    # kombu's Redis transport: a list per queue (celery, critical) of messages, and the hash
+    # `unacked` of messages a worker fetched and has not acked (ETA retries wait there in
+    # the worker's memory); a worker restores an entry older than the visibility timeout
+    # (1 h) to its queue. No result backend: a task that ended is in no record.
+    import base64
+
+    conn = redis.Redis.from_url(redis_url)
+
+    def url(message: bytes | dict[str, Any]) -> str:
+        envelope = json.loads(message) if isinstance(message, bytes) else message
+        args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+        return str(args[0])
+
+    pending: dict[str, list[str]] = {}
+    for key in conn.scan_iter(match="*"):
+        name = key.decode()
+        if conn.type(key) == b"list":
+            pending[name] = [url(m) for m in conn.lrange(key, 0, -1)]
+    pending["unacked"] = [url(json.loads(v)[0]) for v in conn.hvals("unacked")]
+    return {"finished": {}, "pending": _urls_of(pending), "stranded": {}}
+
+
+def _store_arq(redis_url: str) -> dict[str, Any]:
+    # arq keeps a job in arq:queue until it ends (a running one too: its arq:in-progress key
+    # expires and the job runs again), and its result in arq:result:<id> (keep_result, 1 h).
+    from arq import create_pool
+    from arq.connections import RedisSettings
+
+    async def read() -> dict[str, Any]:
+        pool = await create_pool(RedisSettings.from_dsn(redis_url))
+        try:
+            queued = [j.args[0] for j in await pool.queued_jobs()]
+            ended = [r.args[0] for r in await pool.all_job_results()]
+        finally:
+            await pool.aclose()
+        return {"finished": _urls_of({"arq:result:*": ended}),
+                "pending": _urls_of({"arq:queue": queued}), "stranded": {}}  # fmt: skip
+
+    return asyncio.run(read())
+
+
+STORES: dict[str, Callable[[str], dict[str, Any]]] = {
+    "scrapeq": _store_scrapeq,
+    "scrapy": _store_none,
+    "scrapy-scrapeq": _store_scrapeq,
+    "arq": _store_arq,
+    "scrapy-redis": _store_scrapy_redis,
+    "rq": _store_rq,
+    "dramatiq": _store_dramatiq,
+    "celery": _store_celery,
+}
+
+#: Systems that keep no record of a job that ended (so the sites tell): "all" of them, or
+#: only those that ended with an answer the system does not retry (a 404: Dramatiq keeps
+#: only its failures, in the dead letters).
+UNRECORDED_ENDS = {"scrapy": "all", "scrapy-redis": "all", "celery": "all", "dramatiq": "final"}
+FINAL = {"404"}
+
+CATEGORIES = ("done", "failed", "pending", "lost")
+
+
+def _account(
+    name: str,
+    store: dict[str, Any],
+    jobs: list[str],
+    outcomes: dict[str, tuple[int, list[str]]],
+) -> dict[str, Any]:
+    """Put every job in one category (see the module docstring); counts per category, and
+    per record for pending and stranded."""
+    if "counts" in store:  # scrapeq: its own counts
+        c = store["counts"]
+        pending = c["ready"] + c["delayed"] + c["inflight"]
+        lost = len(jobs) - c["done"] - c["dead"] - pending - c["cancelled"]
+        return {"jobs": len(jobs), "done": c["done"], "failed": c["dead"] + c["cancelled"],
+                "pending": pending, "lost": lost, "stranded": 0,
+                "where": {"ready": c["ready"], "delayed": c["delayed"],
+                          "inflight (lease)": c["inflight"],
+                          "never enqueued": len(jobs) - c["enqueued"]}}  # fmt: skip
+    ended = {u for urls in store["finished"].values() for u in urls}
+    where_pending = {u: k for k, urls in store["pending"].items() for u in urls}
+    where_stranded = {u: k for k, urls in store["stranded"].items() for u in urls}
+    unrecorded = UNRECORDED_ENDS.get(name)
+    counts = dict.fromkeys(CATEGORIES, 0)
+    where: dict[str, int] = {}
+    stranded = 0
+    for url in jobs:
+        requests, seen = outcomes.get(url, (0, []))
+        settled = requests == len(seen)  # no attempt was still under way at the stop
+        final = settled and bool(FINAL & set(seen))
+        spent = settled and len(seen) > RETRIES
+        if "200" in seen:
+            counts["done"] += 1
+        elif (
+            url in ended
+            or (unrecorded == "all" and (final or spent))
+            or (unrecorded == "final" and final)
+        ):
+            counts["failed"] += 1
+        elif url in where_pending:
+            counts["pending"] += 1
+            where[where_pending[url]] = where.get(where_pending[url], 0) + 1
+        else:
+            counts["lost"] += 1
+            if url in where_stranded:
+                stranded += 1
+                where[where_stranded[url]] = where.get(where_stranded[url], 0) + 1
+    return {"jobs": len(jobs), **counts, "stranded": stranded, "where": where}
+
+
+def _read_store(name: str, python: str, redis_url: str) -> dict[str, Any]:
+    cmd = [python, __file__, "--account", name, "--redis-url", redis_url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"reading {name}'s store failed: {proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
 
 
 # --- the critical burst's site ---------------------------------------------------------------
@@ -421,6 +679,10 @@ class BurstSite:
     def urls(self, run: str, n: int) -> list[str]:
         return [f"http://127.0.0.1:{self.port}/{run}/c/{i}" for i in range(n)]
 
+    def fetched_urls(self, urls: list[str]) -> list[str]:
+        """The burst's URLs that were fetched."""
+        return [u for u in urls if "/" + u.split("/", 3)[3] in self.first]
+
     def freshness(self, urls: list[str], at: float) -> list[float]:
         """Seconds from the burst's enqueue to each of its pages' first fetch."""
         paths = ["/" + u.split("/", 3)[3] for u in urls]
@@ -447,6 +709,7 @@ def run_system(
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     client.close()
+    fleet.reset_paths()
     before = fleet.stats()
     healthy_total = sum(len(urls[s.name]) for s in fleet.sites if s.healthy)
     burst_urls = site.urls(f"{name}-{run}", args.burst)
@@ -478,7 +741,18 @@ def run_system(
     finally:
         _stop_group(proc)
         os.unlink(url_file)
+    time.sleep(1.0)  # the sites see the stopped system's connections close
     after = fleet.stats()
+    jobs = interleave(urls) + burst_urls
+    outcomes = {
+        f"http://127.0.0.1:{fleet.ports[s]}{path}": seen
+        for s, paths in fleet.paths().items()
+        for path, seen in paths.items()
+    }
+    fetched = set(site.fetched_urls(burst_urls))
+    outcomes.update({u: (1, ["200"]) for u in burst_urls if u in fetched})
+    store = _read_store(name, python, redis_url)
+    accounting = _account(name, store, jobs, outcomes)
     log.seek(0)
     tail = log.read().decode(errors="replace")[-2000:]
     log.close()
@@ -494,7 +768,7 @@ def run_system(
         "seconds": timeline[-1][0],
         "faulty_fetches": faulty,
         "timeline": timeline,
-        "lost": _scrapeq_lost(redis_url, urls) if "scrapeq" in name else None,
+        "accounting": accounting,
         "burst": len(burst_urls),
         "burst_fetched": len(fresh),
         "burst_p50": _pct(fresh, 50),
@@ -529,19 +803,6 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         return
 
 
-def _scrapeq_lost(redis_url: str, urls: dict[str, list[str]]) -> int:
-    """Jobs that are neither done, dead nor pending in the queue (lost or stranded)."""
-    from scrapeq.engine.queue import Queue
-
-    q = Queue.from_url(redis_url, "incident")
-    try:
-        c = q.counts()
-    finally:
-        q.close()
-    kept = c["done"] + c["dead"] + c["ready"] + c["delayed"] + c["inflight"] + c["cancelled"]
-    return c["enqueued"] - kept
-
-
 # --- report ----------------------------------------------------------------------------------
 
 
@@ -567,11 +828,11 @@ def table(results: list[dict[str, Any]], faulty: list[str]) -> str:
     by: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by.setdefault(r["system"], []).append(r)
-    headers = ["system", "healthy in 30 s", "healthy in all", "s", *faulty, "lost",
+    headers = ["system", "healthy in 30 s", "healthy in all", "s", *faulty, *CATEGORIES,
                "burst p50 s", "burst p99 s", "burst fetched"]  # fmt: skip
     rows = []
     for name, runs in by.items():
-        lost = [r["lost"] for r in runs if r["lost"] is not None]
+        accounts = [r["accounting"] for r in runs if r.get("accounting")]
         rows.append(
             [
                 name,
@@ -579,7 +840,10 @@ def table(results: list[dict[str, Any]], faulty: list[str]) -> str:
                 _median_range([r["healthy_done"] for r in runs]) + f" / {runs[0]['healthy_total']}",
                 _median_range([round(r["seconds"]) for r in runs]),
                 *(_median_range([r["faulty_fetches"][f] for r in runs]) for f in faulty),
-                _median_range(lost) if lost else "n/a",
+                *(
+                    _median_range([a[c] for a in accounts]) if accounts else "n/a"
+                    for c in CATEGORIES
+                ),
                 _median_float([r["burst_p50"] for r in runs]),
                 _median_float([r["burst_p99"] for r in runs]),
                 _median_range([r["burst_fetched"] for r in runs]) + f" / {runs[0]['burst']}",
@@ -696,10 +960,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url-file", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--account", default=None, help=argparse.SUPPRESS)
     add_server_args(parser)
     args = parser.parse_args(argv)
     if not prepare_run(args, "incident"):
         return 2
+    if args.account:
+        print(json.dumps(STORES[args.account](args.redis_url)))
+        return 0
     if args.child:
         job = json.loads(Path(args.url_file).read_text())
         burst = Burst(job["burst"], job["burst_at"])
@@ -720,7 +988,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with (
         private_redis(args.redis_server) as server,
-        Fleet(default_sites()) as fleet,
+        Fleet(default_sites(), track_paths=True) as fleet,
         BurstSite() as site,
     ):
         urls = job_urls(fleet, args.scale)
@@ -736,7 +1004,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['healthy_total']} in {result['seconds']:g} s, "
                       f"faulty fetches {result['faulty_fetches']}, burst fetched "
                       f"{result['burst_fetched']}/{result['burst']} p50 {result['burst_p50']} "
-                      f"p99 {result['burst_p99']}", flush=True)  # fmt: skip
+                      f"p99 {result['burst_p99']}; jobs {result['accounting']}",
+                      flush=True)  # fmt: skip
         faulty = [s.name for s in fleet.sites if not s.healthy]
     print(table(results, faulty))
     if args.json is not None:

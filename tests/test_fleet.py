@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -55,3 +57,44 @@ def test_a_capacity_site_queues_past_k_and_refuses_past_2k() -> None:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             seen = Counter(pool.map(lambda _: _status(opener, url), range(8)))
     assert seen[200] >= 4 and seen[503] >= 2, seen  # 2 served, 2 queued, the rest refused
+
+
+def test_paths_records_each_request_and_how_it_ended_until_reset() -> None:
+    specs = [
+        SiteSpec("shop.example.com", latency_ms=1),
+        SiteSpec("gone.example.com", Mode.GONE, latency_ms=1),
+        SiteSpec("hang.example.com", Mode.HANG),
+        SiteSpec("drip.example.com", Mode.DRIP),
+    ]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with Fleet(specs, track_paths=True) as fleet:
+        base = {s.name: f"http://127.0.0.1:{fleet.ports[s.name]}" for s in specs}
+        for path in ("/p/1", "/p/1", "/p/2"):
+            with opener.open(base["shop.example.com"] + path, timeout=10) as resp:
+                resp.read()
+        assert _status(opener, base["gone.example.com"] + "/p/3") == 404
+        with contextlib.suppress(OSError):  # timed out
+            opener.open(base["hang.example.com"] + "/p/4", timeout=0.5)
+        with opener.open(base["drip.example.com"] + "/p/5", timeout=10) as resp:
+            resp.read(2)  # then the client hangs up, the body unfinished
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the sites notice the closed connections
+            paths = fleet.paths()
+            hang, drip = paths["hang.example.com"], paths["drip.example.com"]
+            if hang.get("/p/4", (0, []))[1] and drip.get("/p/5", (0, []))[1]:
+                break
+            time.sleep(0.2)
+        assert paths["shop.example.com"] == {"/p/1": (2, ["200", "200"]), "/p/2": (1, ["200"])}
+        assert paths["gone.example.com"] == {"/p/3": (1, ["404"])}
+        assert paths["hang.example.com"] == {"/p/4": (1, ["gave_up"])}
+        assert paths["drip.example.com"] == {"/p/5": (1, ["gave_up"])}
+        fleet.reset_paths()
+        assert fleet.paths() == {s.name: {} for s in specs}
+        with opener.open(base["shop.example.com"] + "/p/1", timeout=10) as resp:
+            resp.read()
+        assert fleet.paths()["shop.example.com"] == {"/p/1": (1, ["200"])}
+    # Off by default (a long run's record would grow with every URL).
+    with Fleet(specs[:1]) as fleet:
+        with opener.open(f"http://127.0.0.1:{fleet.ports['shop.example.com']}/p/1") as resp:
+            resp.read()
+        assert fleet.paths() == {"shop.example.com": {}}

@@ -28,6 +28,10 @@ Site modes (:class:`Mode`):
 The fleet counts, per site, the requests that reached it, the body bytes it sent and the
 statuses it answered; :meth:`Fleet.stats` reads them from the child over a control port
 (``GET /__stats``), so figures about fetches come from the servers, not from the client.
+:meth:`Fleet.paths` reads (with ``track_paths``) what each path saw since the last
+:meth:`Fleet.reset_paths`: the requests that reached it and how each ended (a status, or
+``gave_up`` when the client closed the connection before a hanging or dripping answer was
+complete).
 
 :class:`Workload` is the jobs a demo gives the fleet: so many per site and lane, times the
 site's ``weight`` (``shop-43`` carries the incident's big backlog).
@@ -173,8 +177,9 @@ class SiteCounts:
 class _Site:
     """The handler and counters of one site, inside the fleet process."""
 
-    def __init__(self, spec: SiteSpec, rng: random.Random) -> None:
+    def __init__(self, spec: SiteSpec, rng: random.Random, track_paths: bool = False) -> None:
         self.spec = spec
+        self.track_paths = track_paths
         self.rng = rng
         self.requests = 0
         self.bytes = 0
@@ -198,10 +203,27 @@ class _Site:
         # capacity: requests in the site (served and queued), and the K serving slots
         self._in_site = 0
         self._slots = asyncio.Semaphore(max(spec.capacity, 1))
+        # path -> [requests, outcome, ...] since the last reset (the reset count: epoch)
+        self.paths: dict[str, list[Any]] = {}
+        self.epoch = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
-        return await self._handler(request)
+        if not self.track_paths:
+            return await self._handler(request)
+        epoch, path = self.epoch, request.path
+        self.paths.setdefault(path, [0])[0] += 1
+        outcome = "gave_up"
+        try:
+            resp = await self._handler(request)
+            if self.spec.mode is Mode.DRIP:
+                outcome = "200" if resp.prepared and not _cut(request) else "gave_up"
+            elif self.spec.mode is not Mode.HANG:
+                outcome = str(resp.status)
+            return resp
+        finally:
+            if epoch == self.epoch:  # a request from before a reset is not this run's
+                self.paths[path].append(outcome)
 
     def counts(self) -> dict[str, Any]:
         return {"requests": self.requests, "bytes": self.bytes, "statuses": dict(self.statuses)}
@@ -290,6 +312,11 @@ class _Site:
         return resp
 
 
+def _cut(request: web.Request) -> bool:
+    """Whether the client closed the connection (a dripping body was not complete)."""
+    return request.transport is None or request.transport.is_closing()
+
+
 async def _start_server(app: web.Application) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.2)
     await runner.setup()
@@ -300,9 +327,9 @@ async def _start_server(app: web.Application) -> tuple[web.AppRunner, int]:
     return runner, int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
 
 
-async def _serve(specs: list[SiteSpec], seed: int) -> None:
+async def _serve(specs: list[SiteSpec], seed: int, track_paths: bool = False) -> None:
     rng = random.Random(seed)
-    sites = {s.name: _Site(s, random.Random(rng.random())) for s in specs}
+    sites = {s.name: _Site(s, random.Random(rng.random()), track_paths) for s in specs}
     runners: list[web.AppRunner] = []
     ports: dict[str, int] = {}
     for name, site in sites.items():
@@ -314,8 +341,18 @@ async def _serve(specs: list[SiteSpec], seed: int) -> None:
     async def stats(request: web.Request) -> web.StreamResponse:
         return web.json_response({name: s.counts() for name, s in sites.items()})
 
+    async def paths(request: web.Request) -> web.StreamResponse:
+        return web.json_response({name: s.paths for name, s in sites.items()})
+
+    async def reset_paths(request: web.Request) -> web.StreamResponse:
+        for s in sites.values():
+            s.paths, s.epoch = {}, s.epoch + 1
+        return web.json_response({})
+
     control = web.Application()
     control.router.add_get("/__stats", stats)
+    control.router.add_get("/__paths", paths)
+    control.router.add_post("/__paths/reset", reset_paths)
     runner, ports[_CONTROL] = await _start_server(control)
     runners.append(runner)
     stop = asyncio.Event()
@@ -337,7 +374,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     config = json.loads(sys.stdin.readline())
     specs = [SiteSpec(**{**s, "mode": Mode(s["mode"])}) for s in config["sites"]]
-    asyncio.run(_serve(specs, int(config["seed"])))
+    asyncio.run(_serve(specs, int(config["seed"]), bool(config.get("track_paths"))))
 
 
 def _child_env() -> dict[str, str]:
@@ -361,11 +398,16 @@ class Fleet:
     Args:
         sites: the sites to serve; default :func:`default_sites`.
         seed: seeds the per-request latencies and page sizes.
+        track_paths: record each request per path for :meth:`paths` (off: a long run's
+            record would grow with every URL).
     """
 
-    def __init__(self, sites: list[SiteSpec] | None = None, *, seed: int = 0) -> None:
+    def __init__(
+        self, sites: list[SiteSpec] | None = None, *, seed: int = 0, track_paths: bool = False
+    ) -> None:
         self.sites = sites if sites is not None else default_sites()
         self.seed = seed
+        self.track_paths = track_paths
         self.ports: dict[str, int] = {}
         self._process: subprocess.Popen[bytes] | None = None
         self._errors: IO[bytes] | None = None
@@ -399,7 +441,11 @@ class Fleet:
         )
         self._process = proc
         assert proc.stdin is not None and proc.stdout is not None
-        config = {"seed": self.seed, "sites": [dataclasses.asdict(s) for s in self.sites]}
+        config = {
+            "seed": self.seed,
+            "track_paths": self.track_paths,
+            "sites": [dataclasses.asdict(s) for s in self.sites],
+        }
         proc.stdin.write(json.dumps(config).encode() + b"\n")
         proc.stdin.flush()
         ready, _, _ = select.select([proc.stdout], [], [], timeout)
@@ -456,6 +502,26 @@ class Fleet:
             name: SiteCounts(int(c["requests"]), int(c["bytes"]), dict(c["statuses"]))
             for name, c in data.items()
         }
+
+    def paths(self, timeout: float = 30.0) -> dict[str, dict[str, tuple[int, list[str]]]]:
+        """Site -> path -> (requests that reached it, how each ended so far: the status
+        answered, or ``gave_up``), since the last :meth:`reset_paths`; empty unless the
+        fleet was started with ``track_paths``. An answer still being sent (a hanging or
+        dripping one) has no outcome yet."""
+        url = f"http://127.0.0.1:{self.ports[_CONTROL]}/__paths"
+        with self._opener.open(url, timeout=timeout) as resp:
+            data: dict[str, dict[str, list[Any]]] = json.load(resp)
+        return {
+            name: {path: (int(v[0]), [str(o) for o in v[1:]]) for path, v in seen.items()}
+            for name, seen in data.items()
+        }
+
+    def reset_paths(self, timeout: float = 10.0) -> None:
+        """Forget what every path saw; requests already under way are not recorded."""
+        url = f"http://127.0.0.1:{self.ports[_CONTROL]}/__paths/reset"
+        req = urllib.request.Request(url, data=b"", method="POST")
+        with self._opener.open(req, timeout=timeout):
+            pass
 
 
 # --- the workload ----------------------------------------------------------------------------
