@@ -26,7 +26,7 @@
   AIMD on the limit: an answer whose latency average stays near the baseline (alat <=
   abase * GOOD + SLACK), while the limit is in use (in slow start: half of it), raises it
   (+1 an answer up to the slow-start threshold ath, then +1/limit; each step scaled by
-  min(1, alat / RAMP_MS); never past the ceiling acap); latency past abase * BAD + SLACK cuts
+  min(1, (alat / RAMP_MS)^2); never past the ceiling acap); latency past abase * BAD + SLACK cuts
   it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503, timeout, reset) halves it
   (x CUT) and sets the ceiling, or, answered as fast as a page (a rate limiter at the door),
   drops it to the minimum and starts the interval. At the minimum, an overload lengthens the
@@ -48,7 +48,7 @@ local A_EWMA, A_DRIFT = 0.2, 0.01
 local A_CUT, A_LAT_CUT = 0.5, 0.75
 local A_IVL_START, A_IVL_UP, A_IVL_DOWN = 100, 1.5, 0.998
 local A_IVL_NEAR, A_IVL_BACK, A_IVL_KEEP = 1.2, 0.1, 1.0
-local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS, A_PROBE_N, A_RATE_MS = 4000, 15000, 40, 1000, 500
+local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS, A_PROBE_N, A_RATE_MS = 4000, 15000, 25, 1000, 500
 
 -- The breaker input of settle item `it` for domain d, after its outcome adjusted the
 -- domain's rate: it.df, or nil when an overload is excused (then `it` becomes a throttle).
@@ -149,16 +149,17 @@ local function adaptive_outcome(d, job, it)
         end
         if ivl < avg then ivl = 0 end
       else
-        -- slow start (+1 an answer) up to the threshold of the last decrease, then +1/limit
-        -- (at most a doubling per RAMP_MS of latency: a site answering in 5 ms is not sent
-        -- 2^200 requests a second after one second of slow start); only while the limit is
-        -- in use (in slow start, half of it: TCP's rule, as a settle batch answers many
-        -- requests against one in-flight count), and no further than the ceiling
+        -- slow start (+1 an answer) up to the threshold of the last decrease, then +1/limit,
+        -- scaled down for a site answering faster than RAMP_MS (a fast answer says nothing
+        -- of capacity: a limiter's first refusal costs about as many requests as the limit
+        -- its burst let it reach); only while the limit is in use (in slow start, half of it:
+        -- TCP's rule, as a settle batch answers many requests against one in-flight count),
+        -- and no further than the ceiling
         local slow = not th or lim < th
         local used = tonumber(f[8]) or 0
         if used >= math.floor(lim) or (slow and 2 * used >= lim) then
           local step = slow and 1 or 1 / lim
-          local grown = math.min(hi, lim + step * math.min(1, avg / A_RAMP_MS))
+          local grown = math.min(hi, lim + step * math.min(1, (avg / A_RAMP_MS) ^ 2))
           lim = cap and math.min(grown, math.max(cap, lim)) or grown
         end
       end
