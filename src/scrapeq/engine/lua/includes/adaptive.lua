@@ -98,15 +98,16 @@ local function adaptive_outcome(d, job, it)
         lim = lo
         ivl = sp_rate > 0 and A_IVL_UP * 1000 / sp_rate or A_IVL_START
       else
-        -- at the minimum limit: space the starts, no faster than the site answered in the
-        -- last whole second (its rate limit, when it has one), nor than IVL_UP x before
-        -- the interval refused: no shorter than the site's rate in the last whole second,
-        -- nor than most of the one refused before (a bucket refilled in a slow spell lets
-        -- the interval shrink past the rate before the next refusal)
-        -- (the starts are at least one latency apart at one request in flight)
+        -- at the minimum limit: space the starts IVL_UP x wider than now, and no closer
+        -- than IVL_UP x the ms a request the site let through lately (its rate limit, when
+        -- it has one); the interval refused is no shorter than that rate, nor than the one
+        -- refused before (a bucket refilled in a slow spell lets the interval shrink past
+        -- the rate before the next refusal). The starts are at least one latency apart at
+        -- one request in flight.
         local spacing = math.max(ivl, (avg or lat) / lim)
-        -- ms a request the site let through since the last cut: a token bucket empty at both
-        -- refusals let through exactly its rate in between; else the last whole second's
+        -- ms a request the site let through since the last cut or the streak's start: a
+        -- token bucket empty at both refusals let through exactly its rate in between; with
+        -- less than RATE_MS of that, the last whole second's (when the streak covered it)
         local since = NOW - math.max(cut or 0, streak or 0)
         local per = (since >= A_RATE_MS and cnt >= 2) and since / cnt
           or (sp_rate > 0 and 1000 / sp_rate or 0)
