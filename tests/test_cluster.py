@@ -82,7 +82,7 @@ def test_the_queue_lives_on_the_node_of_its_tag_whichever_node_is_named(
             q.close()
     c = owner.client()
     try:
-        assert c.exists("sq:{shop}:domains")
+        assert c.exists("sq:{shop}:dcount")
     finally:
         c.close()
     assert Queue.from_url(cluster_url, "shop").counts()["ready"] == 3

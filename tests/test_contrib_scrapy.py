@@ -21,7 +21,7 @@ from aiohttp import web  # noqa: E402
 from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
 from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
-from scrapeq.engine.queue import Queue  # noqa: E402
+from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
 from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
 from sites import Site, sites  # noqa: E402
@@ -189,6 +189,19 @@ async def _wait_for_hits(site: Site, n: int, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _wait_for_enqueued(redis_url: str, queue: str, n: int, timeout: float) -> None:
+    """Until the crawl has scheduled n requests (Scrapy schedules start requests lazily, so
+    on a loaded machine some may still be unscheduled when the first fetches arrive)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    q = AsyncQueue.from_url(redis_url, queue)
+    try:
+        while (await q.counts())["enqueued"] < n:
+            assert asyncio.get_running_loop().time() < deadline, "the crawl never scheduled"
+            await asyncio.sleep(0.05)
+    finally:
+        await q.close()
+
+
 async def test_a_killed_crawls_requests_come_back_to_another_process(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -225,6 +238,7 @@ async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts
         settings = _scrapeq(request_timeout=3, domain_concurrency=4)
         proc = await _crawl(redis_url, "stop", start, tmp_path / "items.json", settings)
         await _wait_for_hits(hang, 4, 20)
+        await _wait_for_enqueued(redis_url, "stop", 10, 20)
         proc.send_signal(signal.SIGINT)  # once: Scrapy's graceful stop
         output, _ = await asyncio.wait_for(proc.communicate(), 30)
     log = output.decode(errors="replace")

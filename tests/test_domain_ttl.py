@@ -37,15 +37,15 @@ def test_idle_domains_are_forgotten_after_domain_ttl(
     assert q.fail(jobs[dom(4)], "http_404") == "dead"  # kept while it has dead letters
     q.domain_set(dom(3), delay=2.0)  # kept: an override set by hand
     # dom(5) stays in flight
-    assert redis_client.scard(q.keys.domains) == 6
+    assert len(q.domain_names()) == 6
 
     advance(q, 30)
     q.reap()
-    assert redis_client.scard(q.keys.domains) == 6, "not idle long enough yet"
+    assert len(q.domain_names()) == 6, "not idle long enough yet"
 
     advance(q, 31)
     q.reap()
-    assert redis_client.smembers(q.keys.domains) == {dom(i) for i in range(3, 7)}
+    assert set(q.domain_names()) == {dom(i) for i in range(3, 7)}
     assert redis_client.exists(q.keys.domain(dom(1)), q.keys.domain(dom(2))) == 0
     assert int(redis_client.hget(q.keys.stats, "domains_forgotten") or 0) == 2
     assert {d["domain"] for d in q.domains_info()} == {dom(i) for i in range(3, 7)}
@@ -63,8 +63,8 @@ def test_idle_domains_are_forgotten_after_domain_ttl(
     assert q.purge(domain=dom(4)) == 1
     advance(q, 61)
     q.claim(1)
-    assert dom(4) not in redis_client.smembers(q.keys.domains)
-    assert dom(1) not in redis_client.smembers(q.keys.domains)
+    assert dom(4) not in set(q.domain_names())
+    assert dom(1) not in set(q.domain_names())
 
 
 def test_a_domain_busy_again_is_not_forgotten(
@@ -78,7 +78,7 @@ def test_a_domain_busy_again_is_not_forgotten(
     q.enqueue(url(1, 2))  # busy again before its ttl is over
     advance(q, 20)
     q.reap()
-    assert dom(1) in redis_client.smembers(q.keys.domains)
+    assert dom(1) in set(q.domain_names())
     assert q.status()["counts"]["ready"] == 1
     (job,) = q.claim(1).jobs
     assert job.url == url(1, 2)
@@ -91,5 +91,5 @@ def test_domain_ttl_0_never_forgets(make_queue: MakeQueue, redis_client: redis.R
     q.ack(job)
     advance(q, 10 * 86400)
     q.reap()
-    assert redis_client.smembers(q.keys.domains) == {dom(1)}
+    assert set(q.domain_names()) == {dom(1)}
     assert redis_client.zcard(q.keys.prefix + "idle") == 0

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from scrapeq import AsyncQueue, Queue, Settings
+from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.queue import partition_of, partition_of_id
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.worker import Worker
@@ -44,7 +45,7 @@ def test_a_domain_has_one_partition_by_a_stable_hash() -> None:
 def test_one_partition_keeps_the_key_names(make_queue: QueueFactory, redis_client: Any) -> None:
     q = make_queue(queue="shop")
     q.enqueue_many(urls(5, 2))
-    assert redis_client.exists("sq:{shop}:domains")
+    assert redis_client.get("sq:{shop}:dcount") == "5"
     assert redis_client.hget("sq:{shop}:meta", "parts") is None
     job = q.claim(1).jobs[0]
     assert "." not in job.id
@@ -55,10 +56,17 @@ def test_keys_spread_over_the_partitions(make_queue: QueueFactory, redis_client:
     results = q.enqueue_many(urls(12, 3))
     assert all(r.status == "added" for r in results)
     assert redis_client.hget("sq:{shop}:meta", "parts") == "3"
-    assert not redis_client.exists("sq:{shop}:domains")
+    assert not redis_client.exists("sq:{shop}:domains", "sq:{shop}:dcount")
     for i in range(3):
-        members = redis_client.smembers(f"sq:{{shop:{i}}}:domains")
+        members = {
+            d
+            for b in range(REGISTRY_BUCKETS)
+            for d in redis_client.hkeys(f"sq:{{shop:{i}}}:reg:{b}")
+        }
         assert members == {dom(d) for d in range(12) if partition_of(dom(d), 3) == i}
+        assert redis_client.get(f"sq:{{shop:{i}}}:dcount") == str(len(members))
+    assert q.domain_names() == sorted(dom(d) for d in range(12))
+    assert all(q.domain_known(dom(d)) for d in range(12)) and not q.domain_known(dom(99))
     for url, r in zip(urls(12, 3), results, strict=True):
         domain = url.split("/")[2]
         assert partition_of_id(r.id, 3) == partition_of(domain, 3)
@@ -297,3 +305,12 @@ def test_status_details_at_most_status_top_domains_across_partitions(
     small = make_queue(queue="few", partitions=3, status_top=50)
     small.enqueue_many(urls(7, 1))
     assert len(small.status()["domains"]) == 7  # every domain while there are few
+
+
+def test_politeness_by_address_is_refused_with_partitions() -> None:
+    """A job's partition is chosen from its host in the client, while a host's address group
+    is learned in Redis (politeness = ip): the two cannot agree, so the pair is refused."""
+    with pytest.raises(ConfigError, match="ip needs partitions = 1"):
+        Settings(politeness="ip", partitions=3)
+    assert Settings(politeness="ip").partitions == 1
+    assert Settings(politeness="domain", partitions=3).partitions == 3

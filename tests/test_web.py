@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import signal
@@ -394,6 +395,37 @@ async def test_metrics_follow_admin_actions(client: Client) -> None:
     assert value(samples, "scrapeq_domains", queue="default", state="open") == 0
 
 
+async def test_metrics_show_each_domains_politeness(redis_url: str) -> None:
+    """Issue 14: the learned limit, interval and latencies of an adaptive domain, and the
+    fixed limit of one that is not."""
+    q = AsyncQueue.from_url(redis_url, settings=Settings(queue="polite"))
+    try:
+        await q.enqueue_many([f"https://fast.example.com/p/{i}" for i in range(40)])
+        await q.enqueue("https://fixed.example.com/")
+        await q.domain_set("fixed.example.com", concurrency=5)
+        for _ in range(4):  # answered in 200 ms each: the limit rises from 2
+            jobs = [j for j in (await q.claim(50)).jobs if j.domain == "fast.example.com"]
+            await q.settle_many([dataclasses.replace(q.done(j), latency_ms=200) for j in jobs])
+        (fast,) = await q.domains_info(["fast.example.com"])
+        async with TestClient(TestServer(create_app(q))) as c:
+            types, samples = await scrape(c)
+    finally:
+        await q.close()
+    at = {"queue": "polite", "domain": "fast.example.com"}
+    assert fast["adaptive"] and fast["limit"] > 2
+    assert value(samples, "scrapeq_domain_concurrency_limit", **at) == pytest.approx(fast["limit"])
+    fixed = {"queue": "polite", "domain": "fixed.example.com"}
+    assert value(samples, "scrapeq_domain_concurrency_limit", **fixed) == 5
+    assert value(samples, "scrapeq_domain_latency_seconds", kind="baseline", **at) == 0.2
+    assert value(samples, "scrapeq_domain_latency_seconds", kind="current", **at) == 0.2
+    assert value(samples, "scrapeq_domain_request_interval_seconds", **at) == 0
+    assert not any(
+        name == "scrapeq_domain_latency_seconds" and dict(labels)["domain"] == "fixed.example.com"
+        for name, labels in samples
+    ), "a fixed domain has no learned latency"
+    assert types["scrapeq_domain_concurrency_limit"] == "gauge"
+
+
 def test_top_domains_puts_the_worst_first() -> None:
     def d(name: str, state: str = "closed", dead: int = 0, inflight: int = 0) -> dict[str, Any]:
         return {"domain": name, "state": state, "dead": dead, "inflight": inflight, "ready": 0}
@@ -419,7 +451,8 @@ async def test_metrics_cardinality_stays_bounded_at_10000_domains(redis_url: str
         f"site-{i}.example.com" for i in range(10_000)
     }
     assert len({dict(labels)["domain"] for _, labels in per_domain}) == 7
-    assert len(per_domain) == 7 * (4 + 4 + 1)
+    # breaker states, jobs by state, failures, limit, interval (no latency learned yet)
+    assert len(per_domain) == 7 * (4 + 4 + 1 + 1 + 1)
     assert len(samples) < 200, "no series grows with the number of domains"
     assert value(samples, "scrapeq_domains", queue="default", state="closed") == 10_000
 

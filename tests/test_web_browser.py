@@ -138,6 +138,8 @@ async def test_overview_domains_dead_letters_and_replay_in_chromium(
 ) -> None:
     api = need_browser()
     queue, names = seeded
+    await queue.enqueue("https://adaptive.example.com/")
+    await queue.domain_set("adaptive.example.com", concurrency="auto")
     shots = tmp_path / "shots"
     shots.mkdir()
     async with TestClient(TestServer(create_app(queue))) as client, api.async_playwright() as p:
@@ -170,6 +172,12 @@ async def test_overview_domains_dead_letters_and_replay_in_chromium(
             await row.locator("a").click()  # the domain's page
             await page.wait_for_selector("text=Breaker history")
             assert "trip" in await page.locator("main").inner_text()
+            polite = await page.locator("section", has_text="Politeness").inner_text()
+            assert "50" in polite and "fixed" in polite, polite
+            await page.goto(base + "#/domain/adaptive.example.com")
+            await page.wait_for_selector("text=not learned yet")
+            polite = await page.locator("section", has_text="Politeness").inner_text()
+            assert "adaptive" in polite and "2.0" in polite, polite
             await page.screenshot(path=str(shots / "domain.png"), full_page=True)
 
             await page.click("nav a[data-view=dead]")

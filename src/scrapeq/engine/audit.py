@@ -31,7 +31,7 @@ from typing import Any
 
 from scrapeq.engine import scripts
 from scrapeq.engine.job import expand_stored
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.keys import Keys, registry_bucket
 from scrapeq.engine.scripts import Command, Op
 
 __all__ = ["AuditProblem", "AuditReport", "Snapshot", "audit_op", "find_suspects"]
@@ -130,6 +130,13 @@ class Snapshot:
     moves: dict[str, str] = field(default_factory=dict)
     still: bool = False
     keep_done_ms: int = 0
+    #: The registry's counter of domains, the names it holds, and the names still in the set
+    #: of a queue written before the registry had buckets (migrated by housekeeping).
+    domain_count: int = 0
+    registered: int = 0
+    unmigrated: int = 0
+    registry_index: set[int] = field(default_factory=set)  # sq:{Q}:regb
+    registry_names: list[str] = field(default_factory=list)
 
 
 def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
@@ -161,7 +168,12 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     snap.delayed = yield from _zset(keys.delayed)
     snap.inflight = yield from _zset(keys.inflight)
     snap.dead = yield from _zset(keys.dead)
-    domains = sorted((yield Command(("SMEMBERS", keys.domains))))
+    domains = yield from scripts.registry_names_op()
+    snap.domain_count = _int((yield Command(("GET", keys.domain_count))))
+    snap.registered = len(domains)
+    snap.registry_names = domains
+    snap.registry_index = {int(b) for b in (yield Command(("SMEMBERS", keys.registry_index)))}
+    snap.unmigrated = int((yield Command(("SCARD", keys.domains))))
     for d in domains:
         snap.queued[d] = yield from _zset(keys.domain_queue(d))
         snap.dead_by_domain[d] = yield from _zset(keys.domain_dead(d))
@@ -243,6 +255,7 @@ def find_suspects(snap: Snapshot) -> list[dict[str, Any]]:
         *_stranded_domains(snap, leases),
         *_open_set_suspects(snap),
         *_fingerprint_suspects(snap),
+        *_registry_suspects(snap),
     ]
 
 
@@ -391,6 +404,14 @@ def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
             yield {"k": "stale_fingerprint", "fp": fp, "id": job_id}
 
 
+def _registry_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
+    if snap.unmigrated:
+        return  # an older queue's registry is still being moved (housekeeping.lua)
+    used = {registry_bucket(d) for d in snap.registry_names}
+    if snap.domain_count != snap.registered or used != snap.registry_index:
+        yield {"k": "domain_count", "exp": snap.registered, "obs": snap.domain_count}
+
+
 def _int(value: str | None) -> int:
     try:
         return int(value or 0)
@@ -402,6 +423,8 @@ def _int(value: str | None) -> int:
 
 
 def _subject(item: dict[str, Any]) -> str:
+    if item["k"] == "domain_count":
+        return "registry"
     for name in ("id", "d", "lane", "fp"):
         if name in item and not (name == "id" and item["k"] == "stale_fingerprint"):
             return str(item[name])

@@ -13,14 +13,38 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["QUEUE_SCAN_PATTERN", "Keys", "queue_of_marker", "validate_queue_name"]
+__all__ = [
+    "QUEUE_SCAN_PATTERN",
+    "REGISTRY_BUCKETS",
+    "Keys",
+    "queue_of_marker",
+    "registry_bucket",
+    "validate_queue_name",
+]
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: The keys that show a queue exists (the ones ``Queue.exists`` looks at).
-_MARKER = re.compile(r"^sq:\{([A-Za-z0-9_.\-]{1,64})(?::[0-9]+)?\}:(?:meta|stats|domains)$")
+_MARKER = re.compile(r"^sq:\{([A-Za-z0-9_.\-]{1,64})(?::[0-9]+)?\}:(?:meta|stats|dcount|domains)$")
 
 #: A SCAN pattern matching every scrapeq key of every queue (braces are literal in globs).
 QUEUE_SCAN_PATTERN = "sq:{*}:*"
+
+
+#: The domain registry's buckets: ``sq:{Q}:reg:<b>`` hashes, domain -> jobs enqueued for it.
+REGISTRY_BUCKETS = 1024
+
+
+def registry_bucket(domain: str) -> int:
+    """The registry bucket of a domain (the scripts' ``registry_bucket``, lua/includes/common.lua).
+
+    A polynomial hash of the name's UTF-8 bytes modulo the prime 1,000,003 (exact in Lua's
+    doubles, and spread evenly: 50,000 names fill no bucket past 66), modulo
+    :data:`REGISTRY_BUCKETS`.
+    """
+    h = 0
+    for byte in domain.encode():
+        h = (h * 31 + byte) % 1_000_003
+    return h % REGISTRY_BUCKETS
 
 
 def validate_queue_name(name: str) -> str:
@@ -37,7 +61,8 @@ def validate_queue_name(name: str) -> str:
 def queue_of_marker(key: str) -> str | None:
     """The queue a key shows to exist (``sq:{shops}:meta`` → ``shops``), or None.
 
-    Only a queue's marker keys answer (``meta``, ``stats``, ``domains``): every queue that
+    Only a queue's marker keys answer (``meta``, ``stats``, ``dcount``, and ``domains`` of a
+    queue written before the domain registry had buckets): every queue that
     ``Queue.exists`` finds has at least one, so a SCAN finds each queue a bounded number of
     times however many jobs it holds.
     """
@@ -90,7 +115,27 @@ class Keys:
 
     @property
     def domains(self) -> str:
+        """The domain registry of a queue written before it had buckets (a set; migrated)."""
         return f"{self.prefix}domains"
+
+    def registry(self, bucket: int) -> str:
+        """Bucket ``bucket`` of the domain registry (a hash: domain -> jobs enqueued)."""
+        return f"{self.prefix}reg:{bucket}"
+
+    @property
+    def registry_keys(self) -> list[str]:
+        """Every bucket of the domain registry, in order."""
+        return [self.registry(b) for b in range(REGISTRY_BUCKETS)]
+
+    @property
+    def registry_index(self) -> str:
+        """The numbers of the registry's buckets that are not empty (a set)."""
+        return f"{self.prefix}regb"
+
+    @property
+    def domain_count(self) -> str:
+        """The number of domains in the registry (a counter)."""
+        return f"{self.prefix}dcount"
 
     @property
     def inflight(self) -> str:

@@ -35,7 +35,7 @@ from scrapeq.engine.connection import (
     sync_client,
 )
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
-from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker
+from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.scripts import (
     SCAN_START,
     Call,
@@ -372,13 +372,19 @@ class _QueueCore:
         return ms_to_iso(int(until)) if until and int(until) > now_ms else None
 
     def _op_domain_names(self) -> Op[list[str]]:
-        members = yield Command(("SMEMBERS", self.keys.domains))
-        return sorted(str(m) for m in members)
+        return (yield from scripts.registry_names_op())
+
+    def _op_domain_known(self, domain: str) -> Op[bool]:
+        k = self.keys
+        found = yield Command(("HEXISTS", k.registry(registry_bucket(domain)), domain))
+        if int(found):
+            return True
+        # a queue written before the registry had buckets, not migrated yet
+        return bool(int((yield Command(("SISMEMBER", k.domains, domain)))))
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:
-            members = yield Command(("SMEMBERS", self.keys.domains))
-            domains = sorted(str(m) for m in members)
+            domains = yield from scripts.registry_names_op()
         out: list[dict[str, Any]] = []
         for start in range(0, len(domains), _PAGE):
             out.extend((yield scripts.domain_info(domains[start : start + _PAGE])))
@@ -545,7 +551,8 @@ class _QueueCore:
         return answer
 
     def _op_exists(self) -> Op[bool]:
-        found = yield Command(("EXISTS", self.keys.meta, self.keys.domains, self.keys.stats))
+        k = self.keys
+        found = yield Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats))
         return bool(found)
 
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
@@ -1111,12 +1118,24 @@ class _PartitionedCore(_QueueCore):
             return (yield from super()._op_figures())
         return _figures((yield from self._op_status_raw()))
 
+    def _op_domain_known(self, domain: str) -> Op[bool]:
+        if self.partitions == 1:
+            return (yield from super()._op_domain_known(domain))
+        return (yield from self._on(super()._op_domain_known(domain), self._part(domain)))
+
+    def _op_domain_names(self) -> Op[list[str]]:
+        if self.partitions == 1:
+            return (yield from super()._op_domain_names())
+        names: set[str] = set()
+        for part in range(self.partitions):
+            names.update((yield from self._on(scripts.registry_names_op(), part)))
+        return sorted(names)
+
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if self.partitions == 1:
             return (yield from super()._op_domains_info(domains))
         if domains is None:
-            members = yield from self._many([Command(("SMEMBERS", k.domains)) for k in self.parts])
-            domains = sorted(str(m) for some in members for m in some)
+            domains = yield from self._op_domain_names()
         found: dict[str, dict[str, Any]] = {}
         for part, chosen in _by_part(domains, self._part):
             for info in (yield from self._on(super()._op_domains_info(chosen), part)):
@@ -1175,7 +1194,9 @@ class _PartitionedCore(_QueueCore):
         if self.partitions == 1:
             return (yield from super()._op_exists())
         steps: list[Step] = [Command(("EXISTS", self.keys.meta))]
-        steps += [Command(("EXISTS", k.meta, k.domains, k.stats)) for k in self.parts]
+        steps += [
+            Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats)) for k in self.parts
+        ]
         return any(int(x) for x in (yield from self._many(steps)))
 
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
@@ -1769,8 +1790,12 @@ class Queue(_PartitionedCore):
         return self._drive(self._op_paused_until())
 
     def domain_names(self) -> list[str]:
-        """Every domain the queue knows, sorted (one SMEMBERS: no per-domain reads)."""
+        """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
         return self._drive(self._op_domain_names())
+
+    def domain_known(self, domain: str) -> bool:
+        """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
+        return self._drive(self._op_domain_known(domain))
 
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
@@ -2086,6 +2111,10 @@ class AsyncQueue(_PartitionedCore):
     async def paused_until(self) -> str | None:
         """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
         return await self._drive(self._op_paused_until())
+
+    async def domain_known(self, domain: str) -> bool:
+        """The asyncio twin of :meth:`Queue.domain_known`."""
+        return await self._drive(self._op_domain_known(domain))
 
     async def domain_names(self) -> list[str]:
         """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.seen import SeenLayout
 from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
@@ -50,6 +51,7 @@ SCRIPTS: dict[str, str] = {
     "claim": "claim-1.lua",
     "clear": "clear-1.lua",
     "domain_info": "domain_info-1.lua",
+    "domains": "domains-1.lua",
     "domain_set": "domain_set-1.lua",
     "host_group": "host_group-1.lua",
     "enqueue": "enqueue-1.lua",
@@ -693,6 +695,25 @@ def audit(items: Sequence[dict[str, Any]], repair: bool) -> Call[list[tuple[bool
         return [(bool(int(c)), bool(int(r)), str(d)) for c, r, d in raw]
 
     return _call("audit", parse, items=list(items), repair=repair, seed=_seed())
+
+
+def domain_names(first: int, stop: int) -> Call[list[str]]:
+    """The names in the domain registry's buckets ``first <= b < stop`` (read only; bucket 0's
+    call adds a not-yet-migrated registry's names, which may repeat one)."""
+    return _call("domains", lambda raw: [str(d) for d in raw], **{"from": first, "to": stop})
+
+
+#: Registry buckets read by one ``domains-1.lua`` call.
+_REGISTRY_SLICE = 128
+
+
+def registry_names_op() -> Op[list[str]]:
+    """Every domain in the queue's registry, sorted: ``domains-1.lua`` a slice of buckets a
+    call, so a registry of a million domains is not one long script."""
+    names: set[str] = set()
+    for first in range(0, REGISTRY_BUCKETS, _REGISTRY_SLICE):
+        names.update((yield domain_names(first, first + _REGISTRY_SLICE)))
+    return sorted(names)
 
 
 def status(lanes: Sequence[str], top: int = 0) -> Call[dict[str, Any]]:

@@ -495,6 +495,11 @@ def _cross_checks(s: Settings) -> None:
             "domain_concurrency_max",
             f"must be >= domain_concurrency_min ({s.domain_concurrency_min})",
         )
+    if s.politeness == "ip" and s.partitions > 1:
+        # a job's partition is chosen from its host before Redis knows the host's address
+        raise ConfigError(
+            "politeness", "ip needs partitions = 1 (use host or domain with partitions)"
+        )
 
 
 def _check_bloom(s: Settings) -> None:

@@ -221,6 +221,24 @@ def _domain_metrics(
         f"Consecutive failures of the top {top} domains.",
         labels,
     )
+    limit = _gauge(
+        "scrapeq_domain_concurrency_limit",
+        f"Jobs in flight at once allowed to the top {top} domains: an adaptive domain's "
+        "learned limit (domain_concurrency = auto), else the fixed one.",
+        labels,
+    )
+    interval = _gauge(
+        "scrapeq_domain_request_interval_seconds",
+        f"Learned least time between request starts of the top {top} adaptive domains "
+        "(0: none needed).",
+        labels,
+    )
+    latency = _gauge(
+        "scrapeq_domain_latency_seconds",
+        f"Fetch latency the top {top} adaptive domains are judged by: baseline (no-load) and "
+        "current (moving average).",
+        [*labels, "kind"],
+    )
     for info in top_domains(domains, top):
         d = str(info["domain"])
         for s in _DOMAIN_STATES:
@@ -228,7 +246,16 @@ def _domain_metrics(
         for s in ("ready", "delayed", "inflight", "dead"):
             jobs.add_metric([queue, d, s], info[s])
         fails.add_metric([queue, d], info["consecutive_failures"])
-    return [by_state, state, jobs, fails]
+        cap = info.get("limit") if info.get("adaptive") else info.get("concurrency")
+        if isinstance(cap, int | float):
+            limit.add_metric([queue, d], cap)
+        if info.get("adaptive"):
+            if isinstance(info.get("interval"), int | float):
+                interval.add_metric([queue, d], info["interval"])
+            for kind, key in (("baseline", "baseline"), ("current", "latency")):
+                if isinstance(info.get(key), int | float):
+                    latency.add_metric([queue, d, kind], info[key])
+    return [by_state, state, jobs, fails, limit, interval, latency]
 
 
 def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
@@ -609,7 +636,7 @@ async def _domain(request: web.Request) -> web.Response:
     """One domain: its figures, its recent dead letters' errors, its breaker history."""
     queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
     infos = await queue.domains_info([domain])
-    if not infos or domain not in await queue.domain_names():
+    if not infos or not await queue.domain_known(domain):
         raise NotFound(f"unknown domain {domain!r}")
     now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
     dead = await queue.dead_letters(domain, 20)

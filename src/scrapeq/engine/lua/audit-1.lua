@@ -31,6 +31,9 @@
                             longer pending
          open_set           d: the domain's breaker is open or half-open and it is not in
                             sq:{Q}:open, or the other way round
+         domain_count       exp, obs: the registry's counter (sq:{Q}:dcount, obs when
+                            scanned) is not the number of domains it holds (exp), or its
+                            index of non-empty buckets (sq:{Q}:regb) is off
 
   Repairs: corrupt texts become corrupt_payload dead letters; a placeless job is filed again
   (dead letter if it died, else ready; a done one gets its TTL back, or is deleted); a job in
@@ -343,6 +346,30 @@ function CHECKS.stale_fingerprint(it)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+-- Counted again here (every bucket of the registry), unless a registry of an older queue
+-- is still being migrated (housekeeping.lua).
+function CHECKS.domain_count(it)
+  if redis.call('EXISTS', K_DOMAINS) == 1 then return false end
+  local n, used, listed = 0, {}, registry_buckets()
+  local index_ok = true
+  for b = 0, REGISTRY_BUCKETS - 1 do
+    local len = redis.call('HLEN', P .. 'reg:' .. b)
+    n = n + len
+    if len > 0 then used[#used + 1] = b end
+    if (len > 0) ~= (listed[b] == true) then index_ok = false end
+  end
+  local now = tonumber(redis.call('GET', K_DCOUNT)) or 0
+  if now == n and index_ok then return false end
+  local detail = 'counter ' .. now .. ', domains ' .. n
+  if not index_ok then detail = detail .. '; the index of non-empty buckets (regb) is off' end
+  if REPAIR then
+    if n > 0 then redis.call('SET', K_DCOUNT, n) else redis.call('DEL', K_DCOUNT) end
+    redis.call('DEL', K_REGB)
+    if #used > 0 then redis.call('SADD', K_REGB, unpack(used)) end
+  end
+  return true, REPAIR, detail
 end
 
 function CHECKS.open_set(it)

@@ -16,7 +16,7 @@
 --@include breaker
 
 local d = ARG.domain
-if redis.call('SISMEMBER', K_DOMAINS, d) == 0 then
+if not registry_has(d) then
   return redis.error_reply('SQ_UNKNOWN_DOMAIN ' .. d)
 end
 if ARG.action == 'reset' then

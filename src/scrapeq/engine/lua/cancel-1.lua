@@ -134,7 +134,7 @@ end
 
 local function cancel_domain()
   local d = ARG.domain
-  if redis.call('SISMEMBER', K_DOMAINS, d) == 0 then
+  if not registry_has(d) then
     return redis.error_reply('SQ_UNKNOWN_DOMAIN ' .. d)
   end
   local limit = tonumber(ARG.limit) or 500

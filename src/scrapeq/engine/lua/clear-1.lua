@@ -7,7 +7,7 @@
     ARGV[3]  JSON {cursor, count} or {markers = true}
       cursor   the SCAN cursor ('0' to start)
       count    SCAN's COUNT: about how many keys of the database one call looks at
-      markers  delete the queue's marker keys (meta, stats, domains: what `Queue.exists`
+      markers  delete the queue's marker keys (meta, stats, dcount, domains: what `Queue.exists`
                and `scrapeq queue list` look for) and nothing else
 
   Every key matching `<prefix>*` that this SCAN step returns, but the marker keys, is deleted
@@ -22,10 +22,11 @@
 ]]
 --@include common
 
-local MARKERS = {[P .. 'meta'] = true, [P .. 'stats'] = true, [P .. 'domains'] = true}
+local MARKERS = {[P .. 'meta'] = true, [P .. 'stats'] = true, [P .. 'domains'] = true,
+  [P .. 'dcount'] = true}
 
 if ARG.markers then
-  return {'0', redis.call('UNLINK', P .. 'meta', P .. 'stats', P .. 'domains')}
+  return {'0', redis.call('UNLINK', P .. 'meta', P .. 'stats', P .. 'domains', P .. 'dcount')}
 end
 local reply = redis.call('SCAN', ARG.cursor or '0', 'MATCH', P .. '*',
   'COUNT', tonumber(ARG.count) or 500)

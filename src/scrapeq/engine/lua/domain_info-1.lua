@@ -21,41 +21,41 @@
 local HOUR_MS = 3600000
 local out = {}
 for i, d in ipairs(ARG.domains) do
-  local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done', 'enq',
+  local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
     'alim', 'aivl', 'abase', 'alat')
   local state = f[1] or 'closed'
-  local open_until = tonumber(f[8])
+  local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
   if state ~= 'open' then open_until = nil end
   local dead_hour = 0
   local bucket = math.floor(NOW / HOUR_MS)
-  local cur = tonumber(f[13])
+  local cur = tonumber(f[12])
   if cur == bucket then
     local frac = (NOW % HOUR_MS) / HOUR_MS
-    dead_hour = (tonumber(f[14]) or 0) + (tonumber(f[15]) or 0) * (1 - frac)
+    dead_hour = (tonumber(f[13]) or 0) + (tonumber(f[14]) or 0) * (1 - frac)
   elseif cur == bucket - 1 then
-    dead_hour = (tonumber(f[14]) or 0) * (1 - (NOW % HOUR_MS) / HOUR_MS)
+    dead_hour = (tonumber(f[13]) or 0) * (1 - (NOW % HOUR_MS) / HOUR_MS)
   end
   out[i] = {
     domain = d, state = state,
     ready = redis.call('ZCARD', k_dq(d)), delayed = math.max(tonumber(f[3]) or 0, 0),
     inflight = math.max(tonumber(f[2]) or 0, 0), done = tonumber(f[4]) or 0,
-    dead = redis.call('ZCARD', k_ddead(d)), enqueued = tonumber(f[5]) or 0,
-    consecutive_failures = tonumber(f[6]) or 0, window = f[7] or '',
-    open_until = open_until or cjson.null, trips = tonumber(f[9]) or 0,
-    delay_ms = tonumber(f[10]) or CFG.delay_ms, concurrency = tonumber(f[11]) or CFG.conc,
-    next_ms = tonumber(f[12]) or 0,
-    dead_last_hour = dead_hour, dead_baseline = tonumber(f[16]) or 0,
+    dead = redis.call('ZCARD', k_ddead(d)), enqueued = registry_enq(d),
+    consecutive_failures = tonumber(f[5]) or 0, window = f[6] or '',
+    open_until = open_until or cjson.null, trips = tonumber(f[8]) or 0,
+    delay_ms = tonumber(f[9]) or CFG.delay_ms, concurrency = tonumber(f[10]) or CFG.conc,
+    next_ms = tonumber(f[11]) or 0,
+    dead_last_hour = dead_hour, dead_baseline = tonumber(f[15]) or 0,
   }
-  local adaptive = adaptive_on(f[11])
+  local adaptive = adaptive_on(f[10])
   out[i].adaptive = adaptive
   if adaptive then
-    out[i].concurrency = domain_cap(f[11], 'closed', f[17])
-    out[i].limit = tonumber(f[17]) or adaptive_start()
-    out[i].interval_ms = tonumber(f[18]) or 0
-    out[i].baseline_ms = tonumber(f[19]) or cjson.null
-    out[i].latency_ms = tonumber(f[20]) or cjson.null
+    out[i].concurrency = domain_cap(f[10], 'closed', f[16])
+    out[i].limit = tonumber(f[16]) or adaptive_start()
+    out[i].interval_ms = tonumber(f[17]) or 0
+    out[i].baseline_ms = tonumber(f[18]) or cjson.null
+    out[i].latency_ms = tonumber(f[19]) or cjson.null
   else
     out[i].limit, out[i].interval_ms = cjson.null, cjson.null
     out[i].baseline_ms, out[i].latency_ms = cjson.null, cjson.null

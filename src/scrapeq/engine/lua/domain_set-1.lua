@@ -18,7 +18,7 @@
 
 local d = ARG.domain
 local dk = k_dom(d)
-redis.call('SADD', K_DOMAINS, d)
+registry_add(d)
 if ARG.delay_ms then
   if ARG.delay_ms < 0 then redis.call('HDEL', dk, 'delay')
   else redis.call('HSET', dk, 'delay', math.floor(ARG.delay_ms)) end

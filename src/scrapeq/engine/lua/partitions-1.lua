@@ -8,7 +8,7 @@
 
   The number lives in sq:{Q}:meta, field `parts`; absent means 1 (the layout every queue had
   before partitions, whose keys are sq:{Q}:*). A caller with parts > 1 records it when none
-  is stored and the queue has no domain yet (sq:{Q}:domains absent: nothing was ever
+  is stored and the queue has no domain yet (sq:{Q}:dcount absent or 0: nothing was ever
   enqueued under one partition). Anything else that differs from the stored number (or from
   1 when none is stored and the single-partition queue is in use) is refused, before any
   write: `SQ_PARTITIONS <stored> <given>`. A cleared queue (`scrapeq queue clear`) loses the
@@ -22,7 +22,7 @@ local given = tonumber(ARG.parts) or 1
 local stored = tonumber(redis.call('HGET', K_META, 'parts'))
 if stored == nil then
   if given == 1 then return 'ok' end
-  if redis.call('EXISTS', K_DOMAINS) == 1 then
+  if (tonumber(redis.call('GET', K_DCOUNT)) or 0) > 0 or redis.call('EXISTS', K_DOMAINS) == 1 then
     return redis.error_reply('SQ_PARTITIONS 1 ' .. given)
   end
   redis.call('HSET', K_META, 'parts', given)

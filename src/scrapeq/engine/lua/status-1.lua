@@ -16,7 +16,8 @@
                   the queue has no more; else those with a breaker not closed, those of the
                   latest dead letters, the most urgent ready ones and the next to wake up,
                   in that order.
-  Cost: O(top + lanes), whatever the number of domains.
+  Cost: O(top + lanes), whatever the number of domains (a queue of at most `top` domains
+  reads the registry's buckets that hold them: common.lua).
     oldest_ready_ms: ms since the lane last had a job claimed or last became non-empty,
     whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
@@ -53,8 +54,13 @@ local function pick_top(top)
       picked[#picked + 1] = d
     end
   end
-  if redis.call('SCARD', K_DOMAINS) <= top then
-    for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do add(d) end
+  local known = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS)
+  if known <= top then
+    for b in pairs(registry_buckets()) do
+      for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do add(d) end
+    end
+    for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do add(d) end  -- not migrated yet
+    table.sort(picked)
     return picked
   end
   for _, d in ipairs(redis.call('SRANDMEMBER', K_OPEN, top)) do add(d) end
@@ -91,7 +97,7 @@ if paused and paused <= NOW then paused = nil end
 return cjson.encode({
   now = NOW, stats = stats, ready = ready, delayed = redis.call('ZCARD', K_DELAYED),
   inflight = redis.call('ZCARD', K_INFLIGHT), dead = redis.call('ZCARD', K_DEAD),
-  domains = redis.call('SCARD', K_DOMAINS), lanes = lanes, lane_order = names,
+  domains = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS), lanes = lanes, lane_order = names,
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
   retired = retired, retired_domains = redis.call('SCARD', K_RETIRED),
   open_breakers = redis.call('SCARD', K_OPEN), top = top,

@@ -52,6 +52,24 @@ function human(seconds) {
   return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
 }
 
+function ms(value) {
+  if (value === null || value === undefined) return "not learned yet";
+  return value < 1000 ? Math.round(value) + " ms" : (value / 1000).toFixed(2) + " s";
+}
+
+// A domain's politeness: the limit in force, and what an adaptive one has learned (issue 14).
+function politeness(info) {
+  const learned = info.adaptive;
+  const head = ["limit", "how", "between starts", "baseline latency", "current latency"];
+  const row = el("tr", {},
+    td(learned ? Number(info.limit).toFixed(1) : num(info.concurrency)),
+    td(learned ? "adaptive" : "fixed"),
+    td(learned ? (info.interval_ms ? ms(info.interval_ms) : "no wait") : (info.delay_ms ? ms(info.delay_ms) : "no wait")),
+    td(learned ? ms(info.baseline_ms) : "—"),
+    td(learned ? ms(info.latency_ms) : "—"));
+  return table(head, [row]);
+}
+
 function ago(iso) {
   if (!iso) return "";
   const delta = (Date.now() - Date.parse(iso)) / 1000;
@@ -246,6 +264,7 @@ async function domainView(view, name) {
   view.replaceChildren(
     el("h1", {}, d.domain, " ", ...breakerButtons(d.domain, d.state)),
     card("Figures", facts),
+    card("Politeness", politeness(doc.info)),
     el("div", {class: "grid"}, card("Recent errors (of its dead letters)", errors), card("Breaker history", events)),
     el("p", {}, link("#/dead?domain=" + encodeURIComponent(d.domain), "its dead letters →")));
 }

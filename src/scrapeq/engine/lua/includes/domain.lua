@@ -14,7 +14,8 @@
     delay, conc  per-domain overrides (ms between request starts, jobs in flight; conc
                  'auto': an adaptive limit, see adaptive.lua for its fields)
     delayed      jobs of the domain in the delayed zset
-    enq, done    totals since the domain was first seen
+    done         jobs done since the domain was first seen (its count of jobs enqueued is
+                 in the registry, common.lua; `enq` here in queues written before it)
     dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
                  bucket's count, baseline (moving average of completed hours)
 ]]

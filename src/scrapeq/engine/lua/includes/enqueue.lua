@@ -10,7 +10,7 @@
     enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
   A spec with `parent` (a follow-up) is skipped as 'limit' when its domain already has
-  CFG.max_pages jobs enqueued (its 'enq' counter), when that is set.
+  CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set.
 ]]
 
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}}
@@ -47,7 +47,7 @@ end
 local function over_max_pages(s)
   local cap = tonumber(CFG.max_pages)
   if not s.parent or not cap then return false end
-  return (tonumber(redis.call('HGET', k_dom(s.domain), 'enq')) or 0) >= cap
+  return registry_enq(s.domain) >= cap
 end
 
 local function enqueue_one(s)
@@ -70,9 +70,8 @@ local function enqueue_one(s)
     job.fp = s.fp
     if not s.unique then job.fpw = true end
   end
-  redis.call('SADD', K_DOMAINS, s.domain)
+  registry_count(s.domain)
   redis.call('SADD', K_LANES, s.lane)
-  redis.call('HINCRBY', k_dom(s.domain), 'enq', 1)
   stat('enqueued')
   stat('enqueued:' .. s.lane)
   if redis.call('HGET', k_dom(s.domain), 'state') == 'retired' then

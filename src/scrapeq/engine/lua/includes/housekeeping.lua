@@ -205,7 +205,7 @@ local function announce_pause_end()
 end
 
 -- Domains idle (domain.lua: note_idle) for CFG.domain_ttl_ms are forgotten: their hash
--- (counters, dead-letter rate) and their place in sq:{Q}:domains go, so the domain table does
+-- (counters, dead-letter rate) and their place in the registry (common.lua) go, so the domain table does
 -- not grow for ever. One busy again leaves sq:{Q}:idle (noted again when next idle); one with
 -- dead letters or per-domain overrides is kept, and looked at again a ttl later.
 local function forget_idle(budget)
@@ -222,6 +222,7 @@ local function forget_idle(budget)
       redis.call('ZADD', K_IDLE, NOW, d)
     else
       redis.call('DEL', dk)
+      registry_del(d)
       redis.call('SREM', K_DOMAINS, d)
       redis.call('ZREM', K_IDLE, d)
       redis.call('ZREM', K_ACTIVE, d)
@@ -231,7 +232,16 @@ local function forget_idle(budget)
   return #ds
 end
 
+-- A queue written before the registry had buckets keeps its domains in the set
+-- sq:{Q}:domains and their enqueue counts in their hashes (`enq`): move `budget` of them a
+-- call into the registry (common.lua) until the set is gone.
+local function migrate_registry(budget)
+  if not legacy_registry() then return end
+  for _, d in ipairs(redis.call('SPOP', K_DOMAINS, budget)) do registry_adopt(d, true) end
+end
+
 local function housekeeping(budget)
+  migrate_registry(budget)
   announce_pause_end()
   reap_expired(budget)
   promote_due(budget)
