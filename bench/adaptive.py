@@ -16,9 +16,15 @@ Then, per site, auto's time against the best fixed setting's (target: within 15%
 refused share (target: at most 1%).
 
 Run: ``.venv/bin/python bench/adaptive.py [--quick] [--pages N] [--latency MS]
-[--max-runtime S] [--redis-server PATH]``. ``--quick``: 400 pages a site, 30 s at most a
-run (default 60 s). A site whose breaker trips (fixed 32 on K = 2 and 8) does not finish
-within a run: its row says how many of its pages were done when it stopped.
+[--max-runtime S] [--limiter RUNS] [--redis-server PATH]``. ``--quick``: 400 pages a site, 30 s
+at most a run (default 60 s). A site whose breaker trips (fixed 32 on K = 2 and 8) does not
+finish within a run: its row says how many of its pages were done when it stopped.
+
+``--limiter RUNS``: instead, the rate limiter of ``tests/test_adaptive.py`` RUNS times (a
+``limit`` site: a token bucket of 20 requests/s and a burst of 20, 503 without Retry-After,
+latency 3 ms; 200 pages, ``Worker(q)`` and settings at their defaults): each run's seconds
+and refused share against the issue's target, 200 pages within 1.5 x 200 / 20 = 15 s with at
+most 5% of requests refused.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from scrapeq.runtime.worker import Worker
 
 CAPACITIES = (2, 8, 32)
 SETTINGS: tuple[int | str, ...] = (2, 32, "auto")
+LIMIT_RATE, LIMIT_PAGES = 20, 200
 
 
 @dataclass
@@ -90,6 +97,52 @@ async def _run(
     return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
 
 
+async def _run_limiter(url: str, fleet: Fleet, spec: SiteSpec) -> Figure:
+    """The rate-limiter test's run: LIMIT_PAGES pages, default settings and worker."""
+    q = AsyncQueue.from_url(url, settings=Settings(allow_private=True, log_every=0))
+    await q.client.flushall()
+    domain = f"127.0.0.1:{fleet.ports[spec.name]}"
+    await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(LIMIT_PAGES)])
+    before = fleet.stats()[spec.name]
+    limit = 3 * LIMIT_PAGES / LIMIT_RATE
+    worker = Worker(q, burst=True, max_runtime=limit, report=False)
+    started = time.monotonic()
+    task = asyncio.create_task(worker.run_async())
+    seconds = None
+    while True:
+        (info,) = await q.domains_info([domain])
+        if info["done"] + info["dead"] >= LIMIT_PAGES:
+            seconds = time.monotonic() - started
+            break
+        if task.done():
+            break
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+    seen: SiteCounts = fleet.stats()[spec.name] - before
+    (info,) = await q.domains_info([domain])
+    await q.close()
+    return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
+
+
+def limiter_runs(server_url: str, runs: int) -> int:
+    """``--limiter``: the rate-limiter scenario ``runs`` times; 0 when every run met the target."""
+    spec = SiteSpec("limited.example.com", Mode.LIMIT, latency_ms=3, rate=LIMIT_RATE)
+    bar = 1.5 * LIMIT_PAGES / LIMIT_RATE
+    rows: list[list[object]] = []
+    ok = True
+    with Fleet([spec], seed=3) as fleet:
+        for i in range(runs):
+            f = asyncio.run(_run_limiter(server_url, fleet, spec))
+            good = f.seconds is not None and f.seconds <= bar and f.refused_share <= 0.05
+            ok = ok and good and f.state == "closed"
+            rows.append([f"{i + 1}", *_fmt(f, LIMIT_PAGES), "yes" if good else "NO"])
+    print(format_table(["run", "seconds", "requests", "refused", "breaker", "target"], rows))
+    print(f"target: {LIMIT_PAGES} pages within {bar:g} s, <= 5% refused; "
+          f"{'PASS' if ok else 'FAIL'}")  # fmt: skip
+    return 0 if ok else 1
+
+
 def _fmt(f: Figure, pages: int) -> list[str]:
     took = f"{f.seconds:.1f}" if f.seconds is not None else f"stopped ({f.done}/{pages} done)"
     return [took, f"{f.requests}", f"{100 * f.refused_share:.1f}%", f.state]
@@ -101,8 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=None, help="jobs per site (2000)")
     parser.add_argument("--latency", type=float, default=20.0, help="base latency, ms (20)")
     parser.add_argument("--max-runtime", type=float, default=None, help="seconds a run (60)")
+    parser.add_argument(
+        "--limiter", type=int, default=0, metavar="RUNS",
+        help="run the rate limiter of tests/test_adaptive.py RUNS times instead",
+    )  # fmt: skip
     add_server_args(parser)
     args = parser.parse_args(argv)
+    if args.limiter > 0:
+        print(f"bench/adaptive.py --limiter: {LIMIT_PAGES} pages from a {LIMIT_RATE} "
+              f"requests/s token bucket (burst {LIMIT_RATE}, 503 beyond), defaults; "
+              f"{load_note()}")  # fmt: skip
+        with private_redis(args.redis_server) as server:
+            return limiter_runs(server.url, args.limiter)
     pages = args.pages or (400 if args.quick else 2000)
     max_runtime = args.max_runtime or (30.0 if args.quick else 60.0)
     specs = [_site(k, args.latency) for k in CAPACITIES]

@@ -14,20 +14,29 @@ server-side script time per job (``INFO commandstats``: EVALSHA usec) beside the
 Bar: >= 20,000 jobs/s at batch 64 (median run). An informational line follows: two processes
 draining one queue together at batch 64 (not the bar, which is for one process).
 
+``--adaptive``: the settle-side cost of ``domain_concurrency = auto`` (issue 14), side by side
+in the same run: batch-64 drains, interleaved, with the fixed limit of the bar
+(``domain_concurrency=10000``) and with ``auto``, every settlement carrying a latency
+(``latency_ms=20``, as the worker's do), so the adaptive update in settle-1.lua
+(``includes/adaptive.lua``) runs for every auto job; a third row settles fixed without a
+latency (the bar's loop). With auto a domain's cap is its learned limit (2 at the start, up
+to ``domain_concurrency_max``); 100 domains still fill a claim of 64.
+
 When the bar is missed (or with ``--profile always``) a diagnosis follows: Redis time per job
 split between claim-1.lua and settle-1.lua, the Redis commands each script runs per job and
 their cost, the Lua-side overhead per ``redis.call`` (calibrated), and the Python functions
 that take the rest (cProfile).
 
 Run: ``.venv/bin/python bench/claim_throughput.py [--quick] [--profile auto|always|never]
-[--keep-done S] [--redis-server PATH]``. The exit status is 0 unless ``--strict`` and the bar
-is missed.
+[--keep-done S] [--adaptive] [--redis-server PATH]``. The exit status is 0 unless ``--strict``
+and the bar is missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import multiprocessing
 import pstats
@@ -97,9 +106,9 @@ def url_for(i: int) -> str:
 KEEP_DONE = 0.0
 
 
-def make_queue(url: str) -> Queue:
+def make_queue(url: str, concurrency: int | str = 10_000) -> Queue:
     client = redis.Redis.from_url(url, decode_responses=True)
-    settings = Settings(domain_concurrency=10_000, keep_done=KEEP_DONE)
+    settings = Settings(domain_concurrency=concurrency, keep_done=KEEP_DONE)
     return Queue(client, "bench", settings=settings)
 
 
@@ -112,23 +121,28 @@ def enqueue(q: Queue, specs: list[EnqueueSpec]) -> None:
         q.enqueue_many(specs[start : start + CHUNK])
 
 
-def drain(q: Queue, batch: int) -> int:
+def drain(q: Queue, batch: int, latency_ms: int | None = None) -> int:
+    """Claim and settle done until the queue is empty; with ``latency_ms`` every settlement
+    carries that fetch latency (what an adaptive domain learns from)."""
     done = 0
     while True:
         claimed = q.claim(batch)
         if not claimed.jobs:
             return done
-        q.settle_many([q.done(j) for j in claimed.jobs])
+        settlements = [q.done(j) for j in claimed.jobs]
+        if latency_ms is not None:
+            settlements = [dataclasses.replace(s, latency_ms=latency_ms) for s in settlements]
+        q.settle_many(settlements)
         done += len(claimed.jobs)
 
 
-def timed_run(q: Queue, specs: list[EnqueueSpec], batch: int) -> Run:
+def timed_run(q: Queue, specs: list[EnqueueSpec], batch: int, latency_ms: int | None = None) -> Run:
     q.client.flushall()
     enqueue(q, specs)
     q.client.config_resetstat()
     cpu0 = server_cpu(q.client) * 1e6
     start = time.perf_counter()
-    done = drain(q, batch)
+    done = drain(q, batch, latency_ms)
     seconds = time.perf_counter() - start
     cpu = server_cpu(q.client) * 1e6 - cpu0
     if done != len(specs):
@@ -194,6 +208,34 @@ def multi_process_rate(q: Queue, url: str, specs: list[EnqueueSpec], batch: int,
 
 def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+
+
+#: ``--adaptive``'s rows: (label, domain_concurrency, latency_ms a settlement carries)
+ADAPTIVE_ROWS: tuple[tuple[str, int | str, int | None], ...] = (
+    ("10000, no latency (the bar's loop)", 10_000, None),
+    ("10000, latency 20 ms", 10_000, 20),
+    ("auto, latency 20 ms", "auto", 20),
+)
+
+
+def adaptive_cost(url: str, n: int, repeats: int) -> list[list[object]]:
+    """Batch-64 drains with a fixed limit and with auto, interleaved run by run (so the
+    machine's load falls on both alike); the median run of each."""
+    queues = [make_queue(url, conc) for _, conc, _ in ADAPTIVE_ROWS]
+    specs = build_specs(queues[0], n)
+    runs: list[list[Run]] = [[] for _ in ADAPTIVE_ROWS]
+    for _ in range(repeats):
+        for i, (q, (_, _, latency)) in enumerate(zip(queues, ADAPTIVE_ROWS, strict=True)):
+            runs[i].append(timed_run(q, specs, BAR_BATCH, latency))
+    base = median_run(runs[0]).rate
+    rows: list[list[object]] = []
+    for (label, _, _), got in zip(ADAPTIVE_ROWS, runs, strict=True):
+        med = median_run(got)
+        rows.append([label, med.jobs, len(got), med.rate, f"{med.rate / base:.2f}",
+                     med.redis_us_per_job, med.redis_cpu_per_job])  # fmt: skip
+    for q in queues:
+        q.close()
+    return rows
 
 
 def throughput_rows(results: dict[int, list[Run]]) -> list[list[object]]:
@@ -467,6 +509,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the bar is missed")
     parser.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="also measure the settle-side cost of domain_concurrency = auto (batch 64)",
+    )
+    parser.add_argument(
         "--keep-done",
         type=float,
         default=0.0,
@@ -514,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.rate:,.0f} jobs/s (scripts {m.redis_us_per_job:.1f} us/job, redis-server CPU "
             f"{m.redis_cpu_per_job:.1f} us/job = {m.redis_cpu_us / m.seconds / 1e6:.0%} of a core)"
         )
+        if args.adaptive:
+            print(f"\nAdaptive limits' settle cost, batch {BAR_BATCH}, runs interleaved:")
+            headers = ["domain_concurrency, settlements", "jobs", "runs", "jobs/s",
+                       "vs first", "scripts us/job", "redis-server CPU us/job"]  # fmt: skip
+            print(format_table(headers, adaptive_cost(server.url, sizes[BAR_BATCH], repeats)))
         rate = median_run(results[BAR_BATCH]).rate
         passed = rate >= BAR_JOBS_PER_S
         if args.profile == "always" or (args.profile == "auto" and not passed):

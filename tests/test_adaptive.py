@@ -129,6 +129,68 @@ def test_the_limit_rises_on_a_fast_site_up_to_its_bound(make_queue: Callable[...
     assert got["limit"] == 12 and got["baseline_ms"] == 300 and got["latency_ms"] == 300
 
 
+def test_slow_start_doubles_the_limit_each_round_trip(make_queue: Callable[..., Queue]) -> None:
+    """A site answering in 50 ms (past the ramp scale, 40 ms): +1 an answer while half the limit
+    is in use (a settle batch answers a whole round against one in-flight count), so each
+    round of claims doubles it, up to domain_concurrency_max."""
+    q = make_queue()
+    q.enqueue_many([f"{SITE}/p/{i}" for i in range(400)])
+    assert answer_all(q, 50, 6) == [2, 4, 8, 16, 32, 32]
+
+
+def test_after_a_refusal_the_limit_stays_under_it_until_a_probe(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """An overload signal at limit L leaves a ceiling of L - 1: the limit grows back to it and
+    stays there (no refusal every few round trips) until 1,000 answers passed without a
+    decrease; then it probes past it."""
+    q = make_queue()
+    q.enqueue_many([f"{SITE}/p/{i}" for i in range(4000)])
+    while info(q)["concurrency"] < 16:
+        answer_all(q, 50, 1)
+    jobs = q.claim(100).jobs
+    ceiling = len(jobs) - 1
+    slow_503 = timed(q.retrying(jobs[0], kind="http_503", message="HTTP 503"), 400, True)
+    q.settle_many([slow_503] + [timed(q.done(j), 50) for j in jobs[1:]])
+    assert info(q)["concurrency"] < ceiling, "halved (and grown by the answers settled with it)"
+    answers = 0
+    while answers < 900:  # back up to the ceiling, then held there
+        taken = answer_all(q, 50, 1)[0]
+        answers += taken
+        assert taken <= ceiling, (answers, taken)
+    assert info(q)["concurrency"] == ceiling
+    while answers < 1300 and info(q)["concurrency"] == ceiling:
+        answers += answer_all(q, 50, 1)[0]
+    assert info(q)["concurrency"] > ceiling, "past 1,000 answers the ceiling is probed"
+
+
+def test_the_interval_follows_the_rate_let_through_since_answering_began(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """At the minimum limit, a refusal spaces the starts by 1.5 x the ms per request the site
+    let through since the streak of answers began (a token bucket empty at both ends lets
+    exactly its rate through): here 10 answers in about 1 s, so about 150 ms, even though
+    the streak began in the middle of a second (the answers of that partial second are not
+    the site's rate)."""
+    q = make_queue()
+    q.enqueue_many([f"{SITE}/p/{i}" for i in range(100)])
+    answer_all(q, 3, 1)
+    refuse(q, q.claim(100).jobs, ms=3)  # a rate limiter at the door: the minimum, an interval
+    assert info(q)["concurrency"] == 1 and info(q)["interval_ms"] > 0
+    q.testing_clock_offset_ms += 10_000  # a silence: the next answer begins a new streak
+    seconds, micros = q.client.time()
+    now = int(seconds) * 1000 + int(micros) // 1000 + q.testing_clock_offset_ms
+    q.testing_clock_offset_ms += (500 - now % 1000) % 1000  # the streak begins at x.500
+    for _ in range(10):
+        (job,) = q.claim(1).jobs
+        q.settle_many([timed(q.done(job), 3)])
+        q.testing_clock_offset_ms += 101
+    refuse(q, q.claim(1).jobs, ms=3)
+    got = info(q)
+    assert got["concurrency"] == 1
+    assert 135 <= got["interval_ms"] <= 170, got
+
+
 def test_latency_past_the_baseline_lowers_the_limit(make_queue: Callable[..., Queue]) -> None:
     q = make_queue()
     q.enqueue_many([f"{SITE}/p/{i}" for i in range(400)])

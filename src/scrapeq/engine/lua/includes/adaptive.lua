@@ -17,16 +17,24 @@
            counted in it, and in the second before it (0 when none)
     ath    slow-start threshold: the limit a decrease left (+1 an answer below it)
     abad   ms: the interval last refused (at least KEEP x the one refused before it)
+    acap   the ceiling: the limit an overload signal cut, less one; the limit does not grow
+           past it until PROBE_N answers pass without a decrease (then it is forgotten)
+    acnt   answers since the last decrease, or since the streak began when that is later
+    asa    ms: when the current streak of answers began (after a silence longer than 1 s
+           and than twice the interval)
 
   AIMD on the limit: an answer whose latency average stays near the baseline (alat <=
-  abase * GOOD + SLACK), while the limit is in use, raises it (+1 an answer up to the slow-start
-  threshold ath, then +1/limit; each step scaled by min(1, alat / RAMP_MS)); latency past
-  abase * BAD + SLACK cuts it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503,
-  timeout, reset) halves it (x CUT), or, answered as fast as a page (a rate limiter at the
-  door), drops it to the minimum and starts the interval. At the minimum, an overload
-  lengthens the interval (x IVL_UP the spacing, no shorter than IVL_UP x the rate the site
-  served in the last whole second, up to FLOOR_MS); good answers shorten it (BACK of the way
-  to NEAR x the interval last refused, then x IVL_DOWN an answer), and drop it under alat.
+  abase * GOOD + SLACK), while the limit is in use (in slow start: half of it), raises it
+  (+1 an answer up to the slow-start threshold ath, then +1/limit; each step scaled by
+  min(1, (alat / RAMP_MS)^2); never past the ceiling acap); latency past abase * BAD + SLACK cuts
+  it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503, timeout, reset) halves it
+  (x CUT) and sets the ceiling, or, answered as fast as a page (a rate limiter at the door),
+  drops it to the minimum and starts the interval. At the minimum, an overload lengthens the
+  interval (x IVL_UP the spacing, no shorter than IVL_UP x the ms a request the site let
+  through since the last decrease or the streak's start (RATE_MS of them at least; else in the
+  last whole second, when the streak covered it), up to FLOOR_MS); good answers shorten it
+  (BACK of the way to NEAR x the interval last refused, then x IVL_DOWN an answer), and drop
+  it under alat.
 
   Slow down before condemning: an overload signal is kept from the breaker (and a retry
   becomes a throttle: no attempt spent, the job queued again at once, paced by the domain)
@@ -40,7 +48,7 @@ local A_EWMA, A_DRIFT = 0.2, 0.01
 local A_CUT, A_LAT_CUT = 0.5, 0.75
 local A_IVL_START, A_IVL_UP, A_IVL_DOWN = 100, 1.5, 0.998
 local A_IVL_NEAR, A_IVL_BACK, A_IVL_KEEP = 1.2, 0.1, 1.0
-local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS = 4000, 15000, 250
+local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS, A_PROBE_N, A_RATE_MS = 4000, 15000, 25, 1000, 500
 
 -- The breaker input of settle item `it` for domain d, after its outcome adjusted the
 -- domain's rate: it.df, or nil when an overload is excused (then `it` becomes a throttle).
@@ -49,7 +57,7 @@ local function adaptive_outcome(d, job, it)
   if not lat then return it.df end
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'conc', 'alim', 'aivl', 'abase', 'alat', 'acut', 'aok',
-    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad')
+    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad', 'acap', 'acnt', 'asa')
   if not adaptive_on(f[1]) then return it.df end
   local lo, hi = CFG.conc_min, CFG.conc_max
   local lim = math.min(math.max(tonumber(f[2]) or adaptive_start(), lo), hi)
@@ -66,6 +74,10 @@ local function adaptive_outcome(d, job, it)
     sn, sb = 0, sec
   end
   local th, bad = tonumber(f[12]), tonumber(f[13])
+  local cap, cnt, streak = tonumber(f[14]), tonumber(f[15]) or 0, tonumber(f[16])
+  -- the answers of the last whole second tell the site's rate only when the domain was
+  -- answering all through it (not when its first answers fell in the end of that second)
+  local sp_rate = (sp >= 2 and streak and streak <= (sec - 1) * 1000) and sp or 0
   local df = it.df
   if df == cjson.null then df = nil end
   if it.ov == true then
@@ -76,26 +88,34 @@ local function adaptive_outcome(d, job, it)
       -- answers, timeouts, resets: halve the limit
       local quick = base and lat <= base * A_GOOD + A_SLACK
       th = math.max(lo, lim * A_CUT)
+      -- the ceiling: the limit refused, less one, until PROBE_N answers pass without a cut
+      if lim > lo then cap = math.max(lo, math.floor(lim) - 1) end
       if lim > lo and not quick then
         lim = th
       elseif lim > lo then
         -- the starts were at most (latency / limit) apart: space them from now on
         bad = (avg or lat) / lim
         lim = lo
-        ivl = sp >= 2 and A_IVL_UP * 1000 / sp or A_IVL_START
+        ivl = sp_rate > 0 and A_IVL_UP * 1000 / sp_rate or A_IVL_START
       else
-        -- at the minimum limit: space the starts, no faster than the site answered in the
-        -- last whole second (its rate limit, when it has one), nor than IVL_UP x before
-        -- the interval refused: no shorter than the site's rate in the last whole second,
-        -- nor than most of the one refused before (a bucket refilled in a slow spell lets
-        -- the interval shrink past the rate before the next refusal)
-        -- (the starts are at least one latency apart at one request in flight)
+        -- at the minimum limit: space the starts IVL_UP x wider than now, and no closer
+        -- than IVL_UP x the ms a request the site let through lately (its rate limit, when
+        -- it has one); the interval refused is no shorter than that rate, nor than the one
+        -- refused before (a bucket refilled in a slow spell lets the interval shrink past
+        -- the rate before the next refusal). The starts are at least one latency apart at
+        -- one request in flight.
         local spacing = math.max(ivl, (avg or lat) / lim)
-        bad = math.max(spacing, 1, sp >= 2 and 1000 / sp or 0, (bad or 0) * A_IVL_KEEP)
-        local served = sp >= 2 and A_IVL_UP * 1000 / sp or A_IVL_START
+        -- ms a request the site let through since the last cut or the streak's start: a
+        -- token bucket empty at both refusals let through exactly its rate in between; with
+        -- less than RATE_MS of that, the last whole second's (when the streak covered it)
+        local since = NOW - math.max(cut or 0, streak or 0)
+        local per = (since >= A_RATE_MS and cnt >= 2) and since / cnt
+          or (sp_rate > 0 and 1000 / sp_rate or 0)
+        bad = math.max(spacing, 1, per, (bad or 0) * A_IVL_KEEP)
+        local served = per > 0 and A_IVL_UP * per or A_IVL_START
         ivl = math.min(math.max(spacing * A_IVL_UP, served), A_FLOOR_MS)
       end
-      cut = NOW
+      cut, cnt = NOW, 0
     end
     if okt > 0 and NOW - okt < A_RECENT_MS and not at_floor then
       df = nil
@@ -107,12 +127,17 @@ local function adaptive_outcome(d, job, it)
   elseif it.o == 'done' or df ~= true then
     avg = avg and (avg + (lat - avg) * A_EWMA) or lat
     base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
+    if NOW - okt > math.max(1000, 2 * ivl) then  -- answering again after a silence
+      streak, cnt = NOW, 0
+    end
     okt = NOW
     sn = sn + 1
+    cnt = cnt + 1
+    if cap and cnt >= A_PROBE_N then cap = nil end  -- long without a cut: probe past it
     if avg > base * A_BAD + A_SLACK then
       if fresh and lim > lo then
         lim = math.max(lo, lim * A_LAT_CUT)
-        cut = NOW
+        cut, cnt = NOW, 0
       end
     elseif avg <= base * A_GOOD + A_SLACK then
       if ivl > 0 then
@@ -124,12 +149,20 @@ local function adaptive_outcome(d, job, it)
           ivl = ivl * A_IVL_DOWN
         end
         if ivl < avg then ivl = 0 end
-      elseif (tonumber(f[8]) or 0) >= math.floor(lim) then  -- the limit is in use
-        -- slow start (+1 an answer) up to the threshold of the last decrease, then +1/limit
-        -- (at most a doubling per RAMP_MS of latency: a site answering in 5 ms is not sent
-        -- 2^200 requests a second after one second of slow start)
-        local step = (th and lim >= th) and 1 / lim or 1
-        lim = math.min(hi, lim + step * math.min(1, avg / A_RAMP_MS))
+      else
+        -- slow start (+1 an answer) up to the threshold of the last decrease, then +1/limit,
+        -- scaled down for a site answering faster than RAMP_MS (a fast answer says nothing
+        -- of capacity: a limiter's first refusal costs about as many requests as the limit
+        -- its burst let it reach); only while the limit is in use (in slow start, half of it:
+        -- TCP's rule, as a settle batch answers many requests against one in-flight count),
+        -- and no further than the ceiling
+        local slow = not th or lim < th
+        local used = tonumber(f[8]) or 0
+        if used >= math.floor(lim) or (slow and 2 * used >= lim) then
+          local step = slow and 1 or 1 / lim
+          local grown = math.min(hi, lim + step * math.min(1, (avg / A_RAMP_MS) ^ 2))
+          lim = cap and math.min(grown, math.max(cap, lim)) or grown
+        end
       end
     end
   else
@@ -137,6 +170,6 @@ local function adaptive_outcome(d, job, it)
   end
   redis.call('HSET', dk, 'alim', lim, 'aivl', ivl, 'abase', base or '',
     'alat', avg or '', 'acut', cut or '', 'aok', okt, 'asb', sb, 'asn', sn, 'asp', sp,
-    'ath', th or '', 'abad', bad or '')
+    'ath', th or '', 'abad', bad or '', 'acap', cap or '', 'acnt', cnt, 'asa', streak or '')
   return df
 end
