@@ -438,3 +438,30 @@ async def test_an_excused_refusal_on_a_last_attempt_writes_no_dead_line(
     assert len(ids) == len(set(ids)) == pages, "one line per job"
     dead_lines = {line["id"] for line in lines if line["outcome"] == "dead"}
     assert dead_lines == {job.id for job in await q.dead_letters(limit=pages)}
+
+
+def test_a_site_of_varied_latency_is_not_held_at_one_request(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """A shop answering in ~400 ms whose first answers came in 100 ms: its average runs past
+    twice the baseline, which cuts the limit to one request; the answers of a request alone
+    in flight then tell the no-load latency, and the limit grows again (it stayed at one for
+    as long as the baseline's 1% an answer drift took: 30 s in the incident's fleet)."""
+    q = make_queue()
+    q.enqueue_many([f"{SITE}/p/{i}" for i in range(400)])
+
+    def rounds(ms: int, n: int) -> list[int]:
+        taken = []
+        for _ in range(n):
+            jobs = q.claim(100).jobs
+            taken.append(len(jobs))
+            q.testing_clock_offset_ms += ms  # the answers come ms after the claim
+            q.settle_many([timed(q.done(j), ms) for j in jobs])
+        return taken
+
+    rounds(100, 2)
+    rounds(400, 6)
+    assert info(q)["concurrency"] == 1, info(q)
+    taken = rounds(400, 8)
+    assert max(taken) > 1 and info(q)["concurrency"] > 1, (taken, info(q))
+    assert info(q)["baseline_ms"] >= 400 / 1.5 - 1

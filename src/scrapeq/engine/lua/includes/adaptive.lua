@@ -9,7 +9,8 @@
     aivl   ms between request starts once the limit is at its minimum (0: none)
     alat   current latency, ms: the moving average (EWMA) of answered requests' latencies
     abase  no-load latency, ms: alat's decaying minimum (of the average, not of single
-           samples: the fastest of a few hundred answers is far below a site's usual)
+           samples: the fastest of a few hundred answers is far below a site's usual); at a
+           limit of one request it is at least alat / GOOD (one request queues behind none)
     acut   ms: when the rate was last lowered (one decrease per window: only outcomes of
            requests claimed after it lower it again)
     aok    ms: the last answered request (a site that answered lately is alive)
@@ -127,6 +128,14 @@ local function adaptive_outcome(d, job, it)
   elseif it.o == 'done' or df ~= true then
     avg = avg and (avg + (lat - avg) * A_EWMA) or lat
     base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
+    if math.floor(lim) <= 1 and (tonumber(f[8]) or 0) <= 1 then
+      -- a request alone in flight at a limit of one queued behind none of ours: what it
+      -- takes is the no-load latency, so the baseline is no further below the average than
+      -- GOOD allows (a site whose latency varies widely got a baseline from a fast first
+      -- answer or a dip of the average, and was held at one request for as long as the
+      -- drift took to catch up: 30 s for a 400 ms shop in the incident's fleet)
+      base = math.max(base, avg / A_GOOD)
+    end
     if NOW - okt > math.max(1000, 2 * ivl) then  -- answering again after a silence
       streak, cnt = NOW, 0
     end
