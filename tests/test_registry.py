@@ -93,7 +93,7 @@ def test_unknown_domains_are_still_refused(make_queue: MakeQueue) -> None:
     assert q.breaker_reset("known.example.com") == "closed"
 
 
-def _as_written_before(client: redis.Redis, q: Queue) -> dict[str, int]:
+def as_written_before(client: redis.Redis, q: Queue) -> dict[str, int]:
     """Turn the queue's registry into the layout of a queue written before it had buckets."""
     before = registered(client, q)
     for d, enq in before.items():
@@ -108,7 +108,7 @@ def test_a_queue_written_before_is_read_and_migrated(
 ) -> None:
     q = make_queue()
     q.enqueue_many([f"https://shop-{i % 4}.example.com/p/{i}" for i in range(12)])
-    before = _as_written_before(redis_client, q)
+    before = as_written_before(redis_client, q)
     assert len(before) == 4
 
     # before the migration: listed, counted, known

@@ -11,26 +11,9 @@ import redis
 
 from scrapeq.engine.keys import registry_bucket
 from scrapeq.engine.queue import Queue
+from test_registry import as_written_before
 
 MakeQueue = Callable[..., Queue]
-
-
-def registered(client: redis.Redis, q: Queue) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key in q.keys.registry_keys:
-        out.update({d: int(n) for d, n in client.hgetall(key).items()})
-    return out
-
-
-def as_written_before(client: redis.Redis, q: Queue) -> dict[str, int]:
-    """The queue's registry turned into the layout before d09a965 (set + `enq`), as
-    tests/test_registry.py does."""
-    before = registered(client, q)
-    for d, enq in before.items():
-        client.sadd(q.keys.domains, d)
-        client.hset(q.keys.domain(d), "enq", enq)
-    client.delete(*q.keys.registry_keys, q.keys.domain_count, q.keys.registry_index)
-    return before
 
 
 def test_unmigrated_domain_keeps_its_enqueued_count(
