@@ -64,20 +64,27 @@ def _site(k: int, latency: float) -> SiteSpec:
     return SiteSpec(f"k{k}.example.com", Mode.CAPACITY, latency_ms=latency, capacity=k)
 
 
-async def _run(
-    url: str, fleet: Fleet, conc: int | str, k: int, pages: int, max_runtime: float
+async def _fetch_all(
+    url: str,
+    fleet: Fleet,
+    name: str,
+    pages: int,
+    settings: Settings,
+    *,
+    concurrency: int | None,
+    max_runtime: float,
+    stop_when_tripped: bool,
 ) -> Figure:
-    """Fetch ``pages`` pages of site K=k alone with one setting; stop when they are all done
-    or dead, when its breaker leaves closed (it would wait out a cooldown), or at
-    ``max_runtime``."""
-    settings = Settings(allow_private=True, domain_concurrency=conc, log_every=0)
+    """Fetch ``pages`` pages of site ``name`` alone with ``settings`` on a flushed Redis; stop
+    when they are all done or dead, at ``max_runtime``, or (``stop_when_tripped``) when its
+    breaker leaves closed (it would wait out a cooldown)."""
     q = AsyncQueue.from_url(url, settings=settings)
     await q.client.flushall()
-    name = _site(k, 0).name
     domain = f"127.0.0.1:{fleet.ports[name]}"
     await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(pages)])
     before = fleet.stats()[name]
-    worker = Worker(q, concurrency=200, burst=True, max_runtime=max_runtime, report=False)
+    sizing = {} if concurrency is None else {"concurrency": concurrency}
+    worker = Worker(q, burst=True, max_runtime=max_runtime, report=False, **sizing)
     started = time.monotonic()
     task = asyncio.create_task(worker.run_async())
     seconds = None
@@ -86,7 +93,7 @@ async def _run(
         if info["done"] + info["dead"] >= pages:
             seconds = time.monotonic() - started
             break
-        if task.done() or info["state"] != "closed":
+        if task.done() or (stop_when_tripped and info["state"] != "closed"):
             break
         await asyncio.sleep(0.02)
     worker.stop()
@@ -97,32 +104,24 @@ async def _run(
     return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
 
 
+async def _run(
+    url: str, fleet: Fleet, conc: int | str, k: int, pages: int, max_runtime: float
+) -> Figure:
+    """Site K=k with one setting, by one ``Worker(concurrency=200)``."""
+    settings = Settings(allow_private=True, domain_concurrency=conc, log_every=0)
+    return await _fetch_all(
+        url, fleet, _site(k, 0).name, pages, settings,
+        concurrency=200, max_runtime=max_runtime, stop_when_tripped=True,
+    )  # fmt: skip
+
+
 async def _run_limiter(url: str, fleet: Fleet, spec: SiteSpec) -> Figure:
     """The rate-limiter test's run: LIMIT_PAGES pages, default settings and worker."""
-    q = AsyncQueue.from_url(url, settings=Settings(allow_private=True, log_every=0))
-    await q.client.flushall()
-    domain = f"127.0.0.1:{fleet.ports[spec.name]}"
-    await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(LIMIT_PAGES)])
-    before = fleet.stats()[spec.name]
-    limit = 3 * LIMIT_PAGES / LIMIT_RATE
-    worker = Worker(q, burst=True, max_runtime=limit, report=False)
-    started = time.monotonic()
-    task = asyncio.create_task(worker.run_async())
-    seconds = None
-    while True:
-        (info,) = await q.domains_info([domain])
-        if info["done"] + info["dead"] >= LIMIT_PAGES:
-            seconds = time.monotonic() - started
-            break
-        if task.done():
-            break
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await task
-    seen: SiteCounts = fleet.stats()[spec.name] - before
-    (info,) = await q.domains_info([domain])
-    await q.close()
-    return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
+    settings = Settings(allow_private=True, log_every=0)
+    return await _fetch_all(
+        url, fleet, spec.name, LIMIT_PAGES, settings,
+        concurrency=None, max_runtime=3 * LIMIT_PAGES / LIMIT_RATE, stop_when_tripped=False,
+    )  # fmt: skip
 
 
 def limiter_runs(server_url: str, runs: int) -> int:

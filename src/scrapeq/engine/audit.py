@@ -133,7 +133,6 @@ class Snapshot:
     #: The registry's counter of domains, the names it holds, and the names still in the set
     #: of a queue written before the registry had buckets (migrated by housekeeping).
     domain_count: int = 0
-    registered: int = 0
     unmigrated: int = 0
     registry_index: set[int] = field(default_factory=set)  # sq:{Q}:regb
     registry_names: list[str] = field(default_factory=list)
@@ -170,7 +169,6 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     snap.dead = yield from _zset(keys.dead)
     domains = yield from scripts.registry_names_op()
     snap.domain_count = _int((yield Command(("GET", keys.domain_count))))
-    snap.registered = len(domains)
     snap.registry_names = domains
     snap.registry_index = {int(b) for b in (yield Command(("SMEMBERS", keys.registry_index)))}
     snap.unmigrated = int((yield Command(("SCARD", keys.domains))))
@@ -408,8 +406,9 @@ def _registry_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
     if snap.unmigrated:
         return  # an older queue's registry is still being moved (housekeeping.lua)
     used = {registry_bucket(d) for d in snap.registry_names}
-    if snap.domain_count != snap.registered or used != snap.registry_index:
-        yield {"k": "domain_count", "exp": snap.registered, "obs": snap.domain_count}
+    registered = len(snap.registry_names)
+    if snap.domain_count != registered or used != snap.registry_index:
+        yield {"k": "domain_count", "exp": registered, "obs": snap.domain_count}
 
 
 def _int(value: str | None) -> int:

@@ -45,6 +45,9 @@ for _, l in ipairs(names) do
   lanes[l] = {ready = n, delayed = stats['delayed:' .. l] or 0, oldest_ready_ms = oldest}
   ready = ready + n
 end
+-- Every domain the queue knows (the registry, and an older queue's set not moved yet).
+local KNOWN = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS)
+
 -- The domains worth showing (see the header), at most `top`.
 local function pick_top(top)
   local picked, seen = {}, {}
@@ -54,8 +57,7 @@ local function pick_top(top)
       picked[#picked + 1] = d
     end
   end
-  local known = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS)
-  if known <= top then
+  if KNOWN <= top then
     for b in pairs(registry_buckets()) do
       for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do add(d) end
     end
@@ -97,7 +99,7 @@ if paused and paused <= NOW then paused = nil end
 return cjson.encode({
   now = NOW, stats = stats, ready = ready, delayed = redis.call('ZCARD', K_DELAYED),
   inflight = redis.call('ZCARD', K_INFLIGHT), dead = redis.call('ZCARD', K_DEAD),
-  domains = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS), lanes = lanes, lane_order = names,
+  domains = KNOWN, lanes = lanes, lane_order = names,
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
   retired = retired, retired_domains = redis.call('SCARD', K_RETIRED),
   open_breakers = redis.call('SCARD', K_OPEN), top = top,
