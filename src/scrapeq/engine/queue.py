@@ -51,7 +51,13 @@ from scrapeq.engine.scripts import (
 from scrapeq.engine.seen import SeenLayout
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
 from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
-from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
+from scrapeq.errors import (
+    ConfigError,
+    InvalidURL,
+    PayloadTooLarge,
+    RedisUnavailable,
+    StaleLease,
+)
 
 __all__ = [
     "AsyncQueue",
@@ -594,13 +600,34 @@ class _QueueCore:
     # --- settlements ---------------------------------------------------------------------------
 
     def done(
-        self, job: Job, *, domain_failed: bool = False, follow: Sequence[EnqueueSpec] = ()
+        self,
+        job: Job,
+        *,
+        domain_failed: bool = False,
+        follow: Sequence[EnqueueSpec] = (),
+        final_url: str | None = None,
     ) -> Settlement:
         """A finished job; ``domain_failed`` charges the domain (a slow call); ``follow``:
-        job specs (see :meth:`prepare`) enqueued with the settlement, atomically."""
+        job specs (see :meth:`prepare`) enqueued with the settlement, atomically;
+        ``final_url``: where the fetch ended after redirects, which joins the seen-set in the
+        same call when the queue has one (a link to it is then skipped as seen)."""
         return Settlement(
-            job.id, job.token, "done", domain_failed=domain_failed, follow=tuple(follow)
+            job.id,
+            job.token,
+            "done",
+            domain_failed=domain_failed,
+            follow=tuple(follow),
+            final=self._final_spec(job, final_url),
         )
+
+    def _final_spec(self, job: Job, url: str | None) -> EnqueueSpec | None:
+        """The spec that marks ``url`` seen (None: no URL, the job's own, or one refused)."""
+        if url is None or url == job.url:
+            return None
+        try:
+            return self.prepare(url, unique="seen")
+        except (InvalidURL, ConfigError):
+            return None
 
     def retrying(
         self,
@@ -1228,7 +1255,10 @@ class _PartitionedCore(_QueueCore):
 
 
 def _keep_follow(item: Settlement, part: int, part_of: Callable[[str], int]) -> Settlement:
-    """The settlement with only the follow-ups of its own partition."""
+    """The settlement with only the follow-ups of its own partition (and its final URL only
+    when that partition's seen-set holds it: a redirect elsewhere is not marked)."""
+    if item.final is not None and part_of(item.final.domain) != part:
+        item = dataclasses.replace(item, final=None)
     if not item.follow:
         return item
     own = tuple(s for s in item.follow if part_of(s.domain) == part)

@@ -635,7 +635,10 @@ class Worker:
                 result.result, result.follow, result.links, result.body_path
             )  # fmt: skip
         settlement = self.queue.done(
-            job, domain_failed=verdict.counts_against_domain, follow=follow
+            job,
+            domain_failed=verdict.counts_against_domain,
+            follow=follow,
+            final_url=response.url if response.redirects else None,
         )
         if self.sink is None:
             return settlement, None

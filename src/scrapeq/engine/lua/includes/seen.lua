@@ -15,6 +15,11 @@
     URL writes nothing. Raises the seen_layout_error text when the layout disagrees and the
     caller did not check first.
 
+  seen_mark(seen) -> whether the URL was recorded now: seen_add for a URL fetched without
+    being enqueued (a redirect's target), when the queue has a seen-set of this client's
+    layout; a queue without one (or with another layout) is left as it is: the mark creates
+    no seen-set and raises nothing.
+
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
     records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
@@ -109,4 +114,18 @@ local function seen_add(seen)
   if bad then error(bad, 0) end
   if seen.bits then return seen_bloom(seen.bits) end
   return seen_exact(string.format('%d', seen.b), seen.f)
+end
+
+local function seen_mark(seen)
+  if SEEN_CHECKED == nil then
+    local stored = redis.call('HGET', K_META, 'seen')
+    if not stored then return false end  -- no seen-set (yet): not cached, a later call may make it
+    if stored ~= CFG.seen_layout then
+      SEEN_CHECKED = 'SQ_SEEN_LAYOUT ' .. stored .. ' ' .. tostring(CFG.seen_layout)
+    else
+      SEEN_CHECKED = true
+    end
+  end
+  if SEEN_CHECKED ~= true then return false end
+  return seen_add(seen)
 end
