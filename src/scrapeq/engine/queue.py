@@ -102,8 +102,9 @@ class EnqueueResult:
         id: the job's id (for a duplicate: the pending job that has the fingerprint; for
             ``seen``: empty, no job was made).
         status: ``added``; ``duplicate`` (a pending job has the URL); ``seen`` (``unique=
-            "seen"``: the queue's seen-set has the URL); or ``dead`` (its domain is retired:
-            the job went straight to the dead letters, replayable).
+            "seen"``: the queue's seen-set has the URL); ``dead`` (its domain is retired:
+            the job went straight to the dead letters, replayable); or ``limit`` (a
+            follow-up cut by ``max_pages``).
     """
 
     id: str
@@ -112,7 +113,7 @@ class EnqueueResult:
     @property
     def added(self) -> bool:
         """Whether a job was made (``added`` or ``dead``), not skipped as a duplicate."""
-        return self.status not in ("duplicate", "seen")
+        return self.status not in ("duplicate", "seen", "limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1318,6 +1319,8 @@ def _enqueue_result(answer: str) -> EnqueueResult:
         return EnqueueResult("", "seen")
     if answer.startswith("dead:"):
         return EnqueueResult(answer[5:], "dead")
+    if answer == "limit":
+        return EnqueueResult("", "limit")
     return EnqueueResult(answer, "added")
 
 
@@ -1388,11 +1391,28 @@ def _names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+#: What became of a crawl's links, as the enqueue include counts them (stats field ->
+#: figure): a job made, already seen (or pending), a new URL cut by max_pages.
+LINK_FIGURES = {
+    "links:queued": "links_queued",
+    "links:seen": "links_seen",
+    "links:max_pages": "links_over_max_pages",
+}
+
+
 def _figures(raw: dict[str, Any]) -> dict[str, int]:
     """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
     retries since creation, and the domains whose breaker is not closed (counted by the
-    scripts: sq:{Q}:open and sq:{Q}:retired)."""
+    scripts: sq:{Q}:open and sq:{Q}:retired); on a queue that has followed links, what
+    became of them since its creation (:data:`LINK_FIGURES`)."""
     stats = raw.get("stats") or {}
+    figures = _plain_figures(raw, stats)
+    if any(field in stats for field in LINK_FIGURES):
+        figures.update({name: int(stats.get(field, 0)) for field, name in LINK_FIGURES.items()})
+    return figures
+
+
+def _plain_figures(raw: dict[str, Any], stats: dict[str, Any]) -> dict[str, int]:
     return {
         "done": int(stats.get("done", 0)),
         "retried": int(stats.get("retried", 0)),

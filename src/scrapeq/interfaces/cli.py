@@ -350,6 +350,10 @@ def crawl(
         bool | None,
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
     ] = None,
+    log_every: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+    ] = None,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -367,6 +371,7 @@ def crawl(
         scope=scope,
         max_depth=max_depth,
         max_pages=max_pages,
+        log_every=log_every,
     )
     options = _worker_options(
         settings,
@@ -1469,9 +1474,35 @@ _USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; answers the exit code (0, 1 or 2). Never a traceback for user errors.
 
-    Usage errors and the library's errors become one line on stderr.
+    Usage errors and the library's errors become one line on stderr. A command that fails
+    (1 or 2) stops the embedded Redis it started: a first command with a typo leaves nothing
+    running.
     """
-    args = _bare_unique(sys.argv[1:] if argv is None else list(argv))
+    from scrapeq.engine.embedded import started_servers
+
+    before = len(started_servers())
+    code = _main(sys.argv[1:] if argv is None else list(argv))
+    if code in (1, 2):
+        _stop_started(started_servers()[before:])
+    return code
+
+
+def _stop_started(data_dirs: tuple[Path, ...]) -> None:
+    """Stop the embedded servers this failed command started (SHUTDOWN SAVE: nothing lost)."""
+    from scrapeq.engine.embedded import stop_server
+
+    for data_dir in dict.fromkeys(data_dirs):
+        try:
+            if stop_server(data_dir):
+                log.info("stopped the embedded Redis this command started in %s: the command "
+                         "failed", data_dir)  # fmt: skip
+        except ScrapeqError as exc:
+            log.warning("the embedded Redis this command started in %s keeps running: %s",
+                        data_dir, exc)  # fmt: skip
+
+
+def _main(argv: list[str]) -> int:
+    args = _bare_unique(argv)
     try:
         rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
