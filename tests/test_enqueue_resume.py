@@ -155,3 +155,33 @@ def test_resume_from_needs_a_file_alone(
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "--resume-from" in err
     assert redis.Redis.from_url(redis_url).keys("sq:*") == []
+
+
+class _Interrupted:
+    """Standard input that is interrupted (Ctrl-C) after ``n`` lines."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> _Interrupted:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            yield f"https://shop-{i % 7}.example.com/p/{i}\n"
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_says_what_was_added_and_sent_nothing_more(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", _Interrupted(1500))
+    code, out, err = run(capsys, "--redis", redis_url, "enqueue", "--file", "-", "--json")
+    assert code == 130, err
+    doc = json.loads(out)
+    assert (doc["added"], doc["resume_from_line"], doc["uncertain_lines"]) == (1000, 1001, None)
+    assert "nothing from that line on was sent" in err
+    assert enqueued(redis_url) == (1000, 1000)

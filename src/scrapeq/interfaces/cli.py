@@ -53,8 +53,9 @@ from scrapeq.interfaces import render
 from scrapeq.interfaces.enqueue_file import (
     EnqueueFailed,
     EnqueueRun,
-    failure_lines,
     read_items,
+    resume_problem,
+    say_failure,
     send_once,
     stdin_bytes,
 )
@@ -588,7 +589,9 @@ def enqueue(
     settings = _settings(ctx, allow_private=allow_private)
     if not urls and file is None:
         _die("give URLs or --file PATH ('-' for stdin)", 2)
-    _check_resume_from(urls, file, resume_from)
+    problem = resume_problem(urls, file, resume_from)
+    if problem is not None:
+        _die(problem, 2)
     payload_value = _payload_object(payload)
     if unique is not None and unique not in UNIQUE_MODES:
         _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
@@ -609,7 +612,7 @@ def enqueue(
         try:
             run.run(read_items(urls or [], stream, first_line=run.resume_from), _refused)
         except EnqueueFailed as failed:
-            _enqueue_failed(failed, mode, as_json)
+            raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
     added, skipped, bad = run.added, run.skipped, run.invalid
     if as_json:
         _emit_json(run.summary())
@@ -620,15 +623,6 @@ def enqueue(
         typer.echo(line)
     if bad and not added and not skipped:
         raise typer.Exit(2)
-
-
-def _check_resume_from(urls: list[str] | None, file: str | None, line: int | None) -> None:
-    if line is None:
-        return
-    if file is None or urls:
-        _die("--resume-from LINE restarts --file at a line: give the URLs in the file alone", 2)
-    if line < 1:
-        _die(f"--resume-from takes a line number from 1, got {line}", 2)
 
 
 @contextlib.contextmanager
@@ -647,20 +641,6 @@ def _input(file: str | None) -> Iterator[Any]:
 
 def _refused(where: str, exc: Exception) -> None:
     typer.echo(f"{where}: {exc}", err=True)
-
-
-def _enqueue_failed(failed: EnqueueFailed, unique: str, as_json: bool) -> NoReturn:
-    """A run that stopped part-way: its error, what it added and where to resume, on stderr
-    (and the whole report as the JSON document); exit 2 for bad input, 130 for Ctrl-C, else 1."""
-    cause = failed.cause
-    typer.echo(f"scrapeq: error: {failed.report['error']}", err=True)
-    for line in failure_lines(failed.report, unique):
-        typer.echo(f"scrapeq: {line}", err=True)
-    if as_json:
-        _emit_json(failed.report)
-    if isinstance(cause, KeyboardInterrupt):
-        raise typer.Exit(130)
-    raise typer.Exit(2 if isinstance(cause, _USER_ERRORS) else 1)
 
 
 def _payload_object(text: str | None) -> dict[str, Any] | None:

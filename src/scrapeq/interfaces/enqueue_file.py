@@ -16,19 +16,21 @@ a lost reply, and a script that ran the first time would run twice.
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import redis
+import typer
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from scrapeq.engine.connection import SyncClient
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec
-from scrapeq.errors import ConfigError, InvalidURL, ScrapeqError
+from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 
 __all__ = [
     "BATCH",
@@ -37,12 +39,16 @@ __all__ = [
     "Item",
     "failure_lines",
     "read_items",
+    "resume_problem",
+    "say_failure",
     "send_once",
     "stdin_bytes",
 ]
 
 #: URLs validated and added per batch: the unit a failure leaves uncertain.
 BATCH = 1000
+#: Refusals of the input (exit 2): before any batch is answered, one line as any bad input.
+_USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +131,10 @@ class EnqueueRun:
     ids: list[str] = field(default_factory=list)
     _batch: _Batch = field(default_factory=_Batch)
     _sent: bool = False  # the current batch's call went out (its answer may be lost)
-    _resume: int | None = None  # the line a re-run starts at (None: every argument again)
+    _answered: int = 0  # batches answered
+    _resume: int = 1  # the line a re-run starts at: the one after the last answered batch's
 
-    def run(self, items: Iterable[Item], report: Any) -> None:
+    def run(self, items: Iterable[Item], report: Callable[[str, Exception], None]) -> None:
         """Add ``items``; ``report(where, exc)`` is told each refused URL.
 
         Raises:
@@ -143,11 +150,11 @@ class EnqueueRun:
             if self._batch.specs:
                 self._flush()
         except (ScrapeqError, KeyboardInterrupt) as exc:
-            if isinstance(exc, ConfigError | InvalidURL) and self._batch.first is None:
-                raise  # bad input before anything was sent: one line, as before
+            if isinstance(exc, _USER_ERRORS) and not self._answered:
+                raise  # refused before anything was added: one line, as any bad input
             raise EnqueueFailed(self.failure(exc), exc) from exc
 
-    def _take(self, item: Item, report: Any) -> None:
+    def _take(self, item: Item, report: Callable[[str, Exception], None]) -> None:
         if self._batch.first is None:
             self._batch.first = item
         if item.line is not None:
@@ -173,6 +180,7 @@ class EnqueueRun:
                 self.ids.append(r.id)
         last = self._batch.last_line
         self._resume = self.resume_from if last is None else last + 1
+        self._answered += 1
         self._batch = _Batch()
 
     def summary(self) -> dict[str, Any]:
@@ -184,8 +192,7 @@ class EnqueueRun:
         """The ``--json`` document of a run that stopped part-way (``exc``: why)."""
         uncertain = None
         if self._sent and self._batch.specs:
-            start = self._resume if self._resume is not None else 1
-            uncertain = [start, self._batch.last_line or start]
+            uncertain = [self._resume, self._batch.last_line or self._resume]
         first = self._batch.first
         args_pending = first is not None and first.line is None
         return {
@@ -214,13 +221,38 @@ def failure_lines(report: dict[str, Any], unique: str) -> list[str]:
                 + (" (--unique skips what was added)" if unique != "off" else "")]  # fmt: skip
     hint = f"resume with --resume-from {line} and the same options"
     if uncertain is None:
-        hint += ": nothing after that line was sent"
+        hint += ": nothing from that line on was sent"
     elif unique != "off":
         hint += f" (--unique={unique} skips what lines {uncertain[0]}-{uncertain[1]} added)"
     else:
         hint += (f"; without --unique, lines {uncertain[0]}-{uncertain[1]} may then be added "
                  "twice")  # fmt: skip
     return [out, hint]
+
+
+def resume_problem(urls: list[str] | None, file: str | None, line: int | None) -> str | None:
+    """What is wrong with ``--resume-from LINE`` beside these arguments (None: nothing)."""
+    if line is None:
+        return None
+    if file is None or urls:
+        return "--resume-from LINE restarts --file at a line: give the URLs in the file alone"
+    if line < 1:
+        return f"--resume-from takes a line number from 1, got {line}"
+    return None
+
+
+def say_failure(failed: EnqueueFailed, unique: str, *, as_json: bool) -> int:
+    """Tell a run that stopped part-way: its error, what it added and where to resume, on
+    stderr, and the whole report as the ``--json`` document. Answers the exit code: 2 for
+    bad input, 130 for Ctrl-C, else 1."""
+    typer.echo(f"scrapeq: error: {failed.report['error']}", err=True)
+    for line in failure_lines(failed.report, unique):
+        typer.echo(f"scrapeq: {line}", err=True)
+    if as_json:
+        typer.echo(json.dumps(failed.report, indent=2))
+    if isinstance(failed.cause, KeyboardInterrupt):
+        return 130
+    return 2 if isinstance(failed.cause, _USER_ERRORS) else 1
 
 
 def stdin_bytes() -> Any:
