@@ -6,13 +6,16 @@ address (also loopback), from an event loop in a background thread, so a test th
 every connection open but stops moving bytes in both directions, as a dead route or a
 frozen server does: writes still succeed (the kernel buffers them) and nothing ever answers.
 New connections are accepted and held too. :meth:`TcpProxy.resume` forwards again,
-including what was held meanwhile.
+including what was held meanwhile. :meth:`TcpProxy.cut_replies` drops a share of the chunks
+coming back from upstream and resets that connection, as a flaky network does: the request
+reached the server (a script ran), its reply never reaches the client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -36,6 +39,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._flowing: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._cut: tuple[float, random.Random, int] | None = None
+        self.cuts = 0
 
     @classmethod
     def for_redis_url(cls, url: str) -> TcpProxy:
@@ -85,6 +90,12 @@ class TcpProxy:
         """Forward again, held bytes included."""
         self._call(self._set_flowing(True))
 
+    def cut_replies(self, share: float, seed: int = 0, *, min_bytes: int = 0) -> None:
+        """From now on, drop each chunk of at least ``min_bytes`` read from upstream with
+        probability ``share`` (a seeded draw, so a test replays the same cuts) and reset both
+        sides of its connection. ``share`` 0 forwards everything again."""
+        self._cut = (share, random.Random(seed), min_bytes) if share > 0 else None
+
     @property
     def connections(self) -> int:
         """Open client connections (each has one upstream connection beside it)."""
@@ -127,7 +138,9 @@ class TcpProxy:
             return
         self._writers |= {client_w, upstream_w}
         try:
-            await asyncio.gather(self._pump(client_r, upstream_w), self._pump(upstream_r, client_w))
+            await asyncio.gather(
+                self._pump(client_r, upstream_w), self._pump(upstream_r, client_w, reply=True)
+            )
         except (OSError, asyncio.CancelledError):
             # A reset is how a forwarded connection may end; a cancel is close(). Both end
             # here: start_server reports a handler task that ends cancelled as an error.
@@ -137,7 +150,15 @@ class TcpProxy:
                 self._writers.discard(writer)
                 writer.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _cuts(self, data: bytes) -> bool:
+        if self._cut is None:
+            return False
+        share, rng, min_bytes = self._cut
+        return len(data) >= min_bytes and rng.random() < share
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, reply: bool = False
+    ) -> None:
         assert self._flowing is not None
         while True:
             await self._flowing.wait()  # black-holed: stop reading, so the sender's bytes pile up
@@ -146,5 +167,8 @@ class TcpProxy:
                 writer.transport.abort()
                 return
             await self._flowing.wait()  # a chunk read just before the black hole is held too
+            if reply and self._cuts(data):
+                self.cuts += 1
+                raise ConnectionResetError("reply cut by the test proxy")
             writer.write(data)
             await writer.drain()

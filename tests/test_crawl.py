@@ -99,7 +99,8 @@ async def test_a_crawl_fetches_every_page_in_scope_once_and_ends(
     root = next(r for r in rows if r["url"] == home.url("/"))
     assert root["depth"] == 0 and root["parent"] is None
     assert root["links"]["skipped"] == {"scheme": 2, "out_of_scope": 1}  # mailto:, javascript:
-    assert root["links"]["queued"] == 9  # /b and /c twice each: the seen-set drops repeats
+    assert root["links"]["offered"] == 9  # /b and /c twice each: the seen-set drops repeats
+    assert root["links"]["queued"] == 9  # the earlier name of "offered", kept
     leaf = next(r for r in rows if r["url"] == home.url("/sub/e"))
     assert leaf["depth"] == 2 and leaf["parent"] is not None
 

@@ -31,7 +31,7 @@ from scrapeq.engine.urls import (
 )
 from scrapeq.errors import ConfigError, InvalidURL
 
-PRIVATE_REASON = "private address not allowed (set allow_private)"
+PRIVATE_REASON = "private address not allowed (set allow_private, or pass --allow-private)"
 
 
 @pytest.mark.parametrize(

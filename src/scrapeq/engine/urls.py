@@ -73,7 +73,7 @@ _SHARED_SPACE = ipaddress.IPv4Network("100.64.0.0/10")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _COMPAT = ipaddress.IPv6Network("::/96")
 
-_PRIVATE = "private address not allowed (set allow_private)"
+_PRIVATE = "private address not allowed (set allow_private, or pass --allow-private)"
 _INVALID_HOST = "invalid host"
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -50,6 +50,15 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces import render
+from scrapeq.interfaces.enqueue_file import (
+    EnqueueFailed,
+    EnqueueRun,
+    read_items,
+    resume_problem,
+    say_failure,
+    send_once,
+    stdin_bytes,
+)
 from scrapeq.runtime.logs import formatter
 
 __all__ = ["app", "command", "main"]
@@ -342,6 +351,10 @@ def crawl(
         bool | None,
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
     ] = None,
+    log_every: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+    ] = None,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -359,6 +372,7 @@ def crawl(
         scope=scope,
         max_depth=max_depth,
         max_pages=max_pages,
+        log_every=log_every,
     )
     options = _worker_options(
         settings,
@@ -553,21 +567,36 @@ def enqueue(
         bool | None, typer.Option("--allow-private/--no-allow-private")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ids as JSON.")] = False,
+    resume_from: Annotated[
+        int | None,
+        typer.Option(
+            "--resume-from",
+            metavar="LINE",
+            help="Start at this line of --file (the line a failed run named).",
+        ),
+    ] = None,
 ) -> None:
     """Add jobs; invalid URLs are reported one per line on stderr and not added.
+
+    A run that fails part-way says how many jobs it added and the line to resume from.
 
     Examples:
       scrapeq enqueue https://shop-43.example.com/p/1 --lane critical
       scrapeq enqueue --file urls.txt --lane bulk --unique
       scrapeq enqueue --file urls.txt --unique=seen --json
+      scrapeq enqueue --file urls.txt --unique --resume-from 7001
     """
     settings = _settings(ctx, allow_private=allow_private)
     if not urls and file is None:
         _die("give URLs or --file PATH ('-' for stdin)", 2)
+    problem = resume_problem(urls, file, resume_from)
+    if problem is not None:
+        _die(problem, 2)
     payload_value = _payload_object(payload)
     if unique is not None and unique not in UNIQUE_MODES:
         _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
     q = Context(settings).queue()
+    send_once(q.client)
     options: dict[str, Any] = dict(
         lane=lane,
         delay=delay,
@@ -577,17 +606,41 @@ def enqueue(
         expires=expires,
     )
     q.prepare("https://example.com/", **options)  # bad options fail once, before any input
-    counts = _enqueue_stream(q, _url_lines(urls or [], file), options, as_json)
-    added, skipped, bad = counts.added, counts.skipped, counts.invalid
+    run = EnqueueRun(q, options, keep_ids=as_json, resume_from=resume_from or 1)
+    mode = unique or settings.unique
+    with _input(file) as stream:
+        try:
+            run.run(read_items(urls or [], stream, first_line=run.resume_from), _refused)
+        except EnqueueFailed as failed:
+            raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
+    added, skipped, bad = run.added, run.skipped, run.invalid
     if as_json:
-        _emit_json({"added": added, "skipped": skipped, "ids": counts.ids, "invalid": bad})
+        _emit_json(run.summary())
     else:
         line = f"added {added} job{'s' if added != 1 else ''}"
-        if (unique or settings.unique) != "off":
+        if mode != "off":
             line += f", skipped {skipped} duplicate{'s' if skipped != 1 else ''}"
         typer.echo(line)
     if bad and not added and not skipped:
         raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def _input(file: str | None) -> Iterator[Any]:
+    """``--file``'s byte stream (``-``: stdin), or None; a missing file is exit 2."""
+    if file is None:
+        yield None
+        return
+    try:
+        stream = stdin_bytes() if file == "-" else open(file, "rb")  # noqa: SIM115
+    except OSError as exc:
+        _die(f"cannot read {file}: {exc.strerror}", 2)
+    with stream:
+        yield stream
+
+
+def _refused(where: str, exc: Exception) -> None:
+    typer.echo(f"{where}: {exc}", err=True)
 
 
 def _payload_object(text: str | None) -> dict[str, Any] | None:
@@ -613,74 +666,6 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     return "a number"
-
-
-def _url_lines(urls: list[str], file: str | None) -> Any:
-    """(where, URL) pairs: the arguments, then the file's lines; a line that is not UTF-8
-    comes as (where, InvalidURL), reported and skipped like an invalid URL."""
-    for i, u in enumerate(urls, 1):
-        yield f"argument {i}", u
-    if file is None:
-        return
-    try:
-        stream = _stdin_bytes() if file == "-" else open(file, "rb")  # noqa: SIM115
-    except OSError as exc:
-        _die(f"cannot read {file}: {exc.strerror}", 2)
-    with stream:
-        for n, raw in enumerate(stream, 1):
-            try:
-                text = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).strip()
-            except UnicodeDecodeError:
-                shown = raw.decode("utf-8", "backslashreplace").strip()
-                yield f"line {n}", InvalidURL(shown, "not UTF-8 text")
-                continue
-            if text and not text.startswith("#"):
-                yield f"line {n}", text
-
-
-def _stdin_bytes() -> Any:
-    """Standard input as bytes (as text when it has no byte stream: a test's StringIO)."""
-    return getattr(sys.stdin, "buffer", sys.stdin)
-
-
-@dataclass
-class _EnqueueCounts:
-    added: int = 0
-    skipped: int = 0  # duplicates: pending, or in the seen-set
-    invalid: int = 0
-    ids: list[str] = field(default_factory=list)
-
-
-def _enqueue_stream(
-    q: Queue, lines: Any, options: dict[str, Any], keep_ids: bool
-) -> _EnqueueCounts:
-    """Validate and add URLs in batches of 1000, never holding the whole input."""
-    batch: list[Any] = []
-    counts = _EnqueueCounts()
-
-    def flush() -> None:
-        for r in q.enqueue_many(batch):
-            if not r.added:
-                counts.skipped += 1
-                continue
-            counts.added += 1
-            if keep_ids:
-                counts.ids.append(r.id)
-        batch.clear()
-
-    for where, url in lines:
-        try:
-            if isinstance(url, InvalidURL):
-                raise url
-            batch.append(q.prepare(url, **options))
-        except (InvalidURL, ConfigError) as exc:
-            counts.invalid += 1
-            typer.echo(f"{where}: {exc}", err=True)
-        if len(batch) >= 1000:
-            flush()
-    if batch:
-        flush()
-    return counts
 
 
 @app.command()
@@ -1469,9 +1454,35 @@ _USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; answers the exit code (0, 1 or 2). Never a traceback for user errors.
 
-    Usage errors and the library's errors become one line on stderr.
+    Usage errors and the library's errors become one line on stderr. A command that fails
+    (1 or 2) stops the embedded Redis it started: a first command with a typo leaves nothing
+    running.
     """
-    args = _bare_unique(sys.argv[1:] if argv is None else list(argv))
+    from scrapeq.engine.embedded import started_servers
+
+    before = len(started_servers())
+    code = _main(sys.argv[1:] if argv is None else list(argv))
+    if code in (1, 2):
+        _stop_started(started_servers()[before:])
+    return code
+
+
+def _stop_started(data_dirs: tuple[Path, ...]) -> None:
+    """Stop the embedded servers this failed command started (SHUTDOWN SAVE: nothing lost)."""
+    from scrapeq.engine.embedded import stop_server
+
+    for data_dir in dict.fromkeys(data_dirs):
+        try:
+            if stop_server(data_dir):
+                log.info("stopped the embedded Redis this command started in %s: the command "
+                         "failed", data_dir)  # fmt: skip
+        except ScrapeqError as exc:
+            log.warning("the embedded Redis this command started in %s keeps running: %s",
+                        data_dir, exc)  # fmt: skip
+
+
+def _main(argv: list[str]) -> int:
+    args = _bare_unique(argv)
     try:
         rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:

@@ -204,7 +204,10 @@ def _refuse_private(host: str, results: list[aiohttp.abc.ResolveResult]) -> None
     for result in results:
         ip = _parse_ip(result["host"])
         if is_private_address(ip):
-            raise BlockedAddress(f"{host} resolves to {ip}, a private address (set allow_private)")
+            raise BlockedAddress(
+                f"{host} resolves to {ip}, a private address "
+                "(set allow_private, or pass --allow-private)"
+            )
 
 
 class GuardedResolver(aiohttp.abc.AbstractResolver):
@@ -462,7 +465,9 @@ class Fetcher:
         if not self.settings.allow_private:
             host = urlsplit(url).hostname or ""
             if is_private_host(host):
-                raise BlockedAddress(f"{host} is a private address (set allow_private)")
+                raise BlockedAddress(
+                    f"{host} is a private address (set allow_private, or pass --allow-private)"
+                )
         return url
 
     async def _precheck(self, url: str) -> None:

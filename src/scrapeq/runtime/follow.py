@@ -110,17 +110,28 @@ def split_result(value: Any) -> tuple[Any, list[Follow]]:
 
 @dataclass
 class LinkCounts:
-    """What became of one job's follow-ups (in its result line)."""
+    """What became of one job's follow-ups before the queue saw them (in its result line,
+    written before the page is settled).
+
+    Attributes:
+        asked: the links the page gave (and the handler's follow-ups).
+        offered: those sent to the queue with the page's settlement; the queue then makes a
+            job of each new one, and counts what it did with them (``links_queued``,
+            ``links_seen``, ``links_over_max_pages`` in ``Queue.figures``).
+        skipped: the others, by reason (scope, depth, scheme...).
+    """
 
     asked: int = 0
-    queued: int = 0
+    offered: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"asked": self.asked, "queued": self.queued, "skipped": dict(self.skipped)}
+        # "queued" is the name this count had: kept for readers of earlier lines
+        return {"asked": self.asked, "offered": self.offered, "queued": self.offered,
+                "skipped": dict(self.skipped)}  # fmt: skip
 
 
 class FollowPolicy:
@@ -159,7 +170,7 @@ class FollowPolicy:
                 counts.skip(reason)
                 continue
             out.append(reason)
-        counts.queued = len(out)
+        counts.offered = len(out)
         return out, counts
 
     def _refusal(self, job: Job, base: str, follow: Follow, depth: int) -> str | EnqueueSpec:

@@ -20,6 +20,10 @@ newest event: older transitions are history, not news. A stopping worker takes t
 it can (waiting up to :data:`CLOSE_WAIT` while events wait to be logged and another holds
 it), logs what is left and releases it, so the last worker of a burst logs the last events.
 
+**A crawl's seeds, per process.** A seed that fails and is tried again is logged at INFO
+with its error (:func:`log_seed_deferred`): a crawl whose seeds cannot be fetched has nothing
+else to do, and its progress lines alone said only ``retried=3``.
+
 **Redis lines, per process.** Each process has its own connections, so each logs when it
 loses Redis and when it has it back (:class:`RedisHealth`): one line each, however many calls
 fail in between.
@@ -37,7 +41,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import RedisUnavailable, ScriptError
 
 __all__ = [
@@ -45,10 +52,12 @@ __all__ = [
     "CURSOR_TTL",
     "LEASE",
     "LOST_AFTER",
+    "SEED_DEFERRED",
     "SUMMARY_TIMEOUT",
     "TICK",
     "RedisHealth",
     "Reporter",
+    "log_seed_deferred",
     "log_summary",
 ]
 
@@ -76,6 +85,9 @@ LATE = 10.0
 SUMMARY_TIMEOUT = 3.0
 #: Failed calls in a row (any loop's) that make Redis lost: a lone one is no outage.
 LOST_AFTER = 2
+
+#: Settle answers of a job that will be tried again (what :func:`log_seed_deferred` tells).
+SEED_DEFERRED = frozenset({"retried", "throttled", "released"})
 
 #: kind -> (level, line); ``%(domain)s`` and ``%(message)s`` are the event's, ``%(jobs)s``
 #: the jobs a retirement drains. Other kinds (dead letters: each worker logs its own) are
@@ -295,6 +307,21 @@ class Reporter:
             "progress done/s=%.1f %s", rate, shown,
             extra={"done_per_s": round(rate, 2), **figures, "leader": self.id},
         )  # fmt: skip
+
+
+def log_seed_deferred(job: Job, settlement: Settlement, status: str) -> None:
+    """A crawl's seed that failed and will be tried again (``status``: ``retried``,
+    ``throttled`` or ``released``), at INFO: its attempt, when it comes back, and its error."""
+    delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
+    kind = settlement.kind or status
+    error = redact_text(settlement.message or "")
+    log.info(
+        "seed %s job=%s url=%s attempt %d/%d, next try in %.1f s: %s%s",
+        status, job.id, redact_url(job.url), job.attempts, job.max_attempts, delay, kind,
+        f": {error}" if error else "",
+        extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
+               "status": status, "error": error},
+    )  # fmt: skip
 
 
 async def log_summary(queue: AsyncQueue, *, timeout: float = SUMMARY_TIMEOUT) -> None:

@@ -70,7 +70,7 @@ from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, ada
 from scrapeq.runtime.handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.reporter import RedisHealth, Reporter
+from scrapeq.runtime.reporter import SEED_DEFERRED, RedisHealth, Reporter, log_seed_deferred
 from scrapeq.runtime.sinks import Sink
 
 __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
@@ -635,7 +635,10 @@ class Worker:
                 result.result, result.follow, result.links, result.body_path
             )  # fmt: skip
         settlement = self.queue.done(
-            job, domain_failed=verdict.counts_against_domain, follow=follow
+            job,
+            domain_failed=verdict.counts_against_domain,
+            follow=follow,
+            final_url=response.url if response.redirects else None,
         )
         if self.sink is None:
             return settlement, None
@@ -762,6 +765,8 @@ class Worker:
         elif status == "stale":
             log.warning("job %s: lease lost before settling (stale token)", job.id,
                         extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
+        elif self.follow_links and job.depth == 0 and status in SEED_DEFERRED:
+            log_seed_deferred(job, settlement, status)  # a crawl waits on it: say why
         elif log.isEnabledFor(logging.DEBUG):
             _log_deferred(job, settlement, status)
 

@@ -39,6 +39,8 @@
     "dup:<id>"      skipped (unique): a pending job with the same fingerprint exists
     "seen"          skipped (unique = 'seen'): the seen-set has the URL
     "dead:<id>"     added straight to the dead letters: its domain is retired
+    "limit"         skipped (a follow-up, with parent): its domain has CFG.max_pages jobs
+                    enqueued and its URL is new (includes/enqueue.lua)
     flag            1 when the queue has had a unique enqueue (jobs without uniqueness
                     should carry fp from now on), else 0
 

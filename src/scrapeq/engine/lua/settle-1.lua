@@ -22,7 +22,11 @@
               a crash never acks a parent without its children, and a stale settle adds
               none. Each goes through the de-duplication and seen-set of enqueue-1.lua
               (a retried parent's repeats are dropped there), and past CFG.max_pages jobs
-              enqueued for its domain it is skipped.
+              enqueued for its domain it is skipped; what became of each is counted in
+              the stats links:queued, links:seen, links:max_pages (includes/enqueue.lua).
+      fin     with o = 'done': the seen-set argument of the URL the fetch ended at after
+              redirects; it joins the seen-set (seen_mark: only when the queue has one)
+              before the follow-ups are enqueued, so a link to it is skipped as seen.
 
   Done: the job key is deleted, or with CFG.keep_done_ms > 0 kept that long with `done_at`
   (SET ... PX); a kept job is in no other structure, and a later settle of it is stale.
@@ -126,6 +130,7 @@ end
 local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
 
 local function settle_done(job, it)
+  if type(it.fin) == 'table' then seen_mark(it.fin) end
   if it.f then
     for _, s in ipairs(it.f) do enqueue_one(s) end
   end

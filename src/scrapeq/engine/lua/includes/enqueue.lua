@@ -10,10 +10,14 @@
     enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
   A spec with `parent` (a follow-up) is skipped as 'limit' when its domain already has
-  CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set.
+  CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set, and
+  its URL is new (one the seen-set or a pending job has is answered as such).
+  What became of the follow-ups is counted here, where it is decided, and added to the
+  queue's stats by enqueue_end: links:queued (a job was made), links:seen (the seen-set or a
+  pending job had the URL), links:max_pages (a new URL cut by max_pages).
 ]]
 
-local ENQ = {base = 0, next = 0, hold_all = false, touched = {}}
+local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}}
 
 local function enqueue_check(specs)
   for _, s in ipairs(specs) do
@@ -50,11 +54,15 @@ local function over_max_pages(s)
   return registry_enq(s.domain) >= cap
 end
 
-local function enqueue_one(s)
+local function enqueue_spec(s)
   if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K_HOSTS, s.domain) or s.domain end
   local hold_all = ENQ.hold_all
   local holder = s.fp and hold_all and redis.call('HGET', K_UNIQUE, s.fp)
-  if over_max_pages(s) then return 'limit' end
+  if over_max_pages(s) then
+    if holder and s.unique then return 'dup:' .. holder end
+    if s.seen and seen_has(s.seen) then return 'seen' end
+    return 'limit'
+  end
   local new = true
   if s.seen then new = seen_add(s.seen) end
   if holder and s.unique then return 'dup:' .. holder end
@@ -88,7 +96,23 @@ local function enqueue_one(s)
   return id
 end
 
+local function enqueue_one(s)
+  local out = enqueue_spec(s)
+  if s.parent then
+    local kind = 'queued'
+    if out == 'seen' or string.sub(out, 1, 4) == 'dup:' then
+      kind = 'seen'
+    elseif out == 'limit' then
+      kind = 'max_pages'
+    end
+    ENQ.links[kind] = (ENQ.links[kind] or 0) + 1
+  end
+  return out
+end
+
 local function enqueue_end()
   for d in pairs(ENQ.touched) do refile(d) end
   ENQ.touched = {}
+  for kind, n in pairs(ENQ.links) do stat('links:' .. kind, n) end
+  ENQ.links = {}
 end

@@ -15,6 +15,14 @@
     URL writes nothing. Raises the seen_layout_error text when the layout disagrees and the
     caller did not check first.
 
+  seen_has(seen) -> whether the seen-set has the URL, without recording it (false when the
+    layout disagrees): what a follow-up cut by max_pages is counted as.
+
+  seen_mark(seen) -> whether the URL was recorded now: seen_add for a URL fetched without
+    being enqueued (a redirect's target), when the queue has a seen-set of this client's
+    layout; a queue without one (or with another layout) is left as it is: the mark creates
+    no seen-set and raises nothing.
+
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
     records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
@@ -38,7 +46,7 @@
                    grown again by SETBIT
 
   Cost: exact 1 SADD; sliced 4 SISMEMBER + SADD + PEXPIREAT; bloom 1 to k GETBIT, and k
-  SETBIT for a new URL. The call that records a Bloom layout writes the whole filter once
+  SETBIT for a new URL. seen_has: 1 SISMEMBER, 5 sliced, 1 to k GETBIT. The call that records a Bloom layout writes the whole filter once
   (seen_bits / 8 bytes, at most 512 MiB).
 ]]
 
@@ -84,7 +92,8 @@ local function seen_exact(b, f)
   return true
 end
 
-local function seen_bloom(bits)
+-- The chunk keys and offsets of a URL's Bloom bit positions.
+local function bloom_places(bits)
   local chunk = CFG.seen_chunk_bits
   local keys, offsets = {}, {}
   for i, pos in ipairs(bits) do
@@ -92,14 +101,19 @@ local function seen_bloom(bits)
     keys[i] = P .. 'seen:bloom:' .. string.format('%d', c)
     offsets[i] = pos - c * chunk
   end
-  local new = false
+  return keys, offsets
+end
+
+local function bloom_has(keys, offsets)
   for i = 1, #keys do
-    if redis.call('GETBIT', keys[i], offsets[i]) == 0 then
-      new = true
-      break
-    end
+    if redis.call('GETBIT', keys[i], offsets[i]) == 0 then return false end
   end
-  if not new then return false end
+  return true
+end
+
+local function seen_bloom(bits)
+  local keys, offsets = bloom_places(bits)
+  if bloom_has(keys, offsets) then return false end
   for i = 1, #keys do redis.call('SETBIT', keys[i], offsets[i], 1) end
   return true
 end
@@ -109,4 +123,33 @@ local function seen_add(seen)
   if bad then error(bad, 0) end
   if seen.bits then return seen_bloom(seen.bits) end
   return seen_exact(string.format('%d', seen.b), seen.f)
+end
+
+local function seen_has(seen)
+  if seen_layout_error() then return false end
+  if seen.bits then return bloom_has(bloom_places(seen.bits)) end
+  local b, f = string.format('%d', seen.b), seen.f
+  local slice_ms = tonumber(CFG.seen_slice_ms) or 0
+  if slice_ms <= 0 then return redis.call('SISMEMBER', P .. 'seen:' .. b, f) == 1 end
+  local now_slice = math.floor(NOW / slice_ms)
+  for sl = now_slice - SEEN_LOOKBACK, now_slice do
+    if redis.call('SISMEMBER', P .. 'seen:' .. string.format('%d', sl) .. ':' .. b, f) == 1 then
+      return true
+    end
+  end
+  return false
+end
+
+local function seen_mark(seen)
+  if SEEN_CHECKED == nil then
+    local stored = redis.call('HGET', K_META, 'seen')
+    if not stored then return false end  -- no seen-set (yet): not cached, a later call may make it
+    if stored ~= CFG.seen_layout then
+      SEEN_CHECKED = 'SQ_SEEN_LAYOUT ' .. stored .. ' ' .. tostring(CFG.seen_layout)
+    else
+      SEEN_CHECKED = true
+    end
+  end
+  if SEEN_CHECKED ~= true then return false end
+  return seen_add(seen)
 end
