@@ -10,9 +10,11 @@ never a crash: the readers below are driven with one stored in Redis.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,7 +86,7 @@ def test_a_time_past_the_last_date_is_the_last_date() -> None:
 def test_cli_readers_show_a_far_future_breaker(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Any,
+    tmp_path: Path,
     far: str,
     argv: list[str],
 ) -> None:
@@ -96,10 +98,8 @@ def test_cli_readers_show_a_far_future_breaker(
 
 
 def test_status_json_shows_the_far_future_as_the_last_date(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any, far: str
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, far: str
 ) -> None:
-    import json
-
     scrub_env(monkeypatch, tmp_path)
     code, out, err = run(capsys, "--redis", far, "status", "--json")
     assert code == 0, err

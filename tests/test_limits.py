@@ -1,5 +1,6 @@
 """The bounds of what callers hand the queue (issue 21, items 10 and 11): durations, counts,
-JSON nesting, and the environment variables that are not settings."""
+JSON nesting, how typed values are parsed against them, and the environment variables that
+are not settings."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from scrapeq.engine.limits import (
 )
 from scrapeq.engine.settings import load_settings
 from scrapeq.errors import ConfigError
+from scrapeq.interfaces.parsing import count, seconds
 
 
 def nested(depth: int) -> Any:
@@ -135,3 +137,37 @@ def test_variables_scrapeq_reads_that_are_not_settings_are_not_warned_about(
     with caplog.at_level(logging.WARNING, logger="scrapeq"):
         load_settings(environ=env)
     assert _warnings(caplog) == []
+
+
+# --- parsing what people type (scrapeq.interfaces.parsing) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("9" * 6000, "at most"),  # past int()'s 4,300 digits: refused without converting it
+        ("-" + "9" * 6000, ">= 1"),
+        ("1e3", "expected an integer"),
+        ("٣", "expected an integer"),  # an Arabic-Indic digit: int() would take it
+        ("x" * 6000, "expected an integer"),
+    ],
+)
+def test_typed_counts_are_refused_in_one_short_line(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as info:
+        count("--limit", text)
+    assert len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize("text", ["9" * 6000, "x" * 6000, "1e308", "-0.5", "nan"])
+def test_typed_durations_are_refused_in_one_short_line(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        seconds("--delay", text)
+    assert len(str(info.value)) < 200
+
+
+def test_typed_values_within_the_bounds_are_taken() -> None:
+    assert seconds("--delay", " 1.5 ") == 1.5
+    assert seconds("--delay", str(MAX_SECONDS)) == MAX_SECONDS
+    assert seconds("--duration", 60, minimum=1) == 60.0
+    assert count("--limit", "+7") == 7
+    assert count("--max-depth", "0", minimum=0) == 0

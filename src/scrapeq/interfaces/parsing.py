@@ -47,12 +47,13 @@ def seconds(name: str, value: str | float, *, minimum: float = 0.0) -> float:
     Raises:
         ConfigError: not a number, not finite, below ``minimum`` or over the bound.
     """
+    number = value
     if isinstance(value, str):
         try:
-            value = float(value.strip())
+            number = float(value.strip())
         except ValueError:
-            raise ConfigError(name, f"expected a number of seconds, got {value!r}") from None
-    checked = float(check_seconds(name, value))
+            raise ConfigError(name, f"expected a number of seconds, got {_shown(value)}") from None
+    checked = float(check_seconds(name, number))
     if checked < minimum:
         raise ConfigError(name, f"must be >= {minimum:g} seconds, got {checked:g}")
     return checked
@@ -65,10 +66,19 @@ def count(name: str, value: str | int, *, minimum: int = 1, maximum: int = MAX_C
         ConfigError: not an integer, or out of range.
     """
     if isinstance(value, str):
-        if not _INTEGER.fullmatch(value.strip()):
-            raise ConfigError(name, f"expected an integer, got {value!r}")
-        value = int(value.strip())
+        text = value.strip()
+        if not _INTEGER.fullmatch(text):
+            raise ConfigError(name, f"expected an integer, got {_shown(value)}")
+        if len(text.lstrip("+-").lstrip("0")) > 18:  # out of range, and int() may refuse it
+            bound = f">= {minimum}" if text.startswith("-") else f"at most {maximum}"
+            raise ConfigError(name, f"must be {bound}, got {_shown(text)}")
+        value = int(text)
     return check_count(name, value, minimum=minimum, maximum=maximum)
+
+
+def _shown(text: str) -> str:
+    """Text as typed, quoted, cut at 60 characters: an error line stays one short line."""
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def json_object(name: str, text: str) -> dict[str, Any]:
@@ -128,7 +138,7 @@ def concurrency_option(value: str) -> str:
         return str(count("concurrency", value))
     except ConfigError:
         raise typer.BadParameter(
-            f"expected a number from 1 to {MAX_COUNT} or auto, got {value!r}"
+            f"expected a number from 1 to {MAX_COUNT} or auto, got {_shown(value)}"
         ) from None
 
 
