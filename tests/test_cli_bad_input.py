@@ -120,6 +120,10 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
             ("--unique=sometimes",),
             ("--max-attempts", "0"),
             ("--expires", "-1"),
+            ("--delay", "1e308"),
+            ("--delay", "inf"),
+            ("--expires", "1e308"),
+            ("--max-attempts", "99999999999999999999"),
         ),
         bad_urls=(("ftp://x.example.com/",), ("not a url",), ("http://",)),
         missing_files=(("--file", MISSING),),
@@ -158,9 +162,18 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
     ("queue", "list"): Spec(bad_values=(("--json=1",), ("extra",))),
     ("queue", "clear"): Spec(("default", "--yes"), bad_values=(("other",),)),
     ("breaker", "reset"): Spec((DOMAIN,), bad_values=(("other.example.com",),)),
-    ("breaker", "trip"): Spec((DOMAIN,), bad_values=(("--cooldown", "-1"),)),
+    ("breaker", "trip"): Spec(
+        (DOMAIN,),
+        bad_values=(("--cooldown", "-1"), ("--cooldown", "1e12"), ("--cooldown", "1e308")),
+    ),
     ("domain", "set"): Spec(
-        (DOMAIN, "--delay", "1"), bad_values=(("--concurrency", "0"), ("--delay", "x"))
+        (DOMAIN, "--delay", "1"),
+        bad_values=(
+            ("--concurrency", "0"),
+            ("--delay", "x"),
+            ("--delay", "1e308"),
+            ("--concurrency", "99999999999999999999"),
+        ),
     ),
     ("server", "status"): Spec(bad_values=(("--json=1",), ("extra",)), redis=False),
     ("server", "stop"): Spec(bad_values=(("extra",),), redis=False),
@@ -400,3 +413,147 @@ def test_enqueue_file_lines_that_are_not_utf8_are_refused_one_per_line(
     out, err = capsys.readouterr()
     assert code == 2 and "not UTF-8 text" in err and "Traceback" not in err, err
     assert snapshot(redis_url) == before
+
+
+# --- issue 21, items 10 and 11: input that took the CLI down, or reached the terminal raw -------
+
+
+def _one_line_refusal(code: int, out: str, err: str) -> None:
+    """Exit 2, one ``scrapeq: error:`` line on stderr, nothing on stdout, no traceback."""
+    _check(code, out, err, Case("bad value", (), (), ""))
+
+
+def test_a_payload_nested_990_levels_is_one_line(
+    capsys: pytest.CaptureFixture[str], seeded: str
+) -> None:
+    before = snapshot(seeded)
+    deep = '{"a":' + "[" * 990 + "]" * 990 + "}"
+    code = main(["--redis", seeded, "enqueue", URL, "--payload", deep])
+    out, err = capsys.readouterr()
+    _one_line_refusal(code, out, err)
+    assert "--payload" in err and "nested" in err, err
+    assert snapshot(seeded) == before
+
+
+def test_a_config_with_a_5000_deep_array_is_one_line(
+    capsys: pytest.CaptureFixture[str], seeded: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "deep.toml"
+    config.write_text("lanes = " + "[" * 5000 + "]" * 5000 + "\n")
+    code = main(["--redis", seeded, "--config", str(config), "status"])
+    out, err = capsys.readouterr()
+    _one_line_refusal(code, out, err)
+    assert str(config) in err and "nested" in err, err
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "/dev/null/sub", "a file"])
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_data_dir_that_cannot_be_a_folder_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    where: str,
+    how: str,
+) -> None:
+    if where == "a file":
+        where = str(tmp_path / "file")
+        Path(where).write_text("not a folder\n")
+    args = ["--data-dir", where] if how == "flag" else []
+    if how == "env":
+        monkeypatch.setenv("SCRAPEQ_DATA_DIR", where)
+    code = main([*args, "status"])
+    out, err = capsys.readouterr()
+    _one_line_refusal(code, out, err)
+    assert "data_dir" in err and where in err, err
+
+
+def test_the_cli_bounds_are_reached_not_passed(
+    capsys: pytest.CaptureFixture[str], seeded: str
+) -> None:
+    """The largest duration and count are taken as they are; one past them is refused."""
+    from scrapeq.engine.limits import MAX_COUNT, MAX_SECONDS
+
+    code = main(["--redis", seeded, "domain", "set", DOMAIN, "--concurrency", str(MAX_COUNT),
+                 "--delay", str(MAX_SECONDS)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "" and f"concurrency {MAX_COUNT}" in out, (out, err)
+    for flag, bound in (("--concurrency", MAX_COUNT), ("--delay", MAX_SECONDS)):
+        code = main(["--redis", seeded, "domain", "set", DOMAIN, flag, str(bound + 1)])
+        out, err = capsys.readouterr()
+        _one_line_refusal(code, out, err)
+        assert flag in err and str(bound) in err, err
+
+
+@pytest.mark.parametrize("age", ["1e308", "inf", "1e12"])
+def test_a_purge_age_past_the_bound_is_one_line(
+    capsys: pytest.CaptureFixture[str], seeded: str, age: str
+) -> None:
+    before = snapshot(seeded)
+    code = main(["--redis", seeded, "dead", "purge", "--older-than", age])
+    out, err = capsys.readouterr()
+    _one_line_refusal(code, out, err)
+    assert "--older-than" in err, err
+    assert snapshot(seeded) == before
+
+
+ESCAPE = "\x1b]0;owned\x07"
+
+
+def test_control_characters_of_input_are_escaped_in_error_lines(
+    capsys: pytest.CaptureFixture[str], seeded: str, tmp_path: Path
+) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text(f"https://a.example.com/{ESCAPE}\nftp://{ESCAPE}/\nhttps://ok.example.com/\n")
+    runs = [
+        ["enqueue", "--file", str(urls)],
+        ["enqueue", f"ftp://x.example.com/{ESCAPE}"],
+        ["enqueue", URL, "--lane", ESCAPE],
+        ["dead", "replay", "--id", ESCAPE],
+        ["job", "cancel", ESCAPE],
+        ["job", "show", ESCAPE],
+        ["status", f"--{ESCAPE}"],
+        ["--queue", ESCAPE, "status"],
+    ]
+    for argv in runs:
+        main(["--redis", seeded, *argv])
+        _, err = capsys.readouterr()
+        assert err, argv
+        assert not any(c in err for c in "\x1b\x07"), (argv, err)
+        assert "\\x1b]0;owned\\x07" in err, (argv, err)
+
+
+def test_a_utf8_bom_does_not_fail_the_first_url(
+    capsys: pytest.CaptureFixture[str], seeded: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    urls = tmp_path / "bom.txt"
+    urls.write_bytes(b"\xef\xbb\xbfhttps://bom.example.com/1\r\nhttps://bom.example.com/2\r\n")
+    code = main(["--redis", seeded, "--queue", "bom", "enqueue", "--file", str(urls)])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "added 2 jobs\n", "")
+    monkeypatch.setattr(sys, "stdin", open(urls, "rb"))  # noqa: SIM115 (closed by enqueue)
+    code = main(["--redis", seeded, "--queue", "bom2", "enqueue", "--file", "-"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "added 2 jobs\n", "")
+
+
+def test_a_misspelt_environment_variable_is_named_once_with_the_setting_meant(
+    seeded: str,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
+    env |= {
+        "SCRAPEQ_DOMAIN_CONCURENCY": "4",
+        # not settings, but read by scrapeq (or its tests): no warning
+        "SCRAPEQ_CONFIG": "",
+        "SCRAPEQ_DASHBOARD_TOKEN": "x" * 20,
+        "SCRAPEQ_REDIS_SERVER": find_redis_server().as_posix(),
+    }
+    proc = subprocess.run(
+        [*SCRAPEQ, "--redis", seeded, "status", "--json"],
+        capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "SCRAPEQ_DOMAIN_CONCURENCY" in lines[0], lines
+    assert "SCRAPEQ_DOMAIN_CONCURRENCY" in lines[0], lines
+    assert "WARNING" in lines[0], lines

@@ -51,6 +51,7 @@ class ConfigError(ScrapeqError, ValueError):
 
     def __init__(self, name: str, message: str) -> None:
         self.name = name
+        self.reason = message
         super().__init__(f"setting {name!r}: {message}")
 
 

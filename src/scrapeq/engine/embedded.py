@@ -160,7 +160,7 @@ def ensure_server(
         ``unix://<data_dir>/redis.sock``.
 
     Raises:
-        ConfigError: ``data_dir`` is too long for a unix socket path.
+        ConfigError: ``data_dir`` is too long for a unix socket path, or cannot be a folder.
         RedisUnavailable: no binary, or the server did not come up (the message carries the
             end of ``redis.log``).
     """
@@ -355,16 +355,29 @@ def _check_socket_path(files: ServerFiles) -> None:
 
 
 def _make_private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with mode 0o700 if it does not exist."""
-    if not path.is_dir():
+    """Create ``path`` (and parents) with mode 0o700 if it does not exist.
+
+    Raises:
+        ConfigError: ``path`` cannot be a folder (a file is there, or above it; no right).
+    """
+    if path.is_dir():
+        return
+    try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.chmod(0o700)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError("data_dir", f"cannot make the folder {path}: {reason}") from None
 
 
 @contextlib.contextmanager
 def _locked(files: ServerFiles, deadline: float) -> Iterator[None]:
     """Hold an exclusive flock on ``redis.lock`` until the block ends."""
-    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a folder we may not write in
+        reason = exc.strerror or str(exc)
+        raise ConfigError("data_dir", f"cannot write {files.lock}: {reason}") from None
     try:
         while True:
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -84,11 +84,22 @@ def expand_stored(data: Any, job_id: str) -> Any:
     return job
 
 
+#: The first and the last millisecond a datetime can hold (years 1 and 9999), since the epoch.
+_EPOCH = datetime.fromtimestamp(0, UTC)
+_FIRST_MS = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+_LAST_MS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+
+
 def ms_to_datetime(ms: int | float | None) -> datetime | None:
-    """Milliseconds since the epoch (Redis server clock) to an aware UTC datetime."""
-    if ms is None:
+    """Milliseconds since the epoch (Redis server clock) to an aware UTC datetime.
+
+    A time past what a datetime holds (a cooldown of 10^12 s is the year 33,715: written by an
+    older version, or by hand) is the last (or the first) millisecond of the range, so that
+    every reader shows it instead of failing; NaN is None.
+    """
+    if ms is None or ms != ms:
         return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return _EPOCH + timedelta(milliseconds=min(max(ms, _FIRST_MS), _LAST_MS))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import re
 import time
 import zlib
@@ -36,6 +35,7 @@ from scrapeq.engine.connection import (
 )
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
+from scrapeq.engine.limits import check_count, check_json_depth, check_seconds
 from scrapeq.engine.scripts import (
     SCAN_START,
     Call,
@@ -186,11 +186,7 @@ def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> i
         if allow_none:
             return None
         raise ConfigError(name, "a number of seconds is required")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(name, f"expected a number of seconds, got {value!r}")
-    if value < 0:
-        raise ConfigError(name, f"must be >= 0 seconds, got {value!r}")
-    return round(value * 1000)
+    return round(check_seconds(name, value) * 1000)
 
 
 class _QueueCore:
@@ -265,6 +261,10 @@ class _QueueCore:
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError("payload", f"not JSON-serialisable: {exc}") from None
+        except RecursionError:  # nested past the encoder's stack: far past the bound below
+            raise ConfigError("payload", "JSON nested too deeply to encode") from None
+        if payload_json is not None:
+            check_json_depth("payload", payload_json)
         expires_ms = _seconds_ms("expires", expires)
         if expires_ms is not None and expires_ms <= 0:
             raise ConfigError("expires", "must be > 0 seconds")
@@ -528,16 +528,8 @@ class _QueueCore:
         self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
-        if (
-            concurrency is not None
-            and concurrency != "auto"
-            and (
-                isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-            )
-        ):
-            raise ConfigError(
-                "concurrency", f"must be an integer >= 1 or auto, got {concurrency!r}"
-            )
+        if concurrency is not None and concurrency != "auto":
+            check_count("concurrency", concurrency)
         got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
         return {
             "domain": domain,

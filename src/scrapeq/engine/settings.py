@@ -34,6 +34,8 @@ Every bad value raises :class:`~scrapeq.errors.ConfigError` naming the setting.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import math
 import os
 import re
@@ -55,6 +57,7 @@ __all__ = [
     "CLUSTER_MODES",
     "CONFIG_FILE_NAME",
     "ENV_PREFIX",
+    "OTHER_ENV_NAMES",
     "SETTING_NAMES",
     "UNIQUE_MODES",
     "Settings",
@@ -64,6 +67,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SCRAPEQ_"
+log = logging.getLogger("scrapeq.settings")
 CONFIG_FILE_NAME = "scrapeq.toml"
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -687,6 +691,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("config", f"{path}: {exc}") from None
+    except RecursionError:  # arrays or tables nested past the parser's stack
+        raise ConfigError("config", f"{path}: nested too deeply to read") from None
     except OSError as exc:
         raise ConfigError("config", f"{path}: {exc.strerror or exc}") from None
 
@@ -710,10 +716,33 @@ def _file_values(path: Path) -> dict[str, object]:
 def _env_values(env: Mapping[str, str]) -> dict[str, object]:
     """``SCRAPEQ_<NAME>`` values, still text.
 
-    Other ``SCRAPEQ_*`` variables (``SCRAPEQ_CONFIG``, ``SCRAPEQ_REDIS_SERVER``, typos) are
-    not settings and are ignored.
+    Other ``SCRAPEQ_*`` variables are not settings and are ignored: those scrapeq reads for
+    itself (:data:`OTHER_ENV_NAMES`) silently, any other (a typo) with a warning.
     """
+    _warn_unknown_env(env)
     return {name: env[key] for name in SETTING_NAMES if (key := ENV_PREFIX + name.upper()) in env}
+
+
+#: ``SCRAPEQ_*`` variables that are not settings but are read by scrapeq (the settings file,
+#: the redis-server binary to embed, the dashboard's token) or by its tests (screenshots).
+OTHER_ENV_NAMES = frozenset(
+    {"SCRAPEQ_CONFIG", "SCRAPEQ_REDIS_SERVER", "SCRAPEQ_DASHBOARD_TOKEN", "SCRAPEQ_SCREENSHOTS"}
+)
+#: The unknown variables this process has warned about (each once).
+_WARNED_ENV: set[str] = set()
+
+
+def _warn_unknown_env(env: Mapping[str, str]) -> None:
+    """Warn once per process about each ``SCRAPEQ_*`` variable that is neither a setting nor
+    one of :data:`OTHER_ENV_NAMES`, naming the setting meant when one is close (a typo in
+    the TOML file is an error; in the environment, which other programs share, a warning)."""
+    known = {ENV_PREFIX + name.upper() for name in SETTING_NAMES} | OTHER_ENV_NAMES
+    for key in sorted(env):
+        if key.startswith(ENV_PREFIX) and key not in known and key not in _WARNED_ENV:
+            _WARNED_ENV.add(key)
+            close = difflib.get_close_matches(key, sorted(known - OTHER_ENV_NAMES), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            log.warning("environment variable %r is not a scrapeq setting: ignored%s", key, hint)
 
 
 def _override_values(overrides: Mapping[str, object]) -> dict[str, object]:

@@ -13,6 +13,7 @@ import errno
 import functools
 import json
 import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Iterator
@@ -59,6 +60,12 @@ from scrapeq.interfaces.enqueue_file import (
     send_once,
     stdin_bytes,
 )
+from scrapeq.interfaces.parsing import (
+    concurrency_option,
+    count_option,
+    json_object,
+    seconds_option,
+)
 from scrapeq.runtime.logs import formatter
 
 __all__ = ["app", "command", "main"]
@@ -72,6 +79,10 @@ app = typer.Typer(
 )
 
 log = logging.getLogger("scrapeq")
+
+#: The parsers of duration (>= 0 s) and count (>= 1) options: bounded (issue 21, item 10).
+_SECONDS = seconds_option()
+_COUNT = count_option()
 
 
 @dataclass
@@ -216,14 +227,35 @@ def _global(
 ) -> None:
     """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
     overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
-    settings = load_settings(config_file=config, overrides=overrides)
-    setup_logging(verbose, settings.log_format)
+    settings = _load_settings(config, overrides, verbose)
     ctx.obj = Context(settings, verbose)
 
 
+def _load_settings(config: Path | None, overrides: dict[str, Any], verbose: int) -> Settings:
+    """The settings; what loading them logs (a misspelt ``SCRAPEQ_*`` variable) is held, then
+    written in the log format they choose (text when they cannot be loaded)."""
+    held = logging.handlers.BufferingHandler(capacity=100)
+    logging.getLogger("scrapeq").handlers[:] = [held]
+    log_format = "text"
+    try:
+        settings = load_settings(config_file=config, overrides=overrides)
+        log_format = settings.log_format
+    finally:
+        setup_logging(verbose, log_format)
+        for record in held.buffer:
+            logging.getLogger(record.name).handle(record)
+    return settings
+
+
 def _die(message: str, code: int) -> NoReturn:
-    typer.echo(f"scrapeq: error: {message}", err=True)
+    _error_line(f"scrapeq: error: {message}")
     raise typer.Exit(code)
+
+
+def _error_line(line: str) -> None:
+    """One line on stderr; what it echoes of the input cannot steer the terminal (issue 21,
+    item 11): control characters are written escaped (``\\x1b``)."""
+    typer.echo(render.printable(line), err=True)
 
 
 def _emit_json(value: Any) -> None:
@@ -236,11 +268,13 @@ def _emit_json(value: Any) -> None:
 @app.command()
 def worker(
     ctx: typer.Context,
-    concurrency: Annotated[int, typer.Option(min=1, help="Fetches at once per process.")] = 100,
-    processes: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(parser=_COUNT, help="Fetches at once per process.")
+    ] = 100,
+    processes: Annotated[int, typer.Option(parser=_COUNT, help="Worker processes.")] = 1,
     burst: Annotated[bool, typer.Option(help="Exit 0 once every job is done or dead.")] = False,
     max_runtime: Annotated[
-        float | None, typer.Option(min=0, help="Stop gracefully after S seconds.")
+        float | None, typer.Option(parser=_SECONDS, help="Stop gracefully after S seconds.")
     ] = None,
     results: Annotated[
         Path | None, typer.Option(help="Append one JSON line per finished job.")
@@ -250,11 +284,14 @@ def worker(
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
     ] = None,
     handler_timeout: Annotated[
-        float | None, typer.Option(help="Seconds a handler may run (default 60).")
+        float | None, typer.Option(parser=_SECONDS, help="Seconds a handler may run (default 60).")
     ] = None,
     max_job_time: Annotated[
         float | None,
-        typer.Option(help="Seconds a job may be held before its attempt is given up (600)."),
+        typer.Option(
+            parser=_SECONDS,
+            help="Seconds a job may be held before its attempt is given up (600).",
+        ),
     ] = None,
     handler: Annotated[
         str | None,
@@ -264,17 +301,20 @@ def worker(
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
     request_timeout: Annotated[
-        float | None, typer.Option(help="Total seconds of one fetch, body included (30).")
+        float | None,
+        typer.Option(parser=_SECONDS, help="Total seconds of one fetch, body included (30)."),
     ] = None,
     lease: Annotated[
-        float | None, typer.Option(help="Seconds of a job's lease; heartbeats renew it (60).")
+        float | None,
+        typer.Option(parser=_SECONDS, help="Seconds of a job's lease; heartbeats renew it (60)."),
     ] = None,
     domain_concurrency: Annotated[
         str | None,
         typer.Option(help="Jobs in flight per domain: a number, or auto (learned; default)."),
     ] = None,
     domain_delay: Annotated[
-        float | None, typer.Option(min=0, help="Seconds between request starts per domain (0).")
+        float | None,
+        typer.Option(parser=_SECONDS, help="Seconds between request starts per domain (0)."),
     ] = None,
     log_format: Annotated[
         str | None,
@@ -282,7 +322,10 @@ def worker(
     ] = None,
     log_every: Annotated[
         float | None,
-        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+        typer.Option(
+            parser=_SECONDS,
+            help="Seconds between queue progress lines (default 10; 0: none).",
+        ),
     ] = None,
     metrics_port: Annotated[
         int | None,
@@ -333,17 +376,22 @@ def crawl(
         str | None, typer.Option(help="Links followed: host (default), domain or any.")
     ] = None,
     max_depth: Annotated[
-        int | None, typer.Option(min=0, help="Links followed from a seed, at most.")
+        int | None,
+        typer.Option(parser=count_option(0), help="Links followed from a seed, at most."),
     ] = None,
-    max_pages: Annotated[int | None, typer.Option(min=1, help="Pages per domain, at most.")] = None,
+    max_pages: Annotated[
+        int | None, typer.Option(parser=_COUNT, help="Pages per domain, at most.")
+    ] = None,
     results: Annotated[
         Path | None, typer.Option(help="Append one JSON line per finished page.")
     ] = None,
     handler: Annotated[
         str | None, typer.Option(help="Your handler, package.module:function.")
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Fetches at once per process.")] = 100,
-    processes: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(parser=_COUNT, help="Fetches at once per process.")
+    ] = 100,
+    processes: Annotated[int, typer.Option(parser=_COUNT, help="Worker processes.")] = 1,
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
@@ -547,8 +595,8 @@ def enqueue(
         str | None, typer.Option("--file", help="Read URLs from a file, one a line ('-': stdin).")
     ] = None,
     lane: Annotated[str | None, typer.Option(help="Lane name (default: normal).")] = None,
-    delay: Annotated[float, typer.Option(min=0, help="Seconds before eligible.")] = 0.0,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Attempt budget.")] = None,
+    delay: Annotated[float, typer.Option(parser=_SECONDS, help="Seconds before eligible.")] = 0.0,
+    max_attempts: Annotated[int | None, typer.Option(parser=_COUNT, help="Attempt budget.")] = None,
     unique: Annotated[
         str | None,
         typer.Option(
@@ -561,7 +609,7 @@ def enqueue(
     ] = None,
     payload: Annotated[str | None, typer.Option(help="JSON payload for every job.")] = None,
     expires: Annotated[
-        float | None, typer.Option(min=0, help="Unclaimed jobs die after S.")
+        float | None, typer.Option(parser=_SECONDS, help="Unclaimed jobs die after S seconds.")
     ] = None,
     allow_private: Annotated[
         bool | None, typer.Option("--allow-private/--no-allow-private")
@@ -640,7 +688,7 @@ def _input(file: str | None) -> Iterator[Any]:
 
 
 def _refused(where: str, exc: Exception) -> None:
-    typer.echo(f"{where}: {exc}", err=True)
+    _error_line(f"{where}: {exc}")
 
 
 def _payload_object(text: str | None) -> dict[str, Any] | None:
@@ -648,31 +696,16 @@ def _payload_object(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        _die(f"--payload is not valid JSON: {exc}", 2)
-    if not isinstance(value, dict):
-        _die(f"--payload must be a JSON object, got {_json_kind(value)}", 2)
-    return value
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
+        return json_object("--payload", text)
+    except ConfigError as exc:
+        _die(f"--payload {exc.reason}", 2)
 
 
 @app.command()
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
-    limit: Annotated[int, typer.Option(min=1, help="Domains shown in the table.")] = 15,
+    limit: Annotated[int, typer.Option(parser=_COUNT, help="Domains shown in the table.")] = 15,
 ) -> None:
     """Counts, lanes, the domains worth a look first, and alarms.
 
@@ -801,7 +834,9 @@ app.add_typer(dead_app, name="dead")
 def dead_list(
     ctx: typer.Context,
     domain: Annotated[str | None, typer.Option(help="Only this domain (host[:port]).")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10000, help="At most N, newest first.")] = 50,
+    limit: Annotated[
+        int, typer.Option(parser=count_option(1, 10_000), help="At most N, newest first.")
+    ] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Dead letters, newest first, with reason and last error.
@@ -842,9 +877,9 @@ def dead_replay(
         ids=ids or None, domain=domain, all=everything, reset_attempts=reset_attempts
     )
     for job_id in missing:
-        typer.echo(f"not a dead letter: {job_id}", err=True)
+        _error_line(f"not a dead letter: {job_id}")
     for job_id in duplicates:
-        typer.echo(f"left dead: {job_id} (a pending job has the same URL)", err=True)
+        _error_line(f"left dead: {job_id} (a pending job has the same URL)")
     typer.echo(f"replayed {moved} dead letter{'s' if moved != 1 else ''}")
     if (missing or duplicates) and not moved:
         raise typer.Exit(2)
@@ -854,7 +889,8 @@ def dead_replay(
 def dead_purge(
     ctx: typer.Context,
     older_than: Annotated[
-        float | None, typer.Option(min=0, help="Only those that died at least S seconds ago.")
+        float | None,
+        typer.Option(parser=_SECONDS, help="Only those that died at least S seconds ago."),
     ] = None,
     domain: Annotated[str | None, typer.Option(help="Only this domain.")] = None,
     everything: Annotated[
@@ -988,7 +1024,7 @@ def job_cancel(
     refusals = _refusals(q, result)
     for job_id in dict.fromkeys(ids):
         if job_id in refusals:
-            typer.echo(refusals[job_id], err=True)
+            _error_line(refusals[job_id])
     typer.echo(_cancelled(result.cancelled, "", 0))
     if refusals and not result.cancelled:
         raise typer.Exit(2)
@@ -1106,7 +1142,7 @@ def breakers(
     sort: Annotated[
         str, typer.Option(metavar="KEY", help=_SORT_HELP + " state: worth a look first.")
     ] = "state",
-    limit: Annotated[int | None, typer.Option(min=1, metavar="N", help=_LIMIT_HELP)] = None,
+    limit: Annotated[int | None, typer.Option(parser=_COUNT, metavar="N", help=_LIMIT_HELP)] = None,
 ) -> None:
     """Every domain's circuit breaker: state, failures, window, trips, cooldown.
 
@@ -1174,7 +1210,8 @@ def breaker_trip(
     ctx: typer.Context,
     domain: Annotated[str, typer.Argument(help="host[:port]")],
     cooldown: Annotated[
-        float | None, typer.Option(min=0, help="Seconds open (default: the next cooldown).")
+        float | None,
+        typer.Option(parser=_SECONDS, help="Seconds open (default: the next cooldown)."),
     ] = None,
 ) -> None:
     """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
@@ -1202,7 +1239,7 @@ def domains(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
     sort: Annotated[str, typer.Option(metavar="KEY", help=_SORT_HELP)] = "name",
-    limit: Annotated[int | None, typer.Option(min=1, metavar="N", help=_LIMIT_HELP)] = None,
+    limit: Annotated[int | None, typer.Option(parser=_COUNT, metavar="N", help=_LIMIT_HELP)] = None,
 ) -> None:
     """Every domain's politeness (delay, concurrency) and counts.
 
@@ -1241,10 +1278,14 @@ def domain_set(
     ctx: typer.Context,
     domain: Annotated[str, typer.Argument(help="host[:port]")],
     delay: Annotated[
-        float | None, typer.Option(min=0, help="Minimum seconds between request starts.")
+        float | None, typer.Option(parser=_SECONDS, help="Minimum seconds between request starts.")
     ] = None,
     concurrency: Annotated[
-        str | None, typer.Option(help="Jobs in flight at once: a number, or auto (learned).")
+        str | None,
+        typer.Option(
+            parser=concurrency_option,
+            help="Jobs in flight at once: a number, or auto (learned).",
+        ),
     ] = None,
 ) -> None:
     """Set a domain's politeness overrides.
@@ -1256,15 +1297,8 @@ def domain_set(
     _domain_arg(domain)
     if delay is None and concurrency is None:
         _die("give --delay and/or --concurrency", 2)
-    conc: int | str | None = concurrency
-    if concurrency is not None and concurrency.strip().lower() == "auto":
-        conc = "auto"
-    elif concurrency is not None:
-        text = concurrency.strip()
-        if not text.isdigit() or int(text) < 1:
-            _die(f"--concurrency: expected a number >= 1 or auto, got {concurrency!r}", 2)
-        conc = int(text)
     q = Context(_settings(ctx)).queue()
+    conc = int(concurrency) if concurrency not in (None, "auto") else concurrency
     got = q.domain_set(domain, delay=delay, concurrency=conc)
     limit = f"auto (now {got['concurrency']})" if got["adaptive"] else str(got["concurrency"])
     typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {limit}")
@@ -1276,7 +1310,9 @@ def domain_set(
 @app.command()
 def demo(
     ctx: typer.Context,
-    duration: Annotated[float, typer.Option(min=1, help="Seconds the scrapeq phase runs.")] = 60,
+    duration: Annotated[
+        float, typer.Option(parser=seconds_option(1), help="Seconds the scrapeq phase runs.")
+    ] = 60,
 ) -> None:
     """Replay the one-hanging-site incident on a local fleet and report, side by side with a
     naive retry loop run against the same fleet.
@@ -1542,7 +1578,7 @@ def _bare_unique(argv: list[str]) -> list[str]:
 
 
 def _fail(message: str, code: int) -> int:
-    typer.echo(f"scrapeq: error: {message}", err=True)
+    _error_line(f"scrapeq: error: {message}")
     return code
 
 

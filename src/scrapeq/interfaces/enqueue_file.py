@@ -31,6 +31,7 @@ from scrapeq.engine.connection import SyncClient
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from scrapeq.interfaces import render
 
 __all__ = [
     "BATCH",
@@ -74,6 +75,8 @@ def read_items(
     for n, raw in enumerate(stream, 1):
         if n < first_line:
             continue
+        if n == 1:  # a UTF-8 byte order mark (Windows editors write one) is not the URL's
+            raw = raw.removeprefix(b"\xef\xbb\xbf" if isinstance(raw, bytes) else "\ufeff")
         try:
             text = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).strip()
         except UnicodeDecodeError:
@@ -245,9 +248,9 @@ def say_failure(failed: EnqueueFailed, unique: str, *, as_json: bool) -> int:
     """Tell a run that stopped part-way: its error, what it added and where to resume, on
     stderr, and the whole report as the ``--json`` document. Answers the exit code: 2 for
     bad input, 130 for Ctrl-C, else 1."""
-    typer.echo(f"scrapeq: error: {failed.report['error']}", err=True)
+    typer.echo(render.printable(f"scrapeq: error: {failed.report['error']}"), err=True)
     for line in failure_lines(failed.report, unique):
-        typer.echo(f"scrapeq: {line}", err=True)
+        typer.echo(render.printable(f"scrapeq: {line}"), err=True)
     if as_json:
         typer.echo(json.dumps(failed.report, indent=2))
     if isinstance(failed.cause, KeyboardInterrupt):

@@ -26,6 +26,7 @@ __all__ = [
     "human_until",
     "job_view",
     "pick_domains",
+    "printable",
     "queues_table",
     "status_view",
     "worth_a_look",
@@ -233,6 +234,15 @@ def queues_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         table.add_row(row["queue"], *(str(row["counts"].get(n, 0)) for n in _COUNTS))
     return table
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write on a terminal: each character that is not printable (controls
+    such as ESC and BEL, line breaks, bidirectional overrides) as its Python escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), the rest as it is. Pure."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def human_duration(seconds: float) -> str:

@@ -52,6 +52,7 @@ import contextlib
 import heapq
 import hmac
 import ipaddress
+import json
 import logging
 import secrets
 import signal
@@ -68,9 +69,11 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scrapeq.engine.job import Job, ms_to_iso
+from scrapeq.engine.limits import check_json_depth
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError, NotFound, RedisUnavailable, ScrapeqError
+from scrapeq.interfaces.parsing import seconds
 
 __all__ = [
     "CSP",
@@ -463,14 +466,10 @@ def _int_param(request: web.Request, name: str, default: int) -> int:
     return value
 
 
-def _float_param(request: web.Request, name: str) -> float | None:
+def _seconds_param(request: web.Request, name: str) -> float | None:
+    """A duration in the query string (``?cooldown=60``), bounded as the CLI bounds it."""
     text = request.query.get(name, "")
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(name, f"expected a number of seconds, got {text!r}") from None
+    return seconds(name, text) if text else None
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -697,15 +696,17 @@ async def _breaker(request: web.Request) -> web.Response:
     if request.match_info["action"] == "reset":
         state = await queue.breaker_reset(domain)
     else:
-        state = await queue.breaker_trip(domain, _float_param(request, "cooldown"))
+        state = await queue.breaker_trip(domain, _seconds_param(request, "cooldown"))
     return web.json_response({"domain": domain, "state": state})
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
+    text = await request.text()
+    check_json_depth("body", text)  # before parsing: deep JSON overflows the parser's stack
     try:
-        body = await request.json()
+        body = json.loads(text)
     except ValueError:
         raise ConfigError("body", "expected a JSON object") from None
     if not isinstance(body, dict):
