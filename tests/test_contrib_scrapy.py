@@ -337,6 +337,22 @@ def _project(tmp_path: Path, toml: str | None = None) -> Path:
     return tmp_path
 
 
+async def _spawn(
+    root: Path, spider: str, redis_url: str, queue: str, *args: str, env: dict[str, str] | None
+) -> asyncio.subprocess.Process:
+    """Start ``scrapy crawl spider args`` in ``root`` (``env`` values "" unset a variable)."""
+    environ = _env(redis_url, queue)
+    environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], str(PROJECT), str(root)])
+    environ.update(env or {})
+    for name, value in list(environ.items()):
+        if value == "":
+            del environ[name]
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scrapy", "crawl", spider, *args, "-s", "LOG_LEVEL=INFO",
+        cwd=root, env=environ, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+
+
 async def _run(
     root: Path,
     spider: str,
@@ -347,18 +363,14 @@ async def _run(
     out: str = "items.json",
 ) -> tuple[int, str, list[dict[str, Any]]]:
     """``scrapy crawl spider args`` in ``root``: (exit status, log, items)."""
-    environ = _env(redis_url, queue)
-    environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], str(PROJECT), str(root)])
-    environ.update(env or {})
-    for name, value in list(environ.items()):
-        if value == "":
-            del environ[name]  # unset
-    command = [sys.executable, "-m", "scrapy", "crawl", spider, *args, "-O", str(root / out)]
-    proc = await asyncio.create_subprocess_exec(
-        *command, "-s", "LOG_LEVEL=INFO", cwd=root, env=environ,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    output, _ = await asyncio.wait_for(proc.communicate(), 60)
+    feed = ("-O", str(root / out))
+    proc = await _spawn(root, spider, redis_url, queue, *args, *feed, env=env)
+    try:
+        output, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, output.decode(errors="replace"), _items(root / out)
 
@@ -488,6 +500,46 @@ async def test_a_crawl_started_at_the_same_moment_takes_its_share(
     assert "start requests are being taken by" in log_b, log_b[-3000:]
     assert items_a and items_b, log_b[-3000:]  # the late joiner waited and took its share
     assert len(items_a) + len(items_b) == 16 and sorted(site.hits.values()) == [1] * 16
+
+
+async def _read_until(proc: asyncio.subprocess.Process, text: str, timeout: float) -> str:
+    """The process's output up to the first line that holds ``text``."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while not seen or text not in seen[-1]:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        assert line, "".join(seen)[-3000:]
+        seen.append(line.decode(errors="replace"))
+    return "".join(seen)
+
+
+async def test_start_requests_left_by_a_killed_process_are_taken_by_the_next(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        args = ("-a", "start=" + ",".join(site.url(f"/p/{n}") for n in range(8)))
+        args += ("-s", _scrapeq(lease=3))
+        slow = ("-a", "slow_start=60", "-O", str(tmp_path / "a.json"))
+        first = await _spawn(root, "pages", redis_url, "left", *args, *slow, env=None)
+        second: asyncio.subprocess.Process | None = None
+        try:
+            await _wait_for_flag(redis_url, "left", "scrapy-start", 30)
+            feed = ("-O", str(tmp_path / "b.json"))
+            second = await _spawn(root, "pages", redis_url, "left", *args, *feed, env=None)
+            head = await _read_until(second, "start requests are being taken by", 30)
+            first.kill()  # while its start() is still being read, and the second waits
+            await first.communicate()
+            tail, _ = await asyncio.wait_for(second.communicate(), 30)
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    log = head + tail.decode(errors="replace")
+    assert second is not None and second.returncode == 0, log[-3000:]
+    assert "the start requests were left unfinished; this process takes them" in log, log[-3000:]
+    assert len(_items(tmp_path / "b.json")) == 8 and sorted(site.hits.values()) == [1] * 8
 
 
 async def test_scrapeq_settings_come_from_the_environment_and_scrapeq_toml(

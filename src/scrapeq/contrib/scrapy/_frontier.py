@@ -215,13 +215,14 @@ class Frontier:
             self._wake_in(wait)
 
     def has_pending(self) -> bool:
-        """Whether the crawl has work: jobs ready, delayed or in flight, or start requests
-        another process is still reading (a process that joins a crawl waits for them)."""
+        """Whether the crawl has work: jobs ready, delayed or in flight (Scrapy asks once the
+        spider's start is over: a process that joins a crawl first waits for the start
+        requests to be scheduled, :meth:`StartFlag.wait_turn`)."""
         if self.ready:
             return True
         at, pending = self._counts
         if time.monotonic() - at > COUNTS_TTL:
-            pending = self._has_work() or self.start.others_starting()
+            pending = self._has_work()
             self._counts = (time.monotonic(), pending)
         return pending
 

@@ -79,8 +79,12 @@ class ReportMiddleware:
     # --- spider side -----------------------------------------------------------------------
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """Pass the start requests on; once they are all scheduled, keep the crawl's start
-        flag; if ``start()`` raised, release it (the next process to open takes them)."""
+        """Wait while another process reads the crawl's start requests (:mod:`._start`);
+        pass them on; once they are all scheduled, keep the crawl's start flag; if
+        ``start()`` raised, release it (the next process to open takes them)."""
+        frontier = Frontier.of(self.crawler)  # opened before the first item is asked for
+        if frontier is not None:
+            await frontier.start.wait_turn()
         try:
             async for item in start:
                 yield item
