@@ -271,3 +271,300 @@ async def test_two_crawl_processes_share_one_frontier(redis_url: str, tmp_path: 
     assert items[0] and items[1] and not items[0] & items[1]  # both worked, no page twice
     assert sorted(shop.hits.values()) == [1] * PAGES
     assert sum("'scrapeq/start_requests_skipped': 1" in log for log in logs) == 1
+
+
+# --- issue 21: refused requests, callback errors, late joiners, settings ---------------------
+
+SPIDERS = '''
+import asyncio
+
+import scrapy
+
+
+class Pages(scrapy.Spider):
+    """-a start=URL,...: each page yields an item and follows its links."""
+
+    name = "pages"
+
+    def __init__(self, start="", fail_at="", slow_start="0", **kwargs):
+        super().__init__(**kwargs)
+        self.pages = [u for u in start.split(",") if u]
+        self.fail_at = int(fail_at) if fail_at else None
+        self.slow_start = float(slow_start)
+
+    async def start(self):
+        await asyncio.sleep(self.slow_start)
+        for i, url in enumerate(self.pages):
+            if i == self.fail_at:
+                raise RuntimeError("the spider's start() broke")
+            yield self.request(i, url)
+
+    def request(self, i, url):
+        return scrapy.Request(url, callback=self.parse)
+
+    def parse(self, response):
+        yield {"url": response.url}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+class Unstorable(Pages):
+    """The second start request has a lambda callback, the third a meta value not JSON."""
+
+    name = "unstorable"
+
+    def request(self, i, url):
+        if i == 1:
+            return scrapy.Request(url, callback=lambda response: None)
+        if i == 2:
+            return scrapy.Request(url, meta={"when": object()}, callback=self.parse)
+        return super().request(i, url)
+'''
+
+
+def _project(tmp_path: Path, toml: str | None = None) -> Path:
+    """A Scrapy project (the example's settings, the spiders above) in ``tmp_path``."""
+    package = tmp_path / "proj"
+    (package / "spiders").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "spiders" / "__init__.py").write_text(SPIDERS)
+    (package / "settings.py").write_text(
+        'from shops.settings import *  # noqa: F403\nSPIDER_MODULES = ["proj.spiders"]\n'
+    )
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    if toml is not None:
+        (tmp_path / "scrapeq.toml").write_text(toml)
+    return tmp_path
+
+
+async def _spawn(
+    root: Path, spider: str, redis_url: str, queue: str, *args: str, env: dict[str, str] | None
+) -> asyncio.subprocess.Process:
+    """Start ``scrapy crawl spider args`` in ``root`` (``env`` values "" unset a variable)."""
+    environ = _env(redis_url, queue)
+    environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], str(PROJECT), str(root)])
+    environ.update(env or {})
+    for name, value in list(environ.items()):
+        if value == "":
+            del environ[name]
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scrapy", "crawl", spider, *args, "-s", "LOG_LEVEL=INFO",
+        cwd=root, env=environ, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+
+
+async def _run(
+    root: Path,
+    spider: str,
+    redis_url: str,
+    queue: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    out: str = "items.json",
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """``scrapy crawl spider args`` in ``root``: (exit status, log, items)."""
+    feed = ("-O", str(root / out))
+    proc = await _spawn(root, spider, redis_url, queue, *args, *feed, env=env)
+    try:
+        output, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, output.decode(errors="replace"), _items(root / out)
+
+
+def _counts(redis_url: str, queue: str) -> dict[str, int]:
+    q = Queue.from_url(redis_url, queue)
+    try:
+        return q.counts()
+    finally:
+        q.close()
+
+
+def _page(links: Callable[[int], list[str]], delay: float = 0.0) -> Callable[[web.Request], Any]:
+    async def page(request: web.Request) -> web.StreamResponse:
+        if delay:
+            await asyncio.sleep(delay)
+        n = int(request.path.rsplit("/", 1)[1])
+        body = "".join(f'<a href="{href}">x</a>' for href in links(n))
+        return web.Response(text=f"<title>p{n}</title>{body}", content_type="text/html")
+
+    return page
+
+
+async def test_an_unstorable_start_request_is_refused_and_the_others_are_crawled(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = ",".join(site.url(f"/p/{n}") for n in range(8))
+        code, log, items = await _run(root, "unstorable", redis_url, "unst", "-a", f"start={start}")
+        assert code == 0, log[-3000:]
+        good = {site.url(f"/p/{n}") for n in range(8) if n not in (1, 2)}
+        assert {i["url"] for i in items} == good, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        refused = [line for line in log.splitlines() if "refused" in line and "ERROR" in line]
+        assert len(refused) == 2 and "lambda" in refused[0] and "meta" in refused[1], refused
+        assert "'scrapeq/refused': 2" in log, log[-3000:]
+        # A re-run of the finished crawl fetches nothing again and says why.
+        code, log, items = await _run(
+            root, "unstorable", redis_url, "unst", "-a", f"start={start}", out="again.json"
+        )
+    assert code == 0 and items == [], log[-3000:]
+    assert "nothing is left to crawl" in log, log[-3000:]
+    assert site.total == 6 and max(site.hits.values()) == 1
+
+
+async def test_a_start_cut_short_is_taken_again_by_the_next_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = "start=" + ",".join(site.url(f"/p/{n}") for n in range(8))
+        code, log, items = await _run(
+            root, "pages", redis_url, "cut", "-a", start, "-a", "fail_at=3"
+        )
+        assert code == 0 and len(items) == 3, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "cut", "-a", start, out="b.json")
+    assert code == 0, log[-3000:]
+    assert {i["url"] for i in items} == {site.url(f"/p/{n}") for n in range(3, 8)}, log[-3000:]
+    assert sorted(site.hits.values()) == [1] * 8  # the seen-set dropped the first three
+
+
+async def test_a_callback_error_is_logged_once_and_the_page_is_done(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    # response.follow("mailto:...") raises in the callback, after the item and the next link.
+    links = lambda n: [f"/p/{n + 1}"] * (n < 5) + ["mailto:shop@example.com"]  # noqa: E731
+    settings = _scrapeq(backoff_base=0.1, backoff_cap=0.2)
+    async with sites(_page(links)) as (site,):
+        code, log, items = await _run(
+            root, "pages", redis_url, "cb", "-a", f"start={site.url('/p/0')}", "-s", settings
+        )
+    assert code == 0, log[-3000:]
+    assert sorted(i["url"] for i in items) == sorted(site.url(f"/p/{n}") for n in range(6)), log
+    assert sorted(site.hits.values()) == [1] * 6, site.hits
+    assert log.count("Spider error processing") == 6, log[-3000:]  # Scrapy's line, once a page
+    assert "'scrapeq/callback_errors': 6" in log, log[-3000:]
+    counts = _counts(redis_url, "cb")
+    assert (counts["done"], counts["dead"], counts["ready"] + counts["delayed"]) == (6, 0, 0)
+
+
+async def test_callback_errors_are_retried_when_the_project_asks(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    links = lambda n: [f"/p/{n + 1}"] * (n < 5) + ["mailto:x@example.com"] * (n == 3)  # noqa: E731
+    settings = _scrapeq(backoff_base=0.1, backoff_cap=0.2, max_attempts=2)
+    async with sites(_page(links)) as (site,):
+        code, log, _ = await _run(
+            root, "pages", redis_url, "cbr", "-a", f"start={site.url('/p/0')}", "-s", settings,
+            "-s", "SCRAPEQ_RETRY_CALLBACK_ERRORS=True",
+        )  # fmt: skip
+    assert code == 0, log[-3000:]
+    assert site.hits["/p/3"] == 2 and site.total == 7, site.hits
+    counts = _counts(redis_url, "cbr")
+    assert (counts["done"], counts["dead"]) == (5, 1)
+
+
+async def _wait_for_flag(redis_url: str, queue: str, name: str, timeout: float) -> None:
+    """Until a process of the crawl holds the queue's flag ``name`` (it has opened)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    q = AsyncQueue.from_url(redis_url, queue)
+    try:
+        while not await q.client.exists(f"{q.keys.prefix}once:{name}"):
+            assert asyncio.get_running_loop().time() < deadline, "the crawl never opened"
+            await asyncio.sleep(0.05)
+    finally:
+        await q.close()
+
+
+async def test_a_crawl_started_at_the_same_moment_takes_its_share(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [], delay=0.3)) as (site,):
+        start = "start=" + ",".join(site.url(f"/p/{n}") for n in range(16))
+        args = ("-a", start, "-s", "CONCURRENT_REQUESTS=2")
+        slow = ("-a", "slow_start=4")  # its start() reads a sitemap first, say
+        first = asyncio.create_task(
+            _run(root, "pages", redis_url, "join", *args, *slow, out="a.json")
+        )
+        await _wait_for_flag(redis_url, "join", "scrapy-start", 30)
+        code_b, log_b, items_b = await _run(root, "pages", redis_url, "join", *args, out="b.json")
+        code_a, log_a, items_a = await first
+    assert (code_a, code_b) == (0, 0), log_a[-2000:] + log_b[-2000:]
+    assert "start requests are being taken by" in log_b, log_b[-3000:]
+    assert items_a and items_b, log_b[-3000:]  # the late joiner waited and took its share
+    assert len(items_a) + len(items_b) == 16 and sorted(site.hits.values()) == [1] * 16
+
+
+async def _read_until(proc: asyncio.subprocess.Process, text: str, timeout: float) -> str:
+    """The process's output up to the first line that holds ``text``."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while not seen or text not in seen[-1]:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        assert line, "".join(seen)[-3000:]
+        seen.append(line.decode(errors="replace"))
+    return "".join(seen)
+
+
+async def test_start_requests_left_by_a_killed_process_are_taken_by_the_next(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        args = ("-a", "start=" + ",".join(site.url(f"/p/{n}") for n in range(8)))
+        args += ("-s", _scrapeq(lease=3))
+        slow = ("-a", "slow_start=60", "-O", str(tmp_path / "a.json"))
+        first = await _spawn(root, "pages", redis_url, "left", *args, *slow, env=None)
+        second: asyncio.subprocess.Process | None = None
+        try:
+            await _wait_for_flag(redis_url, "left", "scrapy-start", 30)
+            feed = ("-O", str(tmp_path / "b.json"))
+            second = await _spawn(root, "pages", redis_url, "left", *args, *feed, env=None)
+            head = await _read_until(second, "start requests are being taken by", 30)
+            first.kill()  # while its start() is still being read, and the second waits
+            await first.communicate()
+            tail, _ = await asyncio.wait_for(second.communicate(), 30)
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    log = head + tail.decode(errors="replace")
+    assert second is not None and second.returncode == 0, log[-3000:]
+    assert "the start requests were left unfinished; this process takes them" in log, log[-3000:]
+    assert len(_items(tmp_path / "b.json")) == 8 and sorted(site.hits.values()) == [1] * 8
+
+
+async def test_scrapeq_settings_come_from_the_environment_and_scrapeq_toml(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path, toml='queue = "from-toml"\nmax_attempts = 3\n')
+    env = {"SCRAPEQ_ALLOW_PRIVATE": "true", "SCRAPEQ_QUEUE": ""}  # "": unset
+    async with sites(_page(lambda n: [f"/p/{n + 1}"] * (n < 3))) as (site,):
+        start = f"start={site.url('/p/0')}"
+        code, log, items = await _run(root, "pages", redis_url, "-", "-a", start, env=env)
+    assert code == 0 and len(items) == 4, log[-3000:]
+    assert _counts(redis_url, "from-toml")["done"] == 4  # the file's queue, not the spider's
+
+
+async def test_a_crawl_whose_every_request_is_refused_says_so(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = ",".join(site.url(f"/p/{n}") for n in range(3))
+        _, log, items = await _run(
+            root, "pages", redis_url, "refq", "-a", f"start={start}",
+            env={"SCRAPEQ_ALLOW_PRIVATE": ""},
+        )  # fmt: skip
+    assert items == [] and site.total == 0
+    assert "every request of this crawl was refused" in log, log[-3000:]
+    assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
+    # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.

@@ -178,6 +178,26 @@ def test_flag_beats_env_and_file(tmp_path: Path) -> None:
     assert s.allow_private is True  # None means "flag not given": the file's value stands
 
 
+def test_a_callers_defaults_sit_below_the_file(tmp_path: Path) -> None:
+    (tmp_path / "scrapeq.toml").write_text("lease = 10\n")
+    defaults = {"lease": 99, "queue": "spider", "unique": "seen"}
+
+    def loaded(environ: dict[str, str], **overrides: object) -> Settings:
+        return load_settings(
+            config_file=tmp_path / "scrapeq.toml",
+            environ=environ,
+            overrides=overrides,
+            defaults=defaults,
+        )
+
+    s = loaded({})
+    assert (s.lease, s.queue, s.unique) == (10.0, "spider", "seen")
+    s = loaded({"SCRAPEQ_QUEUE": "from-env"}, unique="off")
+    assert (s.queue, s.unique) == ("from-env", "off")
+    with pytest.raises(ConfigError, match="leese"):
+        load_settings(environ={}, defaults={"leese": 1})
+
+
 def test_env_beats_default_without_file() -> None:
     s = load(environ={"SCRAPEQ_BREAKER_COOLDOWN": "7.5", "SCRAPEQ_RESPECT_ROBOTS": "YES"})
     assert s.breaker_cooldown == 7.5

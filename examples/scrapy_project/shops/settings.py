@@ -1,6 +1,9 @@
-"""A Scrapy project whose frontier is a scrapeq queue (see README, "Scrapy")."""
+"""A Scrapy project whose frontier is a scrapeq queue (see README, "Scrapy").
 
-import os
+scrapeq's settings are read as the CLI reads them: SCRAPEQ_<NAME> environment variables
+(SCRAPEQ_REDIS_URL, SCRAPEQ_QUEUE, SCRAPEQ_ALLOW_PRIVATE, ...) and scrapeq.toml, below the
+SCRAPEQ_* settings here (or `scrapy crawl -s`), which play the part of the CLI's flags.
+"""
 
 BOT_NAME = "shops"
 SPIDER_MODULES = ["shops.spiders"]
@@ -16,11 +19,4 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapeq.contrib.scrapy.ReportMiddleware": 950,
 }
 SPIDER_MIDDLEWARES = {"scrapeq.contrib.scrapy.ReportMiddleware": 10}
-SCRAPEQ_REDIS_URL = os.environ.get("SCRAPEQ_REDIS_URL", "redis://127.0.0.1:6379/0")
-SCRAPEQ_QUEUE = os.environ.get("SCRAPEQ_QUEUE", "shops")
-SCRAPEQ_SETTINGS = {
-    "domain_concurrency": 4,
-    "request_timeout": 30,
-    # The shops of the tests and the demo are on loopback.
-    "allow_private": os.environ.get("SCRAPEQ_ALLOW_PRIVATE") == "1",
-}
+SCRAPEQ_SETTINGS = {"domain_concurrency": 4, "request_timeout": 30}

@@ -37,12 +37,14 @@ from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.limits import check_count, check_json_depth, check_seconds
 from scrapeq.engine.scripts import (
+    ONCE_OPS,
     SCAN_START,
     Call,
     Command,
     EnqueueSpec,
     JobPlace,
     Many,
+    OnceFlag,
     Op,
     ScriptConfig,
     Settlement,
@@ -92,6 +94,7 @@ CLEAR_PASSES = 3
 CANCEL_DELAYED_PASSES = 2
 #: What a ``once`` flag's name may be (it becomes part of a key).
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+_ONCE_LEASE_MAX_MS = 10**12  # lua/once-1.lua's bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,10 +546,15 @@ class _QueueCore:
         keep_ms = round(s.keep_done * 1000)
         return audit_op(self.keys, list(s.lanes.names), _audit_conc(s), repair, keep_ms)
 
-    def _op_once(self, name: str, holder: str) -> Op[tuple[bool, str]]:
+    def _op_once(self, name: str, holder: str, op: str, lease: float) -> Op[OnceFlag]:
         if not isinstance(name, str) or not _ONCE_NAME.fullmatch(name):
             raise ConfigError("once", f"a flag name is letters, digits, _ - . or :, got {name!r}")
-        answer: tuple[bool, str] = yield scripts.once(name, holder)
+        if op not in ONCE_OPS:
+            raise ConfigError("once", f"op is one of {', '.join(ONCE_OPS)}, got {op!r}")
+        lease_ms = _seconds_ms("lease", lease, allow_none=False) or 0
+        if lease_ms > _ONCE_LEASE_MAX_MS:
+            raise ConfigError("lease", f"must be at most {_ONCE_LEASE_MAX_MS // 1000} seconds")
+        answer: OnceFlag = yield scripts.once(name, holder, op=op, lease_ms=lease_ms)
         return answer
 
     def _op_exists(self) -> Op[bool]:
@@ -1982,7 +1990,18 @@ class Queue(_PartitionedCore):
         """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
         its setter left). One atomic step, so of several processes asking together exactly
         one wins; ``clear`` removes the flags with the queue."""
-        return self._drive(self._op_once(name, holder))
+        flag = self._drive(self._op_once(name, holder, "take", 0.0))
+        return flag.won, flag.holder
+
+    def once_flag(
+        self, name: str, holder: str = "", *, op: str = "take", lease: float = 0.0
+    ) -> OnceFlag:
+        """Take, renew, release or read (``op``) the queue's flag ``name`` as ``holder``.
+
+        ``take`` sets it unless it is set, for ``lease`` seconds (0: for good); ``renew``
+        makes the holder's flag last ``lease`` more seconds (0: for good); ``release``
+        removes the holder's flag; ``peek`` only reads (``lua/once-1.lua``)."""
+        return self._drive(self._op_once(name, holder, op, lease))
 
     def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
@@ -2292,7 +2311,14 @@ class AsyncQueue(_PartitionedCore):
 
     async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
         """The async twin of :meth:`Queue.once`."""
-        return await self._drive(self._op_once(name, holder))
+        flag = await self._drive(self._op_once(name, holder, "take", 0.0))
+        return flag.won, flag.holder
+
+    async def once_flag(
+        self, name: str, holder: str = "", *, op: str = "take", lease: float = 0.0
+    ) -> OnceFlag:
+        """The async twin of :meth:`Queue.once_flag`."""
+        return await self._drive(self._op_once(name, holder, op, lease))
 
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""

@@ -28,10 +28,12 @@ from scrapeq.engine.seen import SeenLayout
 from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
 __all__ = [
+    "ONCE_OPS",
     "SCRIPTS",
     "Call",
     "Command",
     "Many",
+    "OnceFlag",
     "Op",
     "ScriptConfig",
     "Settlement",
@@ -794,10 +796,40 @@ def _json_obj(raw: Any) -> dict[str, Any]:
     return value
 
 
-def once(name: str, holder: str) -> Call[tuple[bool, str]]:
-    """Set the queue's flag ``name`` unless it is set (``lua/once-1.lua``): (won, holder)."""
+@dataclass(frozen=True, slots=True)
+class OnceFlag:
+    """A once-flag's state after a call (``lua/once-1.lua``).
 
-    def parse(raw: list[Any]) -> tuple[bool, str]:
-        return bool(int(raw[0])), str(raw[1])
+    Attributes:
+        won: this call set the flag (``take``), or the caller holds it (``renew``,
+            ``release``).
+        holder: the holder's text; ``""`` when the flag is not set.
+        ttl_ms: the flag's time left in ms: -1 kept for good, -2 not set.
+    """
 
-    return _call("once", parse, name=name, holder=holder)
+    won: bool
+    holder: str
+    ttl_ms: int
+
+    @property
+    def kept(self) -> bool:
+        """Whether the flag is set for good (its work is complete)."""
+        return self.ttl_ms == -1
+
+    @property
+    def leased(self) -> bool:
+        """Whether the flag is set for a while only (its holder is at work)."""
+        return self.ttl_ms >= 0
+
+
+#: What a call may do to a once-flag (``lua/once-1.lua``).
+ONCE_OPS = ("take", "renew", "release", "peek")
+
+
+def once(name: str, holder: str, *, op: str = "take", lease_ms: int = 0) -> Call[OnceFlag]:
+    """Take, renew, release or read the queue's flag ``name`` (``lua/once-1.lua``)."""
+
+    def parse(raw: list[Any]) -> OnceFlag:
+        return OnceFlag(bool(int(raw[0])), str(raw[1]), int(raw[2]))
+
+    return _call("once", parse, name=name, holder=holder, op=op, lease_ms=lease_ms)

@@ -760,6 +760,7 @@ def load_settings(
     config_file: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
+    defaults: Mapping[str, object] | None = None,
 ) -> Settings:
     """Load the settings: flag > environment > file > default.
 
@@ -769,6 +770,8 @@ def load_settings(
         environ: the environment (``os.environ`` when ``None``).
         overrides: typed values from CLI flags; ``None`` values are skipped, strings are
             parsed like environment values.
+        defaults: the caller's own defaults, in place of the built-in ones (an integration's:
+            Scrapy's queue is its spider's name); read like ``overrides``, below the file.
 
     Returns:
         The validated settings.
@@ -780,6 +783,7 @@ def load_settings(
     env = os.environ if environ is None else environ
     path = _config_path(config_file, env)
     merged: dict[str, object] = {"data_dir": default_data_dir(env)}
+    merged.update(_override_values(defaults or {}))
     if path is not None:
         merged.update(_file_values(path))
     merged.update(_env_values(env))

@@ -52,7 +52,10 @@ def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
     try:
         data = request.to_dict(spider=spider)
     except ValueError as exc:
-        raise UnstorableRequest(f"cannot store {request!r}: {exc}") from None
+        raise UnstorableRequest(
+            f"cannot store {request!r}: its callback or errback is not a method of the spider"
+            f" (a lambda, a function): {exc}"
+        ) from None
     headers = data.pop("headers", {}) or {}
     data["headers"] = {
         _latin1(key): [_latin1(v) for v in values] for key, values in headers.items()

@@ -6,27 +6,68 @@
   two processes starting together cannot both win. The flag lives with the queue's other
   keys: `scrapeq queue clear` removes it, and the next caller wins again.
 
+  A flag may be leased: taken for lease_ms only, renewed by its holder while its work runs,
+  then kept for good (renew with lease_ms 0) once the work is complete, or released when it
+  was cut short. A holder that dies lets its lease run out: the next caller wins again.
+
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {name, holder}
-      name    the flag's name (letters, digits, '_', '-', '.', ':')
-      holder  text kept as the flag's value (who won: host:pid)
+    ARGV[3]  JSON {name, holder, op, lease_ms}
+      name      the flag's name (letters, digits, '_', '-', '.', ':')
+      holder    text kept as the flag's value (who won: host:pid)
+      op        'take' (default): set the flag unless it is set;
+                'renew': the holder's flag lasts lease_ms more (0: for good);
+                'release': the holder's flag is removed;
+                'peek': read only
+      lease_ms  0 (default): no expiry; else the lease in ms (integer, at most 10^12)
 
   Keys: <prefix>once:<name> (string: the winner's holder text). Cost: O(1).
 
-  Output: {won, holder}
-    won     1: this call set the flag; 0: it was set before
-    holder  the winner's holder text
+  Output: {won, holder, ttl_ms}
+    won     1: this call set the flag (take), or the caller holds it (renew, release);
+            0: otherwise (peek: always 0)
+    holder  the holder's text ('' when the flag is not set after the call)
+    ttl_ms  the flag's time left after the call: -1 kept for good, -2 not set
+
+  Errors: SQ_BAD_OUTCOME on a bad name, op or lease_ms (nothing written).
 ]]
 --@include common
 
 if type(ARG.name) ~= 'string' or not string.match(ARG.name, '^[%w_%-%.:]+$') then
   return redis.error_reply('SQ_BAD_OUTCOME once: bad flag name')
 end
+local op = ARG.op or 'take'
+if op ~= 'take' and op ~= 'renew' and op ~= 'release' and op ~= 'peek' then
+  return redis.error_reply('SQ_BAD_OUTCOME once: bad op')
+end
+local lease = ARG.lease_ms or 0
+if type(lease) ~= 'number' or lease < 0 or lease > 1e12 or lease ~= math.floor(lease) then
+  return redis.error_reply('SQ_BAD_OUTCOME once: bad lease_ms')
+end
 local key = P .. 'once:' .. ARG.name
 local holder = tostring(ARG.holder or '')
-if redis.call('SET', key, holder, 'NX') then
-  return {1, holder}
+
+local function answer(won)
+  return {won, redis.call('GET', key) or '', redis.call('PTTL', key)}
 end
-return {0, redis.call('GET', key) or ''}
+
+if op == 'take' then
+  if lease > 0 then
+    if redis.call('SET', key, holder, 'NX', 'PX', lease) then return answer(1) end
+  elseif redis.call('SET', key, holder, 'NX') then
+    return answer(1)
+  end
+  return answer(0)
+end
+if op == 'peek' or redis.call('GET', key) ~= holder then
+  return answer(0)
+end
+if op == 'release' then
+  redis.call('DEL', key)
+elseif lease > 0 then
+  redis.call('PEXPIRE', key, lease)
+else
+  redis.call('PERSIST', key)
+end
+return answer(1)

@@ -1,0 +1,91 @@
+"""The integration's settings: scrapeq's, loaded as the CLI loads them, and Scrapy's own.
+
+scrapeq's settings come from :func:`scrapeq.engine.settings.load_settings`: flag > environment
+(``SCRAPEQ_<NAME>``) > file (Scrapy's ``SCRAPEQ_CONFIG``, else ``$SCRAPEQ_CONFIG``, else
+``./scrapeq.toml``) > default, the Scrapy settings playing the flags' part: ``SCRAPEQ_SETTINGS``
+(a dict of scrapeq settings by name) and ``SCRAPEQ_REDIS_URL``, ``SCRAPEQ_QUEUE``,
+``SCRAPEQ_UNIQUE`` (which win over the same names in ``SCRAPEQ_SETTINGS``). Two defaults are
+the integration's: the queue is the spider's name, and ``unique`` is ``seen`` (a request is
+fetched once per crawl, as with Scrapy's own dupefilter). ``redis_url`` unset is the CLI's
+embedded server.
+
+Scrapy's only (settings.py or ``-s``, never the environment): ``SCRAPEQ_LANE`` [the default
+lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scrapy.crawler import Crawler
+
+from scrapeq.engine.settings import Settings, load_settings
+from scrapeq.errors import ConfigError
+
+__all__ = ["ScrapyConfig"]
+
+#: Scrapy settings that each name one scrapeq setting (they win over ``SCRAPEQ_SETTINGS``).
+_NAMED = {"SCRAPEQ_REDIS_URL": "redis_url", "SCRAPEQ_QUEUE": "queue", "SCRAPEQ_UNIQUE": "unique"}
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapyConfig:
+    """What a crawl runs with (module docstring).
+
+    Attributes:
+        settings: scrapeq's settings, loaded as the CLI loads them.
+        lane: the lane of a request without ``meta["scrapeq_lane"]`` (None: the default one).
+        claim_batch: jobs claimed per round trip at most.
+        concurrency: Scrapy's ``CONCURRENT_REQUESTS``: jobs held at once at most.
+        set_timeout: give requests scrapeq's ``request_timeout`` (the project did not set
+            ``DOWNLOAD_TIMEOUT``).
+        retry_callback_errors: a callback that raises retries its job (default: the job is
+            done, the error logged by Scrapy: a spider's bug is not the page's fault).
+    """
+
+    settings: Settings
+    lane: str | None
+    claim_batch: int
+    concurrency: int
+    set_timeout: bool
+    retry_callback_errors: bool
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, spider_name: str) -> ScrapyConfig:
+        """The crawl's configuration.
+
+        Raises:
+            ConfigError: a setting is bad (named: scrapeq's by its name, Scrapy's by its own).
+        """
+        s = crawler.settings
+        settings = load_settings(
+            config_file=s.get("SCRAPEQ_CONFIG") or None,
+            overrides=_flags(crawler),
+            defaults={"queue": spider_name, "unique": "seen"},
+        )
+        batch = s.getint("SCRAPEQ_CLAIM_BATCH", 16)
+        if batch < 1:
+            raise ConfigError("SCRAPEQ_CLAIM_BATCH", f"must be >= 1, got {batch}")
+        lane = s.get("SCRAPEQ_LANE")
+        if lane is not None:
+            settings.lanes.get(lane)  # raises ConfigError naming the known lanes
+        return cls(
+            settings=settings,
+            lane=lane,
+            claim_batch=batch,
+            concurrency=s.getint("CONCURRENT_REQUESTS", 16),
+            # Scrapy's DOWNLOAD_TIMEOUT (180 s) unless the project set it: scrapeq's
+            # request_timeout, so a hanging site costs what it costs scrapeq's worker.
+            set_timeout=(s.getpriority("DOWNLOAD_TIMEOUT") or 0) <= 0,
+            retry_callback_errors=s.getbool("SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
+        )
+
+
+def _flags(crawler: Crawler) -> dict[str, object]:
+    """scrapeq settings the Scrapy settings give (the CLI's flags, in load_settings' terms)."""
+    s = crawler.settings
+    flags: dict[str, object] = dict(s.getdict("SCRAPEQ_SETTINGS"))
+    for key, name in _NAMED.items():
+        if s.get(key) is not None:
+            flags[name] = s.get(key)
+    return flags

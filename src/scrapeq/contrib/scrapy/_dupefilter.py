@@ -1,0 +1,64 @@
+"""De-duplication on scrapeq's seen-set, by Scrapy's request fingerprint."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Self
+
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+from scrapy.dupefilters import BaseDupeFilter
+
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.scripts import EnqueueSpec
+
+__all__ = ["DupeFilter"]
+
+
+class DupeFilter(BaseDupeFilter):
+    """De-duplication on scrapeq's seen-set, by Scrapy's request fingerprint.
+
+    The :class:`Scheduler` hands each request it enqueues to :meth:`key`, which puts the
+    request's fingerprint (``crawler.request_fingerprinter``: method, canonical URL, body) in
+    place of scrapeq's URL fingerprint; the enqueue script checks and adds it atomically, for
+    every process of the crawl. :meth:`request_seen` answers the same question read-only.
+    """
+
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+        self._queue: Queue | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def fingerprint64(self, request: Request) -> int:
+        """The first 8 bytes of Scrapy's request fingerprint, as scrapeq's 64-bit one."""
+        if self.crawler is not None and self.crawler.request_fingerprinter is not None:
+            digest = self.crawler.request_fingerprinter.fingerprint(request)
+        else:
+            from scrapy.utils.request import fingerprint
+
+            digest = fingerprint(request)
+        return int.from_bytes(digest[:8], "big")
+
+    def key(self, request: Request, spec: EnqueueSpec, queue: Queue) -> EnqueueSpec:
+        """``spec`` de-duplicated by the request's fingerprint instead of its URL's."""
+        self._queue = queue
+        fp64 = self.fingerprint64(request)
+        seen = queue._seen.arg(fp64) if spec.unique == "seen" else None
+        return replace(spec, fingerprint=format(fp64, "016x"), seen=seen)
+
+    def request_seen(self, request: Request) -> bool:
+        """Whether the crawl's seen-set has the request (read only; exact seen-sets)."""
+        if self._queue is None:
+            return False  # nothing was enqueued through this filter yet
+        arg = self._queue._seen.arg(self.fingerprint64(request))
+        if "b" not in arg:
+            return False  # a Bloom filter is read by the enqueue script only
+        key = f"{self._queue.keys.prefix}seen:{arg['b']}"
+        return bool(self._queue.client.sismember(key, arg["f"]))
+
+    def log(self, request: Request, spider: Spider) -> None:
+        if self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.inc_value("dupefilter/filtered")

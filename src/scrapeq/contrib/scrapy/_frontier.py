@@ -1,0 +1,296 @@
+"""One crawler's link to its queue: the jobs it holds, claims, settlements, leases, refusals.
+
+The :class:`~scrapeq.contrib.scrapy.Scheduler` opens a :class:`Frontier` per crawl; the
+:class:`~scrapeq.contrib.scrapy.ReportMiddleware` finds it by its crawler (:meth:`Frontier.of`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+from twisted.internet import task
+from twisted.internet.base import DelayedCall
+
+from scrapeq.contrib.scrapy._config import ScrapyConfig
+from scrapeq.contrib.scrapy._start import StartFlag
+from scrapeq.contrib.scrapy._store import (
+    META_PREFIX,
+    UnstorableRequest,
+    decode_request,
+    encode_request,
+)
+from scrapeq.engine.connection import resolve_url
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.errors import ConfigError, InvalidURL
+from scrapeq.runtime.classify import Classification, Outcome
+
+if TYPE_CHECKING:
+    from scrapeq.contrib.scrapy._dupefilter import DupeFilter
+
+__all__ = ["JOB", "SETTLED", "STARTED", "VERDICT", "Frontier", "settlement_for"]
+
+log = logging.getLogger("scrapeq.scrapy")
+
+#: Most seconds between two claims while nothing was ready.
+IDLE_MAX = 1.0
+#: Seconds a read of the queue's counts is reused for ``has_pending_requests``.
+COUNTS_TTL = 0.25
+
+#: ``meta`` keys of a live request (never stored): its claimed job, the attempt's start
+#: time, its download's verdict, whether it was settled.
+JOB = f"{META_PREFIX}_job"
+STARTED = f"{META_PREFIX}_started"
+VERDICT = f"{META_PREFIX}_verdict"
+SETTLED = f"{META_PREFIX}_settled"
+
+
+def settlement_for(queue: Queue, job: Job, verdict: Classification) -> Settlement:
+    """The settlement scrapeq's worker makes of a verdict (``Worker._from_classification``)."""
+    message = verdict.message or verdict.reason
+    counts = verdict.counts_against_domain
+    if verdict.outcome is Outcome.OK:
+        return queue.done(job, domain_failed=counts)
+    if verdict.outcome is Outcome.FAIL:
+        return queue.failing(job, verdict.reason, message, domain_failed=counts or None)
+    if verdict.outcome is Outcome.THROTTLED:
+        return queue.throttling(
+            job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
+        )
+    if verdict.outcome is Outcome.OURS:
+        return queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
+    return queue.retrying(
+        job,
+        kind=verdict.reason,
+        message=message,
+        retry_after=verdict.retry_after,
+        domain_failed=counts,
+    )
+
+
+class Frontier:
+    """One crawler's link to its queue (module docstring)."""
+
+    _of: ClassVar[weakref.WeakKeyDictionary[Crawler, Frontier]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, crawler: Crawler, spider: Spider) -> None:
+        self.crawler = crawler
+        self.spider = spider
+        self.config = ScrapyConfig.from_crawler(crawler, spider.name)
+        settings = self.config.settings
+        url = resolve_url(settings.redis_url, settings.data_dir)
+        self.queue = Queue.from_url(url, settings=settings)
+        self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
+        self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.start = StartFlag(self.queue, self.holder)
+        self.enqueued = self.refused = self.claimed = 0
+        self._claim_after = 0.0
+        self._wake_call: DelayedCall | None = None
+        self._counts: tuple[float, bool] = (0.0, True)
+        self._beat = task.LoopingCall(self.heartbeat)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> Frontier | None:
+        return cls._of.get(crawler)
+
+    def open(self) -> None:
+        self._of[self.crawler] = self
+        flag = self.start.take()
+        name = self.queue.name
+        if flag.won:
+            log.info("scrapeq queue=%s: this process takes the start requests", name)
+        elif flag.leased:
+            log.info(
+                "scrapeq queue=%s: start requests are being taken by %s; this process waits "
+                "for their work and claims its share", name, flag.holder,
+            )  # fmt: skip
+        elif self._has_work():
+            log.info(
+                "scrapeq queue=%s: start requests were taken by %s; this process only claims",
+                name, flag.holder,
+            )  # fmt: skip
+        else:
+            log.info(
+                "scrapeq queue=%s: start requests were taken by %s and nothing is left to "
+                "crawl (`scrapeq queue clear %s --yes` starts the crawl again)",
+                name, flag.holder, name,
+            )  # fmt: skip
+        self._beat.start(max(self.config.settings.lease / 3, 0.05), now=False)
+
+    def close(self, reason: str) -> None:
+        if self._beat.running:
+            self._beat.stop()
+        if self._wake_call is not None and self._wake_call.active():
+            self._wake_call.cancel()
+        held = list(self.held.values())
+        self.held.clear()
+        self.ready.clear()
+        if held:
+            # Stopping is nobody's fault: no attempt, no release budget spent.
+            self.queue.settle_many([self.queue.releasing(j, shutdown=True) for j in held])
+            log.info("scrapeq: released %d jobs without spending an attempt (%s)", len(held),
+                     reason)  # fmt: skip
+            self.stat("released_at_close", len(held))
+        self.start.abandon()  # stopped before start() was exhausted: the next run takes it
+        self.queue.close()
+        self._of.pop(self.crawler, None)
+
+    # --- scheduling ------------------------------------------------------------------------
+
+    def spec(self, request: Request, dupefilter: DupeFilter | None) -> EnqueueSpec:
+        """The job ``request`` becomes.
+
+        Raises:
+            UnstorableRequest: it cannot be stored as JSON, its URL is refused, or its
+                ``meta["scrapeq_lane"]`` is not a lane.
+        """
+        payload = encode_request(request, self.spider)
+        lane = request.meta.get("scrapeq_lane", self.config.lane)
+        unique = "off" if request.dont_filter else self.config.settings.unique
+        try:
+            spec = self.queue.prepare(request.url, lane=lane, payload=payload, unique=unique)
+        except (InvalidURL, ConfigError) as exc:
+            raise UnstorableRequest(f"cannot schedule {request!r}: {exc}") from None
+        if dupefilter is not None and spec.unique is not None:
+            spec = dupefilter.key(request, spec, self.queue)
+        return spec
+
+    def enqueue(self, spec: EnqueueSpec) -> str:
+        (result,) = self.queue.enqueue_many([spec])
+        if result.added:
+            self.enqueued += 1
+            self.stat("enqueued")
+            if not self.ready:
+                self._claim_after = 0.0  # a job may be ready now: the next request claims
+        return result.status
+
+    def refuse(self, request: Request, exc: Exception) -> None:
+        """Log (one error line) and count a request that is not scheduled."""
+        self.refused += 1
+        self.stat("refused")
+        text = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        log.error("scrapeq: refused, not scheduled: %s", text, extra={"spider": self.spider})
+
+    def all_refused(self) -> bool:
+        """Whether every request this process met was refused (nothing scheduled, claimed)."""
+        return self.refused > 0 and self.enqueued == 0 and self.claimed == 0
+
+    def next_request(self) -> Request | None:
+        if not self.ready and time.monotonic() >= self._claim_after:
+            self._claim()
+        return self.ready.popleft() if self.ready else None
+
+    def _claim(self) -> None:
+        free = self.config.concurrency - len(self.held)
+        if free <= 0:
+            return
+        claimed = self.queue.claim(min(free, self.config.claim_batch))
+        for job in claimed.jobs:
+            self.held[job.id] = job
+            try:
+                request = decode_request(job.payload, self.spider)
+            except ValueError as exc:
+                self.settle(job, self.queue.failing(job, "bad_payload", str(exc)))
+                continue
+            request.meta[JOB] = job
+            request.meta.setdefault("download_slot", job.domain)  # Scrapy's slot = the domain
+            if self.config.set_timeout:
+                request.meta.setdefault("download_timeout", self.config.settings.request_timeout)
+            self.ready.append(request)
+        self.claimed += len(claimed.jobs)
+        self.stat("claimed", len(claimed.jobs))
+        if not claimed.jobs:
+            wait = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
+            self._claim_after = time.monotonic() + wait
+            self._wake_in(wait)
+
+    def has_pending(self) -> bool:
+        """Whether the crawl has work: jobs ready, delayed or in flight (Scrapy asks once the
+        spider's start is over: a process that joins a crawl first waits for the start
+        requests to be scheduled, :meth:`StartFlag.wait_turn`)."""
+        if self.ready:
+            return True
+        at, pending = self._counts
+        if time.monotonic() - at > COUNTS_TTL:
+            pending = self._has_work()
+            self._counts = (time.monotonic(), pending)
+        return pending
+
+    def _has_work(self) -> bool:
+        counts = self.queue.counts()
+        return counts["ready"] + counts["delayed"] + counts["inflight"] > 0
+
+    # --- settling --------------------------------------------------------------------------
+
+    def closing(self) -> bool:
+        """Whether the crawl is stopping (Scrapy waits for the downloads in flight)."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        return getattr(slot, "closing", None) is not None
+
+    def settlement(self, job: Job, verdict: Classification) -> Settlement:
+        """The settlement of a failed download; while the crawl stops, a release that spends
+        nothing (a download cut short by the stop, or timing out while Scrapy waits for it,
+        says nothing about the page or its site)."""
+        if self.closing():
+            return self.queue.releasing(job, shutdown=True)
+        return settlement_for(self.queue, job, verdict)
+
+    def settle(self, job: Job, settlement: Settlement) -> str:
+        if self.held.pop(job.id, None) is None:
+            return "not_held"  # released at close, or its lease was lost
+        (status,) = self.queue.settle_many([settlement])
+        self.stat(f"settled/{status}")
+        self._claim_after = 0.0  # a domain slot is free in Redis: claim again at once
+        self._wake_in(0)
+        return status
+
+    def heartbeat(self) -> None:
+        for renew in (self._renew_leases, self.start.renew):
+            try:
+                renew()
+            except Exception as exc:  # the next beat tries again; a lost lease comes back
+                log.warning("scrapeq: renewing leases failed: %s", exc)
+
+    def _renew_leases(self) -> None:
+        jobs = list(self.held.values())
+        if not jobs:
+            return
+        renewed = self.queue.heartbeat(jobs)
+        for job, ok in zip(jobs, renewed, strict=True):
+            if not ok:
+                self.held.pop(job.id, None)
+                self.stat("lease_lost")
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _wake_in(self, seconds: float) -> None:
+        """Have the engine ask for requests again in ``seconds`` (its own heartbeat is 5 s)."""
+        if self._wake_call is not None and self._wake_call.active():
+            if self._wake_call.getTime() <= time.time() + seconds:
+                return
+            self._wake_call.cancel()
+        from twisted.internet import reactor  # not at import: Scrapy installs its reactor
+
+        clock: Any = reactor
+        self._wake_call = clock.callLater(max(seconds, 0.0), self._wake)
+
+    def _wake(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def stat(self, name: str, count: int = 1) -> None:
+        """Add ``count`` to the crawl's stat ``scrapeq/<name>``."""
+        if self.crawler.stats is not None and count:
+            self.crawler.stats.inc_value(f"scrapeq/{name}", count)
