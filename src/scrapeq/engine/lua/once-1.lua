@@ -21,9 +21,11 @@
 ]]
 --@include common
 
-if type(ARG.name) ~= 'string' or not string.match(ARG.name, '^[%w_%-%.:]+$') then
-  return redis.error_reply('SQ_BAD_OUTCOME once: bad flag name')
-end
+local refused = arg_refusal(function()
+  check_match(ARG.name, 'name', '^[%w_%-%.:]+$', "a flag name (letters, digits, '_-.:')")
+  if ARG.holder ~= nil then check_str(ARG.holder, 'holder', true) end
+end)
+if refused then return redis.error_reply(refused) end
 local key = P .. 'once:' .. ARG.name
 local holder = tostring(ARG.holder or '')
 if redis.call('SET', key, holder, 'NX') then
