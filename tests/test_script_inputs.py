@@ -571,6 +571,43 @@ def test_a_refusal_maps_to_the_librarys_errors(world: World) -> None:
     assert error.name == "keep_done_ms"
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "expected"),
+    [
+        (
+            "settle",
+            lambda w: {
+                "items": [
+                    {"id": "a1", "token": 1, "o": "done"},
+                    {"id": "a2", "token": 1, "o": "done", "f": [w.spec(), w.spec(lane=3)]},
+                ]
+            },
+            "SQ_BAD_ARG items[1].f[1].lane: expected a non-empty string, got 3",
+        ),
+        (
+            "enqueue",
+            lambda w: {"jobs": [w.spec(seen={"b": 1, "f": "12x"})]},
+            'SQ_BAD_ARG jobs[0].seen.f: expected a decimal fingerprint, got "12x"',
+        ),
+        (
+            "enqueue",
+            lambda w: {"jobs": [w.spec(payload="p\n" + "x" * 60)]},
+            None,  # a payload is any text: not refused
+        ),
+        (
+            "once",
+            lambda w: {"name": "a\x1b]0;owned\x07", "holder": "me"},
+            "SQ_BAD_ARG name: expected a flag name (letters, digits, '_-.:'), got \"a?]0;owned?\"",
+        ),
+    ],
+)
+def test_a_refusal_names_the_value_by_its_path_on_one_line(
+    world: World, redis_url: str, name: str, args: Args, expected: str | None
+) -> None:
+    text = _refusal(lambda: call_raw(redis_url, world, name, args(world)))
+    assert text == (expected or "")
+
+
 def test_a_bad_outcome_in_a_batch_settles_none_of_it(world: World) -> None:
     (good_id, good_token), (bad_id, bad_token) = world.inflight
     before = world.q.counts()
@@ -649,3 +686,21 @@ def test_recrawl_after_past_what_redis_takes_is_a_bad_setting_for_enqueue(
     assert (code, out) == (2, "")
     assert len(err.strip().splitlines()) == 1 and "recrawl_after" in err
     assert dump(redis_url) == before
+
+
+def test_a_repair_after_another_never_fails_on_a_damaged_done_at(
+    world: World, redis_url: str
+) -> None:
+    # Stored data is not an input, but a repair must not fail half-way on it either: the
+    # TTL given back is at most what keep_done takes (today: PEXPIRE 1e+300 fails after the
+    # first item was filed again).
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    key = world.q.keys.job(world.done)
+    stored = json.loads(client.get(key) or "")
+    stored["done_at"] = 1e300
+    client.set(key, json.dumps(stored))
+    items = [{"k": "job_without_place", "id": i} for i in (world.placeless, world.done)]
+    answer = world.q._step(scripts.audit(items, True))
+    assert [a[:2] for a in answer] == [(True, True), (True, True)]
+    assert 0 < client.pttl(key) <= 3_155_760_000_000
+    client.close()

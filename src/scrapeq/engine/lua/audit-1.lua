@@ -65,23 +65,23 @@ local AUDIT_NEEDS = {
   stale_fingerprint = {'fp', 'id'}, open_set = {'d'}, domain_count = {},
 }
 
-local function check_audit_item(it, name)
-  check_table(it, name)
+local function check_audit_item(it)
+  check_table(it)
   local needs = AUDIT_NEEDS[it.k]
-  if not needs then refuse(name .. '.k', 'expected the name of a check', it.k) end
+  if not needs then refuse('k', 'expected the name of a check', it.k) end
   for _, f in ipairs(needs) do
-    if it[f] == nil then refuse(name .. '.' .. f, 'required by check ' .. it.k, nil) end
+    if it[f] == nil then refuse(f, 'required by check ' .. it.k, nil) end
   end
   for _, f in ipairs({'id', 'd', 'lane', 'fp'}) do
-    if it[f] ~= nil then check_str(it[f], name .. '.' .. f) end
+    if it[f] ~= nil then check_str(it[f], f) end
   end
   if it.place ~= nil then
-    check_enum(it.place, name .. '.place', {'delayed', 'inflight', 'dead', 'dq', 'ddead'})
-    if it.place == 'dq' or it.place == 'ddead' then check_str(it.d, name .. '.d') end
+    check_enum(it.place, 'place', {'delayed', 'inflight', 'dead', 'dq', 'ddead'})
+    if it.place == 'dq' or it.place == 'ddead' then check_str(it.d, 'd') end
   end
-  if it.exp ~= nil then check_int(it.exp, name .. '.exp', 0, MAX_INT) end
-  if it.obs ~= nil then check_int(it.obs, name .. '.obs', -MAX_INT, MAX_INT) end
-  if it.moves ~= nil then check_table(it.moves, name .. '.moves') end
+  if it.exp ~= nil then check_int(it.exp, 'exp', 0, MAX_INT) end
+  if it.obs ~= nil then check_int(it.obs, 'obs', -MAX_INT, MAX_INT) end
+  if it.moves ~= nil then check_table(it.moves, 'moves') end
 end
 
 local refused = arg_refusal(function()
@@ -173,6 +173,8 @@ local function done_without_ttl(job)
   local detail = 'done, kept with no TTL'
   if not REPAIR then return true, false, detail end
   if left > 0 then
+    -- at most what keep_done takes: a damaged done_at must not fail PEXPIRE after repairs
+    left = math.min(left, MAX_MS)
     redis.call('PEXPIRE', key, left)
     return true, true, detail .. ': expires in ' .. math.ceil(left / 1000) .. ' s'
   end

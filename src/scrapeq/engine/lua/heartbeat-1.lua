@@ -13,10 +13,10 @@
 --@include common
 
 local refused = arg_refusal(function()
-  check_list(ARG.items, 'items', function(it, name)
-    check_table(it, name)
-    check_str(it.id, name .. '.id')
-    check_num(it.token, name .. '.token', 0, math.huge)
+  check_list(ARG.items, 'items', function(it)
+    check_table(it)
+    check_str(it.id, 'id')
+    check_num(it.token, 'token', 0, math.huge)
   end)
   if ARG.lease_ms ~= nil then check_ms(ARG.lease_ms, 'lease_ms') end
 end)

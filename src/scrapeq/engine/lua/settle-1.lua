@@ -52,21 +52,23 @@
 --@include seen
 --@include enqueue
 
-local function check_item(it, name)
-  check_table(it, name)
-  check_str(it.id, name .. '.id')
-  check_num(it.token, name .. '.token', 0, math.huge)
-  check_enum(it.o, name .. '.o', {'done', 'retry', 'throttle', 'fail', 'release'})
-  if it.df ~= nil and it.df ~= cjson.null then check_bool(it.df, name .. '.df') end
-  if it.delay ~= nil then check_ms(it.delay, name .. '.delay') end
-  if it.ra ~= nil then check_ms(it.ra, name .. '.ra') end
-  if it.lat ~= nil then check_ms(it.lat, name .. '.lat') end
-  if it.kind ~= nil then check_str(it.kind, name .. '.kind', true) end
-  if it.msg ~= nil then check_str(it.msg, name .. '.msg', true) end
-  if it.reason ~= nil then check_str(it.reason, name .. '.reason', true) end
-  if it.sd ~= nil then check_bool(it.sd, name .. '.sd') end
-  if it.ov ~= nil then check_bool(it.ov, name .. '.ov') end
-  if it.f ~= nil then check_list(it.f, name .. '.f', check_spec) end
+local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
+
+local function check_item(it)
+  check_table(it)
+  check_str(it.id, 'id')
+  check_num(it.token, 'token', 0, math.huge)
+  check_enum(it.o, 'o', SETTLE_OUTCOMES)
+  if it.df ~= nil and it.df ~= cjson.null then check_bool(it.df, 'df') end
+  if it.delay ~= nil then check_ms(it.delay, 'delay') end
+  if it.ra ~= nil then check_ms(it.ra, 'ra') end
+  if it.lat ~= nil then check_ms(it.lat, 'lat') end
+  if it.kind ~= nil then check_str(it.kind, 'kind', true) end
+  if it.msg ~= nil then check_str(it.msg, 'msg', true) end
+  if it.reason ~= nil then check_str(it.reason, 'reason', true) end
+  if it.sd ~= nil then check_bool(it.sd, 'sd') end
+  if it.ov ~= nil then check_bool(it.ov, 'ov') end
+  if it.f ~= nil then check_list(it.f, 'f', check_spec) end
 end
 
 local refused = arg_refusal(function()

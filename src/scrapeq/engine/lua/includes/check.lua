@@ -18,8 +18,10 @@
   scrapeq/engine/scripts.py (map_error) maps them to ScriptError and ConfigError. <path>
   names the value as in the JSON the client sent, lists 0-based: 'items[0].delay'.
 
-  The checks (`name`: the value's path; an absent value, nil, is refused: a script tests
-  `v ~= nil` itself for an optional one; JSON null is cjson.null, no number nor string):
+  `name` is the value's field in the object being checked (nil: the value itself, an item of
+  a list); check_list and check_in keep the path to that object, so a valid call builds no
+  path text. An absent value (nil) is refused: a script tests `v ~= nil` itself for an
+  optional one; JSON null is cjson.null, neither a number nor a string. The checks:
     check_int(v, name, lo, hi)          an integer in [lo, hi]
     check_num(v, name, lo, hi)          a finite number in [lo, hi] (hi math.huge: any)
     check_ms(v, name, lo)               a duration in ms: an integer in [lo (0), MAX_MS]
@@ -28,8 +30,8 @@
     check_enum(v, name, words)          one of `words`, a list of strings
     check_bool(v, name)                 true or false
     check_table(v, name)                a table (a JSON object or list)
-    check_list(v, name, each)           a table whose items 1..n (n = #v) each pass
-                                        each(item, path): a list
+    check_list(v, name, each)           a table whose items 1..#v each pass each(item)
+    check_in(v, name, each)             each(v), with `name` on the path
   Bounds, the same as scrapeq/engine/limits.py and lanes.py (a test keeps them equal):
     MAX_MS         100 years in ms: a time (now + a duration) stays an exact integer of ms
     MAX_INT        the largest integer Lua writes back exactly (cjson: 14 digits)
@@ -41,6 +43,21 @@ local MAX_INT = 99999999999999
 local MAX_OFFSET_MS = 1000000000000000
 
 local CHECKING = {code = 'SQ_BAD_ARG'}  -- the code of the refusals being checked
+-- Where the object being checked is: field names and 0-based list indexes, outermost first.
+local CHECK_PATH = {}
+
+local function check_path(name)
+  local out = {}
+  for _, piece in ipairs(CHECK_PATH) do
+    if type(piece) == 'number' then
+      out[#out + 1] = '[' .. piece .. ']'
+    else
+      out[#out + 1] = (#out > 0 and '.' or '') .. piece
+    end
+  end
+  if name then out[#out + 1] = (#out > 0 and '.' or '') .. name end
+  return table.concat(out)
+end
 
 -- A value as a refusal shows it: one line, at most ~40 characters.
 local function check_shown(v)
@@ -56,7 +73,7 @@ local function check_shown(v)
 end
 
 local function refuse(name, why, v)
-  error(CHECKING.code .. ' ' .. name .. ': ' .. why .. ', got ' .. check_shown(v), 0)
+  error(CHECKING.code .. ' ' .. check_path(name) .. ': ' .. why .. ', got ' .. check_shown(v), 0)
 end
 
 local function check_num(v, name, lo, hi)
@@ -67,17 +84,17 @@ local function check_num(v, name, lo, hi)
   end
 end
 
+-- (v % 1 is NaN for NaN and the infinities: v % 1 == 0 says a finite integer)
 local function check_int(v, name, lo, hi)
-  if type(v) ~= 'number' or v ~= v or v < lo or v > hi or v ~= math.floor(v) then
+  if type(v) ~= 'number' or v % 1 ~= 0 or v < lo or v > hi then
     refuse(name, 'expected an integer in [' .. check_shown(lo) .. ', ' .. check_shown(hi) .. ']',
       v)
   end
 end
 
 local function check_ms(v, name, lo)
-  lo = lo or 0
-  if type(v) ~= 'number' or v ~= v or v < lo or v > MAX_MS or v ~= math.floor(v) then
-    refuse(name, 'expected ms in [' .. lo .. ', ' .. MAX_MS .. '] (at most 100 years)', v)
+  if type(v) ~= 'number' or v % 1 ~= 0 or v < (lo or 0) or v > MAX_MS then
+    refuse(name, 'expected ms in [' .. (lo or 0) .. ', ' .. MAX_MS .. '] (at most 100 years)', v)
   end
 end
 
@@ -106,9 +123,22 @@ local function check_table(v, name)
   if type(v) ~= 'table' then refuse(name, 'expected a JSON object or list', v) end
 end
 
+local function check_in(v, name, each)
+  CHECK_PATH[#CHECK_PATH + 1] = name
+  each(v)
+  CHECK_PATH[#CHECK_PATH] = nil
+end
+
 local function check_list(v, name, each)
   if type(v) ~= 'table' then refuse(name, 'expected a list', v) end
-  for i = 1, #v do each(v[i], name .. '[' .. (i - 1) .. ']') end
+  if name then CHECK_PATH[#CHECK_PATH + 1] = name end
+  local at = #CHECK_PATH + 1
+  for i = 1, #v do
+    CHECK_PATH[at] = i - 1
+    each(v[i])
+  end
+  CHECK_PATH[at] = nil
+  if name then CHECK_PATH[at - 1] = nil end
 end
 
 -- Run `checks` (a function calling the checks above); the refusal text of code `code`, or
@@ -116,6 +146,7 @@ end
 -- error) is a refusal too: it came before any write.
 local function input_refusal(code, checks)
   CHECKING.code = code
+  for i = #CHECK_PATH, 1, -1 do CHECK_PATH[i] = nil end
   local ok, err = pcall(checks)
   if ok then return nil end
   err = tostring(err)
@@ -155,8 +186,9 @@ local function check_config(c)
   if c.max_pages ~= cjson.null then int(c.max_pages, 'max_pages', 1, MAX_INT) end
   check_str(c.seen_layout, 'seen_layout')
   ms(c.seen_slice_ms, 'seen_slice_ms')
-  int(c.seen_bits, 'seen_bits', 0, MAX_INT)
-  int(c.seen_chunk_bits, 'seen_chunk_bits', 0, MAX_INT)
+  -- a Bloom filter's chunks are strings: at most 2^32 bits (SETBIT's bound)
+  int(c.seen_bits, 'seen_bits', 0, 4294967296)
+  int(c.seen_chunk_bits, 'seen_chunk_bits', 0, 4294967296)
   if c.seen_chunk_bits > 0 and (c.seen_chunk_bits % 8 ~= 0 or c.seen_bits % c.seen_chunk_bits ~= 0) then
     refuse('seen_chunk_bits', 'expected a multiple of 8 dividing seen_bits', c.seen_chunk_bits)
   end
@@ -164,7 +196,10 @@ local function check_config(c)
   check_bool(c.auto, 'auto')
   int(c.conc_min, 'conc_min', 1, MAX_INT)
   int(c.conc_max, 'conc_max', 1, MAX_INT)
-  check_enum(c.politeness, 'politeness', {'host', 'domain', 'ip'})
+  local p = c.politeness
+  if p ~= 'host' and p ~= 'domain' and p ~= 'ip' then
+    check_enum(p, 'politeness', {'host', 'domain', 'ip'})
+  end
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).

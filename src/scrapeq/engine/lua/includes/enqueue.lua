@@ -3,9 +3,9 @@
   job are enqueued by the call that settles it). Depends on common.lua, domain.lua, jobs.lua
   and seen.lua. A job spec is documented in enqueue-1.lua's header.
 
-  check_spec(s, name) raises the refusal of a bad job spec (check.lua; `name` its path, e.g.
-    'jobs[0]'): call it on every spec a script may add, in the script's arg_refusal, and
-    check_pid(pid, name) on ARG.pid.
+  check_spec(s) raises the refusal of a bad job spec (check.lua): call it on every spec a
+    script may add, in the script's arg_refusal (check_list(ARG.jobs, 'jobs', check_spec)),
+    and check_pid(pid, name) on ARG.pid.
   enqueue_check(specs) -> nil, or an error text: call it on every spec a script may add,
     after check_spec and before the script's first write (the seen-set's layout; seen.lua).
   enqueue_begin(specs, n) reserves n job ids (fresh_numbers) and reads the queue's
@@ -18,21 +18,23 @@
 
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}}
 
-local function check_spec(s, name)
-  check_table(s, name)
-  check_str(s.url, name .. '.url')
-  check_str(s.domain, name .. '.domain')
-  check_str(s.lane, name .. '.lane')
-  check_int(s.off, name .. '.off', -MAX_OFFSET_MS, MAX_OFFSET_MS)
-  check_ms(s.delay, name .. '.delay')
-  check_int(s.max_attempts, name .. '.max_attempts', 1, MAX_INT)
-  if s.payload ~= nil then check_str(s.payload, name .. '.payload', true) end
-  if s.expires ~= nil then check_ms(s.expires, name .. '.expires', 1) end
-  if s.fp ~= nil then check_str(s.fp, name .. '.fp') end
-  if s.unique ~= nil then check_enum(s.unique, name .. '.unique', {'pending', 'seen'}) end
-  if s.seen ~= nil then check_seen_arg(s.seen, name .. '.seen') end
-  if s.depth ~= nil then check_int(s.depth, name .. '.depth', 0, MAX_INT) end
-  if s.parent ~= nil then check_str(s.parent, name .. '.parent') end
+local ENQ_UNIQUE = {'pending', 'seen'}
+
+local function check_spec(s)
+  check_table(s)
+  check_str(s.url, 'url')
+  check_str(s.domain, 'domain')
+  check_str(s.lane, 'lane')
+  check_int(s.off, 'off', -MAX_OFFSET_MS, MAX_OFFSET_MS)
+  check_ms(s.delay, 'delay')
+  check_int(s.max_attempts, 'max_attempts', 1, MAX_INT)
+  if s.payload ~= nil then check_str(s.payload, 'payload', true) end
+  if s.expires ~= nil then check_ms(s.expires, 'expires', 1) end
+  if s.fp ~= nil then check_str(s.fp, 'fp') end
+  if s.unique ~= nil then check_enum(s.unique, 'unique', ENQ_UNIQUE) end
+  if s.seen ~= nil then check_in(s.seen, 'seen', check_seen_arg) end
+  if s.depth ~= nil then check_int(s.depth, 'depth', 0, MAX_INT) end
+  if s.parent ~= nil then check_str(s.parent, 'parent') end
 end
 
 -- The suffix of new ids: '.<partition>'.

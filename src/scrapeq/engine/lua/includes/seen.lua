@@ -15,7 +15,7 @@
     URL writes nothing. Raises the seen_layout_error text when the layout disagrees and the
     caller did not check first.
 
-  check_seen_arg(seen, name) raises the refusal of a malformed `seen` table (check.lua):
+  check_seen_arg(seen) raises the refusal of a malformed `seen` table (check.lua):
     enqueue.lua's check_spec calls it before the script's first write.
 
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
@@ -47,19 +47,18 @@
 
 local SEEN_LOOKBACK = 4
 
--- Check the `seen` table of a job spec (raises its refusal: check.lua; `name` its path):
--- exact, a bucket and a decimal fingerprint; bloom, positions within CFG.seen_bits.
-local function check_seen_arg(seen, name)
-  check_table(seen, name)
+-- Check the `seen` table of a job spec (raises its refusal: check.lua): exact, a bucket and
+-- a decimal fingerprint; bloom, positions within CFG.seen_bits.
+local function check_seen_arg(seen)
+  check_table(seen)
   if seen.bits ~= nil then
-    check_list(seen.bits, name .. '.bits', function(pos, at)
-      check_int(pos, at, 0, CFG.seen_bits - 1)
-    end)
+    check_list(seen.bits, 'bits', function(pos) check_int(pos, nil, 0, CFG.seen_bits - 1) end)
     return
   end
-  check_int(seen.b, name .. '.b', 0, MAX_INT)
-  check_match(seen.f, name .. '.f', '^%-?%d+$', 'a decimal fingerprint')
+  check_int(seen.b, 'b', 0, MAX_INT)
+  check_match(seen.f, 'f', '^%-?%d+$', 'a decimal fingerprint')
 end
+
 local SEEN_CHECKED = nil  -- nil: not yet; true: agrees; else the error text
 
 local function seen_layout_error()
