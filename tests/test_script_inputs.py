@@ -704,3 +704,11 @@ def test_a_repair_after_another_never_fails_on_a_damaged_done_at(
     assert [a[:2] for a in answer] == [(True, True), (True, True)]
     assert 0 < client.pttl(key) <= 3_155_760_000_000
     client.close()
+
+
+def test_a_refused_value_that_quotes_another_code_maps_by_the_first() -> None:
+    error = scripts.map_error(
+        'SQ_BAD_ARG domain: expected ..., got "SQ_UNKNOWN_DOMAIN x"', "breaker"
+    )
+    assert isinstance(error, ScriptError)
+    assert str(error).startswith("breaker refused its arguments: domain: ")

@@ -134,9 +134,11 @@ def map_error(message: str, script: str = "a script") -> Exception:
         )
     if any(f"-{code} " in text or text.startswith(code) for code in _TRANSIENT):
         return RedisUnavailable(f"Redis refused the call for now: {text}")
-    for code, build in _ERROR_CODES.items():
-        if code in text:
-            return build(text.split(code, 1)[1].strip(), script)
+    # the first code in the text: a refusal quotes the value it refused, which may hold one
+    found = sorted((text.find(code), code) for code in _ERROR_CODES if code in text)
+    if found:
+        at, code = found[0]
+        return _ERROR_CODES[code](text[at + len(code) :].strip(), script)
     return ScriptError(text)
 
 

@@ -7,13 +7,15 @@ Units:
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
       ``handler_timeout``, ``max_job_time``, ``keep_done``, ``recrawl_after`` (none: never),
-      ``log_every``; lane offsets in ``lanes`` are seconds too;
+      ``log_every``; lane offsets in ``lanes`` are seconds too; a duration is at most 100
+      years (:mod:`scrapeq.engine.limits`: what a queue keeps in Redis exactly);
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
       ``seen_error_rate`` is a fraction in (0, 0.5];
     * ``unique`` is ``off``, ``pending`` or ``seen`` (a boolean means ``pending`` or
       ``off``); ``seen_filter`` is ``exact`` or ``bloom``;
-    * ``domain_concurrency`` is a count or ``auto``; every other number is a count.
+    * ``domain_concurrency`` is a count or ``auto``; every other number is a count, at most
+      ``10**14 - 1`` (the integers Lua writes back exactly).
 
 ``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
 :func:`scrapeq.engine.urls.canonical_url`'s options for de-duplication fingerprints.
