@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -712,3 +713,14 @@ def test_a_refused_value_that_quotes_another_code_maps_by_the_first() -> None:
     )
     assert isinstance(error, ScriptError)
     assert str(error).startswith("breaker refused its arguments: domain: ")
+
+
+@pytest.mark.parametrize("name", sorted(scripts.SCRIPTS))
+def test_each_script_checks_its_arguments_before_its_own_first_redis_call(name: str) -> None:
+    # The convention (docs/DESIGN.md): right after the includes, before any read or write.
+    lua = resources.files("scrapeq.engine").joinpath("lua", scripts.SCRIPTS[name])
+    text = lua.read_text().split("]]", 1)[1]
+    checks = text.find("arg_refusal(")
+    assert checks >= 0, f"{name} does not check its arguments"
+    first_call = text.find("redis.call(")
+    assert first_call == -1 or checks < first_call
