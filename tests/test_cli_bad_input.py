@@ -471,13 +471,13 @@ def test_the_cli_bounds_are_reached_not_passed(
     capsys: pytest.CaptureFixture[str], seeded: str
 ) -> None:
     """The largest duration and count are taken as they are; one past them is refused."""
-    from scrapeq.engine.limits import MAX_COUNT, MAX_SECONDS
+    from scrapeq.engine.limits import MAX_COUNT, MAX_DURATION_S
 
     code = main(["--redis", seeded, "domain", "set", DOMAIN, "--concurrency", str(MAX_COUNT),
-                 "--delay", str(MAX_SECONDS)])  # fmt: skip
+                 "--delay", str(MAX_DURATION_S)])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0 and err == "" and f"concurrency {MAX_COUNT}" in out, (out, err)
-    for flag, bound in (("--concurrency", MAX_COUNT), ("--delay", MAX_SECONDS)):
+    for flag, bound in (("--concurrency", MAX_COUNT), ("--delay", MAX_DURATION_S)):
         code = main(["--redis", seeded, "domain", "set", DOMAIN, flag, str(bound + 1)])
         out, err = capsys.readouterr()
         _one_line_refusal(code, out, err)

@@ -243,9 +243,11 @@ def test_a_batch_that_trips_many_domains_pauses_like_item_by_item(
     assert q.status()["counts"]["inflight"] == 0
 
 
-def test_a_bad_outcome_keeps_the_items_before_it_settled_with_their_slots_freed(
+def test_a_bad_outcome_refuses_the_whole_batch_before_any_write(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:
+    # Scripts check every input before their first write (issue 21, item 3): the items
+    # before a bad one are not settled half-way; the client then settles them one by one.
     q = make_queue(queue="bad", domain_concurrency=10)
     d = dom(1)
     enqueue(q, d, 4)
@@ -253,11 +255,17 @@ def test_a_bad_outcome_keeps_the_items_before_it_settled_with_their_slots_freed(
     bogus = Settlement(j3.id, j3.token, "bogus")
     with pytest.raises(ScriptError, match="bogus"):
         q.settle_many([q.done(j1), q.retrying(j2, delay=0), bogus, q.done(j3)])
+    assert sorted(redis_client.zrange(q.keys.inflight, 0, -1)) == sorted([j1.id, j2.id, j3.id])
+    assert redis_client.hget(q.keys.domain(d), "inflight") == "3"
+    assert redis_client.hget(q.keys.domain(d), "done") is None
+    assert q.settle_many([q.done(j1), q.retrying(j2, delay=0), q.done(j3)]) == [
+        "done",
+        "retried",
+        "done",
+    ]
     assert q.get_job(j1.id) is None
-    assert redis_client.zrange(q.keys.inflight, 0, -1) == [j3.id]
-    assert redis_client.hget(q.keys.domain(d), "inflight") == "1"
-    assert redis_client.hget(q.keys.domain(d), "done") == "1"
-    assert d in redis_client.zrange(q.keys.domains_ready, 0, -1), "the queued job is ready"
+    assert redis_client.hget(q.keys.domain(d), "inflight") == "0"
+    assert d in redis_client.zrange(q.keys.domains_ready, 0, -1), "the queued jobs are ready"
 
 
 def test_a_done_batch_releases_fingerprints_only_while_they_are_the_jobs_own(

@@ -3,7 +3,7 @@
 ``breaker trip D --cooldown 1e12`` was taken, and from then on ``status``, ``breakers``,
 ``/api/status``, ``/api/domains``, ``/api/domain/D`` and ``/metrics`` failed (``year 33715 is
 out of range``) until ``breaker reset``. Now the CLI, the dashboard's API and the library
-refuse a duration past :data:`~scrapeq.engine.limits.MAX_SECONDS`; and a time past what a date
+refuse a duration past :data:`~scrapeq.engine.limits.MAX_DURATION_S`; and a time past what a date
 can hold (written by an older version, or by hand) is shown as the latest date there is,
 never a crash: the readers below are driven with one stored in Redis.
 """
@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from cli_helpers import run, scrub_env
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.job import ms_to_datetime, ms_to_iso
-from scrapeq.engine.limits import MAX_SECONDS
+from scrapeq.engine.limits import MAX_DURATION_S
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.render import human_until
 from scrapeq.interfaces.web import create_app
@@ -149,7 +149,7 @@ async def plain_client(redis_url: str) -> AsyncIterator[tuple[Client, AsyncQueue
     await q.close()
 
 
-@pytest.mark.parametrize("cooldown", ["1e20", "1e308", "inf", "nan", str(MAX_SECONDS + 1)])
+@pytest.mark.parametrize("cooldown", ["1e20", "1e308", "inf", "nan", str(MAX_DURATION_S + 1)])
 async def test_the_api_refuses_a_cooldown_past_the_bound(
     plain_client: tuple[Client, AsyncQueue], cooldown: str
 ) -> None:
@@ -162,7 +162,7 @@ async def test_the_api_refuses_a_cooldown_past_the_bound(
 
 async def test_the_api_takes_the_longest_cooldown(plain_client: tuple[Client, AsyncQueue]) -> None:
     client, q = plain_client
-    resp = await _post(client, f"/api/breaker/{D}/trip?cooldown={MAX_SECONDS}")
+    resp = await _post(client, f"/api/breaker/{D}/trip?cooldown={MAX_DURATION_S}")
     assert resp.status == 200, await resp.text()
     assert [d["state"] for d in await q.domains_info()] == ["open"]
     assert (await client.get("/api/status")).status == 200
@@ -204,7 +204,7 @@ def queue(redis_url: str) -> Iterator[Queue]:
     q.close()
 
 
-@pytest.mark.parametrize("seconds", [1e12, 1e308, MAX_SECONDS + 1])
+@pytest.mark.parametrize("seconds", [1e12, 1e308, MAX_DURATION_S + 1])
 def test_the_library_refuses_a_duration_past_the_bound(queue: Queue, seconds: float) -> None:
     with pytest.raises(ConfigError, match="cooldown"):
         queue.breaker_trip(D, cooldown=seconds)

@@ -14,8 +14,8 @@ from scrapeq import Queue, Settings
 from scrapeq.engine import settings as settings_module
 from scrapeq.engine.limits import (
     MAX_COUNT,
+    MAX_DURATION_S,
     MAX_JSON_DEPTH,
-    MAX_SECONDS,
     check_count,
     check_json_depth,
     check_seconds,
@@ -35,13 +35,13 @@ def nested(depth: int) -> Any:
 # --- durations and counts ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [0, 0.5, 60, MAX_SECONDS, float(MAX_SECONDS)])
+@pytest.mark.parametrize("value", [0, 0.5, 60, MAX_DURATION_S, float(MAX_DURATION_S)])
 def test_seconds_within_the_bound_are_taken(value: float) -> None:
     assert check_seconds("delay", value) == value
 
 
 @pytest.mark.parametrize(
-    "value", [-1, MAX_SECONDS + 1, 1e12, 1e308, float("inf"), float("nan"), True, "5", None]
+    "value", [-1, MAX_DURATION_S + 1, 1e12, 1e308, float("inf"), float("nan"), True, "5", None]
 )
 def test_seconds_past_the_bound_or_not_numbers_are_refused(value: Any) -> None:
     with pytest.raises(ConfigError, match="'delay'"):
@@ -167,7 +167,7 @@ def test_typed_durations_are_refused_in_one_short_line(text: str) -> None:
 
 def test_typed_values_within_the_bounds_are_taken() -> None:
     assert seconds("--delay", " 1.5 ") == 1.5
-    assert seconds("--delay", str(MAX_SECONDS)) == MAX_SECONDS
+    assert seconds("--delay", str(MAX_DURATION_S)) == MAX_DURATION_S
     assert seconds("--duration", 60, minimum=1) == 60.0
     assert count("--limit", "+7") == 7
     assert count("--max-depth", "0", minimum=0) == 0

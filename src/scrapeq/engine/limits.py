@@ -1,16 +1,23 @@
-"""The bounds of what callers hand the queue: durations, counts and JSON nesting.
+"""The bounds of what the queue keeps: durations, counts and JSON nesting, one home each.
 
-Each bound has its home here. The queue checks them for library callers; the command line and
-the dashboard parse with them (:mod:`scrapeq.interfaces.parsing`), so a bad value is refused
-where it is typed, before anything reaches Redis (a script that stored it could not be rolled
-back, and every reader would meet it after).
+Every layer checks against these: the scripts before their first write
+(``lua/includes/check.lua``: ``MAX_MS``, ``MAX_INT``, kept equal to the constants here by a
+test), the settings table where it parses (:mod:`scrapeq.engine.settings`), the queue for
+library callers, and the command line and the dashboard where a value is typed
+(:mod:`scrapeq.interfaces.parsing`), so a bad value is refused before anything reaches Redis
+(a script that stored it could not be rolled back, and every reader would meet it after).
 
-* :data:`MAX_SECONDS`: a duration (a delay, an expiry, a cooldown, an age) is at most 100
-  years. Past that it is a typo, not a plan: ``1e12`` seconds is the year 33,715, which no
-  date type shows, and ``1e308`` has no millisecond count at all.
-* :data:`MAX_COUNT`: a count (a concurrency, an attempt budget, a limit) is at most a
-  billion: it stays an exact integer in Redis and in Lua (``99999999999999999999`` was
-  stored as ``-9223372036854775808``).
+* :data:`MAX_DURATION_S`: a duration (a delay, an expiry, a cooldown, a lease, an age) is at
+  most 100 years. Past that it is a typo, not a plan: ``1e12`` seconds is the year 33,715,
+  which no date type shows, and ``1e308`` has no millisecond count at all. A time in Redis is
+  ``now + duration`` in ms and must stay an integer Lua writes back exactly; Python's clocks
+  (``time.sleep``, thread waits) take at most ~292 years and ``datetime`` the year 9999.
+* :data:`MAX_SCRIPT_INT`: the largest integer a script takes. Lua's numbers are doubles and
+  Redis writes them back as text (``cjson`` with 14 significant digits): an integer of at most
+  14 digits is written exactly everywhere; a bigger one may come back as ``1e+20``, which
+  ``SET ... PX``, ``PEXPIRE``, ``HINCRBY`` and ``LIMIT`` refuse half-way through a script.
+* :data:`MAX_COUNT`: a count typed by a user (a concurrency, an attempt budget, a limit) is at
+  most a billion (``99999999999999999999`` was stored as ``-9223372036854775808``).
 * :data:`MAX_JSON_DEPTH`: JSON from users (a payload, a dashboard request) nests at most 100
   levels, far below the depth at which a JSON parser runs out of stack (about 1,000 in
   Python and in Redis's cjson), wherever it is read later.
@@ -26,27 +33,61 @@ from scrapeq.errors import ConfigError
 
 __all__ = [
     "MAX_COUNT",
+    "MAX_DURATION_MS",
+    "MAX_DURATION_S",
     "MAX_JSON_DEPTH",
-    "MAX_SECONDS",
+    "MAX_SCRIPT_INT",
     "check_count",
     "check_json_depth",
     "check_seconds",
+    "duration_error",
     "json_depth",
 ]
 
-MAX_SECONDS: Final = 100 * 365 * 86_400
-"""The longest duration accepted anywhere, in seconds (100 years of 365 days)."""
+MAX_DURATION_S: Final = 3_155_760_000
+"""The longest duration accepted anywhere, in seconds: 100 years of 365.25 days."""
+MAX_DURATION_MS: Final = MAX_DURATION_S * 1000
+"""The same in milliseconds, the scripts' unit (``MAX_MS`` in ``lua/includes/check.lua``)."""
+MAX_SCRIPT_INT: Final = 10**14 - 1
+"""The largest integer the scripts take (``MAX_INT`` in ``lua/includes/check.lua``)."""
 MAX_COUNT: Final = 1_000_000_000
-"""The largest count accepted from a caller."""
+"""The largest count accepted from a user."""
 MAX_JSON_DEPTH: Final = 100
 """The deepest nesting of arrays and objects accepted in JSON from users."""
 
+#: How :func:`duration_error` names the bound in its message.
+_BOUND_TEXT: Final = f"must be <= {MAX_DURATION_S} seconds (100 years)"
 #: A JSON string (skipped whole: brackets in it are text) or one bracket.
 _JSON_TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
+def duration_error(seconds: object) -> str | None:
+    """Why ``seconds`` is no duration a queue can keep, or None when it is one.
+
+    Args:
+        seconds: a number of seconds (an int or a float; a bool is no number).
+
+    Returns:
+        None for a finite number in ``[0, MAX_DURATION_S]``; else a message without the
+        name of the value (``"must be <= 3155760000 seconds (100 years), got 1e+20"``).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return f"expected a number of seconds, got {seconds!r}"
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int too large for a float
+        return f"{_BOUND_TEXT}, got an integer of {int(seconds).bit_length()} bits"
+    if not math.isfinite(value):
+        return f"expected a finite number of seconds, got {seconds!r}"
+    if value < 0:
+        return f"must be >= 0 seconds, got {_shown(seconds)}"
+    if value > MAX_DURATION_S:
+        return f"{_BOUND_TEXT}, got {_shown(seconds)}"
+    return None
+
+
 def check_seconds(name: str, value: object) -> float:
-    """``value`` as a duration: a finite number of seconds in ``[0, MAX_SECONDS]``.
+    """``value`` as a duration: a finite number of seconds in ``[0, MAX_DURATION_S]``.
 
     Args:
         name: what the value is (``delay``, ``cooldown``), for the message.
@@ -57,20 +98,16 @@ def check_seconds(name: str, value: object) -> float:
 
     Raises:
         ConfigError: not a number (booleans and text are not), not finite, negative or over
-            :data:`MAX_SECONDS`.
+            :data:`MAX_DURATION_S` (the message is :func:`duration_error`'s).
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(name, f"expected a number of seconds, got {value!r}")
-    if value < 0:
-        raise ConfigError(name, f"must be >= 0 seconds, got {_shown(value)}")
-    if value > MAX_SECONDS:
-        raise ConfigError(
-            name, f"must be at most {MAX_SECONDS} seconds (100 years), got {_shown(value)}"
-        )
+    why = duration_error(value)
+    if why is not None:
+        raise ConfigError(name, why)
+    assert isinstance(value, int | float)
     return value
 
 
-def _shown(value: float) -> str:
+def _shown(value: object) -> str:
     """A number as people write it: ``1000000000000`` (not ``1000000000000.0``), ``1e+308``."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))

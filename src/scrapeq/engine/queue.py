@@ -1740,7 +1740,7 @@ class Queue(_PartitionedCore):
                 raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
-            raise scripts.map_error(str(exc)) from None
+            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
         except _CLUSTER_TRANSIENT as exc:
             raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -2073,7 +2073,7 @@ class AsyncQueue(_PartitionedCore):
                 raise _cluster_unavailable(exc) from exc
             if isinstance(step, Command) and step.tolerant:
                 return None
-            raise scripts.map_error(str(exc)) from None
+            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
         except _CLUSTER_TRANSIENT as exc:
             raise _cluster_unavailable(exc) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:

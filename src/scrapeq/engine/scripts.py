@@ -71,12 +71,14 @@ SCRIPTS: dict[str, str] = {
 
 _INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
 
-#: Error codes scripts raise with ``redis.error_reply('SQ_<CODE> detail')``.
-_ERROR_CODES: dict[str, type[Exception]] = {
-    "SQ_UNKNOWN_DOMAIN": NotFound,
-    "SQ_BAD_OUTCOME": ScriptError,
-    "SQ_SEEN_LAYOUT": ConfigError,
-    "SQ_PARTITIONS": ConfigError,
+#: Error codes scripts raise with ``redis.error_reply('SQ_<CODE> detail')``, each before
+#: their first write (``lua/includes/check.lua``): a refusal changed nothing.
+_ERROR_CODES: dict[str, Callable[[str, str], Exception]] = {
+    "SQ_UNKNOWN_DOMAIN": lambda detail, script: NotFound(f"unknown domain {detail!r}"),
+    "SQ_BAD_ARG": lambda detail, script: ScriptError(f"{script} refused its arguments: {detail}"),
+    "SQ_BAD_CONFIG": lambda detail, script: _config_error(detail, script),
+    "SQ_SEEN_LAYOUT": lambda detail, script: _seen_layout_error(detail),
+    "SQ_PARTITIONS": lambda detail, script: _partitions_error(detail),
 }
 
 
@@ -114,8 +116,19 @@ _TRANSIENT = ("READONLY", "NOREPLICAS", "MISCONF", "OOM", "LOADING", "BUSY", "TR
               "CLUSTERDOWN", "MASTERDOWN")  # fmt: skip
 
 
-def map_error(message: str) -> Exception:
-    """Map a script's error reply to the library's exception for it."""
+def map_error(message: str, script: str = "a script") -> Exception:
+    """Map a script's error reply to the library's exception for it.
+
+    Args:
+        message: the error reply's text.
+        script: the script's name (``SCRIPTS``), for the message of a refused argument.
+
+    Returns:
+        ``SQ_BAD_ARG`` (a call argument the script refused) a :class:`ScriptError`: the client
+        sent what its own checks should have refused; ``SQ_BAD_CONFIG`` a
+        :class:`ConfigError` naming the configuration field; the other codes as documented
+        in the scripts' headers; anything else a :class:`ScriptError`.
+    """
     text = message.removeprefix("ERR ").strip()
     if "invalid bulk length" in text:
         return PayloadTooLarge(
@@ -123,17 +136,17 @@ def map_error(message: str) -> Exception:
         )
     if any(f"-{code} " in text or text.startswith(code) for code in _TRANSIENT):
         return RedisUnavailable(f"Redis refused the call for now: {text}")
-    for code, exc_type in _ERROR_CODES.items():
-        if code in text:
-            detail = text.split(code, 1)[1].strip()
-            if exc_type is NotFound:
-                return NotFound(f"unknown domain {detail!r}")
-            if code == "SQ_PARTITIONS":
-                return _partitions_error(detail)
-            if exc_type is ConfigError:
-                return _seen_layout_error(detail)
-            return exc_type(f"{code}: {detail}")
+    # the first code in the text: a refusal quotes the value it refused, which may hold one
+    found = sorted((text.find(code), code) for code in _ERROR_CODES if code in text)
+    if found:
+        at, code = found[0]
+        return _ERROR_CODES[code](text[at + len(code) :].strip(), script)
     return ScriptError(text)
+
+
+def _config_error(detail: str, script: str) -> ConfigError:
+    field, _, why = detail.partition(": ")
+    return ConfigError(field, f"{script} refused this configuration field: {why}")
 
 
 def _partitions_error(detail: str) -> ConfigError:

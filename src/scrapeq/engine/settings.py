@@ -7,13 +7,15 @@ Units:
       ``lease``, ``request_timeout``, ``domain_delay``, ``slow_call``, ``breaker_cooldown``,
       ``breaker_cooldown_max``, ``global_trip_window``, ``shutdown_grace``,
       ``handler_timeout``, ``max_job_time``, ``keep_done``, ``recrawl_after`` (none: never),
-      ``log_every``; lane offsets in ``lanes`` are seconds too;
+      ``log_every``; lane offsets in ``lanes`` are seconds too; a duration is at most 100
+      years (:mod:`scrapeq.engine.limits`: what a queue keeps in Redis exactly);
     * ``max_body`` and ``max_payload`` are **bytes**;
     * ``breaker_rate`` and ``global_trip_share`` are fractions in (0, 1];
       ``seen_error_rate`` is a fraction in (0, 0.5];
     * ``unique`` is ``off``, ``pending`` or ``seen`` (a boolean means ``pending`` or
       ``off``); ``seen_filter`` is ``exact`` or ``bloom``;
-    * ``domain_concurrency`` is a count or ``auto``; every other number is a count.
+    * ``domain_concurrency`` is a count or ``auto``; every other number is a count, at most
+      ``10**14 - 1`` (the integers Lua writes back exactly).
 
 ``canonical_keep_fragments`` and ``canonical_keep_blank_values`` are
 :func:`scrapeq.engine.urls.canonical_url`'s options for de-duplication fingerprints.
@@ -49,6 +51,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from scrapeq.engine.keys import validate_queue_name
 from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.limits import MAX_SCRIPT_INT, duration_error
 from scrapeq.engine.seen import BLOOM_MAX_BITS, SEEN_FILTERS, bloom_geometry
 from scrapeq.engine.urls import POLITENESS, SCOPES
 from scrapeq.errors import ConfigError
@@ -372,6 +375,12 @@ def _at_least(low: int) -> _Check:
     return check
 
 
+def _check_duration(name: str, value: Any) -> None:
+    """At most what a queue keeps (``engine.limits``: 100 years); None passes (unset)."""
+    if value is not None and (why := duration_error(value)) is not None:
+        raise ConfigError(name, why)
+
+
 def _check_conc(name: str, value: Any) -> None:
     if value != "auto" and value < 1:
         raise ConfigError(name, f"must be >= 1 or auto, got {value!r}")
@@ -450,7 +459,7 @@ class _Spec:
         return self.normalize(name, value)
 
     def check_bounds(self, name: str, value: Any) -> None:
-        if value is None:
+        if value is None or isinstance(value, str):  # unset, or a word (conc: auto)
             return
         unit = f" {self.unit}" if self.unit else ""
         if self.gt is not None and self.le is not None and not self.gt < value <= self.le:
@@ -459,6 +468,13 @@ class _Spec:
             raise ConfigError(name, f"must be > {self.gt:g}{unit}, got {value!r}")
         if self.ge is not None and not value >= self.ge:
             raise ConfigError(name, f"must be >= {self.ge:g}{unit}, got {value!r}")
+        if self.le is not None and not value <= self.le:
+            raise ConfigError(name, f"must be <= {_bound(self.le)}{unit}, got {value!r}")
+
+
+def _bound(value: float) -> str:
+    """A bound as people read it: an integer exactly, a fraction shortest."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _meta(kind: str, **spec: Any) -> dict[str, _Spec]:
@@ -470,13 +486,15 @@ def _setting(kind: str, default: object, **spec: Any) -> Any:
 
 
 def _count(default: int, ge: int = 1) -> Any:
-    return _setting("int", default, ge=ge)
+    # counts reach the scripts: at most the integers Lua writes back exactly (engine.limits)
+    return _setting("int", default, ge=ge, le=MAX_SCRIPT_INT)
 
 
 def _seconds(default: float, *, positive: bool = True) -> Any:
+    # durations reach Redis as times: at most 100 years (engine.limits)
     if positive:
-        return _setting("float", default, gt=0.0, unit="seconds")
-    return _setting("float", default, ge=0.0, unit="seconds")
+        return _setting("float", default, gt=0.0, unit="seconds", check=_check_duration)
+    return _setting("float", default, ge=0.0, unit="seconds", check=_check_duration)
 
 
 def _fraction(default: float) -> Any:
@@ -538,7 +556,7 @@ class Settings:
     request_timeout: float = _seconds(30.0)
     # A number: that many jobs in flight per domain; auto: adaptive, within
     # domain_concurrency_min and domain_concurrency_max (docs/DESIGN.md, "Adaptive politeness").
-    domain_concurrency: int | str = _setting("conc", "auto", check=_check_conc)
+    domain_concurrency: int | str = _setting("conc", "auto", le=MAX_SCRIPT_INT, check=_check_conc)
     domain_delay: float = _seconds(0.0, positive=False)
     breaker_failures: int = _count(5)
     breaker_window: int = _count(20)
@@ -576,14 +594,16 @@ class Settings:
     # ``scrapeq job show`` can say it is done.
     keep_done: float = _seconds(0.0, positive=False)
     unique: str = _setting("unique", "off")
-    recrawl_after: float | None = _setting("optional_float", None, gt=0.0, unit="seconds")
+    recrawl_after: float | None = _setting(
+        "optional_float", None, gt=0.0, unit="seconds", check=_check_duration
+    )
     seen_filter: str = _setting("str", "exact", check=_check_seen_filter)
     seen_capacity: int = _count(10_000_000)
     seen_error_rate: float = _setting("float", 0.001, gt=0.0, le=0.5)
     handler: str | None = _setting("optional_str", None, check=_check_handler)
     scope: str = _setting("str", "host", check=_check_scope)
-    max_depth: int | None = _setting("optional_int", None, check=_at_least(0))
-    max_pages: int | None = _setting("optional_int", None, check=_at_least(1))
+    max_depth: int | None = _setting("optional_int", None, le=MAX_SCRIPT_INT, check=_at_least(0))
+    max_pages: int | None = _setting("optional_int", None, le=MAX_SCRIPT_INT, check=_at_least(1))
     allow: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
     deny: tuple[str, ...] = _setting("patterns", (), check=_check_patterns)
     log_format: str = _setting("str", "text", check=_check_log_format)

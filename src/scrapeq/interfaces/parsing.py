@@ -37,7 +37,7 @@ _T = TypeVar("_T")
 
 def seconds(name: str, value: str | float, *, minimum: float = 0.0) -> float:
     """A duration in seconds: a finite number, at least ``minimum``, at most
-    :data:`~scrapeq.engine.limits.MAX_SECONDS`.
+    :data:`~scrapeq.engine.limits.MAX_DURATION_S`.
 
     Args:
         name: the value's name, for the message (``cooldown``, ``--delay``).

@@ -48,11 +48,47 @@
   and one over the delayed set (at most 20,000) when a delayed counter is suspected.
 
   Output: one entry per item, in order: {confirmed (0|1), repaired (0|1), detail}
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) when an item names no known check,
+  lacks a field its check reads, or has one of the wrong type: before any repair.
 ]]
 --@include common
 --@include domain
 --@include jobs
 --@include housekeeping
+
+-- What each check reads from its item besides k (all checked before the first repair).
+local AUDIT_NEEDS = {
+  corrupt_job = {'id'}, job_without_place = {'id'}, job_in_two_places = {'id'},
+  wrong_domain_queue = {'id', 'd'}, id_without_job = {'id', 'place'},
+  lane_ready_count = {'lane', 'exp', 'obs'}, lease_domain = {'id'}, inflight_count = {'d'},
+  delayed_count = {'d'}, lane_delayed_count = {'lane'}, stranded_domain = {'d'},
+  stale_fingerprint = {'fp', 'id'}, open_set = {'d'}, domain_count = {},
+}
+
+local function check_audit_item(it)
+  check_table(it)
+  local needs = AUDIT_NEEDS[it.k]
+  if not needs then refuse('k', 'expected the name of a check', it.k) end
+  for _, f in ipairs(needs) do
+    if it[f] == nil then refuse(f, 'required by check ' .. it.k, nil) end
+  end
+  for _, f in ipairs({'id', 'd', 'lane', 'fp'}) do
+    if it[f] ~= nil then check_str(it[f], f) end
+  end
+  if it.place ~= nil then
+    check_enum(it.place, 'place', {'delayed', 'inflight', 'dead', 'dq', 'ddead'})
+    if it.place == 'dq' or it.place == 'ddead' then check_str(it.d, 'd') end
+  end
+  if it.exp ~= nil then check_int(it.exp, 'exp', 0, MAX_INT) end
+  if it.obs ~= nil then check_int(it.obs, 'obs', -MAX_INT, MAX_INT) end
+  if it.moves ~= nil then check_table(it.moves, 'moves') end
+end
+
+local refused = arg_refusal(function()
+  if ARG.repair ~= nil then check_bool(ARG.repair, 'repair') end
+  check_list(ARG.items, 'items', check_audit_item)
+end)
+if refused then return redis.error_reply(refused) end
 
 local REPAIR = ARG.repair == true
 
@@ -137,6 +173,8 @@ local function done_without_ttl(job)
   local detail = 'done, kept with no TTL'
   if not REPAIR then return true, false, detail end
   if left > 0 then
+    -- at most what keep_done takes: a damaged done_at must not fail PEXPIRE after repairs
+    left = math.min(left, MAX_MS)
     redis.call('PEXPIRE', key, left)
     return true, true, detail .. ': expires in ' .. math.ceil(left / 1000) .. ' s'
   end

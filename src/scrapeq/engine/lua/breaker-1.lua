@@ -9,11 +9,19 @@
       trip     open now for cool_ms (default: the next cooldown); never retires the domain
 
   Output: the domain's new state ('closed' or 'open').
-  Errors: 'SQ_UNKNOWN_DOMAIN <d>' when the queue never saw the domain.
+  Errors: 'SQ_UNKNOWN_DOMAIN <d>' when the queue never saw the domain; 'SQ_BAD_ARG <path>:
+  ...' (includes/check.lua) for an argument out of its range (cool_ms: 0 to 100 years).
 ]]
 --@include common
 --@include domain
 --@include breaker
+
+local refused = arg_refusal(function()
+  check_str(ARG.domain, 'domain')
+  check_enum(ARG.action, 'action', {'reset', 'trip'})
+  if ARG.cool_ms ~= nil then check_ms(ARG.cool_ms, 'cool_ms') end
+end)
+if refused then return redis.error_reply(refused) end
 
 local d = ARG.domain
 if not registry_has(d) then

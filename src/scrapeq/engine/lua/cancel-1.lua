@@ -28,7 +28,8 @@
       after, skip   the cursor the next call resumes the delayed scan from
       inflight      the domain's jobs in flight (left alone)
 
-  Errors: 'SQ_UNKNOWN_DOMAIN <domain>' (mode 'domain') when the queue never had the domain.
+  Errors: 'SQ_UNKNOWN_DOMAIN <domain>' (mode 'domain') when the queue never had the domain;
+  'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument, before any write.
 
   Cost: mode 'ids' O(ids * log N); mode 'domain' O(limit * log N), plus reading at most
   `limit` delayed job texts (about 8 MiB at most).
@@ -37,6 +38,29 @@
 --@include domain
 --@include jobs
 --@include housekeeping
+
+-- A score of the delayed set as the scan's cursor: '-inf', or a finite number's text.
+local function check_cursor(v, name)
+  check_match(v, name, '^[%d%.eE%+%-]+$', "'-inf' or a score")
+  local n = tonumber(v)
+  if v ~= '-inf' and (n == nil or n ~= n or n == math.huge or n == -math.huge) then
+    refuse(name, "expected '-inf' or a score", v)
+  end
+end
+
+local refused = arg_refusal(function()
+  check_enum(ARG.mode, 'mode', {'ids', 'domain'})
+  if ARG.mode == 'ids' then
+    check_list(ARG.ids, 'ids', check_str)
+    if ARG.force ~= nil then check_bool(ARG.force, 'force') end
+    return
+  end
+  check_str(ARG.domain, 'domain')
+  if ARG.after ~= nil and ARG.after ~= '-inf' then check_cursor(ARG.after, 'after') end
+  if ARG.skip ~= nil then check_int(ARG.skip, 'skip', 0, MAX_INT) end
+  if ARG.limit ~= nil then check_int(ARG.limit, 'limit', 1, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
 
 local TOUCHED = {}  -- domain -> jobs cancelled there by this call
 

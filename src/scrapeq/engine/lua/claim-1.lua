@@ -17,11 +17,17 @@
     next_ms  ms until the next known due time (delayed job, waiting domain or end of a
              global pause); -1 when nothing is scheduled. 0 when jobs are ready now.
     job_json the claimed job with its new token and attempts (attempts counts this one)
+
+  Errors: 'SQ_BAD_ARG n: ...' (includes/check.lua) unless 1 <= n <= 1,000.
 ]]
 --@include common
 --@include domain
 --@include jobs
 --@include housekeeping
+
+local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reserved n a call
+local refused = arg_refusal(function() check_int(ARG.n, 'n', 1, MAX_CLAIM) end)
+if refused then return redis.error_reply(refused) end
 
 -- Fencing tokens: the batch reserves N at its first lease (gaps are fine: tokens only grow),
 -- 100 per ms of the server clock before the counter leads it (see fresh_numbers).

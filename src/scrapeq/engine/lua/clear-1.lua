@@ -17,10 +17,18 @@
   meanwhile may be left (the caller then sees the markers again and makes another pass).
 
   Output: {next cursor, keys deleted}
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument, before any write.
 
   Cost: one SCAN step (about `count` keys looked at) and one UNLINK of what it found.
 ]]
 --@include common
+
+local refused = arg_refusal(function()
+  if ARG.markers ~= nil then check_bool(ARG.markers, 'markers') end
+  if ARG.cursor ~= nil then check_match(ARG.cursor, 'cursor', '^%d+$', 'a SCAN cursor') end
+  if ARG.count ~= nil then check_int(ARG.count, 'count', 1, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
 
 local MARKERS = {[P .. 'meta'] = true, [P .. 'stats'] = true, [P .. 'domains'] = true,
   [P .. 'dcount'] = true}

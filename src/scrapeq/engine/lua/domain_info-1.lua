@@ -18,6 +18,9 @@
 --@include common
 --@include domain
 
+local refused = arg_refusal(function() check_list(ARG.domains, 'domains', check_str) end)
+if refused then return redis.error_reply(refused) end
+
 local HOUR_MS = 3600000
 local out = {}
 for i, d in ipairs(ARG.domains) do

@@ -12,9 +12,23 @@
 
   Output: {delay_ms, conc, auto} now in force (the defaults when no override is set); auto
   is 1 when the domain's limit adapts (conc is then its limit now).
+
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
+  to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1), before any write.
 ]]
 --@include common
 --@include domain
+
+local refused = arg_refusal(function()
+  check_str(ARG.domain, 'domain')
+  if ARG.delay_ms ~= nil and ARG.delay_ms ~= -1 then check_ms(ARG.delay_ms, 'delay_ms') end
+  local conc = ARG.conc
+  if conc ~= nil and conc ~= 'auto' and conc ~= -1 and (type(conc) ~= 'number'
+      or conc < 1 or conc > MAX_INT or conc ~= math.floor(conc)) then
+    refuse('conc', "expected an integer in [1, " .. MAX_INT .. "], 'auto' or -1", conc)
+  end
+end)
+if refused then return redis.error_reply(refused) end
 
 local d = ARG.domain
 local dk = k_dom(d)

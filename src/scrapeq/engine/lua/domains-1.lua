@@ -16,6 +16,12 @@
 ]]
 --@include common
 
+local refused = arg_refusal(function()
+  check_int(ARG.from, 'from', 0, REGISTRY_BUCKETS)
+  check_int(ARG.to, 'to', 0, REGISTRY_BUCKETS)
+end)
+if refused then return redis.error_reply(refused) end
+
 local out = {}
 local from = math.max(math.floor(tonumber(ARG.from) or 0), 0)
 local to = math.min(math.floor(tonumber(ARG.to) or REGISTRY_BUCKETS), REGISTRY_BUCKETS)

@@ -44,7 +44,9 @@
     flag            1 when the queue has had a unique enqueue (jobs without uniqueness
                     should carry fp from now on), else 0
 
-  Errors: 'SQ_SEEN_LAYOUT <stored> <given>' (seen.lua), before anything is written.
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua, enqueue.lua: check_spec) for a job spec
+  out of its range (delay, expires: up to 100 years; max_attempts >= 1; ...), and
+  'SQ_SEEN_LAYOUT <stored> <given>' (seen.lua), both before anything is written.
 ]]
 --@include common
 --@include domain
@@ -52,8 +54,14 @@
 --@include seen
 --@include enqueue
 
+local refused = arg_refusal(function()
+  check_list(ARG.jobs, 'jobs', check_spec)
+  if ARG.pid ~= nil then check_pid(ARG.pid, 'pid') end
+end)
+if refused then return redis.error_reply(refused) end
+
 local specs = ARG.jobs
-local refused = enqueue_check(specs)
+refused = enqueue_check(specs)
 if refused then return redis.error_reply(refused) end
 local hold_all = enqueue_begin(specs, #specs)
 local out = {}

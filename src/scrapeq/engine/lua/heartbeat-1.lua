@@ -7,8 +7,20 @@
     ARGV[3]  JSON {items = [{id, token}], lease_ms?}  lease_ms overrides the configured lease
 
   Output: one integer per item: 1 renewed, 0 stale (the token no longer owns the job).
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad item or a lease_ms past 100
+  years, before any lease is renewed.
 ]]
 --@include common
+
+local refused = arg_refusal(function()
+  check_list(ARG.items, 'items', function(it)
+    check_table(it)
+    check_str(it.id, 'id')
+    check_num(it.token, 'token', 0, math.huge)
+  end)
+  if ARG.lease_ms ~= nil then check_ms(ARG.lease_ms, 'lease_ms') end
+end)
+if refused then return redis.error_reply(refused) end
 
 local lease_ms = tonumber(ARG.lease_ms) or CFG.lease_ms
 local out = {}

@@ -14,6 +14,12 @@
 ]]
 --@include common
 
+local refused = arg_refusal(function()
+  check_str(ARG.host, 'host')
+  check_str(ARG.key, 'key')
+end)
+if refused then return redis.error_reply(refused) end
+
 local cur = redis.call('HGET', K_HOSTS, ARG.host)
 if cur then return cur end
 redis.call('HSET', K_HOSTS, ARG.host, ARG.key)

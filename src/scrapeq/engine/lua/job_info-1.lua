@@ -21,6 +21,9 @@
 ]]
 --@include common
 
+local refused = arg_refusal(function() check_str(ARG.id, 'id') end)
+if refused then return redis.error_reply(refused) end
+
 local id = ARG.id
 local raw = redis.call('GET', k_job(id))
 if not raw then return {NOW, 'unknown', '', 0, 0, -2, ''} end

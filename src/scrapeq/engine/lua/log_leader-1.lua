@@ -29,6 +29,15 @@
 ]]
 --@include common
 
+local refused = arg_refusal(function()
+  check_str(ARG.id, 'id')
+  check_ms(ARG.ttl_ms, 'ttl_ms', 1)
+  check_ms(ARG.cursor_ttl_ms, 'cursor_ttl_ms', 1)
+  if ARG.cursor ~= nil then check_str(ARG.cursor, 'cursor', true) end
+  if ARG.release ~= nil then check_bool(ARG.release, 'release') end
+end)
+if refused then return redis.error_reply(refused) end
+
 local K_LEADER = P .. 'log-leader'
 local K_CURSOR = P .. 'log-cursor'
 

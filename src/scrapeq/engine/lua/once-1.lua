@@ -20,7 +20,7 @@
                 'renew': the holder's flag lasts lease_ms more (0: for good);
                 'release': the holder's flag is removed;
                 'peek': read only
-      lease_ms  0 (default): no expiry; else the lease in ms (integer, at most 10^12)
+      lease_ms  0 (default): no expiry; else the lease in ms (integer, at most 100 years)
 
   Keys: <prefix>once:<name> (string: the winner's holder text). Cost: O(1).
 
@@ -30,21 +30,19 @@
     holder  the holder's text ('' when the flag is not set after the call)
     ttl_ms  the flag's time left after the call: -1 kept for good, -2 not set
 
-  Errors: SQ_BAD_OUTCOME on a bad name, op or lease_ms (nothing written).
+  Errors: SQ_BAD_ARG on a bad name, holder, op or lease_ms (nothing written).
 ]]
 --@include common
 
-if type(ARG.name) ~= 'string' or not string.match(ARG.name, '^[%w_%-%.:]+$') then
-  return redis.error_reply('SQ_BAD_OUTCOME once: bad flag name')
-end
+local refused = arg_refusal(function()
+  check_match(ARG.name, 'name', '^[%w_%-%.:]+$', "a flag name (letters, digits, '_-.:')")
+  if ARG.holder ~= nil then check_str(ARG.holder, 'holder', true) end
+  if ARG.op ~= nil then check_enum(ARG.op, 'op', {'take', 'renew', 'release', 'peek'}) end
+  if ARG.lease_ms ~= nil then check_ms(ARG.lease_ms, 'lease_ms') end
+end)
+if refused then return redis.error_reply(refused) end
 local op = ARG.op or 'take'
-if op ~= 'take' and op ~= 'renew' and op ~= 'release' and op ~= 'peek' then
-  return redis.error_reply('SQ_BAD_OUTCOME once: bad op')
-end
 local lease = ARG.lease_ms or 0
-if type(lease) ~= 'number' or lease < 0 or lease > 1e12 or lease ~= math.floor(lease) then
-  return redis.error_reply('SQ_BAD_OUTCOME once: bad lease_ms')
-end
 local key = P .. 'once:' .. ARG.name
 local holder = tostring(ARG.holder or '')
 

@@ -18,6 +18,10 @@
 ]]
 --@include common
 
+local MAX_PARTS = 1024  -- the partitions setting's bound (scrapeq/engine/settings.py)
+local refused = arg_refusal(function() check_int(ARG.parts, 'parts', 1, MAX_PARTS) end)
+if refused then return redis.error_reply(refused) end
+
 local given = tonumber(ARG.parts) or 1
 local stored = tonumber(redis.call('HGET', K_META, 'parts'))
 if stored == nil then

@@ -9,8 +9,17 @@
       domain    only this domain's dead letters
 
   Output: {purged, remaining}  remaining = matching dead letters left after this call
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (older_ms: 0 to 100
+  years), before any write.
 ]]
 --@include common
+
+local refused = arg_refusal(function()
+  if ARG.older_ms ~= nil then check_ms(ARG.older_ms, 'older_ms') end
+  if ARG.domain ~= nil then check_str(ARG.domain, 'domain') end
+  if ARG.limit ~= nil then check_int(ARG.limit, 'limit', 1, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
 
 local max_score = '+inf'
 if ARG.older_ms then max_score = NOW - ARG.older_ms end

@@ -15,6 +15,11 @@
 --@include jobs
 --@include housekeeping
 
+local refused = arg_refusal(function()
+  if ARG.budget ~= nil then check_int(ARG.budget, 'budget', 1, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
+
 local budget = tonumber(ARG.budget) or CFG.batch
 local reaped = reap_expired(budget)
 local promoted = promote_due(budget)

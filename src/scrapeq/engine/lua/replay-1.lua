@@ -28,11 +28,23 @@
     skipped    dead letters of this slice not replayed (corrupt payloads, duplicates)
     dup_i      dead letters not replayed because a pending job holds their fingerprint
     missing_i  ids (mode 'ids') that are not dead letters, or cannot be replayed (corrupt)
+
+  Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument, before any write.
 ]]
 --@include common
 --@include domain
 --@include breaker
 --@include jobs
+
+local refused = arg_refusal(function()
+  check_enum(ARG.mode, 'mode', {'ids', 'domain', 'all'})
+  if ARG.mode == 'ids' then check_list(ARG.ids, 'ids', check_str) end
+  if ARG.mode == 'domain' then check_str(ARG.domain, 'domain') end
+  if ARG.reset ~= nil then check_bool(ARG.reset, 'reset') end
+  if ARG.limit ~= nil then check_int(ARG.limit, 'limit', 1, MAX_INT) end
+  if ARG.offset ~= nil then check_int(ARG.offset, 'offset', 0, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
 
 -- Whether another job that is still pending holds fingerprint fp.
 local function held_by_other(fp, id)

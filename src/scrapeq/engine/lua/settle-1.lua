@@ -42,9 +42,11 @@
     'stale': the token does not own the job (lease reaped and re-claimed, or already settled);
              nothing was changed for that item.
 
-  Errors: 'SQ_BAD_OUTCOME <o>' when an item has an unknown outcome (nothing changed before it
-  for that item; earlier items stay settled). 'SQ_SEEN_LAYOUT ...' (seen.lua) before anything
-  is written, when a follow-up's seen-set argument does not match the queue's layout.
+  Errors, each before anything is written: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) when
+  an item is malformed (an unknown outcome, a delay or ra past 100 years, a bad follow-up
+  spec: enqueue.lua's check_spec): the whole batch is refused, so a client settles its items
+  one by one to find it. 'SQ_SEEN_LAYOUT ...' (seen.lua) when a follow-up's seen-set argument
+  does not match the queue's layout.
 ]]
 --@include common
 --@include domain
@@ -54,6 +56,31 @@
 --@include seen
 --@include enqueue
 
+local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
+
+local function check_item(it)
+  check_table(it)
+  check_str(it.id, 'id')
+  check_num(it.token, 'token', 0, math.huge)
+  check_enum(it.o, 'o', SETTLE_OUTCOMES)
+  if it.df ~= nil and it.df ~= cjson.null then check_bool(it.df, 'df') end
+  if it.delay ~= nil then check_ms(it.delay, 'delay') end
+  if it.ra ~= nil then check_ms(it.ra, 'ra') end
+  if it.lat ~= nil then check_ms(it.lat, 'lat') end
+  if it.kind ~= nil then check_str(it.kind, 'kind', true) end
+  if it.msg ~= nil then check_str(it.msg, 'msg', true) end
+  if it.reason ~= nil then check_str(it.reason, 'reason', true) end
+  if it.sd ~= nil then check_bool(it.sd, 'sd') end
+  if it.ov ~= nil then check_bool(it.ov, 'ov') end
+  if it.f ~= nil then check_list(it.f, 'f', check_spec) end
+end
+
+local refused = arg_refusal(function()
+  check_list(ARG.items, 'items', check_item)
+  if ARG.pid ~= nil then check_pid(ARG.pid, 'pid') end
+end)
+if refused then return redis.error_reply(refused) end
+
 -- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
 local FOLLOW = {}
 for _, it in ipairs(ARG.items) do
@@ -62,12 +89,10 @@ for _, it in ipairs(ARG.items) do
   end
 end
 if #FOLLOW > 0 then
-  local refused = enqueue_check(FOLLOW)
+  refused = enqueue_check(FOLLOW)
   if refused then return redis.error_reply(refused) end
   enqueue_begin(FOLLOW, #FOLLOW)
 end
-
-local OUTCOMES = {done = true, retry = true, throttle = true, fail = true, release = true}
 
 local function park_domain(d, ra)
   if ra and ra > 0 then
@@ -207,9 +232,6 @@ do
 end
 
 local function settle_one(i, it)
-  if not OUTCOMES[it.o] then
-    return redis.error_reply('SQ_BAD_OUTCOME ' .. tostring(it.o))
-  end
   -- the job, when its token owns it and it is in flight; else stale, nothing changed
   local id = it.id
   local job
@@ -258,11 +280,7 @@ end
 
 local function settle_all()
   local out = {}
-  for i, it in ipairs(ARG.items) do
-    local status = settle_one(i, it)
-    if type(status) == 'table' then return status end
-    out[i] = status
-  end
+  for i, it in ipairs(ARG.items) do out[i] = settle_one(i, it) end
   return out
 end
 

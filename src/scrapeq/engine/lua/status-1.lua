@@ -23,6 +23,12 @@
 ]]
 --@include common
 
+local refused = arg_refusal(function()
+  check_list(ARG.lanes, 'lanes', check_str)
+  if ARG.top ~= nil then check_int(ARG.top, 'top', 0, MAX_INT) end
+end)
+if refused then return redis.error_reply(refused) end
+
 local stats = {}
 local flat = redis.call('HGETALL', K_STATS)
 for i = 1, #flat, 2 do stats[flat[i]] = tonumber(flat[i + 1]) end

@@ -9,10 +9,15 @@
     ARGV[3]  the call's own arguments, JSON (documented in each script's header)
 
   Times are integer milliseconds of the Redis server clock.
+
+  ARGV[1] and ARGV[2] are checked here (check.lua: decode_inputs), before anything else: a bad
+  one is refused with SQ_BAD_ARG or SQ_BAD_CONFIG. Each script checks its ARGV[3] (ARG) next,
+  before its first write.
 ]]
+--@include check
 local P = KEYS[1]
-local CFG = cjson.decode(ARGV[2])
-local ARG = cjson.decode(ARGV[3])
+local CFG, ARG, REFUSED = decode_inputs()
+if REFUSED then return redis.error_reply(REFUSED) end
 
 if redis.replicate_commands then
   pcall(redis.replicate_commands)

@@ -3,8 +3,11 @@
   job are enqueued by the call that settles it). Depends on common.lua, domain.lua, jobs.lua
   and seen.lua. A job spec is documented in enqueue-1.lua's header.
 
+  check_spec(s) raises the refusal of a bad job spec (check.lua): call it on every spec a
+    script may add, in the script's arg_refusal (check_list(ARG.jobs, 'jobs', check_spec)),
+    and check_pid(pid, name) on ARG.pid.
   enqueue_check(specs) -> nil, or an error text: call it on every spec a script may add,
-    before the script's first write (the seen-set's layout check; seen.lua).
+    after check_spec and before the script's first write (the seen-set's layout; seen.lua).
   enqueue_begin(specs, n) reserves n job ids (fresh_numbers) and reads the queue's
     fingerprint flag; enqueue_one(s) then adds one spec, answering as enqueue-1.lua does;
     enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
@@ -18,6 +21,30 @@
 ]]
 
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}}
+
+local ENQ_UNIQUE = {'pending', 'seen'}
+
+local function check_spec(s)
+  check_table(s)
+  check_str(s.url, 'url')
+  check_str(s.domain, 'domain')
+  check_str(s.lane, 'lane')
+  check_int(s.off, 'off', -MAX_OFFSET_MS, MAX_OFFSET_MS)
+  check_ms(s.delay, 'delay')
+  check_int(s.max_attempts, 'max_attempts', 1, MAX_INT)
+  if s.payload ~= nil then check_str(s.payload, 'payload', true) end
+  if s.expires ~= nil then check_ms(s.expires, 'expires', 1) end
+  if s.fp ~= nil then check_str(s.fp, 'fp') end
+  if s.unique ~= nil then check_enum(s.unique, 'unique', ENQ_UNIQUE) end
+  if s.seen ~= nil then check_in(s.seen, 'seen', check_seen_arg) end
+  if s.depth ~= nil then check_int(s.depth, 'depth', 0, MAX_INT) end
+  if s.parent ~= nil then check_str(s.parent, 'parent') end
+end
+
+-- The suffix of new ids: '.<partition>'.
+local function check_pid(pid, name)
+  check_match(pid, name, '^%.%d+$', "a partition suffix ('.<n>')")
+end
 
 local function enqueue_check(specs)
   for _, s in ipairs(specs) do

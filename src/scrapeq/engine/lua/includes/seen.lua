@@ -23,6 +23,9 @@
     layout; a queue without one (or with another layout) is left as it is: the mark creates
     no seen-set and raises nothing.
 
+  check_seen_arg(seen) raises the refusal of a malformed `seen` table (check.lua):
+    enqueue.lua's check_spec calls it before the script's first write.
+
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
     records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
@@ -51,6 +54,19 @@
 ]]
 
 local SEEN_LOOKBACK = 4
+
+-- Check the `seen` table of a job spec (raises its refusal: check.lua): exact, a bucket and
+-- a decimal fingerprint; bloom, positions within CFG.seen_bits.
+local function check_seen_arg(seen)
+  check_table(seen)
+  if seen.bits ~= nil then
+    check_list(seen.bits, 'bits', function(pos) check_int(pos, nil, 0, CFG.seen_bits - 1) end)
+    return
+  end
+  check_int(seen.b, 'b', 0, MAX_INT)
+  check_match(seen.f, 'f', '^%-?%d+$', 'a decimal fingerprint')
+end
+
 local SEEN_CHECKED = nil  -- nil: not yet; true: agrees; else the error text
 
 local function seen_layout_error()
