@@ -4,7 +4,7 @@
   and seen.lua. A job spec is documented in enqueue-1.lua's header.
 
   enqueue_check(specs) -> nil, or an error text: call it on every spec a script may add,
-    before the script's first write (the seen-set's layout check; seen.lua).
+    before the script's first write (the seen-set's layout and argument checks; seen.lua).
   enqueue_begin(specs, n) reserves n job ids (fresh_numbers) and reads the queue's
     fingerprint flag; enqueue_one(s) then adds one spec, answering as enqueue-1.lua does;
     enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
@@ -16,9 +16,15 @@
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}}
 
 local function enqueue_check(specs)
+  local any_seen = false
   for _, s in ipairs(specs) do
-    if s.seen and seen_layout_error() then return seen_layout_error() end
+    if s.seen then
+      local bad = seen_arg_error(s.seen)
+      if bad then return bad end
+      any_seen = true
+    end
   end
+  if any_seen then return seen_layout_error() end  -- the first one records the layout
   return nil
 end
 
