@@ -97,7 +97,7 @@ async def test_dev_full_fails_each_write_and_close_does_not_raise() -> None:
     await sink.close()  # twice is harmless
 
 
-async def test_lines_written_after_a_failure_are_whole(tmp_path: Path) -> None:
+async def test_concurrent_writes_of_one_sink_are_whole_lines(tmp_path: Path) -> None:
     """Lines from concurrent writers of one sink are whole lines, in one file."""
     out = tmp_path / "res.jsonl"
     sink = JsonlSink(out)

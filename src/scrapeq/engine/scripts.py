@@ -149,9 +149,9 @@ def _seen_layout_error(detail: str) -> ConfigError:
     return ConfigError(
         "seen_filter",
         f"this queue's seen-set was built as {stored} and these settings make {given}: every "
-        "client of a queue must agree on seen_filter, seen_capacity, seen_error_rate and "
-        "recrawl_after (to change them, delete the queue's sq:{Q}:seen* keys and the 'seen' "
-        "field of sq:{Q}:meta)",
+        "client of a queue must agree on seen_filter, recrawl_after and, for a Bloom filter, "
+        "seen_capacity and seen_error_rate (to change them, delete the queue's sq:{Q}:seen* "
+        "keys and the 'seen' field of sq:{Q}:meta)",
     )
 
 

@@ -42,7 +42,8 @@
     flag            1 when the queue has had a unique enqueue (jobs without uniqueness
                     should carry fp from now on), else 0
 
-  Errors: 'SQ_SEEN_LAYOUT <stored> <given>' (seen.lua), before anything is written.
+  Errors: 'SQ_SEEN_LAYOUT <stored> <given>' or 'SQ_BAD_SEEN <what> <value>' (seen.lua),
+  before anything is written.
 ]]
 --@include common
 --@include domain

@@ -39,8 +39,9 @@
              nothing was changed for that item.
 
   Errors: 'SQ_BAD_OUTCOME <o>' when an item has an unknown outcome (nothing changed before it
-  for that item; earlier items stay settled). 'SQ_SEEN_LAYOUT ...' (seen.lua) before anything
-  is written, when a follow-up's seen-set argument does not match the queue's layout.
+  for that item; earlier items stay settled). 'SQ_SEEN_LAYOUT ...' or 'SQ_BAD_SEEN ...'
+  (seen.lua) before anything is written, when a follow-up's seen-set argument does not match
+  the queue's layout or is malformed.
 ]]
 --@include common
 --@include domain
