@@ -129,6 +129,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)
 
 
+async def _logged(log: Path, text: str) -> None:
+    while text not in log.read_text(errors="replace"):
+        await asyncio.sleep(0.05)
+
+
 async def test_two_processes_on_a_full_disk_write_each_job_once(
     redis_url: str, small_disk: Path, tmp_path: Path
 ) -> None:
@@ -149,8 +154,12 @@ async def test_two_processes_on_a_full_disk_write_each_job_once(
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
                 try:
-                    await asyncio.sleep(3)
-                    (small_disk / "filler").unlink()  # the disk is freed
+                    # the disk stays full a while after the first failed line (the issue:
+                    # 3 s), then is freed; waiting for the failure, not the clock, holds
+                    # on a loaded machine, where two processes may take seconds to start
+                    await asyncio.wait_for(_logged(log, "sink failed, releasing it"), 40)
+                    await asyncio.sleep(2)
+                    (small_disk / "filler").unlink()
                     code = await asyncio.wait_for(proc.wait(), 60)
                 finally:
                     if proc.returncode is None:
