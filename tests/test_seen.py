@@ -21,11 +21,11 @@ from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import ScriptConfig, expand_includes, map_error
 from scrapeq.engine.seen import (
     BLOOM_CHUNK_BYTES,
-    SEEN_BUCKETS,
+    DEFAULT_SEEN_BUCKETS,
     SeenLayout,
     bloom_geometry,
     bloom_positions,
-    seen_bucket,
+    exact_bucket,
 )
 from scrapeq.engine.settings import load_settings
 from scrapeq.engine.urls import fingerprint, fingerprint64
@@ -49,6 +49,11 @@ def at(q: Queue, seconds: float) -> None:
 def claim_one(q: Queue) -> Job:
     (job,) = q.claim().jobs
     return job
+
+
+def bucket(fp: int) -> int:
+    """The bucket of a fingerprint in a queue of the default seen_capacity."""
+    return exact_bucket(fp, DEFAULT_SEEN_BUCKETS)
 
 
 def statuses(results: list[Any]) -> list[str]:
@@ -138,8 +143,10 @@ def test_bloom_geometry_and_positions() -> None:
 def test_exact_argument_passes_the_fingerprint_as_a_decimal_string() -> None:
     fp = -(2**63) + 12345  # far beyond what a double (or cjson's 14 digits) keeps
     arg = SeenLayout().arg(fp)
-    assert arg == {"b": fp & 0xFFFF, "f": str(fp)}
-    assert seen_bucket(fp) == 12345 & 0xFFFF and 0 <= seen_bucket(-1) < SEEN_BUCKETS
+    assert arg == {"b": 12345, "f": str(fp)}  # its low 32 bits: the script picks the bucket
+    assert SeenLayout().arg(-1)["b"] == 2**32 - 1
+    assert bucket(fp) == 12345 & 0xFFFF
+    assert exact_bucket(-1, DEFAULT_SEEN_BUCKETS) == DEFAULT_SEEN_BUCKETS - 1
 
 
 # --- pending: every job holds its free fingerprint once the queue asked for uniqueness ----------
@@ -250,7 +257,7 @@ def test_seen_in_one_batch_and_across_modes(
     assert q.enqueue(url(4), unique="pending").status == "added"
     assert q.enqueue(url(4)).status == "added"
     fp4 = fingerprint64(url(4))
-    assert not redis_client.sismember(q.keys.seen(seen_bucket(fp4)), str(fp4))
+    assert not redis_client.sismember(q.keys.seen(bucket(fp4)), str(fp4))
 
 
 def test_exact_buckets_are_intsets_of_the_fingerprints(
@@ -262,9 +269,9 @@ def test_exact_buckets_are_intsets_of_the_fingerprints(
     buckets: dict[int, set[str]] = {}
     for u in urls:
         fp = fingerprint64(u)
-        buckets.setdefault(seen_bucket(fp), set()).add(str(fp))
-    for bucket, members in list(buckets.items())[:200]:
-        key = q.keys.seen(bucket)
+        buckets.setdefault(bucket(fp), set()).add(str(fp))
+    for b, members in list(buckets.items())[:200]:
+        key = q.keys.seen(b)
         assert redis_client.object("encoding", key) == "intset"
         assert redis_client.smembers(key) == members
     assert redis_client.hget(q.keys.meta, "seen") == "exact"
@@ -367,7 +374,7 @@ def test_recrawl_slice_keys_expire(make_queue: QueueFactory, redis_client: redis
     q.enqueue(url(1))
     (key,) = redis_client.keys(q.keys.prefix.replace("{", "[{]").replace("}", "[}]") + "seen:*")
     fp = fingerprint64(url(1))
-    assert key.endswith(f":{seen_bucket(fp)}") and redis_client.sismember(key, str(fp))
+    assert key.endswith(f":{bucket(fp)}") and redis_client.sismember(key, str(fp))
     assert redis_client.object("encoding", key) == "intset"
     ttl = redis_client.pttl(key)
     assert DAY * 1000 < ttl <= DAY * 1.25 * 1000

@@ -50,7 +50,7 @@ from scrapeq.engine.scripts import (
     Settlement,
     Step,
 )
-from scrapeq.engine.seen import SeenLayout
+from scrapeq.engine.seen import SeenLayout, warn_if_resized
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
 from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
 from scrapeq.errors import (
@@ -819,6 +819,7 @@ class _PartitionedCore(_QueueCore):
             else [self.keys]
         )
         self._parts_checked = False
+        self._seen_told = False  # whether the queue's seen-set bucket count was compared
         now = 0.0
         #: Per partition: when (monotonic) to claim there next; whether it had nothing at all.
         self._due = [now] * self.partitions
@@ -891,7 +892,9 @@ class _PartitionedCore(_QueueCore):
     def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         yield from self._op_check_parts()
         if self.partitions == 1:
-            return (yield from super()._op_enqueue(specs))
+            done = yield from super()._op_enqueue(specs)
+            yield from self._op_tell_seen_buckets(specs)
+            return done
         self._check_payload_sizes(specs)
         groups: dict[int, list[int]] = {}
         for index, spec in enumerate(specs):
@@ -915,7 +918,19 @@ class _PartitionedCore(_QueueCore):
         for (answers, _), indexes in zip(replies, owners, strict=True):
             for index, answer in zip(indexes, answers, strict=True):
                 results[index] = _enqueue_result(answer)
+        yield from self._op_tell_seen_buckets(specs)
         return [r for r in results if r is not None]
+
+    def _op_tell_seen_buckets(self, specs: Sequence[EnqueueSpec]) -> Op[None]:
+        """Once a client, after its first seen enqueue: warn when the queue's seen-set has
+        another bucket count than this client's ``seen_capacity`` asks for (the queue's is
+        used: ``seen.warn_if_resized``)."""
+        spec = None if self._seen_told else next((s for s in specs if s.seen), None)
+        if spec is None:
+            return
+        self._seen_told = True
+        keys = self.parts[self._part(spec.domain) if self.partitions > 1 else 0]
+        warn_if_resized(self._seen, (yield Command(("HGET", keys.meta, "seen"))))
 
     def _op_claim(self, n: int) -> Op[Claimed]:
         yield from self._op_check_parts()

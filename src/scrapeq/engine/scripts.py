@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from scrapeq.engine.keys import REGISTRY_BUCKETS
-from scrapeq.engine.seen import SeenLayout
+from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
 from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
 __all__ = [
@@ -164,9 +164,9 @@ def _seen_layout_error(detail: str) -> ConfigError:
     return ConfigError(
         "seen_filter",
         f"this queue's seen-set was built as {stored} and these settings make {given}: every "
-        "client of a queue must agree on seen_filter, seen_capacity, seen_error_rate and "
-        "recrawl_after (to change them, delete the queue's sq:{Q}:seen* keys and the 'seen' "
-        "field of sq:{Q}:meta)",
+        "client of a queue must agree on seen_filter, recrawl_after and, for a Bloom filter, "
+        "seen_capacity and seen_error_rate (to change them, delete the queue's sq:{Q}:seen* "
+        "keys and the 'seen' field of sq:{Q}:meta)",
     )
 
 
@@ -209,9 +209,11 @@ class ScriptConfig:
     #: Jobs a domain may have enqueued before follow-ups to it are skipped (None: no cap).
     max_pages: int | None = None
     #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
+    #: exact, the bucket count to record when the queue has none (seen_capacity's);
     #: bloom, its size and its chunks' in bits.
     seen_layout: str = "exact"
     seen_slice_ms: int = 0
+    seen_buckets: int = DEFAULT_SEEN_BUCKETS
     seen_bits: int = 0
     seen_chunk_bits: int = 0
     #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
@@ -253,6 +255,7 @@ class ScriptConfig:
             max_pages=s.max_pages,
             seen_layout=seen.stamp,
             seen_slice_ms=seen.slice_ms,
+            seen_buckets=seen.buckets,
             seen_bits=seen.bits,
             seen_chunk_bits=seen.chunk_bits,
             domain_ttl_ms=_ms(s.domain_ttl),

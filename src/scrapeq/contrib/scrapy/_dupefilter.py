@@ -11,6 +11,7 @@ from scrapy.dupefilters import BaseDupeFilter
 
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec
+from scrapeq.engine.seen import exact_bucket, stored_buckets
 
 __all__ = ["DupeFilter"]
 
@@ -27,6 +28,7 @@ class DupeFilter(BaseDupeFilter):
     def __init__(self, crawler: Crawler | None = None) -> None:
         self.crawler = crawler
         self._queue: Queue | None = None
+        self._buckets: int | None = None  # the queue's seen-set bucket count, once read
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -53,11 +55,16 @@ class DupeFilter(BaseDupeFilter):
         """Whether the crawl's seen-set has the request (read only; exact seen-sets)."""
         if self._queue is None:
             return False  # nothing was enqueued through this filter yet
-        arg = self._queue._seen.arg(self.fingerprint64(request))
-        if "b" not in arg:
+        if self._queue._seen.filter != "exact":
             return False  # a Bloom filter is read by the enqueue script only
-        key = f"{self._queue.keys.prefix}seen:{arg['b']}"
-        return bool(self._queue.client.sismember(key, arg["f"]))
+        if self._buckets is None:  # fixed for the queue's life once it has a seen-set
+            stamp = self._queue.client.hget(self._queue.keys.meta, "seen")
+            self._buckets = stored_buckets(str(stamp) if stamp is not None else None)
+            if self._buckets is None:
+                return False  # nothing was seen yet
+        fp64 = self.fingerprint64(request)
+        key = self._queue.keys.seen(exact_bucket(fp64, self._buckets))
+        return bool(self._queue.client.sismember(key, str(fp64)))
 
     def log(self, request: Request, spider: Spider) -> None:
         if self.crawler is not None and self.crawler.stats is not None:

@@ -45,8 +45,9 @@
                     should carry fp from now on), else 0
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua, enqueue.lua: check_spec) for a job spec
-  out of its range (delay, expires: up to 100 years; max_attempts >= 1; ...), and
-  'SQ_SEEN_LAYOUT <stored> <given>' (seen.lua), both before anything is written.
+  out of its range (delay, expires: up to 100 years; max_attempts >= 1; a seen-set bucket in
+  0..2^32-1 ...), and 'SQ_SEEN_LAYOUT <stored> <given>' (seen.lua), both before anything is
+  written.
 ]]
 --@include common
 --@include domain

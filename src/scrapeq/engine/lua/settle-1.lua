@@ -44,9 +44,9 @@
 
   Errors, each before anything is written: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) when
   an item is malformed (an unknown outcome, a delay or ra past 100 years, a bad follow-up
-  spec: enqueue.lua's check_spec): the whole batch is refused, so a client settles its items
-  one by one to find it. 'SQ_SEEN_LAYOUT ...' (seen.lua) when a follow-up's seen-set argument
-  does not match the queue's layout.
+  spec or seen-set argument: enqueue.lua's check_spec): the whole batch is refused, so a
+  client settles its items one by one to find it. 'SQ_SEEN_LAYOUT ...' (seen.lua) when a
+  follow-up's seen-set argument does not match the queue's layout.
 ]]
 --@include common
 --@include domain

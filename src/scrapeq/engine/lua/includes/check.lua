@@ -189,6 +189,10 @@ local function check_config(c)
   -- a Bloom filter's chunks are strings: at most 2^32 bits (SETBIT's bound)
   int(c.seen_bits, 'seen_bits', 0, 4294967296)
   int(c.seen_chunk_bits, 'seen_chunk_bits', 0, 4294967296)
+  -- an exact seen-set's bucket count (a Bloom layout has none: 0)
+  if c.seen_buckets ~= nil then
+    int(c.seen_buckets, 'seen_buckets', c.seen_chunk_bits > 0 and 0 or 1, 4294967296)
+  end
   if c.seen_chunk_bits > 0 and (c.seen_chunk_bits % 8 ~= 0 or c.seen_bits % c.seen_chunk_bits ~= 0) then
     refuse('seen_chunk_bits', 'expected a multiple of 8 dividing seen_bits', c.seen_chunk_bits)
   end

@@ -47,9 +47,11 @@ local function check_pid(pid, name)
 end
 
 local function enqueue_check(specs)
+  local any_seen = false
   for _, s in ipairs(specs) do
-    if s.seen and seen_layout_error() then return seen_layout_error() end
+    if s.seen then any_seen = true end  -- each checked by check_spec (check_seen_arg)
   end
+  if any_seen then return seen_layout_error() end  -- the first one records the layout
   return nil
 end
 

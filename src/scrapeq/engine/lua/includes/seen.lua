@@ -6,9 +6,10 @@
 
   seen_add(seen) -> true when the URL is new (it is recorded now), false when it was seen.
     seen  the `seen` table of a job spec, as the client built it:
-            exact  {b = bucket, f = "fingerprint"}: f the URL's signed 64-bit fingerprint as
+            exact  {b = low, f = "fingerprint"}: f the URL's signed 64-bit fingerprint as
                    a decimal string (never a number: cjson keeps 14 significant digits), b
-                   its low 16 bits (0..65535)
+                   its low 32 bits (an integer in 0..2^32-1); its bucket is b mod the
+                   queue's bucket count
             bloom  {bits = {p_1, ..., p_k}}: the URL's k bit positions, each in [0, m)
     Check and add are one step: call it in the script that creates the job, create the job
     only on true, and a repeat in the same script (or any later call) answers false. A seen
@@ -29,13 +30,19 @@
   seen_layout_error() -> nil, or the error text 'SQ_SEEN_LAYOUT <stored> <given>' when the
     queue's seen-set was built with another layout than CFG.seen_layout (the first call
     records it in the 'seen' field of sq:{Q}:meta, and creates a Bloom filter whole):
-    clients that disagree would not see each other's URLs. A script calls it before its
-    first write when an item may call seen_add and answers redis.error_reply(text) (an
-    error raised after writes would leave them in place). It reads Redis once per call.
+    clients that disagree would not see each other's URLs. The exact seen-set's bucket
+    count is not part of the agreement: the first call records CFG.seen_buckets (the
+    stamp gains '/buckets=<n>' unless n = 65,536, the count of every queue written before
+    it was recorded), and every later call uses the recorded count whatever its own (or
+    'SQ_BAD_SEEN stored <stamp>' when the recorded count is damaged). A script calls it before its first write when an item may call seen_add and
+    answers redis.error_reply(text) (an error raised after writes would leave them in
+    place). It reads Redis once per call.
 
-  Layout (CFG.seen_layout, seen_slice_ms, seen_bits, seen_chunk_bits: the client's settings):
-    exact          SADD f to sq:{Q}:seen:<b>, a set of integers: an intset of 8 bytes a member
-                   while it holds at most set-max-intset-entries members (512 by default)
+  Layout (CFG.seen_layout, seen_slice_ms, seen_buckets, seen_bits, seen_chunk_bits: the
+  client's settings):
+    exact          SADD f to sq:{Q}:seen:<b mod buckets>, a set of integers: an intset of 8
+                   bytes a member while it holds at most set-max-intset-entries members (512
+                   by default)
     exact, sliced  (recrawl_after = 4 slices of CFG.seen_slice_ms ms) looked up in the
                    current slice s = floor(NOW / seen_slice_ms) and the 4 before it, added to
                    sq:{Q}:seen:<s>:<b>, which expires when s leaves the window: a URL comes back
@@ -63,35 +70,62 @@ local function check_seen_arg(seen)
     check_list(seen.bits, 'bits', function(pos) check_int(pos, nil, 0, CFG.seen_bits - 1) end)
     return
   end
-  check_int(seen.b, 'b', 0, MAX_INT)
+  check_int(seen.b, 'b', 0, 4294967295)  -- the fingerprint's low 32 bits: its bucket
   check_match(seen.f, 'f', '^%-?%d+$', 'a decimal fingerprint')
 end
 
 local SEEN_CHECKED = nil  -- nil: not yet; true: agrees; else the error text
+local SEEN_DEFAULT_BUCKETS = 65536  -- a stamp naming no count
+local SEEN_MAX = 4294967296  -- 2^32: b is below it, the bucket count at most it
+local SEEN_BUCKETS = SEEN_DEFAULT_BUCKETS  -- the queue's, once seen_layout_error agreed
+
+local function seen_whole(v, low, high)
+  return type(v) == 'number' and v == math.floor(v) and v >= low and v <= high
+end
+
+-- The first call: the layout, with the bucket count unless the default (exact), is recorded.
+local function seen_record()
+  local bloom = (tonumber(CFG.seen_chunk_bits) or 0) > 0
+  local stamp = CFG.seen_layout
+  if not bloom then
+    local buckets = CFG.seen_buckets or SEEN_DEFAULT_BUCKETS  -- checked by check_config
+    if buckets ~= SEEN_DEFAULT_BUCKETS then
+      stamp = stamp .. '/buckets=' .. string.format('%d', buckets)
+    end
+    SEEN_BUCKETS = buckets
+  end
+  redis.call('HSET', K_META, 'seen', stamp)
+  if bloom then
+    local zeros = string.rep('\0', CFG.seen_chunk_bits / 8)
+    for c = 0, CFG.seen_bits / CFG.seen_chunk_bits - 1 do
+      redis.call('SET', P .. 'seen:bloom:' .. string.format('%d', c), zeros)
+    end
+  end
+  return true
+end
+
+local function seen_agree(stored)
+  local layout, buckets = string.match(stored, '^(.*)/buckets=(%d+)$')
+  if not layout then layout, buckets = stored, SEEN_DEFAULT_BUCKETS end
+  if layout ~= CFG.seen_layout then
+    return 'SQ_SEEN_LAYOUT ' .. layout .. ' ' .. tostring(CFG.seen_layout)
+  end
+  SEEN_BUCKETS = tonumber(buckets)
+  if not seen_whole(SEEN_BUCKETS, 1, SEEN_MAX) then return 'SQ_BAD_SEEN stored ' .. stored end
+  return true
+end
 
 local function seen_layout_error()
   if SEEN_CHECKED == nil then
     local stored = redis.call('HGET', K_META, 'seen')
-    if not stored then
-      redis.call('HSET', K_META, 'seen', CFG.seen_layout)
-      if (tonumber(CFG.seen_chunk_bits) or 0) > 0 then
-        local zeros = string.rep('\0', CFG.seen_chunk_bits / 8)
-        for c = 0, CFG.seen_bits / CFG.seen_chunk_bits - 1 do
-          redis.call('SET', P .. 'seen:bloom:' .. string.format('%d', c), zeros)
-        end
-      end
-      SEEN_CHECKED = true
-    elseif stored == CFG.seen_layout then
-      SEEN_CHECKED = true
-    else
-      SEEN_CHECKED = 'SQ_SEEN_LAYOUT ' .. stored .. ' ' .. tostring(CFG.seen_layout)
-    end
+    if stored then SEEN_CHECKED = seen_agree(stored) else SEEN_CHECKED = seen_record() end
   end
   if SEEN_CHECKED == true then return nil end
   return SEEN_CHECKED
 end
 
-local function seen_exact(b, f)
+local function seen_exact(low, f)
+  local b = string.format('%d', low % SEEN_BUCKETS)
   local slice_ms = tonumber(CFG.seen_slice_ms) or 0
   if slice_ms <= 0 then
     return redis.call('SADD', P .. 'seen:' .. b, f) == 1
@@ -138,13 +172,13 @@ local function seen_add(seen)
   local bad = seen_layout_error()
   if bad then error(bad, 0) end
   if seen.bits then return seen_bloom(seen.bits) end
-  return seen_exact(string.format('%d', seen.b), seen.f)
+  return seen_exact(seen.b, seen.f)
 end
 
 local function seen_has(seen)
   if seen_layout_error() then return false end
   if seen.bits then return bloom_has(bloom_places(seen.bits)) end
-  local b, f = string.format('%d', seen.b), seen.f
+  local b, f = string.format('%d', seen.b % SEEN_BUCKETS), seen.f
   local slice_ms = tonumber(CFG.seen_slice_ms) or 0
   if slice_ms <= 0 then return redis.call('SISMEMBER', P .. 'seen:' .. b, f) == 1 end
   local now_slice = math.floor(NOW / slice_ms)
@@ -160,11 +194,7 @@ local function seen_mark(seen)
   if SEEN_CHECKED == nil then
     local stored = redis.call('HGET', K_META, 'seen')
     if not stored then return false end  -- no seen-set (yet): not cached, a later call may make it
-    if stored ~= CFG.seen_layout then
-      SEEN_CHECKED = 'SQ_SEEN_LAYOUT ' .. stored .. ' ' .. tostring(CFG.seen_layout)
-    else
-      SEEN_CHECKED = true
-    end
+    SEEN_CHECKED = seen_agree(stored)  -- the layout, and the queue's bucket count
   end
   if SEEN_CHECKED ~= true then return false end
   return seen_add(seen)
