@@ -1152,9 +1152,8 @@ def _breaker_json(info: dict[str, Any], window_size: int) -> dict[str, Any]:
     """One breaker: its recent window as counts (failures among the last calls recorded)."""
     keys = ("domain", "state", "consecutive_failures")
     out = {k: info[k] for k in keys}
-    window = str(info["window"] or "")
-    out["window_failures"] = window.count("1")
-    out["window_calls"] = len(window)
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
     out["window_size"] = window_size
     out["trips"] = info["trips"]
     _time_fields(out, "open_until", info["open_until"])
@@ -1237,6 +1236,8 @@ def domains(
 def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     keys = ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "enqueued")
     out = {k: info[k] for k in keys}
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
     out["delay"] = info["delay_ms"] / 1000
     out["delay_ms"] = int(info["delay_ms"])
     out["concurrency"] = info["concurrency"]

@@ -150,8 +150,8 @@ def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Tab
     for col in ("domain", "state", "fails", "window", "trips", "open"):
         table.add_column(col)
     for d in infos:
-        window = d["window"]
-        rate = f"{window.count('1')}/{len(window)}" if window else ""
+        calls = d["window_calls"]
+        rate = f"{d['window_failures']}/{calls}" if calls else ""
         table.add_row(
             d["domain"], _state(d["state"]), str(d["consecutive_failures"]), rate,
             str(d["trips"]), human_until(ms_to_iso(d["open_until"])),
