@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from scrapeq.engine import listing
 from scrapeq.engine.connection import (
     async_client,
     check_reachable,
@@ -924,7 +925,9 @@ def _confirm(question: str, refusal: str) -> None:
 
 # --- one job ------------------------------------------------------------------------------------
 
-job_app = typer.Typer(help="One job: where it is; cancel pending jobs.", no_args_is_help=True)
+job_app = typer.Typer(
+    help="Jobs: list them by state, show where one is, cancel pending ones.", no_args_is_help=True
+)
 app.add_typer(job_app, name="job")
 
 
@@ -949,6 +952,54 @@ def job_show(
         _emit_json(info.as_dict(queue=q.name))
         return
     _console().print(render.job_view(info, q.name))
+
+
+@job_app.command("list")
+def job_list(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            metavar="STATE",
+            help="ready, delayed, inflight or dead (default: the "
+            "pending ones, ready, delayed and inflight).",
+        ),
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(metavar="D", help="Only this domain's jobs (host[:port]).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, metavar="N", help="At most N jobs of each state.")
+    ] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Jobs by state, to find a pending job's id: ready (most urgent first), delayed (soonest
+    due), in flight (soonest lease end), dead (newest first). Reads are bounded: without
+    --domain, the ready jobs of the domains next in line.
+
+    Examples:
+      scrapeq job list --domain shop-43.example.com
+      scrapeq job list --state delayed --limit 50 --json
+    """
+    _domain_arg(domain)
+    if state is not None and state not in listing.JOB_STATES:
+        _die(f"--state takes {', '.join(listing.JOB_STATES)}; got {state!r}", 2)
+    q = _existing_queue(ctx)
+    listings = [q.list_jobs(s, domain=domain, limit=limit) for s in (state,) if s] or [
+        q.list_jobs(s, domain=domain, limit=limit) for s in listing.PENDING_STATES
+    ]
+    for partial in (x for x in listings if x.partial):
+        typer.echo(
+            f"scrapeq: note: {domain}'s {partial.state} jobs were looked for among the "
+            f"first {listing.SCAN_LIMIT:,} {partial.state} jobs of the queue only",
+            err=True,
+        )
+    if as_json:
+        _emit_json([info.as_dict() for x in listings for info in x.jobs])
+        return
+    counts = q.domains_info([domain])[0] if domain is not None else q.counts()
+    where = f" of {domain}" if domain is not None else ""
+    _console().print(render.jobs_table(listings, counts, where))
 
 
 def _no_job(q: Queue, job_id: str, *, hint: bool = False) -> str:
