@@ -222,6 +222,24 @@ def _emit_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
+#: ``--allow-private`` and ``--no-allow-private`` are two flags, one help row each: as one
+#: switch its ``--no-`` form took a column of its own, which cut option names at 80 columns.
+AllowPrivate = Annotated[
+    bool,
+    typer.Option("--allow-private", help="Allow private addresses (loopback, LAN, link-local)."),
+]
+RefusePrivate = Annotated[
+    bool, typer.Option("--no-allow-private", help="Refuse them, whatever the settings say.")
+]
+
+
+def _private(allow: bool, refuse: bool) -> bool | None:
+    """The ``allow_private`` the flags ask for: None (the settings decide) unless one is given."""
+    if allow and refuse:
+        _die("--allow-private and --no-allow-private contradict each other", 2)
+    return True if allow else (False if refuse else None)
+
+
 # --- worker ------------------------------------------------------------------------------------
 
 
@@ -230,17 +248,17 @@ def worker(
     ctx: typer.Context,
     concurrency: Annotated[int, typer.Option(min=1, help="Fetches at once per process.")] = 100,
     processes: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
-    burst: Annotated[bool, typer.Option(help="Exit 0 once every job is done or dead.")] = False,
+    burst: Annotated[
+        bool, typer.Option("--burst", help="Exit 0 once every job is done or dead.")
+    ] = False,
     max_runtime: Annotated[
         float | None, typer.Option(min=0, help="Stop gracefully after S seconds.")
     ] = None,
     results: Annotated[
         Path | None, typer.Option(help="Append one JSON line per finished job.")
     ] = None,
-    allow_private: Annotated[
-        bool | None,
-        typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
     handler_timeout: Annotated[
         float | None, typer.Option(help="Seconds a handler may run (default 60).")
     ] = None,
@@ -293,7 +311,7 @@ def worker(
     """
     settings = _settings(
         ctx,
-        allow_private=allow_private,
+        allow_private=_private(allow_private, no_allow_private),
         handler_timeout=handler_timeout,
         max_job_time=max_job_time,
         handler=handler,
@@ -339,23 +357,22 @@ def crawl(
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
-    allow_private: Annotated[
-        bool | None,
-        typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
-    Every page is fetched once (the seen-set), its links resolved, canonicalised, kept in
-    scope and enqueued with the page's settlement. Stops like `worker --burst`.
+    Every page is fetched once (the seen-set), its links resolved, canonicalised,
+    kept in scope and enqueued with the page's settlement. Stops like
+    `worker --burst`.
 
     Examples:
-      scrapeq crawl https://shop.example.com/ --max-depth 3 --results pages.jsonl
-      scrapeq crawl https://example.com/ --scope domain --handler myproject.parse:page
+      scrapeq crawl https://shop.example.com/ --max-depth 3 --results p.jsonl
+      scrapeq crawl https://example.com/ --scope domain --handler my.parse:page
     """
     settings = _settings(
         ctx,
-        allow_private=allow_private,
+        allow_private=_private(allow_private, no_allow_private),
         handler=handler,
         scope=scope,
         max_depth=max_depth,
@@ -550,9 +567,8 @@ def enqueue(
     expires: Annotated[
         float | None, typer.Option(min=0, help="Unclaimed jobs die after S.")
     ] = None,
-    allow_private: Annotated[
-        bool | None, typer.Option("--allow-private/--no-allow-private")
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ids as JSON.")] = False,
 ) -> None:
     """Add jobs; invalid URLs are reported one per line on stderr and not added.
@@ -562,7 +578,7 @@ def enqueue(
       scrapeq enqueue --file urls.txt --lane bulk --unique
       scrapeq enqueue --file urls.txt --unique=seen --json
     """
-    settings = _settings(ctx, allow_private=allow_private)
+    settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
     if not urls and file is None:
         _die("give URLs or --file PATH ('-' for stdin)", 2)
     payload_value = _payload_object(payload)
@@ -748,10 +764,11 @@ def audit(
 ) -> None:
     """Check the queue's Redis structures; exit 1 with the list when anything is off.
 
-    Every job in exactly one place, no id without its job nor job key that nothing names,
-    inflight counters equal to the leases, every domain with ready jobs reachable, counters
-    equal to the structures. With --repair, stranded domains are filed again, counters
-    recounted, orphan job keys filed again (and so on), and each fix is printed.
+    Every job in exactly one place, no id without its job nor job key that
+    nothing names, inflight counters equal to the leases, every domain with ready
+    jobs reachable, counters equal to the structures. With --repair, stranded
+    domains are filed again, counters recounted, orphan job keys filed again (and
+    so on), and each fix is printed.
 
     Examples:
       scrapeq audit
@@ -878,8 +895,10 @@ def dead_purge(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
 ) -> None:
-    """Delete dead letters for good. Without --older-than or --domain it asks first on a
-    terminal; elsewhere it needs --all --yes.
+    """Delete dead letters for good.
+
+    Without --older-than or --domain it asks first on a terminal; elsewhere it
+    needs --all --yes.
 
     Examples:
       scrapeq dead purge --older-than 604800
@@ -937,8 +956,10 @@ def job_show(
     job_id: Annotated[str, typer.Argument(metavar="ID", help="The job's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    """Where a job is (ready and its place in line, delayed until, in flight and its lease,
-    dead and why, done), its attempts, lane, times and error history.
+    """Where a job is, its attempts, lane, times and error history.
+
+    Ready and its place in line, delayed until when, in flight and its lease, dead
+    and why, or done (while keep_done keeps it).
 
     Examples:
       scrapeq job show b1f
@@ -973,8 +994,10 @@ def job_list(
     ] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    """Jobs by state, to find a pending job's id: ready (most urgent first), delayed (soonest
-    due), in flight (soonest lease end), dead (newest first). Reads are bounded: without
+    """Jobs by state, to find a pending job's id.
+
+    Ready jobs come most urgent first, delayed ones soonest due, those in flight
+    soonest lease end, dead letters newest first. Reads are bounded: without
     --domain, the ready jobs of the domains next in line.
 
     Examples:
@@ -1028,9 +1051,10 @@ def job_cancel(
 ) -> None:
     """Remove pending jobs (ready or delayed): from every structure, counted as cancelled.
 
-    A job in flight is refused unless --force (its worker's result is then refused as
-    stale); a dead letter is purged with `dead purge`, not cancelled. --domain cancels the
-    domain's ready and delayed jobs and leaves its jobs in flight to finish.
+    A job in flight is refused unless --force (its worker's result is then
+    refused as stale); a dead letter is purged with `dead purge`, not cancelled.
+    --domain cancels the domain's ready and delayed jobs and leaves its jobs in
+    flight to finish.
 
     Examples:
       scrapeq job cancel b1f b20
@@ -1345,11 +1369,11 @@ def demo(
     ctx: typer.Context,
     duration: Annotated[float, typer.Option(min=1, help="Seconds the scrapeq phase runs.")] = 60,
 ) -> None:
-    """Replay the one-hanging-site incident on a local fleet and report, side by side with a
-    naive retry loop run against the same fleet.
+    """Replay the one-hanging-site incident on a local fleet and report.
 
-    Without --redis the demo runs its own Redis in a temporary folder and stops it at the
-    end: your embedded server (data_dir) is neither used nor started.
+    The report sets it beside a naive retry loop run against the same fleet.
+    Without --redis the demo runs its own Redis in a temporary folder and stops it
+    at the end: your embedded server (data_dir) is neither used nor started.
 
     Examples:
       scrapeq demo --duration 30
@@ -1400,8 +1424,8 @@ def dashboard(
 
     Examples:
       scrapeq dashboard --port 8000
-      SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) scrapeq dashboard --host 0.0.0.0 \\
-          --allowed-host dash.example.com --read-only
+      export SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16)
+      scrapeq dashboard --host 0.0.0.0 --allowed-host dash.example.com --read-only
     """
     from scrapeq.interfaces.web import check_token, serve
 
@@ -1485,8 +1509,8 @@ def server_status(
 def server_stop(ctx: typer.Context) -> None:
     """Stop the embedded Redis: SHUTDOWN SAVE, wait for it to exit, remove its pidfile.
 
-    Stopping a server that does not run is no error. The next command that needs Redis
-    (without --redis) starts it again, with its data.
+    Stopping a server that does not run is no error. The next command that needs
+    Redis (without --redis) starts it again, with its data.
 
     Examples:
       scrapeq server stop
