@@ -1008,9 +1008,16 @@ def job_list(
     if state is not None and state not in listing.JOB_STATES:
         _die(f"--state takes {', '.join(listing.JOB_STATES)}; got {state!r}", 2)
     q = _existing_queue(ctx)
-    listings = [q.list_jobs(s, domain=domain, limit=limit) for s in (state,) if s] or [
-        q.list_jobs(s, domain=domain, limit=limit) for s in listing.PENDING_STATES
-    ]
+    try:
+        _print_job_list(q, (state,) if state else listing.PENDING_STATES, domain, limit, as_json)
+    finally:
+        q.close()
+
+
+def _print_job_list(
+    q: Queue, states: tuple[str, ...], domain: str | None, limit: int, as_json: bool
+) -> None:
+    listings = [q.list_jobs(s, domain=domain, limit=limit) for s in states]
     for partial in (x for x in listings if x.partial):
         typer.echo(
             f"scrapeq: note: {domain}'s {partial.state} jobs were looked for among the "
