@@ -1,10 +1,16 @@
 """A complete scrapeq program: a parser, a queue, a worker, results in a JSONL file.
 
-Runs anywhere with no set-up: it starts a private embedded Redis (in a temporary folder) and a
-tiny shop on 127.0.0.1 to crawl, so it needs no network. Point ``REDIS_URL`` at your own Redis
-and enqueue real URLs to use it for real.
+Runs anywhere with no set-up: with no Redis URL set it uses the Redis the ``scrapeq`` command
+uses, the embedded one of its data folder (started if need be; ``scrapeq server stop`` stops
+it), and crawls a tiny shop it serves on 127.0.0.1, so it needs no network. It works in the
+queue ``example`` (emptied first), which the CLI shows afterwards:
 
     python examples/crawl.py
+    scrapeq --queue example status
+    scrapeq --queue example dead list
+
+``SCRAPEQ_REDIS_URL`` (like every ``SCRAPEQ_*`` variable, or ``scrapeq.toml``) points it at
+your own Redis.
 """
 
 from __future__ import annotations
@@ -17,11 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from scrapeq import AsyncQueue, Job, Permanent, Settings
-from scrapeq.engine.connection import resolve_url
-from scrapeq.runtime.fetch import Response
-from scrapeq.runtime.sinks import JsonlSink
-from scrapeq.runtime.worker import Worker
+from scrapeq import AsyncQueue, Job, JsonlSink, Permanent, Response, Worker, load_settings
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
@@ -50,14 +52,16 @@ async def main() -> None:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    data_dir = Path(tempfile.mkdtemp(prefix="sq"))
-    settings = Settings(allow_private=True, data_dir=data_dir, domain_concurrency=4)
-    queue = AsyncQueue.from_url(resolve_url(None, data_dir), settings=settings)
+    overrides = {"queue": "example", "allow_private": True, "domain_concurrency": 4}
+    settings = load_settings(overrides=overrides)
+    # redis_url None (nothing set): the embedded Redis of the CLI, started if need be
+    queue = AsyncQueue.from_url(settings.redis_url, settings=settings)
+    await queue.clear()  # a fresh run
     for sku in range(20):
         lane = "critical" if sku < 3 else "normal"
         await queue.enqueue(f"http://127.0.0.1:{port}/p/{sku}", lane=lane, payload={"sku": sku})
 
-    results = data_dir / "results.jsonl"
+    results = Path(tempfile.mkdtemp(prefix="scrapeq-example-")) / "results.jsonl"
     await Worker(
         queue, handler=parse, concurrency=50, sink=JsonlSink(results), burst=True
     ).run_async()
@@ -68,10 +72,6 @@ async def main() -> None:
         print(f"dead letter {letter.url}: {letter.dead_reason}")
     await queue.close()
     await runner.cleanup()
-
-    from scrapeq.engine.embedded import stop_server
-
-    stop_server(data_dir)
 
 
 if __name__ == "__main__":

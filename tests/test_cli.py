@@ -218,7 +218,7 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     }  # fmt: skip
     assert set(doc["domains"][0]) == {
         "domain", "state", "ready", "delayed", "inflight", "done", "dead",
-        "consecutive_failures", "open_until", "open_until_ms",
+        "consecutive_failures", "window_failures", "window_calls", "open_until", "open_until_ms",
         "concurrency", "adaptive", "limit", "interval", "interval_ms", "baseline", "baseline_ms",
         "latency", "latency_ms",
     }  # fmt: skip

@@ -155,6 +155,9 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
         bad_values=(("--older-than", "-5"), ("--domain", DOMAIN)),
     ),
     ("job", "show"): Spec(("zz9",), bad_values=(("--json=1",), ("extra",))),
+    ("job", "list"): Spec(
+        bad_values=(("--state", "pending"), ("--limit", "0"), ("--limit", "1001"), ("extra",))
+    ),
     ("job", "cancel"): Spec(
         ("zz9",),
         bad_values=(("--domain", DOMAIN), ("--force=no",)),
@@ -190,6 +193,7 @@ DOMAIN_ARGS = [
     ("dead", "replay", "--domain", "{}"),
     ("dead", "purge", "--domain", "{}"),
     ("job", "cancel", "--domain", "{}"),
+    ("job", "list", "--domain", "{}"),
 ]
 
 

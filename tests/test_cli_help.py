@@ -3,6 +3,7 @@ variable and default, ``-v`` counts; the settings' precedence (flag > env > file
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Iterator
@@ -104,3 +105,69 @@ def test_flag_beats_environment_beats_file_beats_default(
     monkeypatch.setenv("SCRAPEQ_CONFIG", str(other))
     assert queue_of(capsys, redis_url) == "other-file"
     assert queue_of(capsys, redis_url, "--config", str(tmp_path / "scrapeq.toml")) == "from-file"
+
+
+def option_names(cmd: Any) -> list[str]:
+    """Every name of every visible option of a command (``--json``, ``--no-allow-private``)."""
+    names = []
+    for param in getattr(cmd, "params", []):
+        if getattr(param, "hidden", False) or not getattr(param, "opts", None):
+            continue
+        if param.param_type_name == "option":
+            names += [*param.opts, *param.secondary_opts]
+    return names
+
+
+def prose(text: str) -> list[list[str]]:
+    """The paragraphs of a help above its first panel (usage, description, examples), each
+    a list of its lines (right-stripped)."""
+    head = text.split("╭", 1)[0]
+    paragraphs = re.split(r"\n\s*\n", head)
+    return [[line.rstrip() for line in p.splitlines() if line.strip()] for p in paragraphs]
+
+
+def command_at(path: tuple[str, ...]) -> Any:
+    cmd = command()
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+def test_every_help_is_readable_at_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: at 80 columns option names were cut (``--no-allow-priv…``,
+    ``--domain-concurr…``). Every option name appears whole, nothing is cut, no line is wider."""
+    wide = {path: help_text(capsys, *path) for path in all_paths(command())}
+    monkeypatch.setenv("COLUMNS", "80")
+    for path in all_paths(command()):
+        text = help_text(capsys, *path)
+        # the description and examples above the panels: a line typer keeps as written
+        # (any line of a paragraph of several) fits, so rich never folds it into a stub
+        for paragraph in prose(wide[path]):
+            if len(paragraph) > 1:
+                assert all(len(line) <= 79 for line in paragraph), (path, paragraph)
+        assert "…" not in text, (path, [line for line in text.splitlines() if "…" in line])
+        assert max(len(line) for line in text.splitlines()) <= 80, path
+        # the summary a group's command list shows is one line of the docstring: typer
+        # keeps its line breaks there, which left a stub line in the panel
+        summary = inspect.cleandoc(command_at(path).help or "").split("\n\n")[0]
+        assert "\n" not in summary, (path, summary)
+        for name in option_names(command_at(path)):
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), (path, name, text)
+
+
+def test_no_allow_private_is_its_own_flag_and_still_overrides_the_settings(
+    capsys: pytest.CaptureFixture[str], redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--no-allow-private`` (a row of its own in --help now) refuses private addresses
+    that the environment allows; with ``--allow-private`` too it is a usage error."""
+    monkeypatch.setenv("SCRAPEQ_ALLOW_PRIVATE", "true")
+    private = "http://127.0.0.1:9/x"
+    code = main(["--redis", redis_url, "enqueue", private, "--no-allow-private"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "private address not allowed" in err
+    code = main(["--redis", redis_url, "enqueue", private, "--allow-private", "--no-allow-private"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "contradict" in err
+    assert main(["--redis", redis_url, "enqueue", private]) == 0

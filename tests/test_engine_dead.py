@@ -452,13 +452,24 @@ def test_replay_skips_corrupt_dead_letters(make_queue: QueueFactory, redis_clien
 
 
 def test_dead_letter_spike_alarm(make_queue: QueueFactory) -> None:
+    """The spike counts failures charged to the domain's breaker (issue 21: not 404s)."""
     q = make_queue(domain_concurrency=100)
     q.enqueue_many([url(1, p) for p in range(30)] + [url(2, p) for p in range(2)])
-    assert len(fail_all(q)) == 32
+    jobs = q.claim(100).jobs
+    assert len(jobs) == 32
+    items = [q.failing(j, "http_500", "boom", domain_failed=True) for j in jobs]
+    assert set(q.settle_many(items)) == {"dead"}
     status = q.status()
     spikes = [a for a in status["alarms"] if a["kind"] == "dead_letter_spike"]
     assert [a["domain"] for a in spikes] == [dom(1)]
-    assert "30" in spikes[0]["message"]
+    assert "30 failures" in spikes[0]["message"]
+
+
+def test_no_spike_alarm_for_404s(make_queue: QueueFactory) -> None:
+    q = make_queue(domain_concurrency=100)
+    q.enqueue_many([url(1, p) for p in range(30)])
+    assert len(fail_all(q)) == 30  # http_404: expected page faults
+    assert q.status()["alarms"] == []
 
 
 def test_no_spike_alarm_for_a_few_dead_letters(make_queue: QueueFactory) -> None:

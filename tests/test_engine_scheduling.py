@@ -764,6 +764,8 @@ DOMAIN_KEYS = {
     "done",
     "dead",
     "consecutive_failures",
+    "window_failures",
+    "window_calls",
     "open_until",
     "concurrency",
     "adaptive",

@@ -94,8 +94,8 @@ def test_tables_show_durations_for_people() -> None:
     info = {
         "domain": "a.example.com", "state": "open", "ready": 1, "delayed": 0, "inflight": 0,
         "done": 0, "dead": 0, "enqueued": 1, "consecutive_failures": 5, "window": "11111",
-        "open_until": 2_000_000_000_000, "trips": 1, "delay_ms": 2500, "concurrency": 2,
-        "next_ms": 0, "dead_last_hour": 0, "dead_baseline": 0,
+        "window_failures": 5, "window_calls": 5, "open_until": 2_000_000_000_000, "trips": 1,
+        "delay_ms": 2500, "concurrency": 2, "next_ms": 0, "dead_last_hour": 0, "dead_baseline": 0,
     }  # fmt: skip
     console.print(render.domains_table([info]))
     console.print(render.breakers_table([info]))

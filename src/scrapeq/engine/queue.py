@@ -23,7 +23,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from scrapeq.engine import scripts
+from scrapeq.engine import listing, scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.backoff import full_jitter
 from scrapeq.engine.connection import (
@@ -31,11 +31,13 @@ from scrapeq.engine.connection import (
     SyncClient,
     async_client,
     close_client,
+    resolve_url,
     sync_client,
 )
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.limits import check_count, check_json_depth, check_seconds
+from scrapeq.engine.listing import JobListing
 from scrapeq.engine.scripts import (
     ONCE_OPS,
     SCAN_START,
@@ -1185,6 +1187,24 @@ class _PartitionedCore(_QueueCore):
                 found[str(info.get("domain"))] = info
         return [found[d] for d in domains if d in found]
 
+    def _op_recent_errors(self, domain: str) -> Op[list[dict[str, Any]]]:
+        op = listing.op_recent_errors(self.keys, domain)
+        return (yield from self._on(op, self._part(domain)))
+
+    def _op_list_jobs(self, state: str, domain: str | None, limit: int) -> Op[JobListing]:
+        if state not in listing.JOB_STATES:
+            raise ConfigError("state", f"expected one of {', '.join(listing.JOB_STATES)}")
+        if limit < 1:
+            raise ConfigError("limit", f"must be at least 1, got {limit}")
+
+        def make() -> Op[JobListing]:
+            offset = self.testing_clock_offset_ms
+            return listing.op_job_list(self.keys, state, domain, limit, offset)
+
+        if domain is not None:
+            return (yield from self._on(make(), self._part(domain)))
+        return listing.merge_listings((yield from self._on_all(make)), limit)
+
     def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
         if self.partitions == 1 or domain is not None:
             part = 0 if domain is None else self._part(domain)
@@ -1482,7 +1502,9 @@ def _shape_history(
     }
 
 
-#: A dead-letter spike: at least this many in the last hour and this many times the baseline.
+#: A failure spike (the alarm ``dead_letter_spike``): at least this many failures charged to
+#: a domain's breaker in the last hour, and this many times its hourly baseline. Dead letters
+#: of permanent page faults (404, 410) are expected and are not counted.
 SPIKE_MIN = 10
 SPIKE_FACTOR = 3.0
 
@@ -1494,6 +1516,8 @@ def _op_host_group(host: str, address: str) -> Op[str]:
 def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
     out = {f: info[f] for f in _DOMAIN_FIELDS}
     out["consecutive_failures"] = info["consecutive_failures"]
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
     out["open_until"] = ms_to_iso(info["open_until"])
     # politeness: the limit in force; an adaptive domain's learned state (None: not learned)
     for f in ("concurrency", "adaptive", "limit"):
@@ -1542,13 +1566,13 @@ def _alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str
                     "its backlog is in the dead letters",
                 }
             )
-        last_hour, baseline = info["dead_last_hour"], info["dead_baseline"]
+        last_hour, baseline = info["failures_last_hour"], info["failures_baseline"]
         if last_hour >= SPIKE_MIN and last_hour >= SPIKE_FACTOR * max(baseline, 1.0):
             alarms.append(
                 {
                     "kind": "dead_letter_spike",
                     "domain": info["domain"],
-                    "message": f"{last_hour:.0f} dead letters in the last hour "
+                    "message": f"{last_hour:.0f} failures in the last hour "
                     f"(baseline {baseline:.1f}/h)",
                 }
             )
@@ -1604,6 +1628,11 @@ def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]])
         "paused_until": ms_to_iso(raw.get("paused_until")),
         "alarms": _alarms(raw, domains),
     }
+
+
+def _url_or_embedded(url: str | None, settings: Settings) -> str:
+    """``url``, or for None the embedded server's (started if needed), as the CLI finds it."""
+    return url if url is not None else resolve_url(None, settings.data_dir)
 
 
 def _wrap_connection_error(exc: Exception) -> RedisUnavailable:
@@ -1714,15 +1743,19 @@ class Queue(_PartitionedCore):
 
     @classmethod
     def from_url(
-        cls, url: str, name: str | None = None, *, settings: Settings | None = None
+        cls, url: str | None, name: str | None = None, *, settings: Settings | None = None
     ) -> Queue:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``).
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``), or with None to the
+        embedded Redis of ``settings.data_dir``, started if it is not running: the server
+        the CLI uses when no ``redis_url`` is set (``scrapeq server stop`` stops it).
 
         The client has scrapeq's options (:func:`scrapeq.engine.connection.sync_client`): a call
         that gets no answer fails after a socket timeout instead of waiting forever.
         """
         given = settings or Settings()
-        return cls(sync_client(url, given.cluster), name, settings=settings)
+        return cls(
+            sync_client(_url_or_embedded(url, given), given.cluster), name, settings=settings
+        )
 
     def close(self) -> None:
         close_client(self.client)
@@ -1861,6 +1894,18 @@ class Queue(_PartitionedCore):
     def domain_known(self, domain: str) -> bool:
         """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
         return self._drive(self._op_domain_known(domain))
+
+    def recent_errors(self, domain: str) -> list[dict[str, Any]]:
+        """The last failures charged to ``domain``'s breaker (at most 10), newest first:
+        ``{"id", "at", "at_ms", "kind", "message"}``; a throttled or retried job's errors too,
+        which are in no dead letter."""
+        return self._drive(self._op_recent_errors(domain))
+
+    def list_jobs(self, state: str, *, domain: str | None = None, limit: int = 20) -> JobListing:
+        """At most ``limit`` jobs in ``state`` (ready, delayed, inflight, dead), of ``domain``
+        if given, in the order of :class:`~scrapeq.engine.listing.JobListing`. Bounded reads:
+        see :mod:`scrapeq.engine.listing`."""
+        return self._drive(self._op_list_jobs(state, domain, limit))
 
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
@@ -2051,11 +2096,13 @@ class AsyncQueue(_PartitionedCore):
 
     @classmethod
     def from_url(
-        cls, url: str, name: str | None = None, *, settings: Settings | None = None
+        cls, url: str | None, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
-        """Connect to ``url``, with the options of :func:`.connection.async_client`."""
+        """Connect to ``url``, with the options of :func:`.connection.async_client`; None: the
+        embedded Redis, as :meth:`Queue.from_url`."""
         given = settings or Settings()
-        return cls(async_client(url, given.cluster), name, settings=settings)
+        client = async_client(_url_or_embedded(url, given), given.cluster)
+        return cls(client, name, settings=settings)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -2195,6 +2242,16 @@ class AsyncQueue(_PartitionedCore):
     async def domain_names(self) -> list[str]:
         """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
         return await self._drive(self._op_domain_names())
+
+    async def recent_errors(self, domain: str) -> list[dict[str, Any]]:
+        """The last failures charged to ``domain``'s breaker, as :meth:`Queue.recent_errors`."""
+        return await self._drive(self._op_recent_errors(domain))
+
+    async def list_jobs(
+        self, state: str, *, domain: str | None = None, limit: int = 20
+    ) -> JobListing:
+        """Jobs in ``state``, as :meth:`Queue.list_jobs`."""
+        return await self._drive(self._op_list_jobs(state, domain, limit))
 
     async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""

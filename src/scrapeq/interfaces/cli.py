@@ -25,6 +25,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from scrapeq.engine import listing
 from scrapeq.engine.connection import (
     async_client,
     check_reachable,
@@ -262,6 +263,24 @@ def _emit_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
+#: ``--allow-private`` and ``--no-allow-private`` are two flags, one help row each: as one
+#: switch its ``--no-`` form took a column of its own, which cut option names at 80 columns.
+AllowPrivate = Annotated[
+    bool,
+    typer.Option("--allow-private", help="Allow private addresses (loopback, LAN, link-local)."),
+]
+RefusePrivate = Annotated[
+    bool, typer.Option("--no-allow-private", help="Refuse them, whatever the settings say.")
+]
+
+
+def _private(allow: bool, refuse: bool) -> bool | None:
+    """The ``allow_private`` the flags ask for: None (the settings decide) unless one is given."""
+    if allow and refuse:
+        _die("--allow-private and --no-allow-private contradict each other", 2)
+    return True if allow else (False if refuse else None)
+
+
 # --- worker ------------------------------------------------------------------------------------
 
 
@@ -272,17 +291,17 @@ def worker(
         int, typer.Option(parser=_COUNT, help="Fetches at once per process.")
     ] = 100,
     processes: Annotated[int, typer.Option(parser=_COUNT, help="Worker processes.")] = 1,
-    burst: Annotated[bool, typer.Option(help="Exit 0 once every job is done or dead.")] = False,
+    burst: Annotated[
+        bool, typer.Option("--burst", help="Exit 0 once every job is done or dead.")
+    ] = False,
     max_runtime: Annotated[
         float | None, typer.Option(parser=_SECONDS, help="Stop gracefully after S seconds.")
     ] = None,
     results: Annotated[
         Path | None, typer.Option(help="Append one JSON line per finished job.")
     ] = None,
-    allow_private: Annotated[
-        bool | None,
-        typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
     handler_timeout: Annotated[
         float | None, typer.Option(parser=_SECONDS, help="Seconds a handler may run (default 60).")
     ] = None,
@@ -344,7 +363,7 @@ def worker(
     """
     settings = _settings(
         ctx,
-        allow_private=allow_private,
+        allow_private=_private(allow_private, no_allow_private),
         handler_timeout=handler_timeout,
         max_job_time=max_job_time,
         handler=handler,
@@ -395,10 +414,8 @@ def crawl(
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
-    allow_private: Annotated[
-        bool | None,
-        typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
     log_every: Annotated[
         float | None,
         typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
@@ -406,16 +423,17 @@ def crawl(
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
-    Every page is fetched once (the seen-set), its links resolved, canonicalised, kept in
-    scope and enqueued with the page's settlement. Stops like `worker --burst`.
+    Every page is fetched once (the seen-set), its links resolved, canonicalised,
+    kept in scope and enqueued with the page's settlement. Stops like
+    `worker --burst`.
 
     Examples:
-      scrapeq crawl https://shop.example.com/ --max-depth 3 --results pages.jsonl
-      scrapeq crawl https://example.com/ --scope domain --handler myproject.parse:page
+      scrapeq crawl https://shop.example.com/ --max-depth 3 --results p.jsonl
+      scrapeq crawl https://example.com/ --scope domain --handler my.parse:page
     """
     settings = _settings(
         ctx,
-        allow_private=allow_private,
+        allow_private=_private(allow_private, no_allow_private),
         handler=handler,
         scope=scope,
         max_depth=max_depth,
@@ -611,9 +629,8 @@ def enqueue(
     expires: Annotated[
         float | None, typer.Option(parser=_SECONDS, help="Unclaimed jobs die after S seconds.")
     ] = None,
-    allow_private: Annotated[
-        bool | None, typer.Option("--allow-private/--no-allow-private")
-    ] = None,
+    allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ids as JSON.")] = False,
     resume_from: Annotated[
         int | None,
@@ -634,7 +651,7 @@ def enqueue(
       scrapeq enqueue --file urls.txt --unique=seen --json
       scrapeq enqueue --file urls.txt --unique --resume-from 7001
     """
-    settings = _settings(ctx, allow_private=allow_private)
+    settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
     if not urls and file is None:
         _die("give URLs or --file PATH ('-' for stdin)", 2)
     problem = resume_problem(urls, file, resume_from)
@@ -765,10 +782,11 @@ def audit(
 ) -> None:
     """Check the queue's Redis structures; exit 1 with the list when anything is off.
 
-    Every job in exactly one place, no id without its job nor job key that nothing names,
-    inflight counters equal to the leases, every domain with ready jobs reachable, counters
-    equal to the structures. With --repair, stranded domains are filed again, counters
-    recounted, orphan job keys filed again (and so on), and each fix is printed.
+    Every job in exactly one place, no id without its job nor job key that
+    nothing names, inflight counters equal to the leases, every domain with ready
+    jobs reachable, counters equal to the structures. With --repair, stranded
+    domains are filed again, counters recounted, orphan job keys filed again (and
+    so on), and each fix is printed.
 
     Examples:
       scrapeq audit
@@ -898,8 +916,10 @@ def dead_purge(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
 ) -> None:
-    """Delete dead letters for good. Without --older-than or --domain it asks first on a
-    terminal; elsewhere it needs --all --yes.
+    """Delete dead letters for good.
+
+    Without --older-than or --domain it asks first on a terminal; elsewhere it
+    needs --all --yes.
 
     Examples:
       scrapeq dead purge --older-than 604800
@@ -945,7 +965,9 @@ def _confirm(question: str, refusal: str) -> None:
 
 # --- one job ------------------------------------------------------------------------------------
 
-job_app = typer.Typer(help="One job: where it is; cancel pending jobs.", no_args_is_help=True)
+job_app = typer.Typer(
+    help="Jobs: list them by state, show where one is, cancel pending ones.", no_args_is_help=True
+)
 app.add_typer(job_app, name="job")
 
 
@@ -955,8 +977,10 @@ def job_show(
     job_id: Annotated[str, typer.Argument(metavar="ID", help="The job's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    """Where a job is (ready and its place in line, delayed until, in flight and its lease,
-    dead and why, done), its attempts, lane, times and error history.
+    """Where a job is, its attempts, lane, times and error history.
+
+    Ready and its place in line, delayed until when, in flight and its lease, dead
+    and why, or done (while keep_done keeps it).
 
     Examples:
       scrapeq job show b1f
@@ -970,6 +994,63 @@ def job_show(
         _emit_json(info.as_dict(queue=q.name))
         return
     _console().print(render.job_view(info, q.name))
+
+
+@job_app.command("list")
+def job_list(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            metavar="STATE",
+            help="ready, delayed, inflight or dead (default: the "
+            "pending ones, ready, delayed and inflight).",
+        ),
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(metavar="D", help="Only this domain's jobs (host[:port]).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, metavar="N", help="At most N jobs of each state.")
+    ] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Jobs by state, to find a pending job's id.
+
+    Ready jobs come most urgent first, delayed ones soonest due, those in flight
+    soonest lease end, dead letters newest first. Reads are bounded: without
+    --domain, the ready jobs of the domains next in line.
+
+    Examples:
+      scrapeq job list --domain shop-43.example.com
+      scrapeq job list --state delayed --limit 50 --json
+    """
+    _domain_arg(domain)
+    if state is not None and state not in listing.JOB_STATES:
+        _die(f"--state takes {', '.join(listing.JOB_STATES)}; got {state!r}", 2)
+    q = _existing_queue(ctx)
+    try:
+        _print_job_list(q, (state,) if state else listing.PENDING_STATES, domain, limit, as_json)
+    finally:
+        q.close()
+
+
+def _print_job_list(
+    q: Queue, states: tuple[str, ...], domain: str | None, limit: int, as_json: bool
+) -> None:
+    listings = [q.list_jobs(s, domain=domain, limit=limit) for s in states]
+    for partial in (x for x in listings if x.partial):
+        typer.echo(
+            f"scrapeq: note: {domain}'s {partial.state} jobs were looked for among the "
+            f"first {listing.SCAN_LIMIT:,} {partial.state} jobs of the queue only",
+            err=True,
+        )
+    if as_json:
+        _emit_json([info.as_dict() for x in listings for info in x.jobs])
+        return
+    counts = q.domains_info([domain])[0] if domain is not None else q.counts()
+    where = f" of {domain}" if domain is not None else ""
+    _console().print(render.jobs_table(listings, counts, where))
 
 
 def _no_job(q: Queue, job_id: str, *, hint: bool = False) -> str:
@@ -998,9 +1079,10 @@ def job_cancel(
 ) -> None:
     """Remove pending jobs (ready or delayed): from every structure, counted as cancelled.
 
-    A job in flight is refused unless --force (its worker's result is then refused as
-    stale); a dead letter is purged with `dead purge`, not cancelled. --domain cancels the
-    domain's ready and delayed jobs and leaves its jobs in flight to finish.
+    A job in flight is refused unless --force (its worker's result is then
+    refused as stale); a dead letter is purged with `dead purge`, not cancelled.
+    --domain cancels the domain's ready and delayed jobs and leaves its jobs in
+    flight to finish.
 
     Examples:
       scrapeq job cancel b1f b20
@@ -1173,9 +1255,8 @@ def _breaker_json(info: dict[str, Any], window_size: int) -> dict[str, Any]:
     """One breaker: its recent window as counts (failures among the last calls recorded)."""
     keys = ("domain", "state", "consecutive_failures")
     out = {k: info[k] for k in keys}
-    window = str(info["window"] or "")
-    out["window_failures"] = window.count("1")
-    out["window_calls"] = len(window)
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
     out["window_size"] = window_size
     out["trips"] = info["trips"]
     _time_fields(out, "open_until", info["open_until"])
@@ -1259,6 +1340,8 @@ def domains(
 def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     keys = ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "enqueued")
     out = {k: info[k] for k in keys}
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
     out["delay"] = info["delay_ms"] / 1000
     out["delay_ms"] = int(info["delay_ms"])
     out["concurrency"] = info["concurrency"]
@@ -1314,11 +1397,11 @@ def demo(
         float, typer.Option(parser=seconds_option(1), help="Seconds the scrapeq phase runs.")
     ] = 60,
 ) -> None:
-    """Replay the one-hanging-site incident on a local fleet and report, side by side with a
-    naive retry loop run against the same fleet.
+    """Replay the one-hanging-site incident on a local fleet and report.
 
-    Without --redis the demo runs its own Redis in a temporary folder and stops it at the
-    end: your embedded server (data_dir) is neither used nor started.
+    The report sets it beside a naive retry loop run against the same fleet.
+    Without --redis the demo runs its own Redis in a temporary folder and stops it
+    at the end: your embedded server (data_dir) is neither used nor started.
 
     Examples:
       scrapeq demo --duration 30
@@ -1369,8 +1452,8 @@ def dashboard(
 
     Examples:
       scrapeq dashboard --port 8000
-      SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) scrapeq dashboard --host 0.0.0.0 \\
-          --allowed-host dash.example.com --read-only
+      export SCRAPEQ_DASHBOARD_TOKEN=$(openssl rand -hex 16)
+      scrapeq dashboard --host 0.0.0.0 --allowed-host dash.example.com --read-only
     """
     from scrapeq.interfaces.web import check_token, serve
 
@@ -1454,8 +1537,8 @@ def server_status(
 def server_stop(ctx: typer.Context) -> None:
     """Stop the embedded Redis: SHUTDOWN SAVE, wait for it to exit, remove its pidfile.
 
-    Stopping a server that does not run is no error. The next command that needs Redis
-    (without --redis) starts it again, with its data.
+    Stopping a server that does not run is no error. The next command that needs
+    Redis (without --redis) starts it again, with its data.
 
     Examples:
       scrapeq server stop

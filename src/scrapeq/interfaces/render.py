@@ -13,6 +13,7 @@ from rich.text import Text
 
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.listing import JobListing
 from scrapeq.engine.urls import redact_text, redact_url
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "human_duration",
     "human_until",
     "job_view",
+    "jobs_table",
     "pick_domains",
     "printable",
     "queues_table",
@@ -151,8 +153,8 @@ def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Tab
     for col in ("domain", "state", "fails", "window", "trips", "open"):
         table.add_column(col)
     for d in infos:
-        window = d["window"]
-        rate = f"{window.count('1')}/{len(window)}" if window else ""
+        calls = d["window_calls"]
+        rate = f"{d['window_failures']}/{calls}" if calls else ""
         table.add_row(
             d["domain"], _state(d["state"]), str(d["consecutive_failures"]), rate,
             str(d["trips"]), human_until(ms_to_iso(d["open_until"])),
@@ -353,3 +355,31 @@ def job_view(info: JobInfo, queue: str) -> Group:
             errors.add_row(human_delta(e.at_ms - now), e.kind, redact_text(e.message)[:300])
         parts.append(errors)
     return Group(*parts)
+
+
+def jobs_table(listings: list[JobListing], counts: dict[str, int], where: str) -> Table:
+    """``job list``: the jobs of each listing in its order, one row each; ``counts``: how many
+    the queue (or the domain ``where`` names) holds in each state, for the title."""
+    shown = ", ".join(f"{x.state} {len(x.jobs)} of {counts.get(x.state, 0)}" for x in listings)
+    table = Table(title=f"jobs{where}: {shown}", show_edge=False)
+    for col in ("id", "state", "domain", "lane", "attempts", "when", "url"):
+        table.add_column(col, overflow="fold")
+    for listing in listings:
+        for info in listing.jobs:
+            job = info.job
+            table.add_row(
+                job.id, info.state, job.domain, job.lane, f"{job.attempts}/{job.max_attempts}",
+                _job_when(info), redact_url(job.url),
+            )  # fmt: skip
+    return table
+
+
+def _job_when(info: JobInfo) -> str:
+    """When a listed job moves next: eligible, its lease ends, or when it died."""
+    ms = {"inflight": info.lease_deadline_ms, "dead": info.job.died_ms}.get(
+        info.state, info.eligible_ms
+    )
+    if ms is None:
+        return ""
+    label = {"inflight": "lease ends", "dead": "died"}.get(info.state, "eligible")
+    return f"{label} {human_delta(ms - info.now_ms)}"

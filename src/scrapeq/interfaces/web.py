@@ -571,12 +571,16 @@ def _learned_limit(info: Mapping[str, Any]) -> float | None:
 
 
 def _domain_row(info: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
-    """One row of the domains table: the figures, a failure rate, the open time left."""
-    done, dead = int(info["done"]), int(info["dead"])
+    """One row of the domains table: the figures, the breaker window's failure rate (its
+    failures among the last outcomes it recorded, kept while it is open; 404s and other
+    page faults are not in it), the open time left."""
+    failures, calls = int(info["window_failures"]), int(info["window_calls"])
     open_until = info.get("open_until")
     row = {k: info[k] for k in ("domain", "state", "ready", "delayed", "inflight", "done", "dead")}
     row.update(
-        failure_rate=round(dead / (done + dead), 4) if done + dead else 0.0,
+        failure_rate=round(failures / calls, 4) if calls else 0.0,
+        window_failures=failures,
+        window_calls=calls,
         open_until=ms_to_iso(open_until) if open_until else None,
         open_for=round(max(open_until - now_ms, 0) / 1000, 1) if open_until else None,
         trips=info.get("trips", 0),
@@ -632,19 +636,13 @@ async def _domains(request: web.Request) -> web.Response:
 
 
 async def _domain(request: web.Request) -> web.Response:
-    """One domain: its figures, its recent dead letters' errors, its breaker history."""
+    """One domain: its figures, its recent errors, its breaker history."""
     queue, domain = request.app[QUEUE_KEY], request.match_info["domain"]
     infos = await queue.domains_info([domain])
     if not infos or not await queue.domain_known(domain):
         raise NotFound(f"unknown domain {domain!r}")
     now_ms = int(time.time() * 1000) + queue.testing_clock_offset_ms
-    dead = await queue.dead_letters(domain, 20)
-    errors = [
-        {"id": job.id, "url": redact_url(job.url), "reason": job.dead_reason, **e.as_dict()}
-        for job in dead
-        for e in job.errors[-3:]
-    ]
-    errors.sort(key=lambda e: e["at"], reverse=True)
+    errors = _recent_errors(await queue.recent_errors(domain), await queue.dead_letters(domain, 20))
     events = [
         {**e, "message": redact_text(str(e.get("message", "")))}
         for e in await queue.events(MAX_LIST)
@@ -658,6 +656,20 @@ async def _domain(request: web.Request) -> web.Response:
             "events": events[:100],
         }
     )
+
+
+def _recent_errors(failures: list[dict[str, Any]], dead: list[Job]) -> list[dict[str, Any]]:
+    """A domain's recent errors, newest first: the failures charged to its breaker (retried
+    and throttled jobs' too: a tripped 429 site has no dead letter) and the last errors of
+    its latest dead letters (404s too), each once."""
+    errors: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for job in dead:
+        for e in job.errors[-3:]:
+            entry = {"id": job.id, "url": redact_url(job.url), "reason": job.dead_reason}
+            errors[(job.id, e.at_ms, e.kind)] = {**entry, **e.as_dict()}
+    for f in failures:
+        errors.setdefault((f["id"], f["at_ms"], f["kind"]), {"url": None, "reason": None, **f})
+    return sorted(errors.values(), key=lambda e: e["at_ms"], reverse=True)
 
 
 async def _events(request: web.Request) -> web.Response:

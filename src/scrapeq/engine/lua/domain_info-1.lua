@@ -7,9 +7,13 @@
     ARGV[3]  JSON {domains = [names]}  at most a few hundred per call
 
   Output: JSON text [{domain, state, ready, delayed, inflight, done, dead, enqueued,
-    consecutive_failures, window, open_until, trips, delay_ms, concurrency, next_ms,
-    dead_last_hour, dead_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms},
-    ...]
+    consecutive_failures, window, window_failures, window_calls, open_until, trips, delay_ms,
+    concurrency, next_ms, dead_last_hour, dead_baseline, failures_last_hour,
+    failures_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms}, ...]
+    window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
+    that tripped it); window_failures of its window_calls failed (the failure rate shown).
+    *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
+    hour and per hour before (domain.lua: count_hourly).
     concurrency is the cap in force (an adaptive domain's limit, rounded down); adaptive:
     whether it adapts; limit, interval_ms, baseline_ms, latency_ms: its adaptive state
     (includes/adaptive.lua; null when not learned yet).
@@ -20,36 +24,30 @@
 
 local refused = arg_refusal(function() check_list(ARG.domains, 'domains', check_str) end)
 if refused then return redis.error_reply(refused) end
-
-local HOUR_MS = 3600000
 local out = {}
 for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
-    'alim', 'aivl', 'abase', 'alat')
+    'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
   if state ~= 'open' then open_until = nil end
-  local dead_hour = 0
-  local bucket = math.floor(NOW / HOUR_MS)
-  local cur = tonumber(f[12])
-  if cur == bucket then
-    local frac = (NOW % HOUR_MS) / HOUR_MS
-    dead_hour = (tonumber(f[13]) or 0) + (tonumber(f[14]) or 0) * (1 - frac)
-  elseif cur == bucket - 1 then
-    dead_hour = (tonumber(f[13]) or 0) * (1 - (NOW % HOUR_MS) / HOUR_MS)
-  end
+  local win = f[6] or ''
+  local _, window_failures = string.gsub(win, '1', '')
   out[i] = {
     domain = d, state = state,
     ready = redis.call('ZCARD', k_dq(d)), delayed = math.max(tonumber(f[3]) or 0, 0),
     inflight = math.max(tonumber(f[2]) or 0, 0), done = tonumber(f[4]) or 0,
     dead = redis.call('ZCARD', k_ddead(d)), enqueued = registry_enq(d),
-    consecutive_failures = tonumber(f[5]) or 0, window = f[6] or '',
+    consecutive_failures = tonumber(f[5]) or 0, window = win,
+    window_failures = window_failures, window_calls = #win,
     open_until = open_until or cjson.null, trips = tonumber(f[8]) or 0,
     delay_ms = tonumber(f[9]) or CFG.delay_ms, concurrency = tonumber(f[10]) or CFG.conc,
     next_ms = tonumber(f[11]) or 0,
-    dead_last_hour = dead_hour, dead_baseline = tonumber(f[15]) or 0,
+    dead_last_hour = last_hour(f[12], f[13], f[14]), dead_baseline = tonumber(f[15]) or 0,
+    failures_last_hour = last_hour(f[20], f[21], f[22]),
+    failures_baseline = tonumber(f[23]) or 0,
   }
   local adaptive = adaptive_on(f[10])
   out[i].adaptive = adaptive

@@ -12,7 +12,8 @@
       delay   ms before the job is eligible again (retry, throttle, release)
       ra      ms the whole domain is parked (Retry-After); throttle and retry
       kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
-      msg     error message kept in the history
+      msg     error message kept in the history; with df = true both are also kept among
+              the domain's last errors (breaker.lua: note_failure)
       reason  dead-letter reason (fail), e.g. 'http_404'
       sd      true: a release because the worker is stopping (see below)
       lat     ms the fetch took (adaptive domains learn from it: includes/adaptive.lua)
@@ -254,7 +255,7 @@ local function settle_one(i, it)
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
   it.df = adaptive_outcome(d, job, it)  -- may excuse an overload (then `it` is a throttle)
   if it.df ~= nil and it.df ~= cjson.null then
-    breaker_outcome(d, it.df, job.id)
+    breaker_outcome(d, it.df, job.id, it.kind or it.reason or it.o, it.msg)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
     redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
   end

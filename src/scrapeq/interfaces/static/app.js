@@ -226,6 +226,14 @@ function domainsToolbar() {
   return el("div", {class: "toolbar"}, q, st);
 }
 
+// The breaker window's failure rate: its failures among the last outcomes it recorded (kept
+// while it is open: what tripped it); a 404 is not in it. Blank when it recorded none.
+function failureRate(d) {
+  if (!d.window_calls) return el("td", {title: "no outcome in the breaker's window"}, "–");
+  const text = (100 * d.failure_rate).toFixed(1) + " %";
+  return el("td", {title: `${d.window_failures} of the last ${d.window_calls} calls failed`}, text);
+}
+
 async function domains(view) {
   const p = new URLSearchParams({page: domainsState.page, per_page: domainsState.per_page, sort: domainsState.sort, order: domainsState.order});
   if (domainsState.state) p.set("state", domainsState.state);
@@ -236,7 +244,7 @@ async function domains(view) {
   if (hasLimit) head.push(th("limit"));
   head.push(th(""));
   const rows = doc.items.map((d) => {
-    const cells = [el("td", {class: "l"}, domainLink(d.domain)), el("td", {class: "l"}, stateBadge(d.state)), td(num(d.ready)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), td((100 * d.failure_rate).toFixed(1) + " %"), td(d.open_for !== null ? "in " + human(d.open_for) : "")];
+    const cells = [el("td", {class: "l"}, domainLink(d.domain)), el("td", {class: "l"}, stateBadge(d.state)), td(num(d.ready)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), failureRate(d), td(d.open_for !== null ? "in " + human(d.open_for) : "")];
     if (hasLimit) cells.push(td(d.adaptive_limit ?? ""));
     cells.push(el("td", {}, ...breakerButtons(d.domain, d.state)));
     return el("tr", {"data-domain": d.domain, "data-state": d.state}, ...cells);
@@ -256,7 +264,7 @@ async function domainView(view, name) {
   const doc = await getJSON("api/domain/" + encodeURIComponent(name));
   const d = doc.domain;
   const facts = table(["state", "ready", "delayed", "in flight", "done", "dead", "failure rate", "trips", "open until", "concurrency", "delay"],
-    [el("tr", {}, el("td", {}, stateBadge(d.state)), td(num(d.ready)), td(num(d.delayed)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), td((100 * d.failure_rate).toFixed(1) + " %"), td(d.trips), td(d.open_for !== null ? "in " + human(d.open_for) : ""), td(d.adaptive_limit ?? d.concurrency ?? ""), td(d.delay_ms ? d.delay_ms / 1000 + " s" : ""))]);
+    [el("tr", {}, el("td", {}, stateBadge(d.state)), td(num(d.ready)), td(num(d.delayed)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), failureRate(d), td(d.trips), td(d.open_for !== null ? "in " + human(d.open_for) : ""), td(d.adaptive_limit ?? d.concurrency ?? ""), td(d.delay_ms ? d.delay_ms / 1000 + " s" : ""))]);
   const errors = table([th("when", "l"), th("kind", "l"), th("message", "l"), th("job", "l")],
     doc.errors.map((e) => el("tr", {}, td(ago(new Date(e.at).toISOString()), "l"), td(e.kind, "l"), td(e.message, "wrap"), td(e.id, "l"))), "no recent errors");
   const events = table([th("when", "l"), th("event", "l"), th("message", "l")],
@@ -265,7 +273,7 @@ async function domainView(view, name) {
     el("h1", {}, d.domain, " ", ...breakerButtons(d.domain, d.state)),
     card("Figures", facts),
     card("Politeness", politeness(doc.info)),
-    el("div", {class: "grid"}, card("Recent errors (of its dead letters)", errors), card("Breaker history", events)),
+    el("div", {class: "grid"}, card("Recent errors (failures and dead letters)", errors), card("Breaker history", events)),
     el("p", {}, link("#/dead?domain=" + encodeURIComponent(d.domain), "its dead letters →")));
 }
 

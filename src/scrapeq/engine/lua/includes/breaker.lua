@@ -15,8 +15,9 @@ local function cooldown_ms(trips)
 end
 
 local function open_breaker(d, trips, cool, why)
+  -- the window stays: what tripped it is what the dashboard shows while it is open
   redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
-    'fails', 0, 'win', '', 'probe', '')
+    'fails', 0, 'probe', '')
   redis.call('SADD', K_OPEN, d)
   emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
   stat('trips')
@@ -89,15 +90,42 @@ local function trip(d, why, from_closed)
   if from_closed then global_guard(d) end
 end
 
--- Record one outcome of job `job_id` for domain d: failed true/false.
+-- The last failures charged to a domain's breaker, kept in its hash (`errs`) for the
+-- dashboard: a throttled or retried job is not a dead letter, so its errors are nowhere else.
+local ERRS_KEPT = 10
+local ERR_CHARS = 200
+
+local function clip(text, n)
+  text = tostring(text or '')
+  if #text > n then text = string.sub(text, 1, n - 3) .. '...' end
+  return text
+end
+
+-- A failure of job `job_id` charged to domain d (kind, message: the settlement's): kept
+-- among its last errors, and counted per hour for the failure-spike alarm unless dispatch
+-- is paused (the global guard: then the fault is most likely ours).
+local function note_failure(d, job_id, kind, message)
+  local dk = k_dom(d)
+  local ok, errs = pcall(cjson.decode, redis.call('HGET', dk, 'errs') or '[]')
+  if not ok or type(errs) ~= 'table' then errs = {} end
+  errs[#errs + 1] = {at = NOW, kind = clip(kind, 64), msg = clip(message, ERR_CHARS),
+    id = job_id}
+  while #errs > ERRS_KEPT do table.remove(errs, 1) end
+  redis.call('HSET', dk, 'errs', cjson.encode(errs))
+  if not paused_until() then count_hourly(d, 'f') end
+end
+
+-- Record one outcome of job `job_id` for domain d: failed true/false; kind and message
+-- describe a failure.
 local ACTIVE_SEEN = {}
 -- Domains read closed with a spotless window (no failure, full) during this call: a success
 -- there changes nothing, so later successes skip the read. Emptied before any breaker
 -- write (of any domain: the global guard resets other domains too).
 local SPOTLESS = {}
 
-local function breaker_outcome(d, failed, job_id)
+local function breaker_outcome(d, failed, job_id, kind, message)
   local dk = k_dom(d)
+  if failed then note_failure(d, job_id, kind, message) end
   if not ACTIVE_SEEN[d] then
     ACTIVE_SEEN[d] = true
     redis.call('ZADD', K_ACTIVE, NOW, d)

@@ -7,7 +7,9 @@
     next         ms: earliest next request start (politeness delay, Retry-After)
     state        closed | open | half_open | retired (absent = closed)
     fails        consecutive failures (closed state)
-    win          last outcomes, oldest first, '1' failure '0' success (at most CFG.window)
+    win          last outcomes, oldest first, '1' failure '0' success (at most CFG.window);
+                 kept while the breaker is open (the outcomes that tripped it), cleared when
+                 it closes
     open_until   ms: end of the current cooldown
     trips        consecutive trips (reset by a successful probe)
     probe        id of the half-open probe job
@@ -17,7 +19,11 @@
     done         jobs done since the domain was first seen (its count of jobs enqueued is
                  in the registry, common.lua; `enq` here in queues written before it)
     dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
-                 bucket's count, baseline (moving average of completed hours)
+                 bucket's count, baseline (moving average of completed hours): count_hourly
+    fcur, fc, fp, fb  the same for failures charged to the breaker (breaker.lua:
+                 note_failure), which the failure-spike alarm reads
+    errs         JSON array of the last failures charged to the breaker, oldest first:
+                 [{at, kind, msg, id}] (breaker.lua: note_failure)
 ]]
 
 -- Whether a domain's limit adapts (adaptive.lua): its `conc` field says 'auto', or it has
@@ -127,4 +133,38 @@ local function paused_until()
   local p = tonumber(redis.call('HGET', K_META, 'paused_until')) or 0
   if p > NOW then return p end
   return nil
+end
+
+local HOUR_MS = 3600000
+
+-- Count one event of domain d per hour in its fields <p>cur (the current hour), <p>c (its
+-- count), <p>p (the previous hour's), <p>b (the baseline: a moving average of whole hours).
+local function count_hourly(d, p)
+  local dk = k_dom(d)
+  local f = redis.call('HMGET', dk, p .. 'cur', p .. 'c', p .. 'p', p .. 'b')
+  local bucket = math.floor(NOW / HOUR_MS)
+  local cur, c, prev, base = tonumber(f[1]) or bucket, tonumber(f[2]) or 0,
+    tonumber(f[3]) or 0, tonumber(f[4]) or 0
+  while cur < bucket do
+    base = base * 0.8 + c * 0.2
+    prev = c
+    c = 0
+    cur = cur + 1
+    if bucket - cur > 48 then cur = bucket; prev = 0 end
+  end
+  redis.call('HSET', dk, p .. 'cur', cur, p .. 'c', c + 1, p .. 'p', prev, p .. 'b', base)
+end
+
+-- count_hourly's events in the last hour: this hour's count plus the previous hour's share
+-- of the last 60 minutes. `cur`, `c`, `prev`: the fields as stored (strings or nil).
+local function last_hour(cur, c, prev)
+  local bucket = math.floor(NOW / HOUR_MS)
+  local frac = (NOW % HOUR_MS) / HOUR_MS
+  cur = tonumber(cur)
+  if cur == bucket then
+    return (tonumber(c) or 0) + (tonumber(prev) or 0) * (1 - frac)
+  elseif cur == bucket - 1 then
+    return (tonumber(c) or 0) * (1 - frac)
+  end
+  return 0
 end

@@ -42,27 +42,6 @@ local function put_delayed(job, at)
   stat('delayed:' .. job.lane, 1)
 end
 
-local HOUR_MS = 3600000
-
-local function count_dead_rate(d)
-  local dk = k_dom(d)
-  local f = redis.call('HMGET', dk, 'dcur', 'dc', 'dp', 'db')
-  local bucket = math.floor(NOW / HOUR_MS)
-  local cur, dc, dp, db = tonumber(f[1]), tonumber(f[2]) or 0, tonumber(f[3]) or 0,
-    tonumber(f[4]) or 0
-  if cur == nil then
-    cur = bucket
-  end
-  while cur < bucket do
-    db = db * 0.8 + dc * 0.2
-    dp = dc
-    dc = 0
-    cur = cur + 1
-    if bucket - cur > 48 then cur = bucket; dp = 0 end
-  end
-  redis.call('HSET', dk, 'dcur', cur, 'dc', dc + 1, 'dp', dp, 'db', db)
-end
-
 local function release_unique(job)
   if job.fp and redis.call('HGET', K_UNIQUE, job.fp) == job.id then
     redis.call('HDEL', K_UNIQUE, job.fp)
@@ -80,7 +59,7 @@ local function dead_letter(job, reason, message, quiet)
   stat('dead_total')
   stat('dead:' .. reason)
   release_unique(job)
-  count_dead_rate(job.domain)
+  count_hourly(job.domain, 'd')
   history('dead', job.lane)
   if not quiet then emit('dead', job.domain, job.id .. ': ' .. reason) end
 end
