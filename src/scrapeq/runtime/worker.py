@@ -57,6 +57,7 @@ from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL, Permanent, RedisUnavailable, Retry, ScriptError
+from scrapeq.runtime import progress
 from scrapeq.runtime.classify import (
     OVERLOAD_REASONS,
     Classification,
@@ -821,6 +822,7 @@ class Worker:
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             self._health.ok(sent)
+            progress.settled(len(batch))
             for item, status in zip(batch, statuses, strict=True):
                 self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
@@ -839,6 +841,7 @@ class Worker:
             except Exception:
                 self._pending.insert(0, item)
                 continue
+            progress.settled(1)
             self._answer(item, status)
 
     # --- heartbeat -------------------------------------------------------------------------------
