@@ -68,7 +68,13 @@ from scrapeq.runtime.classify import (
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
-from scrapeq.runtime.handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
+from scrapeq.runtime.handlers import (
+    DaemonThreads,
+    Handler,
+    HandlerAborted,
+    HandlerTimeout,
+    handler_caller,
+)
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.reporter import RedisHealth, Reporter
@@ -623,8 +629,8 @@ class Worker:
                 job, kind="handler_timeout", message=str(exc), domain_failed=None
             )
             return self._maybe_dead(job, settlement, response, started, str(exc))
-        except Exception as exc:
-            message = _traceback_summary(exc)
+        except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
+            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
             settlement = self.queue.retrying(
                 job, kind="handler_error", message=message, domain_failed=None
             )
