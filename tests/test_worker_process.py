@@ -642,6 +642,47 @@ def test_a_handler_killing_its_worker_costs_only_its_own_job(
     assert elapsed < 40, (elapsed, text)
 
 
+_EXITING_HANDLER = """
+import sys
+
+async def parse_async(job, response):
+    if job.url.endswith("/bad"):
+        raise KeyboardInterrupt
+    return {"ok": 1}
+
+def parse(job, response):
+    if job.url.endswith("/bad"):
+        sys.exit(3)
+    return {"ok": 1}
+"""
+
+
+@pytest.mark.parametrize("handler", ["parse", "parse_async"])
+def test_sys_exit_or_ctrl_c_in_a_handler_is_a_retry_not_the_workers_exit(
+    q: Queue,
+    site_thread: SiteThread,
+    spawn: Callable[..., WorkerProc],
+    tmp_path: Path,
+    handler: str,
+) -> None:
+    """Issue 21 item 2: a sync handler's sys.exit(3) ended the worker (exit 3, a traceback),
+    an async one's KeyboardInterrupt with exit 130, the job left in flight to its lease."""
+    (tmp_path / "exiting.py").write_text(_EXITING_HANDLER)
+    site = site_thread.start(ok)
+    bad = q.enqueue(site.url("/bad"), max_attempts=2).id
+    q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])
+    w = spawn("--burst", handler=f"exiting:{handler}")
+    assert w.wait(30) == 0, w.text()
+    assert "Traceback" not in w.text(), w.text()
+    c = counts(q)
+    assert (c["done"], c["dead"], c["inflight"]) == (5, 1, 0)
+    (dead,) = q.dead_letters()
+    assert dead.id == bad and [e.kind for e in dead.errors] == ["handler_error"] * 2
+    assert ("SystemExit: 3" if handler == "parse" else "KeyboardInterrupt") in dead.errors[
+        0
+    ].message
+
+
 # --- Redis black-holed ---------------------------------------------------------------------------
 # The worker reaches Redis through a proxy that stops forwarding while keeping the connections
 # open: calls in flight get no answer and no error, only a socket timeout would end them.
