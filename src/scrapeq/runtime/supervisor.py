@@ -87,7 +87,15 @@ def _child_main(
         if os.getppid() != parent:  # the supervisor died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
     progress.install(counter)
-    sys.exit(target(*args))
+    code = target(*args)
+    # Done: its jobs are settled or left to their leases, its files and connections closed.
+    # Skip the interpreter's finalization (freeing every module: 0.2-0.5 s on a loaded
+    # machine), which would push a child's exit past shutdown_grace + EXIT_MARGIN.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 class _Supervisor:
