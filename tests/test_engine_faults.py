@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -263,21 +264,78 @@ def test_a_lease_never_heartbeated_gives_its_attempt_back(make_queue) -> None:
         q.testing_clock_offset_ms = offset
         q.reap()
         q.testing_clock_offset_ms = offset = offset + 10
-    # max_attempts silent leases are given back, then each counts: 2 + 2 claims
-    assert claims == 4
+    # 2 x max_attempts silent leases are given back, then each counts: 4 + 2 claims
+    assert claims == 6
     (job,) = q.dead_letters()
     assert job.dead_reason == "max_attempts"
-    assert [e.kind for e in job.errors] == ["lease_unused"] * 2 + ["lease_expired"] * 2
+    assert [e.kind for e in job.errors] == ["lease_unused"] * 4 + ["lease_expired"] * 2
 
 
-def test_a_heartbeated_lease_that_expires_spends_its_attempt(make_queue) -> None:
+def test_a_lease_that_expires_in_the_handler_spends_its_attempt(make_queue) -> None:
     q = make_queue(max_attempts=3, lease=60)
     job_id = q.enqueue("https://shop-1.example.com/").id
     (job,) = q.claim().jobs
     q.testing_clock_offset_ms = 20_000
     assert q.heartbeat([job]) == [True]
+    assert q.mark_handler_running([job]) == [True]
     q.testing_clock_offset_ms = 90_000
     q.reap()
     stored = q.get_job(job_id)
-    assert stored is not None and stored.attempts == 1
+    assert stored is not None and stored.attempts == 1 and stored.unused == 0
     assert [e.kind for e in stored.errors] == ["lease_expired"]
+    assert "handler ran" in stored.errors[0].message
+
+
+# --- issue 21 item 2: a crash charges the jobs whose handler ran, not those beside them --------
+
+
+def _expire(q: Any, offset_ms: int) -> int:
+    """Move the clock past every lease and reap; answers the new offset."""
+    offset_ms += 61_000
+    q.testing_clock_offset_ms = offset_ms
+    q.reap()
+    return offset_ms + 10
+
+
+def test_a_worker_dying_beside_a_job_gives_its_attempt_back_within_a_budget(make_queue) -> None:
+    """A heartbeated lease (the worker had the job for a while) that expires while the job's
+    handler was not marked running: the worker died or stalled beside it (waiting on the
+    network, queued for a handler). The attempt comes back, at most 2 x max_attempts times
+    (a job killing workers in its handler causes max_attempts + 1 deaths), then each expiry
+    counts, so a job that kills workers outside its handler still ends."""
+    q = make_queue(max_attempts=2, lease=60, backoff_base=0.001, backoff_cap=0.001)
+    job_id = q.enqueue("https://shop-1.example.com/").id
+    offset, claims = 0, 0
+    while claimed := q.claim().jobs:
+        claims += 1
+        assert claims < 10
+        q.testing_clock_offset_ms = offset + 20_000
+        assert q.heartbeat(claimed) == [True]
+        offset = _expire(q, offset + 20_000)
+    assert claims == 6, "4 given back, then 2 spent"
+    (dead,) = q.dead_letters()
+    assert dead.id == job_id and dead.dead_reason == "max_attempts"
+    assert [e.kind for e in dead.errors] == ["worker_lost"] * 4 + ["lease_expired"] * 2
+    assert dead.unused == 4
+
+
+def test_a_mark_counts_for_its_own_lease_only(make_queue, redis_client) -> None:
+    """The mark is the lease's token: a job marked under one lease and lost beside a crash
+    under the next is given back; a stale token marks nothing and renews nothing."""
+    q = make_queue(max_attempts=3, lease=60, backoff_base=0.001, backoff_cap=0.001)
+    job_id = q.enqueue("https://shop-1.example.com/").id
+    (first,) = q.claim().jobs
+    assert q.mark_handler_running([first]) == [True]
+    deadline = redis_client.zscore(q.keys.inflight, job_id)
+    q.testing_clock_offset_ms = 30_000
+    assert q.mark_handler_running([first]) == [True]
+    assert redis_client.zscore(q.keys.inflight, job_id) == deadline, "a mark renews nothing"
+    offset = _expire(q, 0)
+    (second,) = q.claim().jobs
+    assert (second.attempts, second.unused) == (2, 0)
+    assert q.mark_handler_running([first]) == [False], "the first lease's token is stale"
+    offset = _expire(q, offset)
+    (third,) = q.claim().jobs
+    stored = [e.kind for e in third.errors]
+    assert stored == ["lease_expired", "lease_unused"], stored
+    assert (third.attempts, third.unused) == (2, 1)

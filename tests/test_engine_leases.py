@@ -53,7 +53,7 @@ def kinds(job: Job) -> list[str]:
     return [e.kind for e in job.errors]
 
 
-# --- 1. lease expiry is an attempt (once the worker renewed it: see test_engine_faults) -----
+# --- 1. lease expiry in the handler is an attempt (outside it, given back: test_engine_faults)
 
 
 def test_lease_expiry_is_reaped_as_an_attempt(make_queue: QueueFactory, redis_client) -> None:
@@ -62,7 +62,8 @@ def test_lease_expiry_is_reaped_as_an_attempt(make_queue: QueueFactory, redis_cl
     first = claim_one(q)
     assert (first.id, first.attempts) == (job_id, 1)
     at(q, 10)
-    assert q.heartbeat([first]) == [True]  # the worker had the job, then stopped (crash)
+    assert q.heartbeat([first]) == [True]
+    assert q.mark_handler_running([first]) == [True]  # its handler ran, then its worker died
 
     at(q, 69)
     assert q.claim().jobs == []
@@ -102,7 +103,7 @@ def test_job_that_keeps_crashing_workers_ends_dead(make_queue: QueueFactory) -> 
         job = claim_one(q)
         assert (job.id, job.attempts) == (job_id, attempt)
         at(q, t + 10)
-        assert q.heartbeat([job]) == [True]  # it ran, then took its worker down
+        assert q.mark_handler_running([job]) == [True]  # it ran, then took its worker down
         t += 71  # past the lease: the reap spends the attempt
         at(q, t)
         assert q.reap()[0] == 1
@@ -235,7 +236,9 @@ def test_heartbeat_renews_the_lease(make_queue: QueueFactory, redis_client) -> N
     assert q.claim().jobs == []  # the claim reaps it; the backoff keeps it delayed
     assert redis_client.zscore(q.keys.inflight, job.id) is None
     stored = q.get_job(job.id)
-    assert stored is not None and kinds(stored) == ["lease_expired"]
+    # renewed, then lost while its handler was not running: given back
+    assert stored is not None and kinds(stored) == ["worker_lost"] and stored.attempts == 0
+    assert stored.unused == 1
     assert q.heartbeat([job]) == [False]
 
 

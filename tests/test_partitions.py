@@ -88,6 +88,7 @@ def test_claims_drain_every_partition_and_settle_where_each_job_lives(
         if not claimed.jobs:
             break
         assert q.heartbeat(claimed.jobs) == [True] * len(claimed.jobs)
+        assert q.mark_handler_running(claimed.jobs) == [True] * len(claimed.jobs)
         assert q.settle_many([q.done(j) for j in claimed.jobs]) == ["done"] * len(claimed.jobs)
         seen.update(j.id for j in claimed.jobs)
     assert len(seen) == 90

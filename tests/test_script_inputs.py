@@ -279,6 +279,15 @@ CASES: dict[str, Cases] = {
                     "lease_ms": 1e300,
                 },
             ),
+            (
+                "a handler mark that is not a boolean after a good item",
+                lambda w: {
+                    "items": [
+                        {"id": w.inflight[0][0], "token": w.inflight[0][1], "h": True},
+                        {"id": w.inflight[0][0], "token": w.inflight[0][1], "h": "yes"},
+                    ]
+                },
+            ),
         ),
     ),
     "host_group": Cases(

@@ -151,6 +151,9 @@ class Job:
         raw: for a corrupt dead letter, the stored text that could not be read.
         depth: links followed from a seed to reach this job (a seed is 0).
         parent: the id of the job whose page linked this one (None for a seed).
+        unused: expired leases whose attempt was given back (the worker died or stalled
+            while this job's handler was not running, or never got the claim's reply); a
+            worker runs the handler of such a job alone (docs/DESIGN.md, "Decisions").
     """
 
     id: str
@@ -173,6 +176,7 @@ class Job:
     raw: str | None = None
     depth: int = 0
     parent: str | None = None
+    unused: int = 0
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -221,6 +225,7 @@ class Job:
             get("corrupt"),
             get("depth", 0),
             get("parent"),
+            get("unused", 0),
         )
 
     @property

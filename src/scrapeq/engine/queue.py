@@ -352,11 +352,14 @@ class _QueueCore:
             raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
         return str(status)
 
-    def _op_heartbeat(self, jobs: Sequence[Job], lease: float | None) -> Op[list[bool]]:
+    def _op_heartbeat(
+        self, jobs: Sequence[Job], lease: float | None, handling: bool = False
+    ) -> Op[list[bool]]:
         lease_ms = _seconds_ms("lease", lease)
         if not jobs:
             return []
-        renewed: list[bool] = yield scripts.heartbeat([(j.id, j.token) for j in jobs], lease_ms)
+        pairs = [(j.id, j.token) for j in jobs]
+        renewed: list[bool] = yield scripts.heartbeat(pairs, lease_ms, handling=handling)
         return renewed
 
     def _op_status(self) -> Op[dict[str, Any]]:
@@ -1006,9 +1009,11 @@ class _PartitionedCore(_QueueCore):
             raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
         return status
 
-    def _op_heartbeat(self, jobs: Sequence[Job], lease: float | None) -> Op[list[bool]]:
+    def _op_heartbeat(
+        self, jobs: Sequence[Job], lease: float | None, handling: bool = False
+    ) -> Op[list[bool]]:
         if self.partitions == 1:
-            return (yield from super()._op_heartbeat(jobs, lease))
+            return (yield from super()._op_heartbeat(jobs, lease, handling))
         lease_ms = _seconds_ms("lease", lease)
         groups: dict[int, list[int]] = {}
         for index, job in enumerate(jobs):
@@ -1016,7 +1021,8 @@ class _PartitionedCore(_QueueCore):
         calls: list[Step] = []
         for part, indexes in sorted(groups.items()):
             pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
-            calls.append(scripts.heartbeat(pairs, lease_ms).on(self.parts[part].prefix))
+            call = scripts.heartbeat(pairs, lease_ms, handling=handling)
+            calls.append(call.on(self.parts[part].prefix))
         out = [False] * len(jobs)
         answers = yield from self._many(calls)
         for renewed, (_, indexes) in zip(answers, sorted(groups.items()), strict=True):
@@ -1871,6 +1877,15 @@ class Queue(_PartitionedCore):
         """Renew leases; answers per job whether its token still owns it."""
         return self._drive(self._op_heartbeat(jobs, lease))
 
+    def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
+        """Record that the handlers of these claimed jobs run now: if a lease of theirs
+        expires (the worker died or stalled in the handler), the reap spends the attempt,
+        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
+        worker marks the job it runs alone (one whose lease expired before) and a handler
+        held past ``max_job_time``. Renews nothing; answers per job whether its token still
+        owns it."""
+        return self._drive(self._op_heartbeat(jobs, None, True))
+
     def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
         return self._drive(self._op_reap())
@@ -2218,6 +2233,15 @@ class AsyncQueue(_PartitionedCore):
     async def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
         """Renew leases; answers per job whether its token still owns it."""
         return await self._drive(self._op_heartbeat(jobs, lease))
+
+    async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
+        """Record that the handlers of these claimed jobs run now: if a lease of theirs
+        expires (the worker died or stalled in the handler), the reap spends the attempt,
+        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
+        worker marks the job it runs alone (one whose lease expired before) and a handler
+        held past ``max_job_time``. Renews nothing; answers per job whether its token still
+        owns it."""
+        return await self._drive(self._op_heartbeat(jobs, None, True))
 
     async def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""

@@ -488,12 +488,20 @@ def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[str
     return _call("settle", _str_list, items=[i.as_arg() for i in items], seed=_seed())
 
 
-def heartbeat(items: Sequence[tuple[str, int]], lease_ms: int | None = None) -> Call[list[bool]]:
-    """Extend leases of (job id, token) pairs; answers per item whether it was renewed."""
+def heartbeat(
+    items: Sequence[tuple[str, int]], lease_ms: int | None = None, *, handling: bool = False
+) -> Call[list[bool]]:
+    """Extend leases of (job id, token) pairs; answers per item whether it was renewed.
+
+    ``handling``: renew nothing, record instead that each job's handler runs (an expiry of
+    its lease then spends the attempt); answers whether each was recorded."""
 
     def parse(raw: list[Any]) -> list[bool]:
         return [bool(int(x)) for x in raw]
 
+    if handling:
+        marked = [{"id": i, "token": t, "h": True} for i, t in items]
+        return _call("heartbeat", parse, items=marked)
     args: dict[str, Any] = {"items": [{"id": i, "token": t} for i, t in items]}
     if lease_ms is not None:
         args["lease_ms"] = lease_ms

@@ -499,11 +499,15 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
         # supervisor once its children are gone.
         one = dataclasses.replace(options, summary=True)
         raise typer.Exit(run_worker_process(settings, url, one, 0))
-    from scrapeq.runtime.supervisor import KILL_MARGIN, supervise
+    from scrapeq.runtime.supervisor import KILL_MARGIN, SUMMARY_MARGIN, supervise
 
+    # Built now, while Redis answers: building a client asks the server whether it is a
+    # cluster node, a blocking probe (5 s) that no timer bounds, and at the end Redis may be
+    # gone (the children have bounded their exits by then; the summary must not undo that).
+    queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
     kill_after = settings.shutdown_grace + KILL_MARGIN
     code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
-    asyncio.run(_log_summary(settings, url))
+    asyncio.run(_log_summary(queue, SUMMARY_MARGIN))
     raise typer.Exit(code)
 
 
@@ -517,12 +521,11 @@ def _nothing_to_do(settings: Settings, url: str) -> bool:
     return c["ready"] + c["delayed"] + c["inflight"] == 0
 
 
-async def _log_summary(settings: Settings, url: str) -> None:
+async def _log_summary(queue: AsyncQueue, timeout: float) -> None:
     from scrapeq.runtime.reporter import log_summary
 
-    queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
     try:
-        await log_summary(queue)
+        await log_summary(queue, timeout=timeout)
     finally:
         await queue.close()
 

@@ -7,6 +7,12 @@ abandoned to its thread (a thread cannot be killed), or never runs when no threa
 time. Either way the caller gets :class:`HandlerTimeout`. A handler called inline (on the event
 loop) blocks the loop while it runs, so no timer could fire: it gets none.
 
+What a handler raises is its own error, whatever it is: ``SystemExit`` (a ``sys.exit()`` in
+a parser), ``KeyboardInterrupt``, ``GeneratorExit``, or a ``CancelledError`` the worker did
+not ask for reach the caller as :class:`HandlerAborted`, an ``Exception``, which the worker
+retries like any handler error. Raised as they are, they ended the worker (a task raising
+``SystemExit`` stops the event loop) and left the job in flight until its lease expired.
+
 Why not the loop's executor: ``concurrent.futures.ThreadPoolExecutor`` (behind
 ``asyncio.to_thread``) joins its threads when the interpreter exits, and ``asyncio.run`` waits
 for the default executor's threads on its way out, so one stuck call kept the process alive
@@ -34,7 +40,14 @@ from scrapeq.errors import ConfigError
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Response
 
-__all__ = ["DaemonThreads", "Handler", "HandlerTimeout", "handler_caller", "import_handler"]
+__all__ = [
+    "DaemonThreads",
+    "Handler",
+    "HandlerAborted",
+    "HandlerTimeout",
+    "handler_caller",
+    "import_handler",
+]
 
 #: ``handler(job, response) -> result``: sync or async.
 Handler = Callable[[Job, Response], Any]
@@ -115,6 +128,20 @@ class HandlerTimeout(Exception):
     """
 
 
+class HandlerAborted(Exception):
+    """The handler raised a ``BaseException`` that is not an ``Exception``: ``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``, or a ``CancelledError`` of its own (not the
+    worker cancelling the attempt). The handler's error, retried like any other.
+
+    Internal to the worker. Attributes: ``original``, what the handler raised (also the
+    ``__cause__``).
+    """
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(f"{type(original).__name__}: {original}".rstrip(": "))
+        self.original = original
+
+
 def handler_caller(
     handler: Handler, *, in_thread: bool, plain: bool, deadlines: Deadlines, threads: DaemonThreads
 ) -> Callable[[Job, Response], Awaitable[Any]]:
@@ -123,29 +150,32 @@ def handler_caller(
     Args:
         handler: the user's handler.
         in_thread: run a sync handler on ``threads`` (else inline, on the event loop).
-        plain: the built-in handler, whose result is never awaitable.
+        plain: the built-in handler, whose result is never awaitable (and which raises
+            nothing: it is called as it is).
         deadlines: one deadline of ``handler_timeout`` seconds per awaited or threaded call.
         threads: the worker's handler threads.
 
     Returns:
-        ``call(job, response)``, awaited; raises :class:`HandlerTimeout` past the deadline.
+        ``call(job, response)``, awaited; raises :class:`HandlerTimeout` past the deadline,
+        :class:`HandlerAborted` for what the handler raised that is not an ``Exception``.
     """
     if inspect.iscoroutinefunction(handler):
 
         async def awaited(job: Job, response: Response) -> Any:
             call = handler(job, response)
-            return await _within(deadlines, call, lambda: _overran(deadlines, "cancelled"))
+            fate = lambda: _overran(deadlines, "cancelled")  # noqa: E731
+            return await _guarded(_within(deadlines, call, fate))
 
         return awaited
 
     async def inline(job: Job, response: Response) -> Any:
         result = handler(job, response)
-        if not plain and inspect.isawaitable(result):
+        if inspect.isawaitable(result):
             return await result
         return result
 
     async def threaded(job: Job, response: Response) -> Any:
-        future = threads.submit(contextvars.copy_context().run, handler, job, response)
+        future = threads.submit(contextvars.copy_context().run, _caught, handler, job, response)
 
         def fate() -> str:
             if future.cancel():  # still queued: it will never run
@@ -153,9 +183,58 @@ def handler_caller(
                 return f"no handler thread free within {deadlines.seconds:g} s ({busy})"
             return _overran(deadlines, "its thread is abandoned")
 
-        return await _within(deadlines, _result_of(future), fate)
+        return await _guarded(_within(deadlines, _result_of(future), fate))
 
-    return threaded if in_thread else inline
+    if in_thread:
+        return threaded
+    return _plain(handler) if plain else _guarding(inline)
+
+
+def _plain(handler: Handler) -> Callable[[Job, Response], Awaitable[Any]]:
+    """The built-in handler, inline and unguarded: it is ours and on the hot path."""
+
+    async def call(job: Job, response: Response) -> Any:
+        return handler(job, response)
+
+    return call
+
+
+def _guarding(
+    call: Callable[[Job, Response], Awaitable[Any]],
+) -> Callable[[Job, Response], Awaitable[Any]]:
+    async def guarded(job: Job, response: Response) -> Any:
+        return await _guarded(call(job, response))
+
+    return guarded
+
+
+def _caught(handler: Handler, job: Job, response: Response) -> Any:
+    """Call a sync handler on a thread; what it raises that is not an ``Exception`` becomes
+    :class:`HandlerAborted` there. (A ``GeneratorExit`` handed to the loop as it is would be
+    thrown into the awaiting task, which closes its coroutines instead of raising in them.)"""
+    try:
+        return handler(job, response)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise HandlerAborted(exc) from exc
+
+
+async def _guarded(call: Awaitable[T]) -> T:
+    """Await a handler's ``call``; what it raises that is not an ``Exception`` becomes
+    :class:`HandlerAborted`, except a cancellation of the worker's own (the task is being
+    cancelled: a stop, a lost lease, ``max_job_time``), which stays one."""
+    try:
+        return await call
+    except Exception:
+        raise
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise HandlerAborted(exc) from exc
+    except BaseException as exc:
+        raise HandlerAborted(exc) from exc
 
 
 async def _result_of(future: Future[Any]) -> Any:

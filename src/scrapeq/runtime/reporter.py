@@ -334,7 +334,7 @@ async def log_summary(queue: AsyncQueue, *, timeout: float = SUMMARY_TIMEOUT) ->
     try:
         figures = await asyncio.wait_for(queue.figures(), timeout)
     except (TimeoutError, RedisUnavailable, ScriptError) as exc:
-        log.warning("no summary: %s", exc or f"redis did not answer within {timeout:g} s")
+        log.warning("no summary: %s", str(exc) or f"redis did not answer within {timeout:g} s")
         return
     shown = " ".join(f"{name}={value}" for name, value in figures.items())
     log.info("summary queue=%s %s (the queue's counts, as scrapeq status shows them)",

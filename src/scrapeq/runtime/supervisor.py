@@ -3,12 +3,19 @@
 Each child is its own process with its own event loop and connections. The supervisor
 forwards SIGTERM/SIGINT to every child as SIGTERM (a second signal is forwarded again, which
 makes the children release at once), and restarts a child that crashed (non-zero exit while
-nobody asked it to stop) with a capped backoff. With ``--burst`` a child that exits 0 is done
-and is not restarted; the supervisor returns once every child has exited. A child still alive
-``kill_after`` seconds after the first signal (the CLI passes ``shutdown_grace`` plus
-:data:`KILL_MARGIN`), or :data:`KILL_MARGIN` seconds after a second one, is killed (SIGKILL):
-a worker bounds its own exit, so one that overstays is wedged (a C call that never returns),
-and its jobs are safe with their leases.
+nobody asked it to stop). With ``--burst`` a child that exits 0 is done and is not restarted;
+the supervisor returns once every child has exited. A child still alive ``kill_after``
+seconds after the first signal (the CLI passes ``shutdown_grace`` plus :data:`KILL_MARGIN`),
+or :data:`KILL_MARGIN` seconds after a second one, is killed (SIGKILL): a worker bounds its
+own exit (``shutdown_grace`` plus ``worker.EXIT_MARGIN``), so one that overstays is wedged (a
+C call that never returns), and its jobs are safe with their leases.
+
+Restarts never starve the queue (:func:`restart_delay`): a child that died after doing useful
+work (it settled a job: :mod:`.progress`, or lived :data:`STABLE_AFTER` seconds) restarts
+after :data:`RESTART_MIN`, since its death was one job's doing (a handler calling
+``os._exit``, a parser's segfault) and the queue's other jobs are waiting; only a child that
+dies at once again and again (a broken start) is restarted ever later, doubling up to
+:data:`RESTART_MAX`, low enough that a slot comes back while the cause may have gone.
 
 Children start with SIGINT ignored: a terminal's Ctrl-C signals the whole foreground process
 group, and a child that took it directly *and* as the forwarded SIGTERM would see two
@@ -31,27 +38,64 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["supervise"]
+from scrapeq.runtime import progress
+
+__all__ = ["restart_delay", "supervise"]
 
 log = logging.getLogger("scrapeq.supervisor")
 
-RESTART_MIN, RESTART_MAX = 0.5, 30.0
+#: Seconds before a dead child is started again: at least RESTART_MIN, doubling while its
+#: successors die at once, at most RESTART_MAX (see :func:`restart_delay`).
+RESTART_MIN, RESTART_MAX = 0.5, 5.0
+#: A child alive this long did useful work, whether or not it settled anything (an idle
+#: queue): its death resets the backoff like a settlement does.
+STABLE_AFTER = 10.0
 #: Seconds a child may take past its grace period before it is killed: a worker's own exit
 #: bound past the grace (``worker.EXIT_MARGIN``, 3 s) plus closing its connections and the
-#: interpreter's exit, with room to spare on a loaded machine.
-KILL_MARGIN = 10.0
+#: interpreter's exit (well under a second, even on a loaded machine).
+KILL_MARGIN = 4.0
+#: Seconds the summary logged after the children may wait for Redis (a healthy one answers
+#: its three calls in milliseconds): when Redis stopped answering, the children exit by
+#: ``shutdown_grace`` plus ``worker.EXIT_MARGIN`` and the supervisor well within 5 s of it.
+SUMMARY_MARGIN = 0.5
 _PR_SET_PDEATHSIG = 1
 
 
-def _child_main(target: Callable[..., int], args: tuple[Any, ...], parent: int) -> None:
-    """Body of a child process: die with the supervisor, exit with ``target``'s answer."""
+def restart_delay(backoff: float | None, worked: bool) -> tuple[float, float]:
+    """When to start a dead child's successor: ``(delay, next backoff)``, seconds.
+
+    Args:
+        backoff: the slot's current backoff (None: no child of the slot died yet).
+        worked: the dead child settled a job or lived :data:`STABLE_AFTER` seconds.
+
+    A child that worked restarts after :data:`RESTART_MIN`; one that did not waits the
+    slot's backoff, which doubles (capped at :data:`RESTART_MAX`) until a child works.
+    """
+    delay = RESTART_MIN if worked or backoff is None else backoff
+    return delay, min(delay * 2, RESTART_MAX)
+
+
+def _child_main(
+    target: Callable[..., int], args: tuple[Any, ...], parent: int, counter: progress.Counter
+) -> None:
+    """Body of a child process: die with the supervisor, count its settlements for it
+    (:mod:`.progress`), exit with ``target``'s answer."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the supervisor died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
-    sys.exit(target(*args))
+    progress.install(counter)
+    code = target(*args)
+    # Done: its jobs are settled or left to their leases, its files and connections closed.
+    # Skip the interpreter's finalization (freeing every module: 0.2-0.5 s on a loaded
+    # machine), which would push a child's exit past shutdown_grace + EXIT_MARGIN.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 class _Supervisor:
@@ -68,6 +112,8 @@ class _Supervisor:
         self._children: dict[int, multiprocessing.process.BaseProcess] = {}
         self._restart_at: dict[int, float] = {}
         self._backoff: dict[int, float] = {}
+        self._started: dict[int, float] = {}  # slot -> monotonic time its child started
+        self._settled = {slot: self._ctx.RawValue("Q", 0) for slot in range(processes)}
         self._stopping = 0
         self._processes = processes
         self._exit = 0
@@ -75,9 +121,10 @@ class _Supervisor:
         self._kill_at: float | None = None  # monotonic time children still alive are killed
 
     def _spawn(self, slot: int) -> None:
+        self._settled[slot].value = 0
         proc = self._ctx.Process(
             target=_child_main,
-            args=(self._target, (*self._args, slot), os.getpid()),
+            args=(self._target, (*self._args, slot), os.getpid(), self._settled[slot]),
             name=f"scrapeq-worker-{slot}",
         )
         # The child inherits an ignored SIGINT (see the module docstring). SIGINT is blocked
@@ -90,6 +137,7 @@ class _Supervisor:
             signal.signal(signal.SIGINT, handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._children[slot] = proc
+        self._started[slot] = time.monotonic()
         log.info("worker process %d started pid=%s", slot, proc.pid)
         if self._stopping and proc.pid is not None:  # a signal came while it was starting
             with contextlib.suppress(ProcessLookupError):
@@ -114,10 +162,16 @@ class _Supervisor:
             if code not in (0, None, -signal.SIGTERM):
                 self._exit = 1
             return
-        delay = self._backoff.get(slot, RESTART_MIN)
-        self._backoff[slot] = min(delay * 2, RESTART_MAX)
+        settled = self._settled[slot].value
+        lived = time.monotonic() - self._started[slot]
+        worked = settled > 0 or lived >= STABLE_AFTER
+        delay, self._backoff[slot] = restart_delay(self._backoff.get(slot), worked)
         self._restart_at[slot] = time.monotonic() + delay
-        log.warning("worker process %d died (exit %s): restarting in %.1f s", slot, code, delay)
+        log.warning(
+            "worker process %d died (exit %s) after %.1f s having settled %d jobs: "
+            "restarting in %.1f s",
+            slot, code, lived, settled, delay,
+        )  # fmt: skip
 
     def _kill_overstaying(self) -> None:
         for slot, proc in self._children.items():

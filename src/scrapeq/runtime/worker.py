@@ -57,6 +57,7 @@ from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL, Permanent, RedisUnavailable, Retry, ScriptError
+from scrapeq.runtime import progress
 from scrapeq.runtime.classify import (
     OVERLOAD_REASONS,
     Classification,
@@ -67,7 +68,14 @@ from scrapeq.runtime.classify import (
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
-from scrapeq.runtime.handlers import DaemonThreads, Handler, HandlerTimeout, handler_caller
+from scrapeq.runtime.handlers import (
+    DaemonThreads,
+    Handler,
+    HandlerAborted,
+    HandlerTimeout,
+    handler_caller,
+)
+from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.reporter import SEED_DEFERRED, RedisHealth, Reporter, log_seed_deferred
@@ -266,6 +274,7 @@ class Worker:
         self._in_thread = default_in_thread if handler_in_thread is None else handler_in_thread
         # Set per run (_open_resources): a run's threads and timer end with it.
         self._call_handler: Callable[[Job, Response], Awaitable[Any]]
+        self._handlers: HandlerRunner | None = None  # a user's handler: run alone when due
         self._handler_deadlines: Deadlines
         self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
@@ -400,6 +409,9 @@ class Worker:
             deadlines=self._handler_deadlines,
             threads=self._handler_threads,
         )
+        if self._adapted:  # user code may kill the process: see runtime/isolation.py
+            self._handlers = HandlerRunner(self.queue, self._call_handler)
+            self._call_handler = self._handlers.call
 
     async def _close_resources(self) -> None:
         self._handler_deadlines.close()
@@ -511,8 +523,12 @@ class Worker:
                 settlement = await self._write_result(job, settlement, record)
             # The fetch slot is free once the settlement is buffered: settling is batched,
             # and its answer is only counted and logged (by the settle loop), so the task
-            # ends here.
+            # ends here; unless its handler ran alone, when no handler may run before the
+            # settlement (which clears its lease's mark) is answered.
             flight.submitted = True
+            if self._handlers is not None and self._handlers.alone(job):
+                await self._submit(settlement, job)
+                return
             self._pending.append((settlement, job, None))
         except asyncio.CancelledError:
             raise
@@ -522,6 +538,8 @@ class Worker:
                 flight.submitted = True
                 await self._submit(self._internal_error(job, exc))
         finally:
+            if self._handlers is not None:
+                self._handlers.settled(job)
             self._flights.pop(job.id, None)
             self._slot_freed.set()
 
@@ -622,8 +640,8 @@ class Worker:
                 job, kind="handler_timeout", message=str(exc), domain_failed=None
             )
             return self._maybe_dead(job, settlement, response, started, str(exc))
-        except Exception as exc:
-            message = _traceback_summary(exc)
+        except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
+            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
             settlement = self.queue.retrying(
                 job, kind="handler_error", message=message, domain_failed=None
             )
@@ -826,6 +844,7 @@ class Worker:
                 reconnect = min(reconnect * 2, RECONNECT_MAX)
                 continue
             self._health.ok(sent)
+            progress.settled(len(batch))
             for item, status in zip(batch, statuses, strict=True):
                 self._answer(item, status)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
@@ -844,6 +863,7 @@ class Worker:
             except Exception:
                 self._pending.insert(0, item)
                 continue
+            progress.settled(1)
             self._answer(item, status)
 
     # --- heartbeat -------------------------------------------------------------------------------
@@ -853,6 +873,8 @@ class Worker:
         while True:
             await asyncio.sleep(period)
             flights = self._renewable()
+            if self._handlers is not None:
+                await self._handlers.mark_abandoned()
             if not flights:
                 continue
             sent = time.monotonic()
@@ -893,6 +915,8 @@ class Worker:
         )
         flight.abandoned = True
         self.stats.abandoned += 1
+        if self._handlers is not None:  # a handler still running is to blame: marked
+            self._handlers.abandoned(flight.job)
         if flight.task is not None:
             flight.task.cancel()
 

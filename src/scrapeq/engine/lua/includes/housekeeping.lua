@@ -81,25 +81,46 @@ local function reap_lost(id)
   refile(d)
 end
 
--- A lease that expired at its claim-time deadline was never renewed nor settled: the claim's
--- reply may never have reached a worker (timed out, connection cut) or the worker died at
--- once. Its attempt is given back, at most max_attempts times per job, so a job whose claims
--- kill workers still dies. Returns whether it was.
-local function give_back_unused(job, deadline)
+-- An expired lease whose job's handler was not marked running (heartbeat-1.lua, `h`): the
+-- worker died or stalled while the job waited on the network or for a handler, or never got
+-- the claim's reply (lease never renewed: `lease_unused`). Its attempt is given back, at most
+-- 2 x max_attempts times per job (`unused`), so a job that kills workers outside its handler
+-- still dies. A worker runs the handler of a job with `unused` alone, marked, so the next
+-- crash is known to be its own: a job killing its workers in its handler dies after
+-- max_attempts + 1 deaths, and a job in flight beside every one of them keeps its budget
+-- (twice over). Returns whether it was given back.
+local function give_back(job, deadline)
   local unused = job.unused or 0
-  if deadline > job.claimed + (job.lm or CFG.lease_ms) or unused >= job.max_attempts then
-    return false
-  end
+  if unused >= 2 * job.max_attempts then return false end
   job.unused = unused + 1
   job.attempts = math.max(job.attempts - 1, 0)
-  push_error(job, 'lease_unused', 'lease expired with no heartbeat or result (the claim reply '
-    .. 'was lost, or the worker died at once): the attempt is not counted')
+  if deadline > (tonumber(job.claimed) or 0) + (job.lm or CFG.lease_ms) then
+    push_error(job, 'worker_lost', 'lease expired while its handler was not running (the '
+      .. 'worker died or stalled beside it): the attempt is not counted')
+  else
+    push_error(job, 'lease_unused', 'lease expired with no heartbeat or result (the claim '
+      .. 'reply was lost, or the worker died at once): the attempt is not counted')
+  end
   put_delayed(job, NOW + backoff_ms(job.unused))
   save_job(job)
   return true
 end
 
--- Expired leases: the attempt is spent (a job that kills workers ends dead), no domain blamed.
+-- An expired lease, its job loaded and out of inflight: retry or dead when its handler ran
+-- (the worker died in it) or its give-backs are spent, else given back.
+local function reap_job(job, deadline)
+  local ran = job.hr ~= nil and job.hr == job.token
+  job.hr = nil
+  if ran then
+    retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
+      'lease expired while its handler ran: the worker died or stalled in it')
+  elseif not give_back(job, deadline) then
+    retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
+      'lease expired: the worker stopped (crash or stall); the attempts given back are spent')
+  end
+end
+
+-- Expired leases: reap_job decides whether the attempt is spent; no domain blamed.
 local function reap_expired(budget)
   local found = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0,
     budget)
@@ -113,10 +134,7 @@ local function reap_expired(budget)
       local dk = k_dom(job.domain)
       if redis.call('HGET', dk, 'probe') == id then redis.call('HSET', dk, 'probe', '') end
       stat('reaped')
-      if not give_back_unused(job, deadline) then
-        retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
-          'lease expired: the worker stopped heartbeating (crash or stall)')
-      end
+      reap_job(job, deadline)
       refile(job.domain)
     elseif job == false then
       local d = redis.call('HGET', K_LEASED, id) or ''
