@@ -77,7 +77,9 @@ def test_reaped_leases_are_counted(make_queue: Callable[..., Queue]) -> None:
     q = make_queue(lease=1)
     q.enqueue("https://shop-1.example.com/p/1")
     (job,) = claim_all(q, 1)
-    assert q.heartbeat([job], lease=2) == [True]  # renewed once: its attempt is spent
+    assert q.heartbeat([job], lease=2) == [True]
+    # its handler runs: an expired lease spends the attempt (unmarked, it is given back)
+    assert q.mark_handler_running([job]) == [True]
     q.testing_clock_offset_ms += 5 * MINUTE
     q.reap()
     h = q.history(2)

@@ -1880,7 +1880,7 @@ class Queue(_PartitionedCore):
     def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now: if a lease of theirs
         expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times). The
         worker marks the job it runs alone (one whose lease expired before) and a handler
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
@@ -2237,7 +2237,7 @@ class AsyncQueue(_PartitionedCore):
     async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now: if a lease of theirs
         expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times). The
         worker marks the job it runs alone (one whose lease expired before) and a handler
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
