@@ -10,7 +10,9 @@ from typing import Any
 
 import orjson
 
+from scrapeq.engine.request import Request
 from scrapeq.engine.urls import redact_text, redact_url
+from scrapeq.errors import ConfigError
 
 __all__ = [
     "Job",
@@ -30,6 +32,7 @@ _LONG = {
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
     "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
     "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
+    "q": "request",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -151,6 +154,8 @@ class Job:
         raw: for a corrupt dead letter, the stored text that could not be read.
         depth: links followed from a seed to reach this job (a seed is 0).
         parent: the id of the job whose page linked this one (None for a seed).
+        request_text: the stored form of what the job sends (:mod:`scrapeq.engine.request`);
+            None for a plain ``GET`` of its URL. Read it as :attr:`request`.
     """
 
     id: str
@@ -173,6 +178,7 @@ class Job:
     raw: str | None = None
     depth: int = 0
     parent: str | None = None
+    request_text: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -221,7 +227,36 @@ class Job:
             get("corrupt"),
             get("depth", 0),
             get("parent"),
+            get("request"),
         )
+
+    @property
+    def request(self) -> Request:
+        """What the job sends: its stored request, or a plain ``GET`` of its URL.
+
+        Raises:
+            ConfigError: the stored request cannot be read (written by hand).
+        """
+        if self.request_text is None:
+            return Request(self.url)
+        try:
+            return Request.from_text(self.url, self.request_text)
+        except ValueError as exc:
+            raise ConfigError("request", f"stored request is not JSON: {exc}") from None
+
+    @property
+    def meta(self) -> Any:
+        """The request's ``meta`` (None when it has none)."""
+        return None if self.request_text is None else self.request.meta
+
+    def request_shown(self) -> dict[str, Any] | None:
+        """The request for listings (secrets as ``***``); None for a plain ``GET``."""
+        if self.request_text is None:
+            return None
+        try:
+            return self.request.shown()
+        except ConfigError as exc:
+            return {"error": str(exc)}
 
     @property
     def last_error(self) -> JobError | None:
@@ -245,6 +280,8 @@ class Job:
             "max_attempts": self.max_attempts,
             "payload": self.payload,
         }
+        if self.request_text is not None:
+            out["request"] = self.request_shown()
         _times(out, created_at=self.created_ms, expires_at=self.expires_ms)
         out.update(
             throttles=self.throttles,
@@ -305,6 +342,7 @@ class JobInfo:
             throttles=job.throttles,
             releases=job.releases,
             payload=job.payload,
+            request=job.request_shown(),
             position=self.position,
             depth=self.depth,
         )
