@@ -224,6 +224,11 @@ async def echo(request: web.Request) -> web.StreamResponse:
     )
 
 
+def echoed(job: object, response: object) -> object:
+    """A worker handler (``--handler sites:echoed``): the echo site's answer as the result."""
+    return response.json()  # type: ignore[attr-defined]
+
+
 async def hang(request: web.Request) -> web.StreamResponse:
     await asyncio.sleep(3600)
     raise AssertionError("unreachable")

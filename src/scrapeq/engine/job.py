@@ -12,7 +12,7 @@ import orjson
 
 from scrapeq.engine.request import Request
 from scrapeq.engine.urls import redact_text, redact_url
-from scrapeq.errors import ConfigError
+from scrapeq.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "Job",
@@ -242,7 +242,7 @@ class Job:
         try:
             return Request.from_text(self.url, self.request_text)
         except ValueError as exc:
-            raise ConfigError("request", f"stored request is not JSON: {exc}") from None
+            raise InvalidRequest("request", f"stored form is not JSON: {exc}") from None
 
     @property
     def meta(self) -> Any:

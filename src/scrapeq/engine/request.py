@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 from scrapeq.engine.limits import check_json_depth
 from scrapeq.engine.urls import canonical_url, fingerprint64
-from scrapeq.errors import ConfigError
+from scrapeq.errors import InvalidRequest
 
 __all__ = ["Request", "request_fingerprint64"]
 
@@ -63,21 +63,21 @@ def _pairs(name: str, value: PairsLike | None) -> Pairs:
     for item in items:
         pair = tuple(item)
         if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
-            raise ConfigError(name, f"expected name/value text pairs, got {item!r:.60}")
+            raise InvalidRequest(name, f"expected name/value text pairs, got {item!r:.60}")
         out.append((pair[0], pair[1]))
     return tuple(out)
 
 
 def _check_headers(headers: Pairs) -> None:
     if len(headers) > MAX_HEADERS:
-        raise ConfigError("headers", f"{len(headers)} headers: at most {MAX_HEADERS}")
+        raise InvalidRequest("headers", f"{len(headers)} headers: at most {MAX_HEADERS}")
     for name, value in headers:
         if not _TOKEN.fullmatch(name):
-            raise ConfigError("headers", f"header name {name!r:.60} is not an RFC 9110 token")
+            raise InvalidRequest("headers", f"header name {name!r:.60} is not an RFC 9110 token")
         if name.lower() in _FORBIDDEN:
-            raise ConfigError("headers", f"{name} is set by the fetcher, not by a job")
+            raise InvalidRequest("headers", f"{name} is set by the fetcher, not by a job")
         if not _FIELD_VALUE.fullmatch(value) or len(value) > MAX_FIELD:
-            raise ConfigError(
+            raise InvalidRequest(
                 "headers",
                 f"value of {name} has a CR, LF or control character, or is over {MAX_FIELD} "
                 "characters",
@@ -86,26 +86,26 @@ def _check_headers(headers: Pairs) -> None:
 
 def _check_cookies(cookies: Pairs) -> None:
     if len(cookies) > MAX_HEADERS:
-        raise ConfigError("cookies", f"{len(cookies)} cookies: at most {MAX_HEADERS}")
+        raise InvalidRequest("cookies", f"{len(cookies)} cookies: at most {MAX_HEADERS}")
     for name, value in cookies:
         if not _TOKEN.fullmatch(name):
-            raise ConfigError("cookies", f"cookie name {name!r:.60} is not an RFC 6265 token")
+            raise InvalidRequest("cookies", f"cookie name {name!r:.60} is not an RFC 6265 token")
         if not _COOKIE_VALUE.fullmatch(value) or len(value) > MAX_FIELD:
-            raise ConfigError(
+            raise InvalidRequest(
                 "cookies", f"value of cookie {name} has a character a cookie may not hold"
             )
 
 
 def _method(method: str) -> str:
     if not isinstance(method, str) or not _TOKEN.fullmatch(method) or len(method) > MAX_METHOD:
-        raise ConfigError("method", f"{method!r:.60} is not an HTTP method (an RFC 9110 token)")
+        raise InvalidRequest("method", f"{method!r:.60} is not an HTTP method (an RFC 9110 token)")
     return method.upper()
 
 
 def _body(body: bytes | str | None, json_body: Any, form: PairsLike | None) -> bytes:
     given = [x is not None for x in (body, form)] + [json_body is not _UNSET]
     if sum(given) > 1:
-        raise ConfigError("body", "give one of body, json and form")
+        raise InvalidRequest("body", "give one of body, json and form")
     if json_body is not _UNSET:
         return _json_text("json", json_body).encode()
     if form is not None:
@@ -116,16 +116,16 @@ def _body(body: bytes | str | None, json_body: Any, form: PairsLike | None) -> b
         return body.encode("utf-8")
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body)
-    raise ConfigError("body", f"expected bytes or text, got {type(body).__name__}")
+    raise InvalidRequest("body", f"expected bytes or text, got {type(body).__name__}")
 
 
 def _json_text(name: str, value: Any) -> str:
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(name, f"not JSON-serialisable: {exc}") from None
+        raise InvalidRequest(name, f"not JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise ConfigError(name, "JSON nested too deeply to encode") from None
+        raise InvalidRequest(name, "JSON nested too deeply to encode") from None
     check_json_depth(name, text)
     return text
 
@@ -156,7 +156,7 @@ class Request:
         meta: any JSON value: reaches the handler (``job.meta``) and the results line.
 
     Raises:
-        ConfigError: a bad method, header, cookie, body or meta (names it); more than one of
+        InvalidRequest: a bad method, header, cookie, body or meta (names it); more than one of
             ``body``, ``json`` and ``form``.
     """
 
@@ -180,7 +180,7 @@ class Request:
         meta: Any = None,
     ) -> None:
         if not isinstance(url, str):
-            raise ConfigError("url", f"expected text, got {type(url).__name__}")
+            raise InvalidRequest("url", f"expected text, got {type(url).__name__}")
         pairs = _pairs("headers", headers)
         content = _body(body, json, form)
         kind = "application/json" if json is not _UNSET else None
@@ -237,7 +237,7 @@ class Request:
         """Read a stored form back (the job's URL given apart)."""
         data = json.loads(text)
         if not isinstance(data, dict):
-            raise ConfigError("request", "stored request is not a JSON object")
+            raise InvalidRequest("request", "stored request is not a JSON object")
         return cls.from_fields({"url": url, **data}, "request")
 
     @classmethod
@@ -247,21 +247,21 @@ class Request:
         or ``form``, ``cookies``, ``meta``.
 
         Raises:
-            ConfigError: an unknown member, or a bad value (names it).
+            InvalidRequest: an unknown member, or a bad value (names it).
         """
         unknown = sorted(set(data) - _MEMBERS)
         if unknown:
-            raise ConfigError(name, f"unknown member {unknown[0]!r:.40} (known: url, method, "
+            raise InvalidRequest(name, f"unknown member {unknown[0]!r:.40} (known: url, method, "
                               "headers, body, body64, json, form, cookies, meta)")  # fmt: skip
         if "url" not in data:
-            raise ConfigError(name, "has no url")
+            raise InvalidRequest(name, "has no url")
         body = data.get("body")
         if "body64" in data:
             if body is not None:
-                raise ConfigError(name, "give one of body and body64")
+                raise InvalidRequest(name, "give one of body and body64")
             body = _unbase64(data["body64"])
         elif body is not None and not isinstance(body, str):
-            raise ConfigError("body", "must be text (body64: base64 of bytes)")
+            raise InvalidRequest("body", "must be text (body64: base64 of bytes)")
         return cls(
             data["url"],
             method=data.get("method", "GET"),
@@ -293,16 +293,16 @@ _MEMBERS: Final = frozenset(
 def _pairs_of(value: Any, name: str) -> PairsLike | None:
     if value is None or isinstance(value, Mapping | list):
         return value
-    raise ConfigError(name, f"expected an object or a list of pairs, got {type(value).__name__}")
+    raise InvalidRequest(name, f"expected an object or a list of pairs, got {type(value).__name__}")
 
 
 def _unbase64(text: Any) -> bytes:
     if not isinstance(text, str):
-        raise ConfigError("body64", "must be base64 text")
+        raise InvalidRequest("body64", "must be base64 text")
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ConfigError("body64", "is not valid base64") from None
+        raise InvalidRequest("body64", "is not valid base64") from None
 
 
 def request_fingerprint64(
