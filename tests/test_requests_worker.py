@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from scrapeq import AsyncQueue, Job, Request, Response, Settings
+from scrapeq import AsyncQueue, Follow, Job, Request, Response, Settings
 from scrapeq.runtime.fetch import Fetcher
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
@@ -120,3 +120,26 @@ async def test_the_worker_sends_the_request_the_handler_sees_it_and_meta_is_in_t
     assert sorted(seen, key=str) == sorted(
         [("PATCH", {"k": [1, 2]}, "b1"), ("GET", None, "")], key=str
     )
+
+
+async def test_a_follow_up_may_carry_a_request(
+    make_async_queue: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    q = make_async_queue(allow_private=True, request_timeout=5.0)
+    results = tmp_path / "results.jsonl"
+
+    def handler(job: Job, response: Response) -> Any:
+        got = response.json()
+        if job.depth == 0:
+            nxt = Request("next?p=2", method="POST", json={"page": 2}, meta={"from": job.id})
+            return [got["method"], Follow(nxt)]
+        return [got["method"], got["path"], got["body"]]
+
+    async with sites(echo) as (site,):
+        await q.enqueue(site.url("/list"))
+        worker = Worker(q, handler=handler, sink=JsonlSink(results), burst=True)
+        await asyncio.wait_for(worker.run_async(), 30)
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    child = next(r for r in rows if r["depth"] == 1)
+    assert child["result"] == ["POST", "/next?p=2", '{"page":2}']
+    assert child["meta"] == {"from": child["parent"]}

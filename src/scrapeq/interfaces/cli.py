@@ -682,6 +682,7 @@ def enqueue(
     problem = resume_problem(urls, source, resume_from)
     if problem is not None:
         _die(problem, 2)
+    template = _template(flags)  # bad flags fail before anything connects
     payload_value = _payload_object(payload)
     if unique is not None and unique not in UNIQUE_MODES:
         _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
@@ -697,7 +698,7 @@ def enqueue(
     )
     q.prepare("https://example.com/", **options)  # bad options fail once, before any input
     run = EnqueueRun(q, options, keep_ids=as_json, resume_from=resume_from or 1)
-    run.template = _template(flags)
+    run.template = template
     mode = unique or settings.unique
     with _input(source) as stream:
         try:
