@@ -183,3 +183,17 @@ def test_end_to_end_cli_enqueue_and_worker_send_the_request(
         "headers"
     ]
     assert echo_site.hits == {"/login": 1, "/api": 1}
+
+
+def test_job_show_names_the_request_and_hides_its_secrets(redis_url: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "--redis", redis_url, "enqueue", "https://a.example.com/x",
+                       "--json-body", '{"q": 1}', "--header", "Authorization: Bearer s3cret",
+                       "--cookie", "sid=t0ken", "--json")  # fmt: skip
+    (job_id,) = json.loads(out)["ids"]
+    code, out, err = run(capsys, "--redis", redis_url, "job", "show", job_id)
+    assert code == 0, err
+    assert "POST" in out and "Authorization: ***" in out and "body 7 bytes" in out
+    code, out, _ = run(capsys, "--redis", redis_url, "job", "show", job_id, "--json")
+    request = json.loads(out)["request"]
+    assert (request["method"], request["body_bytes"]) == ("POST", 7)
+    assert "s3cret" not in out and "t0ken" not in out

@@ -280,8 +280,7 @@ class Job:
             "max_attempts": self.max_attempts,
             "payload": self.payload,
         }
-        if self.request_text is not None:
-            out["request"] = self.request_shown()
+        out["request"] = self.request_shown()
         _times(out, created_at=self.created_ms, expires_at=self.expires_ms)
         out.update(
             throttles=self.throttles,

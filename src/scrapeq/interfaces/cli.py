@@ -727,7 +727,7 @@ def _enqueue_source(
                  "request flags", 2)  # fmt: skip
         return requests
     if not urls and file is None:
-        _die("give URLs, --file PATH or --requests PATH ('-' for stdin)", 2)
+        _die("give URLs or --file PATH ('-' for stdin), or --requests PATH", 2)
     return file
 
 
