@@ -143,3 +143,17 @@ async def test_a_follow_up_may_carry_a_request(
     child = next(r for r in rows if r["depth"] == 1)
     assert child["result"] == ["POST", "/next?p=2", '{"page":2}']
     assert child["meta"] == {"from": child["parent"]}
+
+
+def test_outgoing_folds_cookies_and_redirects_by_the_table() -> None:
+    """The pure rules of runtime/outgoing.py (the loopback tests above exercise them)."""
+    from scrapeq.runtime.outgoing import Outgoing, after_redirect
+
+    first = Outgoing.of(
+        Request("https://a/", method="HEAD", headers={"Cookie": "x=1"}, cookies={"y": "2"})
+    )
+    assert first.headers == (("Cookie", "x=1; y=2"),)
+    assert after_redirect(first, 303, same=True).method == "HEAD"  # HEAD stays HEAD
+    put = Outgoing.of(Request("https://a/", method="PUT", body="b", headers={"X": "1"}))
+    assert after_redirect(put, 301, same=True) == put  # only a POST turns into GET on 301/302
+    assert after_redirect(put, 303, same=False) == Outgoing("GET", (("X", "1"),), b"")
