@@ -101,6 +101,7 @@ from _redis import (
 from scrapeq.engine import scripts
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Command, Queue
+from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Call, EnqueueSpec
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.classify import classify_response
@@ -629,10 +630,12 @@ class CountingFetcher(Fetcher):
 
     active = 0
 
-    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
+    async def fetch(
+        self, url: str, *, normalised: bool = False, request: Request | None = None
+    ) -> Response:
         self.active += 1
         try:
-            return await super().fetch(url, normalised=normalised)
+            return await super().fetch(url, normalised=normalised, request=request)
         finally:
             self.active -= 1
 
@@ -717,7 +720,9 @@ class CannedFetcher(Fetcher):
         super().__init__(settings)
         self.delay = delay
 
-    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
+    async def fetch(
+        self, url: str, *, normalised: bool = False, request: Request | None = None
+    ) -> Response:
         await asyncio.sleep(self.delay)
         return Response(
             url=url, status=200, headers=CANNED_HEADERS, body=PAGE, elapsed=0.0001, redirects=0

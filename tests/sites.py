@@ -204,6 +204,31 @@ def status(code: int, **headers: str) -> Handler:
     return handler
 
 
+async def echo(request: web.Request) -> web.StreamResponse:
+    """Answer what was sent: method, path, headers (pairs, in order), body, cookies.
+
+    ``/redirect/<code>?to=<url>`` answers that redirect to ``to`` instead (default ``/echo``).
+    """
+    if request.path.startswith("/redirect/"):
+        code = int(request.path.rsplit("/", 1)[1])
+        return web.Response(status=code, headers={"Location": request.query.get("to", "/echo")})
+    body = await request.read()
+    return web.json_response(
+        {
+            "method": request.method,
+            "path": request.path_qs,
+            "headers": [[k, v] for k, v in request.headers.items()],
+            "body": body.decode("utf-8", "backslashreplace"),
+            "cookies": dict(request.cookies),
+        }
+    )
+
+
+def echoed(job: object, response: object) -> object:
+    """A worker handler (``--handler sites:echoed``): the echo site's answer as the result."""
+    return response.json()  # type: ignore[attr-defined]
+
+
 async def hang(request: web.Request) -> web.StreamResponse:
     await asyncio.sleep(3600)
     raise AssertionError("unreachable")

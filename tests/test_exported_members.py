@@ -29,6 +29,7 @@ EXPECTED = [
     "RedisStreamSink",
     "RedisUnavailable",
     "ReplayResult",
+    "Request",
     "Response",
     "Retry",
     "ScrapeqError",

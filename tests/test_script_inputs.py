@@ -259,6 +259,7 @@ CASES: dict[str, Cases] = {
             ("a lane offset that is not finite", lambda w: {"jobs": [w.spec("/x", off=1e300)]}),
             ("an unknown unique mode", lambda w: {"jobs": [w.spec("/x", unique="always")]}),
             ("jobs not a list", lambda w: {"jobs": "x"}),
+            ("a request that is not text", lambda w: {"jobs": [w.spec("/x", request={"m": 1})]}),
         ),
     ),
     "heartbeat": Cases(

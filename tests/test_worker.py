@@ -135,6 +135,7 @@ async def test_healthy_site_every_job_done_and_results_written(
         "result",
         "depth",  # links followed from a seed (0: a seed), added for crawls
         "parent",
+        "meta",  # the request's meta (issue 23), null for a plain GET
     }
     assert rows[0]["status"] == 200 and rows[0]["attempts"] == 1 and rows[0]["bytes"] > 0
     assert (await q.status())["counts"]["done"] == 30

@@ -19,6 +19,7 @@ from scrapeq.engine.queue import (
     Queue,
     ReplayResult,
 )
+from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import Settings, load_settings
 from scrapeq.errors import (
@@ -64,6 +65,7 @@ __all__ = [
     "RedisStreamSink",
     "RedisUnavailable",
     "ReplayResult",
+    "Request",
     "Response",
     "Retry",
     "ScrapeqError",

@@ -4,6 +4,7 @@ Every exception the library raises on purpose derives from :class:`ScrapeqError`
 
     ScrapeqError
     ├── ConfigError            a setting has a bad value (names the setting)
+    │   └── InvalidRequest     a job's request refused at enqueue (names the part)
     ├── InvalidURL             a URL refused at enqueue (names the reason)
     ├── PayloadTooLarge        a payload over ``max_payload``, or more than Redis accepts
     ├── RedisUnavailable       no Redis to talk to (unreachable, or no binary to embed)
@@ -25,6 +26,7 @@ import math
 __all__ = [
     "ConfigError",
     "HandlerSignal",
+    "InvalidRequest",
     "InvalidURL",
     "NotFound",
     "PayloadTooLarge",
@@ -53,6 +55,22 @@ class ConfigError(ScrapeqError, ValueError):
         self.name = name
         self.reason = message
         super().__init__(f"setting {name!r}: {message}")
+
+
+class InvalidRequest(ConfigError):
+    """A job's request (method, header, body, cookie, meta) refused at enqueue.
+
+    Args:
+        name: the part refused (``headers``, ``method``, ``body``...).
+        message: what is wrong with it.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(name, message)
+        self.args = (f"request {name}: {message}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class InvalidURL(ScrapeqError, ValueError):

@@ -67,6 +67,7 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.request import Request
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError, RedisUnavailable
 from scrapeq.runtime.fetch import Fetcher, Response
@@ -154,12 +155,14 @@ class _CountingFetcher(Fetcher):
         super().__init__(settings, resolver=fleet.resolver())
         self._run = run
 
-    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
+    async def fetch(
+        self, url: str, *, normalised: bool = False, request: Request | None = None
+    ) -> Response:
         site = _site(url)
         self._run.fetches[site] += 1
         self._run.hold(site, 1)
         try:
-            return await super().fetch(url, normalised=normalised)
+            return await super().fetch(url, normalised=normalised, request=request)
         finally:
             self._run.hold(site, -1)
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import orjson
 
+from scrapeq.engine.request import Request
 from scrapeq.engine.urls import redact_text, redact_url
+from scrapeq.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "Job",
@@ -30,6 +32,7 @@ _LONG = {
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
     "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
     "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
+    "q": "request",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -154,6 +157,8 @@ class Job:
         unused: expired leases whose attempt was given back (the worker died or stalled
             while this job's handler was not running, or never got the claim's reply); a
             worker runs the handler of such a job alone (docs/DESIGN.md, "Decisions").
+        request_text: the stored form of what the job sends (:mod:`scrapeq.engine.request`);
+            None for a plain ``GET`` of its URL. Read it as :attr:`request`.
     """
 
     id: str
@@ -177,6 +182,7 @@ class Job:
     depth: int = 0
     parent: str | None = None
     unused: int = 0
+    request_text: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -226,7 +232,36 @@ class Job:
             get("depth", 0),
             get("parent"),
             get("unused", 0),
+            get("request"),
         )
+
+    @property
+    def request(self) -> Request:
+        """What the job sends: its stored request, or a plain ``GET`` of its URL.
+
+        Raises:
+            ConfigError: the stored request cannot be read (written by hand).
+        """
+        if self.request_text is None:
+            return Request(self.url)
+        try:
+            return Request.from_text(self.url, self.request_text)
+        except ValueError as exc:
+            raise InvalidRequest("request", f"stored form is not JSON: {exc}") from None
+
+    @property
+    def meta(self) -> Any:
+        """The request's ``meta`` (None when it has none)."""
+        return None if self.request_text is None else self.request.meta
+
+    def request_shown(self) -> dict[str, Any] | None:
+        """The request for listings (secrets as ``***``); None for a plain ``GET``."""
+        if self.request_text is None:
+            return None
+        try:
+            return self.request.shown()
+        except ConfigError as exc:
+            return {"error": str(exc)}
 
     @property
     def last_error(self) -> JobError | None:
@@ -250,6 +285,7 @@ class Job:
             "max_attempts": self.max_attempts,
             "payload": self.payload,
         }
+        out["request"] = self.request_shown()
         _times(out, created_at=self.created_ms, expires_at=self.expires_ms)
         out.update(
             throttles=self.throttles,
@@ -310,6 +346,7 @@ class JobInfo:
             throttles=job.throttles,
             releases=job.releases,
             payload=job.payload,
+            request=job.request_shown(),
             position=self.position,
             depth=self.depth,
         )

@@ -38,6 +38,7 @@ from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.limits import check_count, check_json_depth, check_seconds
 from scrapeq.engine.listing import JobListing
+from scrapeq.engine.request import Request, request_fingerprint64
 from scrapeq.engine.scripts import (
     ONCE_OPS,
     SCAN_START,
@@ -220,7 +221,7 @@ class _QueueCore:
 
     def prepare(
         self,
-        url: str,
+        url: str | Request,
         *,
         lane: str | None = None,
         delay: float = 0.0,
@@ -233,6 +234,8 @@ class _QueueCore:
 
         Args:
             url: http(s) URL; refused when invalid or (without ``allow_private``) private.
+                Or a :class:`~scrapeq.engine.request.Request`: its URL, and what the job
+                sends (its stored form, its body and meta count towards ``max_payload``).
             lane: lane name; default the settings' default lane (``normal``).
             delay: seconds before the job is eligible.
             max_attempts: attempt budget; default ``settings.max_attempts``.
@@ -248,6 +251,9 @@ class _QueueCore:
             InvalidURL: the URL is refused.
             ConfigError: another argument is bad (names it).
         """
+        request = None
+        if isinstance(url, Request):
+            request, url = url, url.url
         target = parse_target(url, allow_private=self.settings.allow_private)
         lanes = self.settings.lanes
         lane_name = lane if lane is not None else lanes.default_lane
@@ -276,7 +282,8 @@ class _QueueCore:
         mode = self._unique_mode(unique)
         # From the URL as given, not the job's: parse_target drops the fragment, which
         # canonical_keep_fragments may keep.
-        fp64 = fingerprint64(url, **self._canonical) if mode == "seen" else None
+        fp64 = self._fp64(url, request) if mode == "seen" else None
+        request_json = None if request is None else request.to_text()
         domain = target.domain
         if self.settings.politeness != "host":
             domain = politeness_key(domain, self.settings.politeness)
@@ -289,15 +296,28 @@ class _QueueCore:
             max_attempts=attempts,
             payload_json=payload_json,
             expires_ms=expires_ms,
-            fingerprint=self._fingerprint(url, fp64) if mode != "off" else None,
+            # a request's fingerprint is not its URL's: always carried (_with_fingerprint
+            # knows only URLs); the script takes it only when it would take a URL's
+            fingerprint=self._fingerprint(url, fp64, request)
+            if mode != "off" or request_json is not None
+            else None,
             unique=None if mode == "off" else mode,
             seen=None if fp64 is None else self._seen.arg(fp64),
+            request_json=request_json,
         )
 
-    def _fingerprint(self, url: str, fp64: int | None) -> str:
-        """The URL's fingerprint; from its 64-bit form when known (the same 8 bytes in hex)."""
+    def _fp64(self, url: str, request: Request | None) -> int:
+        """The 64-bit fingerprint of what a job sends: its URL's for a plain GET."""
+        if request is None:
+            return fingerprint64(url, **self._canonical)
+        return request_fingerprint64(url, request.method, request.body, **self._canonical)
+
+    def _fingerprint(self, url: str, fp64: int | None, request: Request | None) -> str:
+        """The request's fingerprint; from its 64-bit form (the same 8 bytes in hex)."""
         if fp64 is None:
-            return fingerprint(url, **self._canonical)
+            if request is None or request.plain:
+                return fingerprint(url, **self._canonical)
+            fp64 = self._fp64(url, request)
         return format(fp64 & 0xFFFF_FFFF_FFFF_FFFF, "016x")
 
     def _unique_mode(self, unique: bool | str | None) -> str:
@@ -313,10 +333,11 @@ class _QueueCore:
         limit = self.settings.max_payload
         for spec in specs:
             # the text is json.dumps' ASCII-only output: characters are bytes
-            size = len(spec.payload_json or "")
+            size = len(spec.payload_json or "") + len(spec.request_json or "")
             if size > limit:
+                what = "payload" if spec.request_json is None else "payload and request"
                 raise PayloadTooLarge(
-                    f"{spec.url}: payload of {size:,} bytes is over max_payload ({limit:,} bytes)"
+                    f"{spec.url}: {what} of {size:,} bytes is over max_payload ({limit:,} bytes)"
                 )
 
     # --- operations --------------------------------------------------------------------------
@@ -628,8 +649,8 @@ class _QueueCore:
 
     def _final_spec(self, job: Job, url: str | None) -> EnqueueSpec | None:
         """The spec that marks ``url`` seen (None: no URL, the job's own, or one refused)."""
-        if url is None or url == job.url:
-            return None
+        if url is None or url == job.url or job.request_text is not None:
+            return None  # a request's target is not marked seen as a plain GET
         try:
             return self.prepare(url, unique="seen")
         except (InvalidURL, ConfigError):
@@ -1324,7 +1345,7 @@ def _pairs(reply: Any) -> list[tuple[Any, Any]]:
 
 def _spec_size(spec: EnqueueSpec) -> int:
     """About the bytes a job adds to an enqueue call's arguments."""
-    return 200 + len(spec.url) + len(spec.payload_json or "")
+    return 200 + len(spec.url) + len(spec.payload_json or "") + len(spec.request_json or "")
 
 
 def _settlement_size(item: Settlement) -> int:
@@ -1833,14 +1854,15 @@ class Queue(_PartitionedCore):
 
     # --- public API (one line each: the operations above hold the logic) -----------------------
 
-    def enqueue(self, url: str, **options: Any) -> EnqueueResult:
+    def enqueue(self, url: str | Request, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
         return self._drive(self._op_enqueue([self.prepare(url, **options)]))[0]
 
     def enqueue_many(
-        self, urls: Iterable[str | EnqueueSpec], **options: Any
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Any
     ) -> list[EnqueueResult]:
-        """Add many jobs; every URL is validated before anything is written."""
+        """Add many jobs (URLs or requests); every one is validated before anything is
+        written."""
         specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
         return self._drive(self._op_enqueue(specs))
 
@@ -2190,14 +2212,15 @@ class AsyncQueue(_PartitionedCore):
             found.extend(batch)
         return [_join_cursor(after), found]
 
-    async def enqueue(self, url: str, **options: Any) -> EnqueueResult:
+    async def enqueue(self, url: str | Request, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
         return (await self._drive(self._op_enqueue([self.prepare(url, **options)])))[0]
 
     async def enqueue_many(
-        self, urls: Iterable[str | EnqueueSpec], **options: Any
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Any
     ) -> list[EnqueueResult]:
-        """Add many jobs; every URL is validated before anything is written."""
+        """Add many jobs (URLs or requests); every one is validated before anything is
+        written."""
         specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
         return await self._drive(self._op_enqueue(specs))
 

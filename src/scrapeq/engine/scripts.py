@@ -347,6 +347,7 @@ class EnqueueSpec:
         fingerprint: the URL's :func:`~scrapeq.engine.urls.fingerprint`; set for unique jobs, and
             for the others once the queue has had a unique enqueue (they take it when free).
         seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
+        request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
     """
 
     url: str
@@ -362,6 +363,7 @@ class EnqueueSpec:
     seen: dict[str, Any] | None = None
     depth: int = 0
     parent: str | None = None
+    request_json: str | None = None
 
     def child_of(self, parent: str, depth: int) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent``, ``depth`` links from a seed."""
@@ -390,6 +392,8 @@ class EnqueueSpec:
             arg["depth"] = self.depth
         if self.parent is not None:
             arg["parent"] = self.parent
+        if self.request_json is not None:
+            arg["request"] = self.request_json
         return arg
 
 

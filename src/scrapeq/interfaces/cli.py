@@ -16,7 +16,7 @@ import logging
 import logging.handlers
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -55,12 +55,14 @@ from scrapeq.interfaces import render
 from scrapeq.interfaces.enqueue_file import (
     EnqueueFailed,
     EnqueueRun,
+    Item,
     read_items,
     resume_problem,
     say_failure,
     send_once,
     stdin_bytes,
 )
+from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
 from scrapeq.interfaces.parsing import (
     concurrency_option,
     count_option,
@@ -640,7 +642,43 @@ def enqueue(
         typer.Option(
             "--resume-from",
             metavar="LINE",
-            help="Start at this line of --file (the line a failed run named).",
+            help="Start at this line of --file or --requests (the line a failed run named).",
+        ),
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option(help="HTTP method (default GET; POST with a body).")
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", metavar="'NAME: VALUE'", help="A request header (repeatable)."),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(metavar="@PATH|TEXT", help="Request body: text, or @PATH for a file's bytes."),
+    ] = None,
+    json_body: Annotated[
+        str | None,
+        typer.Option(
+            "--json-body", metavar="JSON", help="Request body as JSON (--json is output)."
+        ),
+    ] = None,
+    form: Annotated[
+        list[str] | None,
+        typer.Option("--form", metavar="NAME=VALUE", help="A form field of the body (repeatable)."),
+    ] = None,
+    cookie: Annotated[
+        list[str] | None,
+        typer.Option("--cookie", metavar="NAME=VALUE", help="A cookie to send (repeatable)."),
+    ] = None,
+    meta: Annotated[
+        str | None, typer.Option(metavar="JSON", help="Meta for the handler and results line.")
+    ] = None,
+    requests: Annotated[
+        str | None,
+        typer.Option(
+            "--requests",
+            metavar="PATH",
+            help="Read requests from a JSONL file, one object a line ('-': stdin).",
         ),
     ] = None,
 ) -> None:
@@ -653,13 +691,18 @@ def enqueue(
       scrapeq enqueue --file urls.txt --lane bulk --unique
       scrapeq enqueue --file urls.txt --unique=seen --json
       scrapeq enqueue --file urls.txt --unique --resume-from 7001
+      scrapeq enqueue https://api.example.com/search --json-body '{"q": "shoes"}'
+      scrapeq enqueue --requests requests.jsonl --unique
     """
     settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
-    if not urls and file is None:
-        _die("give URLs or --file PATH ('-' for stdin)", 2)
-    problem = resume_problem(urls, file, resume_from)
+    flags = RequestFlags(
+        method, tuple(header or ()), data, json_body, tuple(form or ()), tuple(cookie or ()), meta
+    )
+    source = _enqueue_source(urls, file, requests, flags)
+    problem = resume_problem(urls, source, resume_from)
     if problem is not None:
         _die(problem, 2)
+    template = _template(flags)  # bad flags fail before anything connects
     payload_value = _payload_object(payload)
     if unique is not None and unique not in UNIQUE_MODES:
         _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
@@ -675,10 +718,11 @@ def enqueue(
     )
     q.prepare("https://example.com/", **options)  # bad options fail once, before any input
     run = EnqueueRun(q, options, keep_ids=as_json, resume_from=resume_from or 1)
+    run.template = template
     mode = unique or settings.unique
-    with _input(file) as stream:
+    with _input(source) as stream:
         try:
-            run.run(read_items(urls or [], stream, first_line=run.resume_from), _refused)
+            run.run(_items(urls, stream, requests is not None, run.resume_from), _refused)
         except EnqueueFailed as failed:
             raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
     added, skipped, bad = run.added, run.skipped, run.invalid
@@ -691,6 +735,36 @@ def enqueue(
         typer.echo(line)
     if bad and not added and not skipped:
         raise typer.Exit(2)
+
+
+def _enqueue_source(
+    urls: list[str] | None, file: str | None, requests: str | None, flags: RequestFlags
+) -> str | None:
+    """The file ``enqueue`` reads (``--file`` or ``--requests``), after checking the mix."""
+    if requests is not None:
+        if urls or file is not None or flags.given:
+            _die("--requests PATH holds whole requests: give it without URLs, --file or "
+                 "request flags", 2)  # fmt: skip
+        return requests
+    if not urls and file is None:
+        _die("give URLs or --file PATH ('-' for stdin), or --requests PATH", 2)
+    return file
+
+
+def _template(flags: RequestFlags) -> Callable[[str], Any] | None:
+    """Every URL's request when request flags were given; a bad flag is exit 2."""
+    if not flags.given:
+        return None
+    try:
+        return flags.template()
+    except ConfigError as exc:
+        _die(str(exc), 2)
+
+
+def _items(urls: list[str] | None, stream: Any, requests: bool, first: int) -> Iterator[Item]:
+    if requests:
+        return read_requests(stream, first_line=first)
+    return read_items(urls or [], stream, first_line=first)
 
 
 @contextlib.contextmanager

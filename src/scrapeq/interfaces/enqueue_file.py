@@ -29,8 +29,16 @@ from redis.retry import Retry
 
 from scrapeq.engine.connection import SyncClient
 from scrapeq.engine.queue import Queue
+from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec
-from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from scrapeq.errors import (
+    ConfigError,
+    InvalidRequest,
+    InvalidURL,
+    NotFound,
+    PayloadTooLarge,
+    ScrapeqError,
+)
 from scrapeq.interfaces import render
 
 __all__ = [
@@ -55,11 +63,12 @@ _USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
 @dataclass(frozen=True, slots=True)
 class Item:
     """One URL of the input: where it came from (``argument 3``, ``line 17``), its line of
-    ``--file`` (None for an argument) and the URL, or the reason a line cannot be one."""
+    ``--file`` or ``--requests`` (None for an argument) and the URL or request, or the
+    reason a line cannot be one."""
 
     where: str
     line: int | None
-    url: str | InvalidURL
+    url: str | Request | InvalidURL | InvalidRequest
 
 
 def read_items(
@@ -121,6 +130,7 @@ class EnqueueRun:
         options: ``Queue.prepare`` keywords shared by every URL.
         keep_ids: keep the ids of the jobs added (``--json``).
         resume_from: the file line this run starts at (``--resume-from``; 1: the start).
+        template: makes each URL's request (``--method``, ``--header``...); None: a GET.
         added, skipped, invalid, ids: what happened so far, for certain.
     """
 
@@ -128,6 +138,7 @@ class EnqueueRun:
     options: dict[str, Any]
     keep_ids: bool = False
     resume_from: int = 1
+    template: Callable[[str], Request] | None = None
     added: int = 0
     skipped: int = 0  # duplicates: pending, or in the seen-set
     invalid: int = 0
@@ -163,9 +174,12 @@ class EnqueueRun:
         if item.line is not None:
             self._batch.last_line = item.line
         try:
-            if isinstance(item.url, InvalidURL):
-                raise item.url
-            self._batch.specs.append(self.queue.prepare(item.url, **self.options))
+            target = item.url
+            if isinstance(target, InvalidURL | InvalidRequest):
+                raise target
+            if self.template is not None and isinstance(target, str):
+                target = self.template(target)
+            self._batch.specs.append(self.queue.prepare(target, **self.options))
         except (InvalidURL, ConfigError) as exc:
             self.invalid += 1
             report(item.where, exc)
@@ -234,11 +248,15 @@ def failure_lines(report: dict[str, Any], unique: str) -> list[str]:
 
 
 def resume_problem(urls: list[str] | None, file: str | None, line: int | None) -> str | None:
-    """What is wrong with ``--resume-from LINE`` beside these arguments (None: nothing)."""
+    """What is wrong with ``--resume-from LINE`` beside these arguments (None: nothing);
+    ``file``: ``--file``'s or ``--requests``'."""
     if line is None:
         return None
     if file is None or urls:
-        return "--resume-from LINE restarts --file at a line: give the URLs in the file alone"
+        return (
+            "--resume-from LINE restarts --file (or --requests) at a line: give the URLs in "
+            "the file alone"
+        )
     if line < 1:
         return f"--resume-from takes a line number from 1, got {line}"
     return None

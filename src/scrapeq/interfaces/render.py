@@ -324,6 +324,22 @@ def _where(info: JobInfo) -> str:
     return f"{info.state}: in no structure of the queue (see scrapeq audit)"
 
 
+def _request_line(shown: dict[str, Any] | None) -> str:
+    """A job's request in one line (secrets already ``***``); empty for a plain GET."""
+    if shown is None:
+        return ""
+    if "error" in shown:
+        return str(shown["error"])
+    parts = [str(shown["method"])]
+    parts += [f"{n}: {v}" for n, v in shown["headers"]]
+    if shown["body_bytes"]:
+        parts.append(f"body {shown['body_bytes']:,} bytes")
+    parts += [f"cookie {n}={v}" for n, v in shown["cookies"]]
+    if shown["meta"] is not None:
+        parts.append("meta " + json.dumps(shown["meta"]))
+    return "; ".join(parts)[:300]
+
+
 def job_view(info: JobInfo, queue: str) -> Group:
     """The ``job show`` screen: where the job is, its fields, its error history."""
     job, now = info.job, info.now_ms
@@ -341,6 +357,7 @@ def job_view(info: JobInfo, queue: str) -> Group:
         ("eligible", _when(info.eligible_ms, now)),
         ("expires", _when(job.expires_ms, now)),
         ("payload", "" if job.payload is None else json.dumps(job.payload)[:300]),
+        ("request", _request_line(job.request_shown())),
         ("raw", (job.raw or "")[:300]),
     ]  # fmt: skip
     for name, value in rows:

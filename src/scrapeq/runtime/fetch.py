@@ -1,6 +1,8 @@
 """The default fetcher: one aiohttp session per process, with the guards a queue needs.
 
-:class:`Fetcher` GETs a URL and returns a :class:`Response`, or raises an exception that
+:class:`Fetcher` GETs a URL (or sends a job's :class:`~scrapeq.engine.request.Request`:
+its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and returns a
+:class:`Response`, or raises an exception that
 :func:`scrapeq.runtime.classify.classify_exception` understands:
 
 * a **total deadline** (``request_timeout``) over DNS, connect, every redirect hop, headers and
@@ -39,7 +41,8 @@ Limitations:
       must not reach private networks has to be configured so itself. Proxy hosts are exempt
       from the guard (a proxy is our own infrastructure and often lives on a private network).
     * Cookies are not kept (a :class:`aiohttp.DummyCookieJar`): jobs are independent and may
-      run on any worker, so a process-wide jar would leak state between sites and jobs.
+      run on any worker, so a process-wide jar would leak state between sites and jobs. A
+      job's request sends its own cookies; a ``Set-Cookie`` answer is not kept.
     * Environment proxy variables (``HTTP_PROXY`` ...) are ignored (``trust_env=False``): the
       ``proxy`` setting is the one source of truth.
 
@@ -71,11 +74,13 @@ from protego import Protego
 from redis.exceptions import RedisError
 
 from scrapeq.engine.connection import AsyncClient
+from scrapeq.engine.request import Request
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import is_private_address, is_private_host, parse_target
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
 from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.outgoing import Outgoing, after_redirect, same_origin
 
 __all__ = [
     "DEFAULT_ACCEPT",
@@ -385,13 +390,17 @@ class Fetcher:
         )
         return self._session
 
-    async def fetch(self, url: str, *, normalised: bool = False) -> Response:
-        """GET ``url``, following redirects; read the whole body.
+    async def fetch(
+        self, url: str, *, normalised: bool = False, request: Request | None = None
+    ) -> Response:
+        """GET ``url`` (or send ``request`` to it), following redirects; read the whole body.
 
         Args:
             url: the URL to fetch.
             normalised: the URL is already in :func:`~scrapeq.engine.urls.parse_target`'s normal
                 form (a job's URL): its parsing is skipped, the private-address check is not.
+            request: what to send (method, headers, body, cookies; its URL is not read);
+                None: a GET with the fetcher's default headers.
 
         Raises:
             TimeoutError: the total deadline ``request_timeout`` passed.
@@ -404,13 +413,14 @@ class Fetcher:
         """
         session = self._ensure_session()
         proxy = next(self._proxies) if self._proxies is not None else None
+        out = Outgoing.of(request) if request is not None else None
         started = time.monotonic()
         with self._deadlines.start():
             current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
                 status, headers, body, final_url, location = await self._hop(
-                    session, current, proxy, redirects
+                    session, current, proxy, redirects, out
                 )
                 if location is None:
                     return Response(
@@ -422,16 +432,29 @@ class Fetcher:
                         redirects=redirects,
                     )
                 redirects += 1
-                current = self._validate(urljoin(current, location))
+                target = self._validate(urljoin(current, location))
+                if out is not None:
+                    out = after_redirect(out, status, same=same_origin(current, target))
+                current = target
 
     async def _hop(
-        self, session: aiohttp.ClientSession, url: str, proxy: str | None, redirects: int
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        proxy: str | None,
+        redirects: int,
+        out: Outgoing | None,
     ) -> tuple[int, Mapping[str, str], bytes, str, str | None]:
         """One request: (status, headers, body, url, Location to follow or None)."""
         if proxy is not None and not self.settings.allow_private:
             await self._precheck(url)
+        method, headers, data = "GET", None, None
+        if out is not None:
+            method, headers, data = out.method, out.headers, out.body or None
         try:
-            async with session.get(url, allow_redirects=False, proxy=proxy) as resp:
+            async with session.request(
+                method, url, headers=headers, data=data, allow_redirects=False, proxy=proxy
+            ) as resp:
                 location = resp.headers.get("Location")
                 if resp.status in _REDIRECT_STATUSES and location:
                     if redirects >= self.settings.max_redirects:

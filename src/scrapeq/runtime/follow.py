@@ -13,6 +13,7 @@ An invalid or out-of-scope link is counted and skipped: it never fails its paren
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import os
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapeq.engine.job import Job
+from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.engine.urls import UrlFilter, in_scope
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
@@ -48,14 +50,16 @@ class Follow:
     """A link to enqueue as a follow-up of the job being handled.
 
     Attributes:
-        url: absolute, or relative to the page's final URL.
+        url: absolute, or relative to the page's final URL; or a
+            :class:`~scrapeq.engine.request.Request` (its URL resolved the same way) for a
+            child that sends a method, headers, a body, cookies or meta.
         lane: the child's lane (default: the parent's).
         payload: the child's JSON payload.
         delay: seconds before the child is eligible.
         max_attempts: the child's attempt budget (default: the setting).
     """
 
-    url: str
+    url: str | Request
     lane: str | None = None
     payload: Any = None
     delay: float = 0.0
@@ -80,7 +84,7 @@ class HandlerContext:
 
     def follow(
         self,
-        url: str,
+        url: str | Request,
         *,
         lane: str | None = None,
         payload: Any = None,
@@ -177,16 +181,18 @@ class FollowPolicy:
         """Why the follow-up is skipped, or its spec."""
         if self.max_depth is not None and depth > self.max_depth:
             return "too_deep"
-        url = resolve_link(base, follow.url)
+        asked = follow.url
+        url = resolve_link(base, asked.url if isinstance(asked, Request) else asked)
         if url is None:
             return "invalid"
         if not in_scope(url, job.url, self.scope):
             return "out_of_scope"
         if self._filter is not None and not self._filter.allows(url):
             return "filtered"
+        target = dataclasses.replace(asked, url=url) if isinstance(asked, Request) else url
         try:
             spec = self._queue.prepare(
-                url,
+                target,
                 lane=follow.lane or job.lane,
                 payload=follow.payload,
                 delay=follow.delay,

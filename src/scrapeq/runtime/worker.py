@@ -562,7 +562,7 @@ class Worker:
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
             fetched = fetching = time.monotonic()
-            response = await self._fetcher.fetch(job.url, normalised=True)
+            response = await self._fetch(job)
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             if self._grouped is not None and job.domain not in self._grouped:
@@ -584,6 +584,14 @@ class Worker:
         return _timed(
             await self._handle(job, response, verdict, started), verdict, response.elapsed
         )
+
+    async def _fetch(self, job: Job) -> Response:
+        """Fetch a job's URL, sending its request when it has one (a plain GET is called
+        as before requests existed, so a fetcher subclass without ``request=`` still works)."""
+        assert self._fetcher is not None
+        if job.request_text is None:
+            return await self._fetcher.fetch(job.url, normalised=True)
+        return await self._fetcher.fetch(job.url, normalised=True, request=job.request)
 
     async def _learn_group(self, job: Job) -> None:
         """``politeness = ip``: after a host's first fetch in this process, file the host
@@ -1141,4 +1149,5 @@ def _record(
         "result": result,
         "depth": job.depth,
         "parent": job.parent,
+        "meta": job.meta,
     }

@@ -17,6 +17,9 @@
                seen     with unique = 'seen': the seen-set argument (includes/seen.lua)
                depth    links followed from a seed (absent: 0, a seed)
                parent   id of the job whose page linked this one (absent for a seed)
+               request  what the job sends (method, headers, body, cookies, meta) as JSON
+                        text, kept verbatim like payload (absent: a plain GET of url;
+                        scrapeq/engine/request.py); fp then covers method and body
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and

@@ -198,7 +198,7 @@ local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
   payload = 'p', depth = 'dp', parent = 'pa', expires = 'x', fp = 'f', fpw = 'w',
   errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
-  unused = 'un'}
+  unused = 'un', request = 'q'}
 local LONG = {}
 for long, short in pairs(SHORT) do LONG[short] = long end
 -- Fields left out when they hold these values (fixed: not the settings' defaults, which
