@@ -12,6 +12,7 @@ EXPECTED = [
     "CancelResult",
     "Claimed",
     "ConfigError",
+    "CsvSink",
     "EnqueueResult",
     "Follow",
     "HandlerContext",
@@ -35,10 +36,12 @@ EXPECTED = [
     "Settings",
     "Settlement",
     "Sink",
+    "SqliteSink",
     "StaleLease",
     "Worker",
     "__version__",
     "load_settings",
+    "sink_from_url",
 ]
 
 

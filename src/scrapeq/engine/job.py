@@ -28,8 +28,9 @@ __all__ = [
 _LONG = {
     "u": "url", "d": "domain", "l": "lane", "o": "off", "a": "attempts", "m": "max_attempts",
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
-    "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
-    "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
+    "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
+    "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
+    "un": "unused",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -151,6 +152,7 @@ class Job:
         raw: for a corrupt dead letter, the stored text that could not be read.
         depth: links followed from a seed to reach this job (a seed is 0).
         parent: the id of the job whose page linked this one (None for a seed).
+        parent_url: that job's URL (None for a seed).
     """
 
     id: str
@@ -173,6 +175,7 @@ class Job:
     raw: str | None = None
     depth: int = 0
     parent: str | None = None
+    parent_url: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -221,6 +224,7 @@ class Job:
             get("corrupt"),
             get("depth", 0),
             get("parent"),
+            get("parent_url"),
         )
 
     @property

@@ -346,10 +346,12 @@ class EnqueueSpec:
     seen: dict[str, Any] | None = None
     depth: int = 0
     parent: str | None = None
+    parent_url: str | None = None
 
-    def child_of(self, parent: str, depth: int) -> EnqueueSpec:
-        """This spec as a follow-up of job ``parent``, ``depth`` links from a seed."""
-        return dataclasses.replace(self, parent=parent, depth=depth)
+    def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
+        """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
+        from a seed."""
+        return dataclasses.replace(self, parent=parent, depth=depth, parent_url=parent_url)
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {
@@ -374,6 +376,8 @@ class EnqueueSpec:
             arg["depth"] = self.depth
         if self.parent is not None:
             arg["parent"] = self.parent
+        if self.parent_url is not None:
+            arg["parent_url"] = self.parent_url
         return arg
 
 

@@ -66,6 +66,7 @@ from scrapeq.interfaces.parsing import (
     json_object,
     seconds_option,
 )
+from scrapeq.interfaces.results_opt import RESULTS_HELP, results_problem
 from scrapeq.runtime.logs import formatter
 
 __all__ = ["app", "command", "main"]
@@ -276,9 +277,7 @@ def worker(
     max_runtime: Annotated[
         float | None, typer.Option(parser=_SECONDS, help="Stop gracefully after S seconds.")
     ] = None,
-    results: Annotated[
-        Path | None, typer.Option(help="Append one JSON line per finished job.")
-    ] = None,
+    results: Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)] = None,
     allow_private: Annotated[
         bool | None,
         typer.Option("--allow-private/--no-allow-private", help="Allow private addresses."),
@@ -382,9 +381,7 @@ def crawl(
     max_pages: Annotated[
         int | None, typer.Option(parser=_COUNT, help="Pages per domain, at most.")
     ] = None,
-    results: Annotated[
-        Path | None, typer.Option(help="Append one JSON line per finished page.")
-    ] = None,
+    results: Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)] = None,
     handler: Annotated[
         str | None, typer.Option(help="Your handler, package.module:function.")
     ] = None,
@@ -444,7 +441,7 @@ def _worker_options(
     concurrency: int,
     burst: bool,
     max_runtime: float | None,
-    results: Path | None,
+    results: str | None,
     save_bodies: Path | None,
     *,
     follow_links: bool = False,
@@ -452,8 +449,9 @@ def _worker_options(
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
-    if results is not None:
-        _check_writable(results)
+    problem = results_problem(results) if results is not None else None
+    if problem is not None:
+        _die(problem, 2)
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
     if settings.handler is not None:
@@ -464,7 +462,7 @@ def _worker_options(
         concurrency,
         burst,
         max_runtime,
-        str(results) if results else None,
+        results,
         follow_links=follow_links,
         save_bodies=str(save_bodies) if save_bodies else None,
         verbose=verbose,
@@ -509,17 +507,6 @@ async def _log_summary(settings: Settings, url: str) -> None:
         await queue.close()
 
 
-def _check_writable(path: Path) -> None:
-    """Refuse a results path that cannot be appended to, before any job is claimed."""
-    if not path.parent.is_dir():
-        _die(f"--results {path}: folder {path.parent} does not exist", 2)
-    try:
-        with path.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        _die(f"--results {path}: {exc.strerror}", 2)
-
-
 @dataclass(frozen=True)
 class WorkerOptions:
     concurrency: int
@@ -540,7 +527,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
     from scrapeq.runtime.handlers import import_handler
     from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
-    from scrapeq.runtime.sinks import JsonlSink
+    from scrapeq.runtime.sinks import sink_from_url
     from scrapeq.runtime.worker import Worker
 
     metrics = None
@@ -557,7 +544,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
-        sink = JsonlSink(options.results) if options.results else None
+        sink = sink_from_url(options.results) if options.results else None
         w = Worker(
             queue,
             handler=import_handler(settings.handler) if settings.handler else None,

@@ -319,6 +319,7 @@ class Worker:
 
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
+        await self._open_sink()  # a store it cannot use stops us before any claim
         self._install_signals(loop)
         self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
@@ -400,6 +401,12 @@ class Worker:
             deadlines=self._handler_deadlines,
             threads=self._handler_threads,
         )
+
+    async def _open_sink(self) -> None:
+        """Await the sink's optional ``open()`` (create or check its file, its table)."""
+        opener = getattr(self.sink, "open", None)
+        if opener is not None:
+            await opener()
 
     async def _close_resources(self) -> None:
         self._handler_deadlines.close()
@@ -1105,6 +1112,7 @@ def _record(
     return {
         "id": job.id,
         "url": redact_url(job.url),
+        "final_url": redact_url(response.url) if response is not None else None,
         "domain": _host_of(job),
         "lane": job.lane,
         "outcome": outcome,
@@ -1117,4 +1125,5 @@ def _record(
         "result": result,
         "depth": job.depth,
         "parent": job.parent,
+        "parent_url": redact_url(job.parent_url) if job.parent_url else None,
     }

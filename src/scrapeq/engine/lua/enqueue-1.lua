@@ -17,6 +17,7 @@
                seen     with unique = 'seen': the seen-set argument (includes/seen.lua)
                depth    links followed from a seed (absent: 0, a seed)
                parent   id of the job whose page linked this one (absent for a seed)
+               parent_url  that job's URL (absent for a seed; kept for its results line)
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and

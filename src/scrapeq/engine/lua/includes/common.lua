@@ -191,7 +191,7 @@ end
 -- on the full form (long names) that claims answer; a claimed job is stored in that form.
 local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
-  payload = 'p', depth = 'dp', parent = 'pa', expires = 'x', fp = 'f', fpw = 'w',
+  payload = 'p', depth = 'dp', parent = 'pa', parent_url = 'pu', expires = 'x', fp = 'f', fpw = 'w',
   errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
   unused = 'un'}
 local LONG = {}

@@ -71,7 +71,7 @@ local function enqueue_spec(s)
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
     created = NOW, eligible = NOW + s.delay, payload = s.payload,
-    depth = s.depth, parent = s.parent}
+    depth = s.depth, parent = s.parent, parent_url = s.parent_url}
   if s.expires then job.expires = NOW + s.expires end
   if s.fp and hold_all and not holder then
     redis.call('HSET', K_UNIQUE, s.fp, id)

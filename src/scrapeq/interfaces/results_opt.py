@@ -1,0 +1,70 @@
+"""``--results PATH|URL``: where a worker's results go, checked before any job is claimed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapeq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scrapeq.runtime.sinks import Sink
+
+__all__ = ["RESULTS_HELP", "results_problem"]
+
+RESULTS_HELP = (
+    "Where results go: a file (JSON Lines; .csv: CSV), sqlite:///path/results.db or "
+    "postgresql://user@host/db?table=pages (one row per job)."
+)
+
+
+def results_problem(target: str) -> str | None:
+    """What is wrong with ``--results target`` (one line), or None once its sink was opened
+    (a file created or its header checked, a table created or its layout checked)."""
+    from scrapeq.runtime.sinks import sink_from_url  # the CLI starts without the sinks
+
+    shown = _shown(target)
+    try:
+        sink = sink_from_url(target)
+    except ConfigError as exc:
+        return f"--results {shown}: {exc.reason}"
+    path = _file_of(sink)
+    if path is not None and not path.parent.is_dir():
+        return f"--results {shown}: folder {path.parent} does not exist"
+    try:
+        asyncio.run(_open_and_close(sink))
+    except OSError as exc:
+        return f"--results {shown}: {exc.strerror or exc}"
+    except ConfigError as exc:
+        return f"--results {shown}: {exc.reason}"
+    return None
+
+
+async def _open_and_close(sink: Sink) -> None:
+    from scrapeq.runtime.sinks import JsonlSink
+
+    try:
+        opener = getattr(sink, "open", None)
+        if opener is not None:
+            await opener()
+        elif isinstance(sink, JsonlSink):
+            with sink.path.open("a", encoding="utf-8"):
+                pass  # appendable, as the worker will open it
+    finally:
+        await sink.close()
+
+
+def _file_of(sink: Sink) -> Path | None:
+    from scrapeq.runtime.sinks import CsvSink, JsonlSink, SqliteSink
+
+    if isinstance(sink, JsonlSink | CsvSink | SqliteSink):
+        return sink.path
+    return None
+
+
+def _shown(target: str) -> str:
+    """``target`` without a password."""
+    from scrapeq.engine.urls import redact_url
+
+    return redact_url(target) if "://" in target else target

@@ -1,0 +1,55 @@
+"""A sink from a path or URL: what ``--results`` takes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from scrapeq.errors import ConfigError
+
+from ._base import Sink
+from .csvfile import CsvSink
+from .jsonl import JsonlSink
+from .sqlite import SqliteSink
+
+__all__ = ["sink_from_url"]
+
+_SCHEMES = ("sqlite",)
+
+
+def sink_from_url(url: str | Path) -> Sink:
+    """The sink ``url`` names.
+
+    - a path: JSON Lines (``.csv``: CSV with a header);
+    - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (``?table=NAME``,
+      default ``results``);
+
+    Raises:
+        ConfigError: an unknown scheme, a missing path, a bad table name.
+    """
+    text = str(url)
+    scheme, sep, _ = text.partition("://")
+    if not sep or (len(scheme) == 1 and scheme.isalpha()):  # a path (C:// is a drive)
+        path = Path(text)
+        return CsvSink(path) if path.suffix.lower() == ".csv" else JsonlSink(path)
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        return _sqlite(text)
+    raise ConfigError(
+        "results",
+        f"unknown scheme {scheme!r} (a path, or {', '.join(s + '://' for s in _SCHEMES)})",
+    )
+
+
+def _sqlite(text: str) -> SqliteSink:
+    parts = urlsplit(text)
+    if parts.netloc:
+        raise ConfigError("results", "a SQLite URL has no host (sqlite:///path/results.db)")
+    path = unquote(parts.path)[1:]  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
+    if not path:
+        raise ConfigError("results", "no file (sqlite:///path/results.db)")
+    query = parse_qs(parts.query)
+    unknown = sorted(set(query) - {"table"})
+    if unknown:
+        raise ConfigError("results", f"unknown parameter {unknown[0]!r} (only table=NAME)")
+    return SqliteSink(path, table=query.get("table", ["results"])[-1])
