@@ -26,6 +26,7 @@ EXPECTED = [
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
+    "PostgresSink",
     "Queue",
     "RedisStreamSink",
     "RedisUnavailable",

@@ -1,4 +1,5 @@
-"""Where results go: a JSONL or CSV file, a SQLite table, a Redis stream, or any callable.
+"""Where results go: a JSONL or CSV file, a SQLite or PostgreSQL table, a Redis stream, or
+any callable.
 
 A sink receives one record (a dict in the INTERFACE.md results format) per attempt that
 ended its job. ``write`` must not return before the record is durable enough for the job to
@@ -13,6 +14,7 @@ from __future__ import annotations
 from ._base import CallableSink, Sink
 from .csvfile import CsvSink
 from .jsonl import JsonlSink
+from .postgres import PostgresSink
 from .sqlite import SqliteSink
 from .stream import RedisStreamSink
 from .url import sink_from_url
@@ -21,6 +23,7 @@ __all__ = [
     "CallableSink",
     "CsvSink",
     "JsonlSink",
+    "PostgresSink",
     "RedisStreamSink",
     "Sink",
     "SqliteSink",

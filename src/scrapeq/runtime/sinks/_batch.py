@@ -76,24 +76,36 @@ class BatchSink(ABC):
             self._flusher = None
 
     async def _write_batch(self, batch: list[_Waiting]) -> None:
+        """Write ``batch`` and answer its writers; never raises but a cancellation (which
+        fails the writers not answered yet)."""
         try:
-            rows = [row for row, _ in batch]
-            await asyncio.wait_for(self._call(self._store, rows), WRITE_TIMEOUT)
-        except BaseException as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(exc))
-            if not isinstance(exc, Exception):
-                raise
+            await self._write_rows(batch)
+        except asyncio.CancelledError as exc:
+            _answer(batch, RuntimeError(f"sink write cancelled: {exc}"))
+            raise
+        except Exception as exc:
+            if len(batch) == 1 or not self._row_error(exc):
+                _answer(batch, exc)
+                return
+            # one record the store refuses (a NUL in a text, say) fails alone, not its batch
+            for one in batch:
+                await self._write_batch([one])
             return
         self.batches += 1
         self.rows += len(batch)
-        for _, future in batch:
-            if not future.done():
-                future.set_result(None)
+        _answer(batch, None)
+
+    async def _write_rows(self, batch: list[_Waiting]) -> None:
+        rows = [row for row, _ in batch]
+        await asyncio.wait_for(self._call(self._store, rows), WRITE_TIMEOUT)
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.wrap_future(self._thread.submit(fn, *args))
+
+    def _row_error(self, exc: Exception) -> bool:
+        """Whether ``exc`` may come from one record of the batch (its rows are then written
+        one by one, so the others are kept): a data error, not a lost connection."""
+        return False
 
     @abstractmethod
     def _prepare(self) -> None: ...
@@ -106,3 +118,13 @@ class BatchSink(ABC):
 
     @abstractmethod
     def _disconnect(self) -> None: ...
+
+
+def _answer(batch: list[_Waiting], error: Exception | None) -> None:
+    for _, future in batch:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

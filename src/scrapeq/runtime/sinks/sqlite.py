@@ -94,6 +94,9 @@ class SqliteSink(BatchSink):
     def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
         return row_of(record)
 
+    def _row_error(self, exc: Exception) -> bool:
+        return isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError)
+
     def _disconnect(self) -> None:
         if self._db is not None:
             db, self._db = self._db, None

@@ -14,7 +14,7 @@ from .sqlite import SqliteSink
 
 __all__ = ["sink_from_url"]
 
-_SCHEMES = ("sqlite",)
+_SCHEMES = ("sqlite", "postgresql")
 
 
 def sink_from_url(url: str | Path) -> Sink:
@@ -23,6 +23,7 @@ def sink_from_url(url: str | Path) -> Sink:
     - a path: JSON Lines (``.csv``: CSV with a header);
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (``?table=NAME``,
       default ``results``);
+    - ``postgresql://user@host:port/db?table=NAME`` (psycopg 3: ``scrapeq[postgres]``).
 
     Raises:
         ConfigError: an unknown scheme, a missing path, a bad table name.
@@ -35,6 +36,8 @@ def sink_from_url(url: str | Path) -> Sink:
     scheme = scheme.lower()
     if scheme == "sqlite":
         return _sqlite(text)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(text)
     raise ConfigError(
         "results",
         f"unknown scheme {scheme!r} (a path, or {', '.join(s + '://' for s in _SCHEMES)})",
@@ -53,3 +56,15 @@ def _sqlite(text: str) -> SqliteSink:
     if unknown:
         raise ConfigError("results", f"unknown parameter {unknown[0]!r} (only table=NAME)")
     return SqliteSink(path, table=query.get("table", ["results"])[-1])
+
+
+def _postgres(text: str) -> Sink:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "results", "a postgresql:// URL needs psycopg: pip install 'scrapeq[postgres]'"
+        ) from None
+    from .postgres import PostgresSink
+
+    return PostgresSink(text)
