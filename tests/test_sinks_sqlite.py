@@ -8,6 +8,7 @@ the store is back. Results lines and rows carry the parent's URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import sqlite3
@@ -41,7 +42,7 @@ async def tree(request: web.Request) -> web.StreamResponse:
 
 
 def _rows(db: Path, table: str = "results") -> list[dict[str, Any]]:
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.row_factory = sqlite3.Row
         return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
 
