@@ -66,7 +66,12 @@ from scrapeq.interfaces.parsing import (
     json_object,
     seconds_option,
 )
-from scrapeq.interfaces.results_opt import RESULTS_HELP, results_problem
+from scrapeq.interfaces.results_opt import (
+    EXTRACT_HELP,
+    RESULTS_HELP,
+    extract_fields_of,
+    results_problem,
+)
 from scrapeq.runtime.logs import formatter
 
 __all__ = ["app", "command", "main"]
@@ -296,6 +301,7 @@ def worker(
         str | None,
         typer.Option(help="Your handler, package.module:function (default: page metadata)."),
     ] = None,
+    extract: Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)] = None,
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
@@ -358,8 +364,9 @@ def worker(
     if log_format is not None:
         setup_logging(root.verbose, settings.log_format)
     options = _worker_options(
-        settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose
-    )
+        settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose,
+        extract=extract,
+    )  # fmt: skip
     if metrics_port is not None:
         if metrics_port + processes - 1 > 65535:
             _die(f"--metrics-port {metrics_port}: ports up to {metrics_port + processes - 1}", 2)
@@ -385,6 +392,7 @@ def crawl(
     handler: Annotated[
         str | None, typer.Option(help="Your handler, package.module:function.")
     ] = None,
+    extract: Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)] = None,
     concurrency: Annotated[
         int, typer.Option(parser=_COUNT, help="Fetches at once per process.")
     ] = 100,
@@ -428,6 +436,7 @@ def crawl(
         save_bodies,
         follow_links=True,
         verbose=ctx.obj.verbose,
+        extract=extract,
     )
     q = Context(settings).queue()
     seeds = q.enqueue_many(urls, unique="seen")
@@ -446,6 +455,7 @@ def _worker_options(
     *,
     follow_links: bool = False,
     verbose: int = 0,
+    extract: str | None = None,
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
@@ -454,6 +464,9 @@ def _worker_options(
         _die(problem, 2)
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
+    fields, problem = extract_fields_of(extract, settings.handler)
+    if problem is not None:
+        _die(problem, 2)
     if settings.handler is not None:
         from scrapeq.runtime.handlers import import_handler
 
@@ -466,6 +479,7 @@ def _worker_options(
         follow_links=follow_links,
         save_bodies=str(save_bodies) if save_bodies else None,
         verbose=verbose,
+        extract=fields,
     )
 
 
@@ -518,13 +532,26 @@ class WorkerOptions:
     verbose: int = 0
     summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
     metrics_port: int | None = None  # serve /metrics on 127.0.0.1:(port + slot)
+    extract: tuple[str, ...] | None = None  # --extract: the built-in handler's fields
+
+
+def _handler(settings: Settings, options: WorkerOptions) -> Any:
+    """The handler a worker process runs: the user's, --extract's, or the default (None)."""
+    from scrapeq.runtime.handlers import import_handler
+
+    if settings.handler:
+        return import_handler(settings.handler)
+    if options.extract:
+        from scrapeq.runtime.extract import extractor
+
+        return extractor(options.extract)
+    return None
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
-    from scrapeq.runtime.handlers import import_handler
     from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
     from scrapeq.runtime.sinks import sink_from_url
@@ -547,7 +574,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
         sink = sink_from_url(options.results) if options.results else None
         w = Worker(
             queue,
-            handler=import_handler(settings.handler) if settings.handler else None,
+            handler=_handler(settings, options),
             concurrency=options.concurrency,
             sink=sink,
             burst=options.burst,

@@ -11,7 +11,12 @@ from scrapeq.errors import ConfigError
 if TYPE_CHECKING:
     from scrapeq.runtime.sinks import Sink
 
-__all__ = ["RESULTS_HELP", "results_problem"]
+__all__ = ["EXTRACT_HELP", "RESULTS_HELP", "extract_fields_of", "results_problem"]
+
+EXTRACT_HELP = (
+    "Without a handler, each result holds these page fields: any of "
+    "title,description,canonical,text."
+)
 
 RESULTS_HELP = (
     "Where results go: a file (JSON Lines; .csv: CSV), sqlite:///path/results.db or "
@@ -68,3 +73,19 @@ def _shown(target: str) -> str:
     from scrapeq.engine.urls import redact_url
 
     return redact_url(target) if "://" in target else target
+
+
+def extract_fields_of(
+    extract: str | None, handler: str | None
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """(the fields of ``--extract``, or None; what is wrong with it, one line, or None)."""
+    if extract is None:
+        return None, None
+    if handler is not None:
+        return None, "--extract and --handler: choose one (a handler gives its own result)"
+    from scrapeq.runtime.extract import parse_fields
+
+    try:
+        return parse_fields(extract), None
+    except ConfigError as exc:
+        return None, f"--extract {extract[:60]}: {exc.reason}"
