@@ -51,6 +51,7 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces import render
+from scrapeq.interfaces.crawl_new import NEW_HELP, new_crawl_line, nothing_to_do_line
 from scrapeq.interfaces.enqueue_file import (
     EnqueueFailed,
     EnqueueRun,
@@ -408,6 +409,8 @@ def crawl(
         float | None,
         typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
     ] = None,
+    new: Annotated[bool, typer.Option("--new", "--fresh", help=NEW_HELP)] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -417,6 +420,7 @@ def crawl(
     Examples:
       scrapeq crawl https://shop.example.com/ --max-depth 3 --results pages.jsonl
       scrapeq crawl https://example.com/ --scope domain --handler myproject.parse:page
+      scrapeq crawl https://shop.example.com/ --new --yes   # again, from the start
     """
     settings = _settings(
         ctx,
@@ -439,9 +443,17 @@ def crawl(
         extract=extract,
     )
     q = Context(settings).queue()
+    if new:
+        if not yes:
+            refusal = f"refusing to start a new crawl of queue {q.name!r} without --yes"
+            _confirm(f"forget what queue {q.name!r} has seen and crawl again?", refusal)
+        typer.echo(new_crawl_line(q.name, q.new_crawl()), err=True)
     seeds = q.enqueue_many(urls, unique="seen")
     added = sum(r.added for r in seeds)
     typer.echo(f"crawl: {added} seeds enqueued ({len(seeds) - added} seen before)", err=True)
+    if not added and _nothing_to_do(settings, Context(settings).checked_url()):
+        typer.echo(nothing_to_do_line(len(seeds), len(seeds) - added), err=True)
+        raise typer.Exit(0)
     _run_workers(settings, options, processes)
 
 
