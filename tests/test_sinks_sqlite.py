@@ -211,3 +211,22 @@ def test_jsonl_lines_carry_the_parents_url(
     rows = {r["url"]: r for r in map(json.loads, (tmp_path / "r.jsonl").read_text().splitlines())}
     assert rows[site.url("/a/1")]["parent_url"] == site.url("/a")
     assert rows[site.url("/")]["parent_url"] is None
+
+
+def test_cli_results_into_a_redis_stream(
+    capsys: Any, redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``--results redis-stream://host:port/db?key=K``: the RedisStreamSink from the CLI."""
+    scrub_env(monkeypatch, tmp_path)
+    target = redis_url.replace("redis://", "redis-stream://") + "?key=pages&maxlen=100"
+    with threaded_site(tree) as site:
+        code, _, err = run(capsys, "--redis", redis_url, "crawl", site.url("/"),
+                           "--allow-private", "--results", target)  # fmt: skip
+    assert code == 0, err
+    entries = redis_client.xrange("pages")
+    urls = {json.loads(fields["record"])["url"] for _, fields in entries}
+    assert urls == {site.url(p) for p in ("/", "/a", "/b", "/a/1")}
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--burst", "--results",
+                       "redis-stream://127.0.0.1:9/0")  # fmt: skip
+    assert code == 2 and "--results redis-stream://127.0.0.1:9/0:" in err, err

@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+
 from scrapeq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -20,7 +22,8 @@ EXTRACT_HELP = (
 
 RESULTS_HELP = (
     "Where results go: a file (JSON Lines; .csv: CSV), sqlite:///path/results.db or "
-    "postgresql://user@host/db?table=pages (one row per job)."
+    "postgresql://user@host/db?table=pages (one row per job), or "
+    "redis-stream://host:port/0?key=KEY."
 )
 
 
@@ -41,18 +44,22 @@ def results_problem(target: str) -> str | None:
         asyncio.run(_open_and_close(sink))
     except OSError as exc:
         return f"--results {shown}: {exc.strerror or exc}"
+    except RedisError as exc:
+        return f"--results {shown}: {exc}"
     except ConfigError as exc:
         return f"--results {shown}: {exc.reason}"
     return None
 
 
 async def _open_and_close(sink: Sink) -> None:
-    from scrapeq.runtime.sinks import JsonlSink
+    from scrapeq.runtime.sinks import JsonlSink, RedisStreamSink
 
     try:
         opener = getattr(sink, "open", None)
         if opener is not None:
             await opener()
+        elif isinstance(sink, RedisStreamSink):
+            await sink.check()
         elif isinstance(sink, JsonlSink):
             with sink.path.open("a", encoding="utf-8"):
                 pass  # appendable, as the worker will open it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from scrapeq.errors import ConfigError
 
@@ -11,10 +11,11 @@ from ._base import Sink
 from .csvfile import CsvSink
 from .jsonl import JsonlSink
 from .sqlite import SqliteSink
+from .stream import RedisStreamSink
 
 __all__ = ["sink_from_url"]
 
-_SCHEMES = ("sqlite", "postgresql")
+_SCHEMES = ("sqlite", "postgresql", "redis-stream")
 
 
 def sink_from_url(url: str | Path) -> Sink:
@@ -23,7 +24,9 @@ def sink_from_url(url: str | Path) -> Sink:
     - a path: JSON Lines (``.csv``: CSV with a header);
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (``?table=NAME``,
       default ``results``);
-    - ``postgresql://user@host:port/db?table=NAME`` (psycopg 3: ``scrapeq[postgres]``).
+    - ``postgresql://user@host:port/db?table=NAME`` (psycopg 3: ``scrapeq[postgres]``);
+    - ``redis-stream://[user:password@]host:port/db?key=KEY[&maxlen=N]`` (``rediss-stream``:
+      TLS): XADD to a stream (``key`` default ``scrapeq:results``, ``maxlen`` 1,000,000).
 
     Raises:
         ConfigError: an unknown scheme, a missing path, a bad table name.
@@ -38,6 +41,8 @@ def sink_from_url(url: str | Path) -> Sink:
         return _sqlite(text)
     if scheme in ("postgresql", "postgres"):
         return _postgres(text)
+    if scheme in ("redis-stream", "rediss-stream"):
+        return _stream(text)
     raise ConfigError(
         "results",
         f"unknown scheme {scheme!r} (a path, or {', '.join(s + '://' for s in _SCHEMES)})",
@@ -68,3 +73,22 @@ def _postgres(text: str) -> Sink:
     from .postgres import PostgresSink
 
     return PostgresSink(text)
+
+
+def _stream(text: str) -> Sink:
+    import redis.asyncio
+
+    parts = urlsplit(text)
+    query = parse_qs(parts.query)
+    unknown = sorted(set(query) - {"key", "maxlen"})
+    if unknown:
+        raise ConfigError("results", f"unknown parameter {unknown[0]!r} (key=, maxlen=)")
+    key = query.get("key", ["scrapeq:results"])[-1]
+    maxlen_text = query.get("maxlen", ["1000000"])[-1]
+    if not key or not maxlen_text.isdigit() or len(maxlen_text) > 12:
+        raise ConfigError("results", "key must not be empty, maxlen must be a whole number")
+    scheme = "rediss" if parts.scheme.lower() == "rediss-stream" else "redis"
+    url = urlunsplit((scheme, parts.netloc, parts.path, "", ""))
+    client = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    maxlen = int(maxlen_text) or None
+    return RedisStreamSink(client, key, maxlen=maxlen, owns_client=True)
