@@ -230,3 +230,37 @@ def test_cli_results_into_a_redis_stream(
     code, _, err = run(capsys, "--redis", redis_url, "worker", "--burst", "--results",
                        "redis-stream://127.0.0.1:9/0")  # fmt: skip
     assert code == 2 and "--results redis-stream://127.0.0.1:9/0:" in err, err
+
+
+async def test_a_sink_failing_again_and_again_pauses_claims_longer_each_time(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store down for a while: each failure after claims resumed doubles the pause (and the
+    job's release delay), so a worker does not fetch the queue through and back; the job
+    spends no attempt and is written once the store answers."""
+    from scrapeq.runtime import worker as worker_module
+    from scrapeq.runtime.sinks import CallableSink
+
+    monkeypatch.setattr(worker_module, "OURS_PAUSE", 0.1)
+    q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True))
+    written: list[dict[str, Any]] = []
+    calls = 0
+
+    def flaky(record: dict[str, Any]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise OSError("database is down")
+        written.append(record)
+
+    caplog.set_level("WARNING", logger="scrapeq")
+    async with sites(ok) as (site,):
+        await q.enqueue(site.url("/x"))
+        try:
+            await asyncio.wait_for(Worker(q, burst=True, sink=CallableSink(flaky)).run_async(), 30)
+        finally:
+            await q.close()
+    pauses = [r.message.split("pausing claims ")[1].split(" s")[0] for r in caplog.records
+              if "sink failed" in r.message]  # fmt: skip
+    assert pauses == ["0.1", "0.2", "0.4"]
+    assert len(written) == 1 and written[0]["attempts"] == 1
