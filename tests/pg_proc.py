@@ -44,6 +44,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _run(argv: list[str]) -> None:
+    subprocess.run(_as_owner(argv), check=True, capture_output=True, timeout=60)
+
+
 @contextlib.contextmanager
 def postgres_cluster() -> Iterator[str]:
     """Start a cluster; yield its URL (user ``postgres``, trust auth on loopback only)."""
@@ -57,14 +61,13 @@ def postgres_cluster() -> Iterator[str]:
         user = pwd.getpwnam("postgres")
         os.chown(folder, user.pw_uid, user.pw_gid)
     data, port = folder / "data", _free_port()
-    run = {"check": True, "capture_output": True, "timeout": 60}
     try:
-        subprocess.run(_as_owner([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                                  "-A", "trust", "--no-sync", "-E", "UTF8"]), **run)  # type: ignore[call-overload]  # fmt: skip
+        _run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+              "--no-sync", "-E", "UTF8"])  # fmt: skip
         options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {folder} -c fsync=off "
                    "-c full_page_writes=off -c max_connections=50")  # fmt: skip
-        subprocess.run(_as_owner([str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w",
-                                  "-t", "30", "-l", str(folder / "log"), "start"]), **run)  # type: ignore[call-overload]  # fmt: skip
+        _run([str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-t", "30",
+              "-l", str(folder / "log"), "start"])  # fmt: skip
     except subprocess.CalledProcessError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise RuntimeError(f"postgres did not start: {exc.stderr!r}") from exc

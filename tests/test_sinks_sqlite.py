@@ -77,6 +77,8 @@ async def test_sqlite_batches_in_transactions_and_upserts_by_job_id(tmp_path: Pa
     await asyncio.gather(*(sink.write(_record(f"a{i}")) for i in range(300)))
     assert sink.rows == 300 and sink.batches < 300 / 10, "writes waiting together share one"
     # a job written again (re-delivered after a crash between write and ack) updates its row
+    await sink.close()
+    # usable after close (connects again): a job written again updates its row
     await sink.write(_record("a7", attempts=2, outcome="dead", result=None, error="gone"))
     await sink.close()
     rows = {r["job_id"]: r for r in _rows(tmp_path / "r.db")}

@@ -65,6 +65,9 @@ class BatchSink(ABC):
             await self._call(self._disconnect)
         finally:
             self._thread.shutdown()
+            # usable again: a later write connects (and checks the table) on a new thread
+            self._thread = DaemonThreads(1, f"scrapeq-{type(self).__name__}")
+            self._prepared = False
 
     async def _flush(self) -> None:
         try:
