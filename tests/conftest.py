@@ -245,3 +245,20 @@ async def make_async_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQ
     yield make
     for q in made:
         await q.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A private PostgreSQL cluster for the session (tests/pg_proc.py); yields its URL."""
+    from pg_proc import postgres_cluster
+
+    with postgres_cluster() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """The session's cluster with a table of this test's own: ``...?table=t_<hex>``."""
+    import uuid
+
+    return f"{postgres_server}?table=t_{uuid.uuid4().hex[:12]}"

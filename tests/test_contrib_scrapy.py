@@ -413,8 +413,30 @@ async def test_an_unstorable_start_request_is_refused_and_the_others_are_crawled
             root, "unstorable", redis_url, "unst", "-a", f"start={start}", out="again.json"
         )
     assert code == 0 and items == [], log[-3000:]
-    assert "nothing is left to crawl" in log, log[-3000:]
+    assert "nothing is left to crawl (-s SCRAPEQ_NEW_CRAWL=1 starts a new crawl)" in log, log[-999:]
     assert site.total == 6 and max(site.hits.values()) == 1
+
+
+async def test_scrapeq_new_crawl_runs_a_finished_crawl_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Issue 24: ``-s SCRAPEQ_NEW_CRAWL=1`` forgets the queue's seen-set and start flag, so a
+    finished crawl runs again; another queue's seen-set is untouched."""
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [f"/p/{n + 1}"] if n < 3 else [])) as (site,):
+        start = "start=" + site.url("/p/0")
+        for queue in ("again", "bystander"):
+            code, log, items = await _run(root, "pages", redis_url, queue, "-a", start)
+            assert code == 0 and len(items) == 4, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "again", "-a", start,
+                                      "-s", "SCRAPEQ_NEW_CRAWL=1", out="new.json")  # fmt: skip
+        assert code == 0, log[-3000:]
+        assert "new crawl (SCRAPEQ_NEW_CRAWL)" in log, log[-3000:]
+        assert len(items) == 4, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "bystander", "-a", start,
+                                      out="by.json")  # fmt: skip
+    assert code == 0 and items == [] and "nothing is left to crawl" in log, log[-3000:]
+    assert sorted(site.hits.values()) == [3] * 4  # again: twice; bystander: once
 
 
 async def test_a_start_cut_short_is_taken_again_by_the_next_run(

@@ -12,6 +12,7 @@ EXPECTED = [
     "CancelResult",
     "Claimed",
     "ConfigError",
+    "CsvSink",
     "EnqueueResult",
     "Follow",
     "HandlerContext",
@@ -25,6 +26,7 @@ EXPECTED = [
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
+    "PostgresSink",
     "Queue",
     "RedisStreamSink",
     "RedisUnavailable",
@@ -36,10 +38,12 @@ EXPECTED = [
     "Settings",
     "Settlement",
     "Sink",
+    "SqliteSink",
     "StaleLease",
     "Worker",
     "__version__",
     "load_settings",
+    "sink_from_url",
 ]
 
 

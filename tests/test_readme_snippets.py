@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sites import sites
+from sites import echo, sites
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -26,6 +26,8 @@ RUNNERS = {
     "# crawler.py": "tests/test_readme_crawler.py",
     "# settings.py (Scrapy)": "tests/test_readme_scrapy.py",
     "# quickstart.py": "tests/test_readme_snippets.py",
+    "# api.py: POST a search, then its page 2 (python api.py URL)": "tests/test_readme_snippets.py",
+    "# results.py": "tests/test_readme_results.py",
 }
 
 
@@ -72,10 +74,31 @@ async def test_the_quick_start_runs_as_printed(redis_url: str, tmp_path: Path) -
     assert "no_title" in str(rows[1]["error"])
 
 
-async def _run(cwd: Path, env: dict[str, str], url: str) -> subprocess.CompletedProcess[str]:
+async def test_the_requests_example_runs_as_printed(redis_url: str, tmp_path: Path) -> None:
+    (first,) = [k for k in snippets() if k.startswith("# api.py")]
+    (tmp_path / "api.py").write_text(snippets()[first], encoding="utf-8")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")},
+        "SCRAPEQ_REDIS_URL": redis_url,
+        "SCRAPEQ_ALLOW_PRIVATE": "true",
+    }
+    async with sites(echo) as (site,):
+        proc = await _run(tmp_path, env, site.url("/search"), "api.py")
+        assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in (tmp_path / "api.jsonl").read_text().splitlines()]
+    sent = sorted((r["meta"]["page"], r["result"]) for r in rows)  # the handler's result
+    assert [(page, got["method"], got["path"], json.loads(got["body"])) for page, got in sent] == [
+        (1, "POST", "/search", {"q": "shoes"}),
+        (2, "POST", "/search?page=2", {"q": "shoes"}),
+    ]
+
+
+async def _run(
+    cwd: Path, env: dict[str, str], url: str, program: str = "quickstart.py"
+) -> subprocess.CompletedProcess[str]:
     """The snippet in its own process (the site answers from this one's event loop)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "quickstart.py", url, cwd=cwd, env=env,
+        sys.executable, program, url, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

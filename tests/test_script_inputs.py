@@ -213,6 +213,13 @@ CASES: dict[str, Cases] = {
             ("markers not a boolean", lambda w: {"markers": "yes"}),
         ),
     ),
+    "renew": Cases(
+        wrapped(lambda w: scripts.renew("0", 10)),
+        (
+            ("a negative count", lambda w: {"cursor": "0", "count": -5}),
+            ("a cursor that is not a number", lambda w: {"cursor": "zero", "count": 10}),
+        ),
+    ),
     "domain_info": Cases(
         wrapped(lambda w: scripts.domain_info([D])),
         (

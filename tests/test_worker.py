@@ -136,6 +136,8 @@ async def test_healthy_site_every_job_done_and_results_written(
         "depth",  # links followed from a seed (0: a seed), added for crawls
         "parent",
         "meta",  # the request's meta (issue 23), null for a plain GET
+        "final_url",  # issue 24: the URL fetched in the end (after redirects)
+        "parent_url",  # issue 24: the linking job's URL (None for a seed)
     }
     assert rows[0]["status"] == 200 and rows[0]["attempts"] == 1 and rows[0]["bytes"] > 0
     assert (await q.status())["counts"]["done"] == 30

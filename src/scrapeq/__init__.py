@@ -35,7 +35,16 @@ from scrapeq.errors import (
 )
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.follow import Follow, HandlerContext
-from scrapeq.runtime.sinks import CallableSink, JsonlSink, RedisStreamSink, Sink
+from scrapeq.runtime.sinks import (
+    CallableSink,
+    CsvSink,
+    JsonlSink,
+    PostgresSink,
+    RedisStreamSink,
+    Sink,
+    SqliteSink,
+    sink_from_url,
+)
 from scrapeq.runtime.worker import Worker
 
 __version__ = "0.1.0"
@@ -48,6 +57,7 @@ __all__ = [
     "CancelResult",
     "Claimed",
     "ConfigError",
+    "CsvSink",
     "EnqueueResult",
     "Follow",
     "HandlerContext",
@@ -61,6 +71,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
+    "PostgresSink",
     "Queue",
     "RedisStreamSink",
     "RedisUnavailable",
@@ -72,8 +83,10 @@ __all__ = [
     "Settings",
     "Settlement",
     "Sink",
+    "SqliteSink",
     "StaleLease",
     "Worker",
     "__version__",
     "load_settings",
+    "sink_from_url",
 ]

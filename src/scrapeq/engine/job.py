@@ -30,9 +30,9 @@ __all__ = [
 _LONG = {
     "u": "url", "d": "domain", "l": "lane", "o": "off", "a": "attempts", "m": "max_attempts",
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
-    "dp": "depth", "pa": "parent", "x": "expires", "f": "fp", "w": "fpw", "er": "errors",
-    "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases", "un": "unused",
-    "q": "request",
+    "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
+    "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
+    "un": "unused", "q": "request",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -159,6 +159,7 @@ class Job:
             worker runs the handler of such a job alone (docs/DESIGN.md, "Decisions").
         request_text: the stored form of what the job sends (:mod:`scrapeq.engine.request`);
             None for a plain ``GET`` of its URL. Read it as :attr:`request`.
+        parent_url: that job's URL (None for a seed).
     """
 
     id: str
@@ -183,6 +184,7 @@ class Job:
     parent: str | None = None
     unused: int = 0
     request_text: str | None = None
+    parent_url: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -233,6 +235,7 @@ class Job:
             get("parent"),
             get("unused", 0),
             get("request"),
+            get("parent_url"),
         )
 
     @property

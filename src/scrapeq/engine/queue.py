@@ -511,6 +511,15 @@ class _QueueCore:
                 break
         return deleted
 
+    def _op_renew(self) -> Op[scripts.Renewed]:
+        done, cursor = scripts.Renewed(), "0"
+        while True:
+            step: scripts.Renewed
+            cursor, step = yield scripts.renew(cursor, CLEAR_COUNT)
+            done = done + step
+            if cursor == "0":
+                return done
+
     def _op_counts(self) -> Op[dict[str, int]]:
         raw = yield scripts.status(self.settings.lanes.names)
         return _shape_counts(raw)
@@ -1141,6 +1150,15 @@ class _PartitionedCore(_QueueCore):
         deleted += yield from _QueueCore._op_clear(self)
         self._parts_checked = False
         return deleted
+
+    def _op_renew(self) -> Op[scripts.Renewed]:
+        stored = yield Command(("HGET", self.keys.meta, "parts"))  # as _op_clear: all of them
+        count = int(stored) if stored else 1
+        done = scripts.Renewed()
+        for part in range(count if count > 1 else 0):
+            prefix = Keys(self.name, part).prefix
+            done += yield from self._on_prefix(_QueueCore._op_renew(self), prefix)
+        return done + (yield from _QueueCore._op_renew(self))
 
     def _op_log_leader(
         self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
@@ -2002,6 +2020,12 @@ class Queue(_PartitionedCore):
         they write meanwhile may be left."""
         return self._drive(self._op_clear())
 
+    def new_crawl(self) -> scripts.Renewed:
+        """Forget what this queue has seen, so a crawl of the same seeds starts again: its
+        seen-set, once-per-crawl flags and domains' counts of jobs enqueued (``max_pages``),
+        nothing else (``lua/renew-1.lua``). Stop its workers first."""
+        return self._drive(self._op_renew())
+
     def replay(
         self,
         *,
@@ -2357,6 +2381,10 @@ class AsyncQueue(_PartitionedCore):
         ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
         they write meanwhile may be left."""
         return await self._drive(self._op_clear())
+
+    async def new_crawl(self) -> scripts.Renewed:
+        """Forget what this queue has seen (see :meth:`Queue.new_crawl`)."""
+        return await self._drive(self._op_renew())
 
     async def replay(
         self,

@@ -35,6 +35,7 @@ __all__ = [
     "Many",
     "OnceFlag",
     "Op",
+    "Renewed",
     "ScriptConfig",
     "Settlement",
     "Step",
@@ -64,6 +65,7 @@ SCRIPTS: dict[str, str] = {
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
+    "renew": "renew-1.lua",
     "replay": "replay-1.lua",
     "settle": "settle-1.lua",
     "status": "status-1.lua",
@@ -364,10 +366,12 @@ class EnqueueSpec:
     depth: int = 0
     parent: str | None = None
     request_json: str | None = None
+    parent_url: str | None = None
 
-    def child_of(self, parent: str, depth: int) -> EnqueueSpec:
-        """This spec as a follow-up of job ``parent``, ``depth`` links from a seed."""
-        return dataclasses.replace(self, parent=parent, depth=depth)
+    def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
+        """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
+        from a seed."""
+        return dataclasses.replace(self, parent=parent, depth=depth, parent_url=parent_url)
 
     def as_arg(self) -> dict[str, Any]:
         arg: dict[str, Any] = {
@@ -394,6 +398,8 @@ class EnqueueSpec:
             arg["parent"] = self.parent
         if self.request_json is not None:
             arg["request"] = self.request_json
+        if self.parent_url is not None:
+            arg["parent_url"] = self.parent_url
         return arg
 
 
@@ -679,6 +685,37 @@ def clear(cursor: str = "0", count: int = 500, *, markers: bool = False) -> Call
     if markers:
         return _call("clear", parse, markers=True)
     return _call("clear", parse, cursor=cursor, count=count)
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """What ``lua/renew-1.lua`` did (summed over its slices and partitions).
+
+    Attributes:
+        seen_keys: keys of the seen-set deleted.
+        flags: once-per-crawl flags deleted (the Scrapy scheduler's start flag).
+        domains: domains whose count of jobs enqueued (what ``max_pages`` caps) went back to 0.
+    """
+
+    seen_keys: int = 0
+    flags: int = 0
+    domains: int = 0
+
+    def __add__(self, other: Renewed) -> Renewed:
+        return Renewed(
+            self.seen_keys + other.seen_keys, self.flags + other.flags,
+            self.domains + other.domains,
+        )  # fmt: skip
+
+
+def renew(cursor: str = "0", count: int = 500) -> Call[tuple[str, Renewed]]:
+    """Forget one SCAN slice of what the queue has seen (a new crawl); answers (next cursor,
+    what it did)."""
+
+    def parse(raw: list[Any]) -> tuple[str, Renewed]:
+        return str(raw[0]), Renewed(int(raw[1]), int(raw[2]), int(raw[3]))
+
+    return _call("renew", parse, cursor=cursor, count=count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces import render
+from scrapeq.interfaces.crawl_new import NEW_HELP, new_crawl_line, nothing_to_do_line
 from scrapeq.interfaces.enqueue_file import (
     EnqueueFailed,
     EnqueueRun,
@@ -68,6 +69,12 @@ from scrapeq.interfaces.parsing import (
     count_option,
     json_object,
     seconds_option,
+)
+from scrapeq.interfaces.results_opt import (
+    EXTRACT_HELP,
+    RESULTS_HELP,
+    extract_fields_of,
+    results_problem,
 )
 from scrapeq.runtime.logs import formatter
 
@@ -299,9 +306,7 @@ def worker(
     max_runtime: Annotated[
         float | None, typer.Option(parser=_SECONDS, help="Stop gracefully after S seconds.")
     ] = None,
-    results: Annotated[
-        Path | None, typer.Option(help="Append one JSON line per finished job.")
-    ] = None,
+    results: Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)] = None,
     allow_private: AllowPrivate = False,
     no_allow_private: RefusePrivate = False,
     handler_timeout: Annotated[
@@ -318,6 +323,7 @@ def worker(
         str | None,
         typer.Option(help="Your handler, package.module:function (default: page metadata)."),
     ] = None,
+    extract: Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)] = None,
     save_bodies: Annotated[
         Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
     ] = None,
@@ -380,8 +386,9 @@ def worker(
     if log_format is not None:
         setup_logging(root.verbose, settings.log_format)
     options = _worker_options(
-        settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose
-    )
+        settings, concurrency, burst, max_runtime, results, save_bodies, verbose=root.verbose,
+        extract=extract,
+    )  # fmt: skip
     if metrics_port is not None:
         if metrics_port + processes - 1 > 65535:
             _die(f"--metrics-port {metrics_port}: ports up to {metrics_port + processes - 1}", 2)
@@ -403,12 +410,11 @@ def crawl(
     max_pages: Annotated[
         int | None, typer.Option(parser=_COUNT, help="Pages per domain, at most.")
     ] = None,
-    results: Annotated[
-        Path | None, typer.Option(help="Append one JSON line per finished page.")
-    ] = None,
+    results: Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)] = None,
     handler: Annotated[
         str | None, typer.Option(help="Your handler, package.module:function.")
     ] = None,
+    extract: Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)] = None,
     concurrency: Annotated[
         int, typer.Option(parser=_COUNT, help="Fetches at once per process.")
     ] = 100,
@@ -422,6 +428,8 @@ def crawl(
         float | None,
         typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
     ] = None,
+    new: Annotated[bool, typer.Option("--new", "--fresh", help=NEW_HELP)] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -432,6 +440,7 @@ def crawl(
     Examples:
       scrapeq crawl https://shop.example.com/ --max-depth 3 --results p.jsonl
       scrapeq crawl https://example.com/ --scope domain --handler my.parse:page
+      scrapeq crawl https://shop.example.com/ --new --yes  # from the start
     """
     settings = _settings(
         ctx,
@@ -451,11 +460,20 @@ def crawl(
         save_bodies,
         follow_links=True,
         verbose=ctx.obj.verbose,
+        extract=extract,
     )
     q = Context(settings).queue()
+    if new:
+        if not yes:
+            refusal = f"refusing to start a new crawl of queue {q.name!r} without --yes"
+            _confirm(f"forget what queue {q.name!r} has seen and crawl again?", refusal)
+        typer.echo(new_crawl_line(q.name, q.new_crawl()), err=True)
     seeds = q.enqueue_many(urls, unique="seen")
     added = sum(r.added for r in seeds)
     typer.echo(f"crawl: {added} seeds enqueued ({len(seeds) - added} seen before)", err=True)
+    if not added and _nothing_to_do(settings, Context(settings).checked_url()):
+        typer.echo(nothing_to_do_line(len(seeds), len(seeds) - added), err=True)
+        raise typer.Exit(0)
     _run_workers(settings, options, processes)
 
 
@@ -464,18 +482,23 @@ def _worker_options(
     concurrency: int,
     burst: bool,
     max_runtime: float | None,
-    results: Path | None,
+    results: str | None,
     save_bodies: Path | None,
     *,
     follow_links: bool = False,
     verbose: int = 0,
+    extract: str | None = None,
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
-    if results is not None:
-        _check_writable(results)
+    problem = results_problem(results) if results is not None else None
+    if problem is not None:
+        _die(problem, 2)
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
+    fields, problem = extract_fields_of(extract, settings.handler)
+    if problem is not None:
+        _die(problem, 2)
     if settings.handler is not None:
         from scrapeq.runtime.handlers import import_handler
 
@@ -484,10 +507,11 @@ def _worker_options(
         concurrency,
         burst,
         max_runtime,
-        str(results) if results else None,
+        results,
         follow_links=follow_links,
         save_bodies=str(save_bodies) if save_bodies else None,
         verbose=verbose,
+        extract=fields,
     )
 
 
@@ -532,17 +556,6 @@ async def _log_summary(queue: AsyncQueue, timeout: float) -> None:
         await queue.close()
 
 
-def _check_writable(path: Path) -> None:
-    """Refuse a results path that cannot be appended to, before any job is claimed."""
-    if not path.parent.is_dir():
-        _die(f"--results {path}: folder {path.parent} does not exist", 2)
-    try:
-        with path.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        _die(f"--results {path}: {exc.strerror}", 2)
-
-
 @dataclass(frozen=True)
 class WorkerOptions:
     concurrency: int
@@ -554,16 +567,29 @@ class WorkerOptions:
     verbose: int = 0
     summary: bool = False  # log the queue's summary at the end (reporter.log_summary)
     metrics_port: int | None = None  # serve /metrics on 127.0.0.1:(port + slot)
+    extract: tuple[str, ...] | None = None  # --extract: the built-in handler's fields
+
+
+def _handler(settings: Settings, options: WorkerOptions) -> Any:
+    """The handler a worker process runs: the user's, --extract's, or the default (None)."""
+    from scrapeq.runtime.handlers import import_handler
+
+    if settings.handler:
+        return import_handler(settings.handler)
+    if options.extract:
+        from scrapeq.runtime.extract import extractor
+
+        return extractor(options.extract)
+    return None
 
 
 def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slot: int) -> int:
     """Body of one worker process (also the target of supervised children)."""
     if not logging.getLogger("scrapeq").handlers:  # a spawned child starts bare
         setup_logging(options.verbose, settings.log_format)
-    from scrapeq.runtime.handlers import import_handler
     from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
-    from scrapeq.runtime.sinks import JsonlSink
+    from scrapeq.runtime.sinks import sink_from_url
     from scrapeq.runtime.worker import Worker
 
     metrics = None
@@ -580,10 +606,10 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
-        sink = JsonlSink(options.results) if options.results else None
+        sink = sink_from_url(options.results) if options.results else None
         w = Worker(
             queue,
-            handler=import_handler(settings.handler) if settings.handler else None,
+            handler=_handler(settings, options),
             concurrency=options.concurrency,
             sink=sink,
             burst=options.burst,

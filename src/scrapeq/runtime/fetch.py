@@ -62,10 +62,10 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -81,6 +81,9 @@ from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.outgoing import Outgoing, after_redirect, same_origin
+
+if TYPE_CHECKING:
+    import parsel
 
 __all__ = [
     "DEFAULT_ACCEPT",
@@ -120,6 +123,10 @@ class Response:
         body: the (decompressed) body.
         elapsed: seconds the whole fetch took, redirects and body included.
         redirects: how many redirects were followed.
+
+    :meth:`css` and :meth:`xpath` select as Scrapy's responses do (parsel, Scrapy's own
+    selector library): the selector is built on first use and kept, so a handler that never
+    selects pays nothing (parsel is not even imported).
     """
 
     url: str
@@ -128,6 +135,27 @@ class Response:
     body: bytes
     elapsed: float
     redirects: int
+    _selector: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def selector(self) -> parsel.Selector:
+        """A :class:`parsel.Selector` of the body (as HTML, decoded as browsers do), built
+        once."""
+        if self._selector is None:
+            import parsel
+            from w3lib.encoding import html_to_unicode
+
+            _, text = html_to_unicode(self.headers.get("Content-Type"), self.body)
+            object.__setattr__(self, "_selector", parsel.Selector(text=text, base_url=self.url))
+        return self._selector  # type: ignore[no-any-return]
+
+    def css(self, query: str) -> parsel.SelectorList[parsel.Selector]:
+        """``response.css("h1::text").get()``, as in Scrapy."""
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **variables: Any) -> parsel.SelectorList[parsel.Selector]:
+        """``response.xpath("//h1/text()").get()``, as in Scrapy (``$name`` variables)."""
+        return self.selector.xpath(query, **variables)
 
     @property
     def charset(self) -> str | None:

@@ -203,7 +203,7 @@ class FollowPolicy:
             return "invalid"
         except (ConfigError, PayloadTooLarge):
             return "bad_follow"
-        return spec.child_of(job.id, depth)
+        return spec.child_of(job.id, depth, job.url)
 
 
 @dataclass(frozen=True, slots=True)

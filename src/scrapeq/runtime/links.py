@@ -60,6 +60,7 @@ __all__ = [
     "Extracted",
     "extract",
     "extract_counted",
+    "is_html",
     "resolve_link",
 ]
 
@@ -175,6 +176,11 @@ def resolve_link(base_url: str, href: str) -> str | None:
         base = None
     url, _ = _absolute(base, href, "utf-8")
     return url
+
+
+def is_html(response: Response) -> bool:
+    """Whether ``response`` is parsed as HTML (its Content-Type, else its first bytes)."""
+    return _is_html(response)
 
 
 def _is_html(response: Response) -> bool:

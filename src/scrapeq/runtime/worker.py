@@ -98,6 +98,9 @@ SETTLE_EVERY = 0.005
 RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
 #: Pause of claiming after our own network failed (proxy down), seconds.
 OURS_PAUSE = 2.0
+#: Longest pause of claiming while the sink keeps failing (a database gone away): the pause
+#: doubles from OURS_PAUSE with each failure in a row, and a write that works ends it.
+SINK_PAUSE_MAX = 60.0
 #: The collector's first threshold while a worker runs (CPython's default: 700).
 GC_THRESHOLD = 10_000
 #: Seconds past the grace period the last settlements and releases may take. A healthy Redis
@@ -290,6 +293,7 @@ class Worker:
         self._stop_at: float | None = None  # monotonic time the stop began
         self._hurry_at: float | None = None  # monotonic time of the second stop
         self._claim_pause_until = 0.0
+        self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -328,6 +332,7 @@ class Worker:
 
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
+        await self._open_sink()  # a store it cannot use stops us before any claim
         self._install_signals(loop)
         self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
@@ -412,6 +417,12 @@ class Worker:
         if self._adapted:  # user code may kill the process: see runtime/isolation.py
             self._handlers = HandlerRunner(self.queue, self._call_handler)
             self._call_handler = self._handlers.call
+
+    async def _open_sink(self) -> None:
+        """Await the sink's optional ``open()`` (create or check its file, its table)."""
+        opener = getattr(self.sink, "open", None)
+        if opener is not None:
+            await opener()
 
     async def _close_resources(self) -> None:
         self._handler_deadlines.close()
@@ -765,11 +776,16 @@ class Worker:
             await self.sink.write(record)
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
-            # and pause claiming a little, so a broken sink does not spin through the queue.
-            log.warning("job %s: sink failed, releasing it: %s", job.id, exc,
-                        extra=_about(job, "sink_failed"))  # fmt: skip
-            self._claim_pause_until = time.monotonic() + OURS_PAUSE
-            return self.queue.releasing(job, delay=OURS_PAUSE)
+            # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
+            # that is down (a database gone away) does not fetch the queue through and back.
+            if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
+                self._sink_failures += 1
+            pause = min(OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8), SINK_PAUSE_MAX)
+            log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
+                        pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+            self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
+            return self.queue.releasing(job, delay=pause)
+        self._sink_failures = 0
         return settlement
 
     def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
@@ -1137,6 +1153,7 @@ def _record(
     return {
         "id": job.id,
         "url": redact_url(job.url),
+        "final_url": redact_url(response.url) if response is not None else None,
         "domain": _host_of(job),
         "lane": job.lane,
         "outcome": outcome,
@@ -1150,4 +1167,5 @@ def _record(
         "depth": job.depth,
         "parent": job.parent,
         "meta": job.meta,
+        "parent_url": redact_url(job.parent_url) if job.parent_url else None,
     }

@@ -35,7 +35,9 @@ a request without ``dont_filter`` is dropped when its fingerprint was ever enque
 ``"pending"``: while a job has it; ``"off"``], ``SCRAPEQ_CONFIG`` [the TOML file]. Scrapy's
 own: ``SCRAPEQ_LANE`` [the default lane; a request's ``meta["scrapeq_lane"]`` wins],
 ``SCRAPEQ_CLAIM_BATCH`` [16: jobs claimed per round trip at most],
-``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False].
+``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False], ``SCRAPEQ_NEW_CRAWL`` [False: the process forgets
+what the queue has seen before it opens, so a finished crawl runs again; the first process
+of a new crawl only].
 """
 
 from __future__ import annotations

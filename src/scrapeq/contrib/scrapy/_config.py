@@ -10,7 +10,9 @@ fetched once per crawl, as with Scrapy's own dupefilter). ``redis_url`` unset is
 embedded server.
 
 Scrapy's only (settings.py or ``-s``, never the environment): ``SCRAPEQ_LANE`` [the default
-lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False].
+lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False],
+``SCRAPEQ_NEW_CRAWL`` [False: forget what the queue has seen before this process opens, as
+``scrapeq crawl --new`` does; give it to the first process of a new crawl only].
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ScrapyConfig:
             ``DOWNLOAD_TIMEOUT``).
         retry_callback_errors: a callback that raises retries its job (default: the job is
             done, the error logged by Scrapy: a spider's bug is not the page's fault).
+        new_crawl: start a new crawl (``Queue.new_crawl``) before taking the start requests.
     """
 
     settings: Settings
@@ -49,6 +52,7 @@ class ScrapyConfig:
     concurrency: int
     set_timeout: bool
     retry_callback_errors: bool
+    new_crawl: bool = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, spider_name: str) -> ScrapyConfig:
@@ -78,6 +82,7 @@ class ScrapyConfig:
             # request_timeout, so a hanging site costs what it costs scrapeq's worker.
             set_timeout=(s.getpriority("DOWNLOAD_TIMEOUT") or 0) <= 0,
             retry_callback_errors=s.getbool("SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
+            new_crawl=s.getbool("SCRAPEQ_NEW_CRAWL", False),
         )
 
 

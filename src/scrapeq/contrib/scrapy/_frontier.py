@@ -105,8 +105,12 @@ class Frontier:
 
     def open(self) -> None:
         self._of[self.crawler] = self
-        flag = self.start.take()
         name = self.queue.name
+        if self.config.new_crawl:
+            done = self.queue.new_crawl()
+            log.info("scrapeq queue=%s: new crawl (SCRAPEQ_NEW_CRAWL): seen-set forgotten (%d "
+                     "keys), start flag cleared", name, done.seen_keys)  # fmt: skip
+        flag = self.start.take()
         if flag.won:
             log.info("scrapeq queue=%s: this process takes the start requests", name)
         elif flag.leased:
@@ -122,8 +126,8 @@ class Frontier:
         else:
             log.info(
                 "scrapeq queue=%s: start requests were taken by %s and nothing is left to "
-                "crawl (`scrapeq queue clear %s --yes` starts the crawl again)",
-                name, flag.holder, name,
+                "crawl (-s SCRAPEQ_NEW_CRAWL=1 starts a new crawl)",
+                name, flag.holder,
             )  # fmt: skip
         self._beat.start(max(self.config.settings.lease / 3, 0.05), now=False)
 

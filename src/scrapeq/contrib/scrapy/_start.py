@@ -3,13 +3,14 @@
 The first process to open takes the queue's flag ``scrapy-start`` for one ``lease`` (scrapeq's
 setting) and renews it while its spider's ``start()`` runs. Once ``start()`` is exhausted (every
 start request scheduled) the flag is kept for good: later processes of the crawl only claim,
-until ``scrapeq queue clear`` starts a new crawl. If ``start()`` raises or the process stops
-before its end, the flag is released (a killed process's lease runs out), so the next process
-to open takes the start requests again; the seen-set drops those already scheduled. A process
-that finds the flag leased by another waits (:meth:`StartFlag.wait_turn`, its spider's
-``start()`` not read meanwhile, so Scrapy does not call it idle) until the flag is kept, and
-then works on what those start requests made, instead of finding the queue empty and
-closing; if the other's lease runs out first (it died), it takes the start requests itself.
+until a new crawl (``SCRAPEQ_NEW_CRAWL``, ``scrapeq crawl --new``, ``scrapeq queue clear``).
+If ``start()`` raises or the process stops before its end, the flag is released (a killed
+process's lease runs out), so the next process to open takes the start requests again; the
+seen-set drops those already scheduled. A process that finds the flag leased by another
+waits (:meth:`StartFlag.wait_turn`, its spider's ``start()`` not read meanwhile, so Scrapy
+does not call it idle) until the flag is kept, and then works on what those start requests
+made, instead of finding the queue empty and closing; if the other's lease runs out first
+(it died), it takes the start requests itself.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@
                request  what the job sends (method, headers, body, cookies, meta) as JSON
                         text, kept verbatim like payload (absent: a plain GET of url;
                         scrapeq/engine/request.py); fp then covers method and body
+               parent_url  that job's URL (absent for a seed; kept for its results line)
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and

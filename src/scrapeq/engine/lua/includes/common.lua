@@ -196,8 +196,8 @@ end
 -- on the full form (long names) that claims answer; a claimed job is stored in that form.
 local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
-  payload = 'p', depth = 'dp', parent = 'pa', expires = 'x', fp = 'f', fpw = 'w',
-  errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
+  payload = 'p', depth = 'dp', parent = 'pa', parent_url = 'pu', expires = 'x', fp = 'f',
+  fpw = 'w', errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
   unused = 'un', request = 'q'}
 local LONG = {}
 for long, short in pairs(SHORT) do LONG[short] = long end

@@ -39,6 +39,7 @@ local function check_spec(s)
   if s.seen ~= nil then check_in(s.seen, 'seen', check_seen_arg) end
   if s.depth ~= nil then check_int(s.depth, 'depth', 0, MAX_INT) end
   if s.parent ~= nil then check_str(s.parent, 'parent') end
+  if s.parent_url ~= nil then check_str(s.parent_url, 'parent_url') end
   if s.request ~= nil then check_str(s.request, 'request') end  -- kept as text, never decoded
 end
 
@@ -101,7 +102,7 @@ local function enqueue_spec(s)
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
     created = NOW, eligible = NOW + s.delay, payload = s.payload,
-    depth = s.depth, parent = s.parent, request = s.request}
+    depth = s.depth, parent = s.parent, request = s.request, parent_url = s.parent_url}
   if s.expires then job.expires = NOW + s.expires end
   if s.fp and hold_all and not holder then
     redis.call('HSET', K_UNIQUE, s.fp, id)

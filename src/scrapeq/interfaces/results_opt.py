@@ -1,0 +1,98 @@
+"""``--results PATH|URL``: where a worker's results go, checked before any job is claimed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from scrapeq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scrapeq.runtime.sinks import Sink
+
+__all__ = ["EXTRACT_HELP", "RESULTS_HELP", "extract_fields_of", "results_problem"]
+
+EXTRACT_HELP = (
+    "Without a handler, each result holds these page fields, comma-separated: any of "
+    "title, description, canonical, text."
+)
+
+RESULTS_HELP = (
+    "Where results go: a file (JSON Lines; .csv: CSV), or a URL: sqlite:///FILE, "
+    "postgresql://HOST/DB (one row per job) or redis-stream://HOST/DB "
+    "(see the README's Results)."
+)
+
+
+def results_problem(target: str) -> str | None:
+    """What is wrong with ``--results target`` (one line), or None once its sink was opened
+    (a file created or its header checked, a table created or its layout checked)."""
+    from scrapeq.runtime.sinks import sink_from_url  # the CLI starts without the sinks
+
+    shown = _shown(target)
+    try:
+        sink = sink_from_url(target)
+    except ConfigError as exc:
+        return f"--results {shown}: {exc.reason}"
+    path = _file_of(sink)
+    if path is not None and not path.parent.is_dir():
+        return f"--results {shown}: folder {path.parent} does not exist"
+    try:
+        asyncio.run(_open_and_close(sink))
+    except OSError as exc:
+        return f"--results {shown}: {exc.strerror or exc}"
+    except RedisError as exc:
+        return f"--results {shown}: {exc}"
+    except ConfigError as exc:
+        return f"--results {shown}: {exc.reason}"
+    return None
+
+
+async def _open_and_close(sink: Sink) -> None:
+    from scrapeq.runtime.sinks import JsonlSink, RedisStreamSink
+
+    try:
+        opener = getattr(sink, "open", None)
+        if opener is not None:
+            await opener()
+        elif isinstance(sink, RedisStreamSink):
+            await sink.check()
+        elif isinstance(sink, JsonlSink):
+            with sink.path.open("a", encoding="utf-8"):
+                pass  # appendable, as the worker will open it
+    finally:
+        await sink.close()
+
+
+def _file_of(sink: Sink) -> Path | None:
+    from scrapeq.runtime.sinks import CsvSink, JsonlSink, SqliteSink
+
+    if isinstance(sink, JsonlSink | CsvSink | SqliteSink):
+        return sink.path
+    return None
+
+
+def _shown(target: str) -> str:
+    """``target`` without a password."""
+    from scrapeq.engine.urls import redact_url
+
+    return redact_url(target) if "://" in target else target
+
+
+def extract_fields_of(
+    extract: str | None, handler: str | None
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """(the fields of ``--extract``, or None; what is wrong with it, one line, or None)."""
+    if extract is None:
+        return None, None
+    if handler is not None:
+        return None, "--extract and --handler: choose one (a handler gives its own result)"
+    from scrapeq.runtime.extract import parse_fields
+
+    try:
+        return parse_fields(extract), None
+    except ConfigError as exc:
+        return None, f"--extract {extract[:60]}: {exc.reason}"

@@ -1,0 +1,93 @@
+"""Append results to a CSV file with a header line."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from scrapeq.errors import ConfigError
+
+__all__ = ["CSV_FIELDS", "CsvSink"]
+
+#: The header: the results record's fields (docs/INTERFACE.md), in this order.
+CSV_FIELDS = (
+    "id", "url", "final_url", "domain", "lane", "outcome", "status", "attempts", "elapsed_ms",
+    "bytes", "finished_at", "error", "depth", "parent", "parent_url", "result", "links",
+    "body_path",
+)  # fmt: skip
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return value
+
+
+def csv_line(record: dict[str, Any]) -> str:
+    """One CSV line of a record: nested fields (a dict or list ``result``, ``links``) as JSON
+    text, None as an empty cell."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow([_cell(record.get(f)) for f in CSV_FIELDS])
+    return out.getvalue()
+
+
+class CsvSink:
+    """Append one CSV line per record to ``path``, under a header written when it is created.
+
+    Like the JSONL sink, each line is flushed to the operating system before ``write``
+    returns, and several processes may append to one file. An existing file must start with
+    the same header (:meth:`open` says so otherwise, before any job is claimed).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Create the file with its header, or check the header of the one there."""
+        await asyncio.to_thread(self._prepare)
+
+    def _prepare(self) -> None:
+        header = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.path, "x", encoding="utf-8", newline="") as f:
+                f.write(header)
+            return
+        except FileExistsError:
+            pass
+        with open(self.path, encoding="utf-8", newline="") as f:
+            first = f.readline()
+        if first and first != header:
+            raise ConfigError(
+                "results",
+                f"{self.path}: its first line is not scrapeq's CSV header; use a new file",
+            )
+        if not first:
+            with open(self.path, "a", encoding="utf-8", newline="") as f:
+                f.write(header)
+
+    def _append(self, line: str) -> None:
+        if self._file is None:
+            self._prepare()
+            self._file = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+        self._file.write(line)
+        self._file.flush()
+
+    async def write(self, record: dict[str, Any]) -> None:
+        line = csv_line(record)
+        async with self._lock:
+            await asyncio.to_thread(self._append, line)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,152 @@
+"""Results into a PostgreSQL table through psycopg 3 (``pip install 'scrapeq[postgres]'``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from scrapeq.engine.urls import redact_url
+from scrapeq.errors import ConfigError
+
+from ._batch import BatchSink
+from ._rows import COLUMNS, KEY, row_of, table_name
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresSink"]
+
+#: Seconds to connect, at most (unless the URL says ``connect_timeout``).
+CONNECT_TIMEOUT = 10
+
+_TYPES = {"depth": "integer", "status": "integer", "attempts": "integer", "bytes": "bigint",
+          "elapsed_ms": "double precision", "finished_at": "timestamptz", "result": "jsonb",
+          "links": "jsonb"}  # fmt: skip
+_CASTS = {"finished_at": "::timestamptz", "result": "::jsonb", "links": "::jsonb"}
+
+
+def _create_sql(table: str) -> str:
+    columns = ",\n  ".join(
+        f"{c} {_TYPES.get(c, 'text')}" + (" PRIMARY KEY" if c == KEY else "")
+        + (" NOT NULL" if c in ("url", "outcome") else "")
+        for c in COLUMNS
+    )  # fmt: skip
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {columns}\n)"
+
+
+def _upsert_sql(table: str) -> str:
+    names = ", ".join(COLUMNS)
+    marks = ", ".join("%s" + _CASTS.get(c, "") for c in COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != KEY)
+    return (
+        f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+        f"ON CONFLICT ({KEY}) DO UPDATE SET {updates}"
+    )
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(the connection URL without ``table``, with a ``connect_timeout``; the table name)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    tables = [v for k, v in query if k == "table"]
+    rest = [(k, v) for k, v in query if k != "table"]
+    if not any(k == "connect_timeout" for k, _ in rest):
+        rest.append(("connect_timeout", str(CONNECT_TIMEOUT)))
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    return conninfo, table_name(tables[-1] if tables else "results")
+
+
+class PostgresSink(BatchSink):
+    """Upsert one row per job into a PostgreSQL table (``result`` and ``links`` as JSONB).
+
+    The table (docs/INTERFACE.md, "Results in a database") is created on first use, or
+    checked: a table missing a column, or without a unique key on ``job_id`` alone, is a
+    ConfigError before anything is written. Each batch is one transaction; a connection
+    lost is opened again by the next batch (the jobs of the failed one are released, and a
+    batch that did commit before the loss is upserted again: one row per job still).
+
+    Args:
+        url: ``postgresql://user[:password]@host[:port]/db[?table=NAME&...]`` (other
+            parameters go to libpq; ``table`` defaults to ``results``).
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self._conninfo, self.table = split_url(url)
+        self.shown = redact_url(url)
+        self._db: psycopg.Connection[Any] | None = None
+        self._upsert = _upsert_sql(self.table)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._db is None or self._db.closed:
+            import psycopg
+
+            self._db = psycopg.connect(self._conninfo, autocommit=False)
+        return self._db
+
+    def _prepare(self) -> None:
+        import psycopg
+
+        try:
+            db = self._connect()
+            with db.transaction():
+                db.execute(_create_sql(self.table))
+            _check_layout(db, self.table)
+        except psycopg.Error as exc:
+            self._disconnect()
+            raise ConfigError("results", f"postgresql: {_first_line(exc)}") from exc
+
+    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        db = self._connect()
+        try:
+            with db.transaction(), db.cursor() as cur:
+                cur.executemany(self._upsert, rows)
+        except BaseException:
+            self._disconnect()
+            raise
+
+    def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
+        return row_of(record)
+
+    def _row_error(self, exc: Exception) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
+
+    def _disconnect(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
+
+
+def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
+    with db.transaction():
+        have = {
+            name
+            for (name,) in db.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped",
+                (table,),
+            )
+        }
+        keyed = db.execute(
+            "SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass AND i.indisunique "
+            "AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = %s",
+            (table, KEY),
+        ).fetchone()
+    missing = [c for c in COLUMNS if c not in have]
+    if missing:
+        raise ConfigError(
+            "results",
+            f"table {table} has no column {', '.join(missing)}: "
+            "use another table (?table=NAME) or add them",
+        )
+    if keyed is None:
+        message = f"table {table}: {KEY} must be its primary key (one row per job)"
+        raise ConfigError("results", message)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
