@@ -96,7 +96,6 @@ CLEAR_PASSES = 3
 CANCEL_DELAYED_PASSES = 2
 #: What a ``once`` flag's name may be (it becomes part of a key).
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-_ONCE_LEASE_MAX_MS = 10**12  # lua/once-1.lua's bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,8 +556,6 @@ class _QueueCore:
         if op not in ONCE_OPS:
             raise ConfigError("once", f"op is one of {', '.join(ONCE_OPS)}, got {op!r}")
         lease_ms = _seconds_ms("lease", lease, allow_none=False) or 0
-        if lease_ms > _ONCE_LEASE_MAX_MS:
-            raise ConfigError("lease", f"must be at most {_ONCE_LEASE_MAX_MS // 1000} seconds")
         answer: OnceFlag = yield scripts.once(name, holder, op=op, lease_ms=lease_ms)
         return answer
 
