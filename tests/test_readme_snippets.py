@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from proc_helpers import communicate
 from sites import sites
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -78,5 +79,5 @@ async def _run(cwd: Path, env: dict[str, str], url: str) -> subprocess.Completed
         sys.executable, "quickstart.py", url, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = await communicate(proc, 60)
     return subprocess.CompletedProcess([], proc.returncode or 0, out.decode(), err.decode())
