@@ -686,6 +686,19 @@ def proxy(redis_url: str) -> Iterator[TcpProxy]:
         yield p
 
 
+def _sigterm_once_black_holed(
+    q: Queue, w: WorkerProc, proxy: TcpProxy, *, done: int, timeout: float
+) -> float:
+    """Once ``done`` jobs are done through ``proxy``, black-hole it, and SIGTERM ``w`` 0.5 s
+    later: the time of the signal (``time.monotonic()``)."""
+    wait_until(lambda: counts(q)["done"] >= done, timeout, "jobs done through the proxy")
+    proxy.blackhole()
+    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    return started
+
+
 def test_sigterm_with_redis_black_holed_exits_within_grace_and_loses_nothing(
     q: Queue,
     site_thread: SiteThread,
@@ -697,11 +710,7 @@ def test_sigterm_with_redis_black_holed_exits_within_grace_and_loses_nothing(
     ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(40)])]
     grace = 2.0
     w = spawn("--concurrency", "4", redis=proxy.url(redis_url), shutdown_grace=grace, lease=2)
-    wait_until(lambda: counts(q)["done"] >= 4, 15, "jobs done through the proxy")
-    proxy.blackhole()
-    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
-    started = time.monotonic()
-    w.signal(signal.SIGTERM)
+    started = _sigterm_once_black_holed(q, w, proxy, done=4, timeout=15)
     assert w.wait(grace + 10) == 0, w.text()
     elapsed = time.monotonic() - started
     assert elapsed < grace + 4, (elapsed, w.text())
@@ -770,11 +779,7 @@ def test_supervised_children_exit_within_grace_with_redis_black_holed(
         redis=proxy.url(redis_url), shutdown_grace=grace, lease=2,
     )  # fmt: skip
     kids = wait_for_children(w, 2)
-    wait_until(lambda: counts(q)["done"] >= 8, 20, "jobs done through the proxy")
-    proxy.blackhole()
-    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
-    started = time.monotonic()
-    w.signal(signal.SIGTERM)
+    started = _sigterm_once_black_holed(q, w, proxy, done=8, timeout=20)
     gone = _exit_times(kids, started, grace + 12)
     code = w.wait(grace + 12)
     elapsed = time.monotonic() - started
