@@ -419,7 +419,10 @@ def crawl(
     no_allow_private: RefusePrivate = False,
     log_every: Annotated[
         float | None,
-        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+        typer.Option(
+            parser=_SECONDS,
+            help="Seconds between queue progress lines (default 10; 0: none).",
+        ),
     ] = None,
 ) -> None:
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
