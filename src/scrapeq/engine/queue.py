@@ -389,8 +389,7 @@ class _QueueCore:
 
     def _op_paused_until(self) -> Op[str | None]:
         until = yield Command(("HGET", self.keys.meta, "paused_until"))
-        seconds, micros = yield Command(("TIME",))
-        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
         return ms_to_iso(int(until)) if until and int(until) > now_ms else None
 
     def _op_domain_names(self) -> Op[list[str]]:
@@ -583,8 +582,7 @@ class _QueueCore:
     def _op_history(self, minutes: int) -> Op[dict[str, Any]]:
         if not 1 <= minutes <= HISTORY_MINUTES:
             raise ConfigError("minutes", f"must be in 1..{HISTORY_MINUTES}, got {minutes}")
-        seconds, micros = yield Command(("TIME",))
-        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
         last = now_ms // 60_000
         first = last - minutes + 1
         hashes: dict[int, dict[str, str]] = {}
