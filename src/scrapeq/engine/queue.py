@@ -1203,8 +1203,7 @@ class _PartitionedCore(_QueueCore):
     def _op_list_jobs(self, state: str, domain: str | None, limit: int) -> Op[JobListing]:
         if state not in listing.JOB_STATES:
             raise ConfigError("state", f"expected one of {', '.join(listing.JOB_STATES)}")
-        if limit < 1:
-            raise ConfigError("limit", f"must be at least 1, got {limit}")
+        check_count("limit", limit)
 
         def make() -> Op[JobListing]:
             offset = self.testing_clock_offset_ms
