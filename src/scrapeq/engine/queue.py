@@ -1682,7 +1682,8 @@ class Queue(_PartitionedCore):
     def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now: if a lease of theirs
         expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times,
+        ``lua/includes/housekeeping.lua``). The
         worker marks the job it runs alone (one whose lease expired before) and a handler
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
@@ -2037,12 +2038,8 @@ class AsyncQueue(_PartitionedCore):
         return await self._drive(self._op_heartbeat(jobs, lease))
 
     async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
-        """Record that the handlers of these claimed jobs run now: if a lease of theirs
-        expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most ``max_attempts`` times). The
-        worker marks the job it runs alone (one whose lease expired before) and a handler
-        held past ``max_job_time``. Renews nothing; answers per job whether its token still
-        owns it."""
+        """Record that the handlers of these claimed jobs run now, as
+        :meth:`Queue.mark_handler_running`."""
         return await self._drive(self._op_heartbeat(jobs, None, True))
 
     async def reap(self) -> tuple[int, int, int]:
