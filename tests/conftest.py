@@ -25,7 +25,7 @@ import redis
 
 from cluster_proc import RedisCluster
 from scrapeq.engine.connection import close_client
-from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.embedded import find_redis_server, stop_server
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
 
@@ -99,6 +99,20 @@ def no_redis_server_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Ite
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(root, ignore_errors=True)
     assert not left, f"redis-server processes the tests started are still running: {left}"
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A not-yet-existing data folder with a short path (in the session's short root: unix
+    socket paths stay short); its embedded server is stopped and the folder removed afterwards.
+    """
+    root = Path(tempfile.mkdtemp(prefix="sq"))
+    path = root / "data"
+    try:
+        yield path
+    finally:
+        stop_server(path)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _free_port() -> int:

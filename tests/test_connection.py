@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from scrapeq.engine.connection import (
     resolve_url,
     sync_client,
 )
-from scrapeq.engine.embedded import stop_server
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, RedisUnavailable
 from sites import NotRedis
@@ -52,16 +49,6 @@ def _database(url: str, db: int) -> str:
 def not_redis_url() -> Iterator[str]:
     with NotRedis() as url:
         yield url
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="sq"))  # the session's short root (conftest)
-    try:
-        yield root / "data"
-    finally:
-        stop_server(root / "data")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
@@ -114,10 +101,10 @@ def test_resolve_url_refuses_a_bad_url_naming_the_setting(url: str, tmp_path: Pa
     assert SECRET not in str(caught.value)
 
 
-def test_resolve_url_without_a_url_starts_the_embedded_server(short_dir: Path) -> None:
-    url = resolve_url(None, short_dir)
+def test_resolve_url_without_a_url_starts_the_embedded_server(data_dir: Path) -> None:
+    url = resolve_url(None, data_dir)
 
-    assert url == f"unix://{short_dir}/redis.sock"
+    assert url == f"unix://{data_dir}/redis.sock"
     client = sync_client(url)
     try:
         check_reachable(client, url)
@@ -310,8 +297,8 @@ def test_socket_timeout_outlasts_the_longest_script_call() -> None:
     assert 10 <= SOCKET_TIMEOUT <= 30
 
 
-def test_unix_socket_clients_work_without_tcp_options(short_dir: Path) -> None:
-    url = resolve_url(None, short_dir)
+def test_unix_socket_clients_work_without_tcp_options(data_dir: Path) -> None:
+    url = resolve_url(None, data_dir)
     queue = Queue.from_url(url)
     try:
         assert queue.client.ping()

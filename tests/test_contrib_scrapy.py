@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ scrapy = pytest.importorskip("scrapy")
 
 from aiohttp import web  # noqa: E402
 
+from proc_helpers import communicate  # noqa: E402
 from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
 from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
@@ -162,7 +163,7 @@ async def test_a_hanging_site_parks_while_the_healthy_pages_finish(
         proc = await _crawl(
             redis_url, "hang", start, tmp_path / "items.json", settings, "CLOSESPIDER_TIMEOUT=7"
         )
-        output, _ = await asyncio.wait_for(proc.communicate(), 40)
+        output, _ = await communicate(proc, 40)
     log = output.decode(errors="replace")
     assert proc.returncode == 0, log[-3000:]
     urls = {item["url"] for item in _items(tmp_path / "items.json")}
@@ -189,17 +190,32 @@ async def _wait_for_hits(site: Site, n: int, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _wait_for_enqueued(redis_url: str, queue: str, n: int, timeout: float) -> None:
-    """Until the crawl has scheduled n requests (Scrapy schedules start requests lazily, so
-    on a loaded machine some may still be unscheduled when the first fetches arrive)."""
+async def _wait_for_queue(
+    redis_url: str,
+    queue: str,
+    ready: Callable[[AsyncQueue], Awaitable[object]],
+    timeout: float,
+    never: str,
+) -> None:
+    """Until ``ready(queue)`` is true, polled every 50 ms; after ``timeout`` s, fail ``never``."""
     deadline = asyncio.get_running_loop().time() + timeout
     q = AsyncQueue.from_url(redis_url, queue)
     try:
-        while (await q.counts())["enqueued"] < n:
-            assert asyncio.get_running_loop().time() < deadline, "the crawl never scheduled"
+        while not await ready(q):
+            assert asyncio.get_running_loop().time() < deadline, never
             await asyncio.sleep(0.05)
     finally:
         await q.close()
+
+
+async def _wait_for_enqueued(redis_url: str, queue: str, n: int, timeout: float) -> None:
+    """Until the crawl has scheduled n requests (Scrapy schedules start requests lazily, so
+    on a loaded machine some may still be unscheduled when the first fetches arrive)."""
+
+    async def ready(q: AsyncQueue) -> bool:
+        return (await q.counts())["enqueued"] >= n
+
+    await _wait_for_queue(redis_url, queue, ready, timeout, "the crawl never scheduled")
 
 
 async def test_a_killed_crawls_requests_come_back_to_another_process(
@@ -240,7 +256,7 @@ async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts
         await _wait_for_hits(hang, 4, 20)
         await _wait_for_enqueued(redis_url, "stop", 10, 20)
         proc.send_signal(signal.SIGINT)  # once: Scrapy's graceful stop
-        output, _ = await asyncio.wait_for(proc.communicate(), 30)
+        output, _ = await communicate(proc, 30)
     log = output.decode(errors="replace")
     assert proc.returncode == 0, log[-3000:]
     assert "'finish_reason': 'shutdown'" in log, log[-3000:]
@@ -365,12 +381,7 @@ async def _run(
     """``scrapy crawl spider args`` in ``root``: (exit status, log, items)."""
     feed = ("-O", str(root / out))
     proc = await _spawn(root, spider, redis_url, queue, *args, *feed, env=env)
-    try:
-        output, _ = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    output, _ = await communicate(proc, 60)
     assert proc.returncode is not None
     return proc.returncode, output.decode(errors="replace"), _items(root / out)
 
@@ -494,14 +505,11 @@ async def test_callback_errors_are_retried_when_the_project_asks(
 
 async def _wait_for_flag(redis_url: str, queue: str, name: str, timeout: float) -> None:
     """Until a process of the crawl holds the queue's flag ``name`` (it has opened)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    q = AsyncQueue.from_url(redis_url, queue)
-    try:
-        while not await q.client.exists(f"{q.keys.prefix}once:{name}"):
-            assert asyncio.get_running_loop().time() < deadline, "the crawl never opened"
-            await asyncio.sleep(0.05)
-    finally:
-        await q.close()
+
+    async def ready(q: AsyncQueue) -> object:
+        return await q.client.exists(f"{q.keys.prefix}once:{name}")
+
+    await _wait_for_queue(redis_url, queue, ready, timeout, "the crawl never opened")
 
 
 async def test_a_crawl_started_at_the_same_moment_takes_its_share(

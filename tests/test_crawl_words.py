@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from cli_helpers import run, scrub_env
-from scrapeq.engine.embedded import server_info, stop_server
+from scrapeq.engine.embedded import server_info
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.sinks import JsonlSink
@@ -131,15 +130,11 @@ async def test_a_failing_seed_says_why_at_info(
 
 
 @pytest.fixture
-def data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    """An embedded server's folder (a short path: unix sockets), with a clean environment."""
+def data_dir(data_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """conftest's short data folder as SCRAPEQ_DATA_DIR, with a clean environment."""
     scrub_env(monkeypatch, tmp_path)
-    path = Path(tempfile.mkdtemp(prefix="sq")) / "data"
-    monkeypatch.setenv("SCRAPEQ_DATA_DIR", str(path))
-    try:
-        yield path
-    finally:
-        stop_server(path)
+    monkeypatch.setenv("SCRAPEQ_DATA_DIR", str(data_dir))
+    return data_dir
 
 
 def test_a_failed_first_command_stops_the_embedded_redis_it_started(

@@ -13,10 +13,8 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,18 +23,6 @@ import redis
 
 from scrapeq.engine.embedded import ServerFiles, ensure_server, find_redis_server, stop_server
 from scrapeq.errors import ConfigError, RedisUnavailable
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    """A not-yet-existing data folder with a short path; its server is stopped afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="sq"))  # the session's short root (conftest)
-    path = root / "data"
-    try:
-        yield path
-    finally:
-        stop_server(path)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _system_redis() -> Path | None:

@@ -67,17 +67,8 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
 
     def start(url: str, *args: str, **settings: Any) -> WorkerProc:
         log = tmp_path / f"worker-{len(started)}.log"
-        out = open(log, "wb")  # noqa: SIM115 (closed by kill_all)
-        popen = subprocess.Popen(
-            [SCRAPEQ, "--redis", url, "worker", "--allow-private", *args],
-            env=clean_env(**settings),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
+        argv = [SCRAPEQ, "--redis", url, "worker", "--allow-private", *args]
+        proc = WorkerProc.start(argv, log, env=clean_env(**settings), cwd=tmp_path)
         started.append(proc)
         return proc
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,18 +56,9 @@ class Workers:
 
     def start(self, slot: int) -> None:
         log = self.tmp_path / f"worker-{slot}-{len(self.all)}.log"
-        out = open(log, "wb")  # noqa: SIM115 (closed by kill_all)
-        popen = subprocess.Popen(
-            [SCRAPEQ, "--redis", self.redis_url, "worker", "--allow-private", "--burst",
-             "--concurrency", "5"],
-            env=clean_env(**WORKER_ENV),
-            cwd=self.tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        proc = WorkerProc(popen, log, out)
+        argv = [SCRAPEQ, "--redis", self.redis_url, "worker", "--allow-private", "--burst",
+                "--concurrency", "5"]  # fmt: skip
+        proc = WorkerProc.start(argv, log, env=clean_env(**WORKER_ENV), cwd=self.tmp_path)
         self.slots[slot] = proc
         self.all.append(proc)
 

@@ -4,29 +4,19 @@ no URL is set: the embedded server of ``data_dir`` (issue 21, item 15)."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cli_helpers import run, scrub_env
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.embedded import stop_server
 
 
 @pytest.fixture
-def data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """A short data folder (a unix socket path) whose server is stopped afterwards."""
+def data_dir(data_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """conftest's short data folder, with a clean environment."""
     scrub_env(monkeypatch, tmp_path)
-    root = Path(tempfile.mkdtemp(prefix="sq"))  # the session's short root (conftest)
-    path = root / "data"
-    try:
-        yield path
-    finally:
-        stop_server(path)
-        shutil.rmtree(root, ignore_errors=True)
+    return data_dir
 
 
 def status(capsys: pytest.CaptureFixture[str], data_dir: Path) -> dict[str, int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from proc_helpers import communicate
 from sites import sites
 
 pytest.importorskip("scrapy")
@@ -70,7 +71,7 @@ async def test_the_readme_scrapy_settings_crawl_as_printed(redis_url: str, tmp_p
             cwd=tmp_path, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        log, _ = await asyncio.wait_for(proc.communicate(), 60)
+        log, _ = await communicate(proc, 60)
     assert proc.returncode == 0, log.decode()[-3000:]
     urls = sorted(item["url"] for item in json.loads(out.read_text()))
     assert urls == sorted(site.url(f"/{n}") for n in range(10))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from proc_helpers import communicate
 from sites import echo, sites
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -101,5 +102,5 @@ async def _run(
         sys.executable, program, url, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = await communicate(proc, 60)
     return subprocess.CompletedProcess([], proc.returncode or 0, out.decode(), err.decode())

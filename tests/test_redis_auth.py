@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from cli_helpers import run, scrub_env
+from proc_helpers import communicate
 from scrapeq import Queue, Settings
 from scrapeq.engine.connection import redact, sync_client
 from scrapeq.engine.embedded import find_redis_server
@@ -136,12 +137,7 @@ async def burst_worker(url: str) -> str:
         *SCRAPEQ, "--redis", url, "--queue", QUEUE, "worker", "--burst", "--allow-private",
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    try:
-        output, _ = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    output, _ = await communicate(proc, 60)
     text = output.decode(errors="replace")
     assert proc.returncode == 0, text
     return text

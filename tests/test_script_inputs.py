@@ -67,6 +67,11 @@ class World:
     def prefix(self) -> str:
         return self.q.keys.prefix
 
+    def lease(self, i: int = 0, **fields: Any) -> dict[str, Any]:
+        """In-flight job ``i``'s id and token as a settle or heartbeat item, with ``fields``."""
+        job_id, token = self.inflight[i]
+        return {"id": job_id, "token": token, **fields}
+
     def spec(self, path: str = "/new", **changes: Any) -> dict[str, Any]:
         """A valid enqueue spec as the client sends it, with ``changes``."""
         return {**self.q.prepare(f"http://{D}{path}").as_arg(), **changes}
@@ -275,26 +280,19 @@ CASES: dict[str, Cases] = {
             # today: the first lease is renewed, then ZSCORE refuses the table
             (
                 "an id that is not a string after a good item",
-                lambda w: {
-                    "items": [{"id": w.inflight[0][0], "token": w.inflight[0][1]}, {"id": {}}]
-                },
+                lambda w: {"items": [w.lease(), {"id": {}}]},
             ),
             # today: the lease is renewed for 10^300 ms
             (
                 "a lease past 100 years",
                 lambda w: {
-                    "items": [{"id": w.inflight[0][0], "token": w.inflight[0][1]}],
+                    "items": [w.lease()],
                     "lease_ms": 1e300,
                 },
             ),
             (
                 "a handler mark that is not a boolean after a good item",
-                lambda w: {
-                    "items": [
-                        {"id": w.inflight[0][0], "token": w.inflight[0][1], "h": True},
-                        {"id": w.inflight[0][0], "token": w.inflight[0][1], "h": "yes"},
-                    ]
-                },
+                lambda w: {"items": [w.lease(h=True), w.lease(h="yes")]},
             ),
         ),
     ),
@@ -379,49 +377,27 @@ CASES: dict[str, Cases] = {
                     {
                         "seed": 1,
                         "items": [
-                            {"id": w.inflight[0][0], "token": w.inflight[0][1], "o": "done"},
-                            {
-                                "id": w.inflight[1][0],
-                                "token": w.inflight[1][1],
-                                "o": "retry",
-                                "delay": NAN_MARK,
-                            },
+                            w.lease(o="done"),
+                            w.lease(1, o="retry", delay=NAN_MARK),
                         ],
                     }
                 ),
             ),
             (
                 "a bad outcome after a good item",
-                lambda w: {
-                    "items": [
-                        {"id": w.inflight[0][0], "token": w.inflight[0][1], "o": "done"},
-                        {"id": w.inflight[1][0], "token": w.inflight[1][1], "o": "bogus"},
-                    ]
-                },
+                lambda w: {"items": [w.lease(o="done"), w.lease(1, o="bogus")]},
             ),
             (
                 "a Retry-After past 100 years",
-                lambda w: {
-                    "items": [
-                        {
-                            "id": w.inflight[0][0],
-                            "token": w.inflight[0][1],
-                            "o": "throttle",
-                            "ra": 1e20,
-                        }
-                    ]
-                },
+                lambda w: {"items": [w.lease(o="throttle", ra=1e20)]},
             ),
             (
                 "a follow-up with a bad spec",
                 lambda w: {
                     "items": [
-                        {
-                            "id": w.inflight[0][0],
-                            "token": w.inflight[0][1],
-                            "o": "done",
-                            "f": [w.spec("/f", parent=w.inflight[0][0], depth=1, delay=-5)],
-                        }
+                        w.lease(
+                            o="done", f=[w.spec("/f", parent=w.inflight[0][0], depth=1, delay=-5)]
+                        )
                     ]
                 },
             ),

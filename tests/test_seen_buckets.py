@@ -24,6 +24,7 @@ from scrapeq.engine.seen import (
     stored_buckets,
 )
 from scrapeq.engine.urls import fingerprint64
+from scrapeq.errors import ConfigError
 
 QueueFactory = Callable[..., Queue]
 
@@ -119,6 +120,17 @@ def test_a_later_capacity_does_not_rebucket_the_queue(
     assert len(seen_keys(redis_client, big)) == 8, "still 8 buckets"
     (warning,) = [r.getMessage() for r in caplog.records if "seen_capacity" in r.getMessage()]
     assert "8 buckets" in warning and "262,144" in warning, warning
+
+
+@pytest.mark.parametrize("count", ["0", "4294967297"])
+def test_a_damaged_bucket_count_is_another_layout(
+    make_queue: QueueFactory, redis_client: redis.Redis, count: str
+) -> None:
+    q = make_queue(unique="seen", seen_capacity=1_000)
+    redis_client.hset(q.keys.meta, "seen", f"exact/buckets={count}")
+    with pytest.raises(ConfigError, match=f"built as exact/buckets={count} "):
+        q.enqueue(url(1))
+    assert seen_keys(redis_client, q) == [] and q.counts()["enqueued"] == 0
 
 
 def test_sliced_seen_sets_use_the_sized_buckets(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 import scrapeq
+from proc_helpers import communicate, reap
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
 from sites import ok, sites
@@ -162,9 +162,7 @@ async def test_two_processes_on_a_full_disk_write_each_job_once(
                     (small_disk / "filler").unlink()
                     code = await asyncio.wait_for(proc.wait(), 60)
                 finally:
-                    if proc.returncode is None:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        await proc.wait()
+                    await reap(proc, group=True)
             counts = (await q.status())["counts"]
         finally:
             await q.close()
@@ -192,12 +190,7 @@ async def test_worker_on_dev_full_ends_without_a_traceback(redis_url: str, tmp_p
                 env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-            try:
-                output, _ = await asyncio.wait_for(proc.communicate(), 30)
-            finally:
-                if proc.returncode is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    await proc.wait()
+            output, _ = await communicate(proc, 30, group=True)
             counts = (await q.status())["counts"]
         finally:
             await q.close()

@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -80,18 +79,8 @@ def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]
 
     def start(*args: str, glob: tuple[str, ...] = (), **settings: Any) -> WorkerProc:
         log = tmp_path / f"worker-{len(started)}.log"
-        out = open(log, "wb")  # noqa: SIM115 (closed by the finalizer)
         argv = [SCRAPEQ, "--redis", redis_url, *glob, "worker", "--allow-private", *args]
-        popen = subprocess.Popen(
-            argv,
-            env=clean_env(**{**QUICK, **settings}),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
+        proc = WorkerProc.start(argv, log, env=clean_env(**{**QUICK, **settings}), cwd=tmp_path)
         started.append(proc)
         return proc
 

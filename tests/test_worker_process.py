@@ -178,6 +178,25 @@ class WorkerProc:
         self._out = out
         self.known: set[int] = set()  # descendants seen, killed in the finalizer
 
+    @classmethod
+    def start(cls, argv: list[str], log: Path, *, env: dict[str, str], cwd: Path) -> WorkerProc:
+        """Run ``argv`` in a session of its own, stdout and stderr into ``log``."""
+        out = open(log, "wb")  # noqa: SIM115 (closed by kill_all)
+        try:
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except BaseException:
+            out.close()
+            raise
+        return cls(popen, log, out)
+
     @property
     def pid(self) -> int:
         return self.popen.pid
@@ -234,18 +253,9 @@ def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]
     started: list[WorkerProc] = []
 
     def start(*args: str, redis: str | None = None, **settings: Any) -> WorkerProc:
+        argv = [SCRAPEQ, "--redis", redis or redis_url, "worker", "--allow-private", *args]
         log = tmp_path / f"worker-{len(started)}.log"
-        out = open(log, "wb")  # noqa: SIM115 (closed by the finalizer)
-        popen = subprocess.Popen(
-            [SCRAPEQ, "--redis", redis or redis_url, "worker", "--allow-private", *args],
-            env=clean_env(**settings),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
+        proc = WorkerProc.start(argv, log, env=clean_env(**settings), cwd=tmp_path)
         started.append(proc)
         return proc
 
@@ -414,28 +424,20 @@ def test_supervisor_kills_a_child_that_outlives_grace_plus_margin(tmp_path: Path
     script = tmp_path / "stubborn.py"
     script.write_text(_STUBBORN)
     log = tmp_path / "supervisor.log"
-    with open(log, "wb") as out:
-        popen = subprocess.Popen(
-            [sys.executable, str(script), "1.0"],
-            env=clean_env(),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
-        try:
-            kids = wait_for_children(proc, 2)
-            wait_until(lambda: "child 0 ready" in proc.text(), 15, "the children to start")
-            started = time.monotonic()
-            proc.signal(signal.SIGTERM)
-            assert proc.wait(10) == 1, proc.text()  # a killed child is not a clean exit
-            assert time.monotonic() - started < 4
-            wait_until(lambda: not any(alive(p) for p in kids), 5, "every child to exit")
-            assert "did not exit" in proc.text() and "killing it" in proc.text()
-        finally:
-            proc.kill_all()
+    proc = WorkerProc.start(
+        [sys.executable, str(script), "1.0"], log, env=clean_env(), cwd=tmp_path
+    )
+    try:
+        kids = wait_for_children(proc, 2)
+        wait_until(lambda: "child 0 ready" in proc.text(), 15, "the children to start")
+        started = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(10) == 1, proc.text()  # a killed child is not a clean exit
+        assert time.monotonic() - started < 4
+        wait_until(lambda: not any(alive(p) for p in kids), 5, "every child to exit")
+        assert "did not exit" in proc.text() and "killing it" in proc.text()
+    finally:
+        proc.kill_all()
 
 
 # Two children that die: slot 0 after settling a job (a handler's os._exit on one page),
@@ -474,25 +476,15 @@ def test_supervisor_restarts_a_child_that_worked_at_once_and_backs_off_one_that_
     script = tmp_path / "flapping.py"
     script.write_text(_FLAPPING)
     log = tmp_path / "supervisor.log"
-    with open(log, "wb") as out:
-        popen = subprocess.Popen(
-            [sys.executable, str(script)],
-            env=clean_env(),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
-        try:
-            wait_until(lambda: len(_restart_delays(proc.text(), 1)) >= 3, 30, "3 deaths of 1")
-            wait_until(lambda: len(_restart_delays(proc.text(), 0)) >= 5, 30, "5 deaths of 0")
-            proc.signal(signal.SIGTERM)
-            proc.wait(10)  # 0, or 1 when a child was dying (exit 1) as the signal came
-            text = proc.text()
-        finally:
-            proc.kill_all()
+    proc = WorkerProc.start([sys.executable, str(script)], log, env=clean_env(), cwd=tmp_path)
+    try:
+        wait_until(lambda: len(_restart_delays(proc.text(), 1)) >= 3, 30, "3 deaths of 1")
+        wait_until(lambda: len(_restart_delays(proc.text(), 0)) >= 5, 30, "5 deaths of 0")
+        proc.signal(signal.SIGTERM)
+        proc.wait(10)  # 0, or 1 when a child was dying (exit 1) as the signal came
+        text = proc.text()
+    finally:
+        proc.kill_all()
     assert set(_restart_delays(text, 0)) == {0.5}, text
     assert _restart_delays(text, 1)[:3] == [0.5, 1.0, 2.0], text
     assert "having settled 1 jobs" in text and "having settled 0 jobs" in text
@@ -694,6 +686,19 @@ def proxy(redis_url: str) -> Iterator[TcpProxy]:
         yield p
 
 
+def _sigterm_once_black_holed(
+    q: Queue, w: WorkerProc, proxy: TcpProxy, *, done: int, timeout: float
+) -> float:
+    """Once ``done`` jobs are done through ``proxy``, black-hole it, and SIGTERM ``w`` 0.5 s
+    later: the time of the signal (``time.monotonic()``)."""
+    wait_until(lambda: counts(q)["done"] >= done, timeout, "jobs done through the proxy")
+    proxy.blackhole()
+    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    return started
+
+
 def test_sigterm_with_redis_black_holed_exits_within_grace_and_loses_nothing(
     q: Queue,
     site_thread: SiteThread,
@@ -705,11 +710,7 @@ def test_sigterm_with_redis_black_holed_exits_within_grace_and_loses_nothing(
     ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(40)])]
     grace = 2.0
     w = spawn("--concurrency", "4", redis=proxy.url(redis_url), shutdown_grace=grace, lease=2)
-    wait_until(lambda: counts(q)["done"] >= 4, 15, "jobs done through the proxy")
-    proxy.blackhole()
-    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
-    started = time.monotonic()
-    w.signal(signal.SIGTERM)
+    started = _sigterm_once_black_holed(q, w, proxy, done=4, timeout=15)
     assert w.wait(grace + 10) == 0, w.text()
     elapsed = time.monotonic() - started
     assert elapsed < grace + 4, (elapsed, w.text())
@@ -778,11 +779,7 @@ def test_supervised_children_exit_within_grace_with_redis_black_holed(
         redis=proxy.url(redis_url), shutdown_grace=grace, lease=2,
     )  # fmt: skip
     kids = wait_for_children(w, 2)
-    wait_until(lambda: counts(q)["done"] >= 8, 20, "jobs done through the proxy")
-    proxy.blackhole()
-    time.sleep(0.5)  # jobs in flight finish; their settlements, the claims, heartbeats hang
-    started = time.monotonic()
-    w.signal(signal.SIGTERM)
+    started = _sigterm_once_black_holed(q, w, proxy, done=8, timeout=20)
     gone = _exit_times(kids, started, grace + 12)
     code = w.wait(grace + 12)
     elapsed = time.monotonic() - started
@@ -829,25 +826,17 @@ def test_sigterm_exits_while_a_handler_thread_is_stuck(
     script = tmp_path / "stuck_worker.py"
     script.write_text(_STUCK_HANDLER)
     log = tmp_path / "stuck.log"
-    with open(log, "wb") as out:
-        popen = subprocess.Popen(
-            [sys.executable, str(script), redis_url],
-            env=clean_env(),
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc = WorkerProc(popen, log, out)
-        try:
-            wait_until(lambda: proc.text().count("handler stuck") == 2, 15, "2 stuck handlers")
-            started = time.monotonic()
-            proc.signal(signal.SIGTERM)
-            assert proc.wait(15) == 0, proc.text()
-            assert time.monotonic() - started < 1.0 + 4, proc.text()
-        finally:
-            proc.kill_all()
+    proc = WorkerProc.start(
+        [sys.executable, str(script), redis_url], log, env=clean_env(), cwd=tmp_path
+    )
+    try:
+        wait_until(lambda: proc.text().count("handler stuck") == 2, 15, "2 stuck handlers")
+        started = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, proc.text()
+        assert time.monotonic() - started < 1.0 + 4, proc.text()
+    finally:
+        proc.kill_all()
     c = counts(q)
     assert (c["inflight"], c["ready"]) == (0, 2), "the stuck attempts were released"
     for job_id in ids:

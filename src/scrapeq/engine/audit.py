@@ -32,7 +32,7 @@ from typing import Any
 from scrapeq.engine import scripts
 from scrapeq.engine.job import expand_stored
 from scrapeq.engine.keys import Keys, registry_bucket
-from scrapeq.engine.scripts import Command, Op
+from scrapeq.engine.scripts import Command, Op, server_ms_op
 
 __all__ = ["AuditProblem", "AuditReport", "Snapshot", "audit_op", "find_suspects"]
 
@@ -158,8 +158,7 @@ def parse_job(job_id: str, text: str) -> dict[str, Any] | None:
 def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int = 0) -> Op[Snapshot]:
     """Read the queue's structures in bounded slices."""
     snap = Snapshot(default_conc=default_conc, keep_done_ms=keep_done_ms)
-    secs, usecs = yield Command(("TIME",))
-    snap.now_ms = int(secs) * 1000 + int(usecs) // 1000
+    snap.now_ms = yield from server_ms_op()
     before = yield from _moves(keys)
     ids = yield from _scan_keys(keys.job("*"))
     cut = len(keys.job(""))

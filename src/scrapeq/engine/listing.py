@@ -18,7 +18,7 @@ from typing import Any
 
 from scrapeq.engine.job import Job, JobError, JobInfo
 from scrapeq.engine.keys import Keys
-from scrapeq.engine.scripts import Command, Op
+from scrapeq.engine.scripts import Command, Op, server_ms_op
 
 __all__ = [
     "JOB_STATES",
@@ -91,8 +91,7 @@ def op_job_list(
 ) -> Op[JobListing]:
     """At most ``limit`` jobs in ``state`` (of ``domain`` when given) on the partition of
     ``keys``, in the order of :class:`JobListing`."""
-    seconds, micros = yield Command(("TIME",))
-    now_ms = int(seconds) * 1000 + int(micros) // 1000 + clock_offset_ms
+    now_ms = yield from server_ms_op(clock_offset_ms)
     partial = False
     if state == "ready":
         scored = yield from _ready(keys, domain, limit)

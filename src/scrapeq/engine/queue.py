@@ -55,6 +55,14 @@ from scrapeq.engine.scripts import (
 )
 from scrapeq.engine.seen import SeenLayout, warn_if_resized
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.status import (
+    HISTORY_MINUTES,
+    eviction_alarm,
+    shape_counts,
+    shape_figures,
+    shape_history,
+    shape_status,
+)
 from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
 from scrapeq.errors import (
     ConfigError,
@@ -97,7 +105,6 @@ CLEAR_PASSES = 3
 CANCEL_DELAYED_PASSES = 2
 #: What a ``once`` flag's name may be (it becomes part of a key).
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-_ONCE_LEASE_MAX_MS = 10**12  # lua/once-1.lua's bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,10 +395,10 @@ class _QueueCore:
         # scripts keep, per-domain detail only for the domains the script picks
         raw = yield scripts.status(self.settings.lanes.names, self.settings.status_top)
         domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))))
-        status = _shape_status(self.name, raw, domains)
+        status = shape_status(self.name, raw, domains)
         policy = yield from self._op_eviction_policy()
         if policy not in (None, "noeviction"):
-            status["alarms"].append(_eviction_alarm(policy))
+            status["alarms"].append(eviction_alarm(policy))
         return status
 
     def _op_eviction_policy(self) -> Op[str | None]:
@@ -403,8 +410,7 @@ class _QueueCore:
 
     def _op_paused_until(self) -> Op[str | None]:
         until = yield Command(("HGET", self.keys.meta, "paused_until"))
-        seconds, micros = yield Command(("TIME",))
-        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
         return ms_to_iso(int(until)) if until and int(until) > now_ms else None
 
     def _op_domain_names(self) -> Op[list[str]]:
@@ -522,7 +528,7 @@ class _QueueCore:
 
     def _op_counts(self) -> Op[dict[str, int]]:
         raw = yield scripts.status(self.settings.lanes.names)
-        return _shape_counts(raw)
+        return shape_counts(raw)
 
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
         text = yield Command(("GET", self.keys.job(job_id)))
@@ -587,8 +593,6 @@ class _QueueCore:
         if op not in ONCE_OPS:
             raise ConfigError("once", f"op is one of {', '.join(ONCE_OPS)}, got {op!r}")
         lease_ms = _seconds_ms("lease", lease, allow_none=False) or 0
-        if lease_ms > _ONCE_LEASE_MAX_MS:
-            raise ConfigError("lease", f"must be at most {_ONCE_LEASE_MAX_MS // 1000} seconds")
         answer: OnceFlag = yield scripts.once(name, holder, op=op, lease_ms=lease_ms)
         return answer
 
@@ -608,21 +612,20 @@ class _QueueCore:
     def _op_history(self, minutes: int) -> Op[dict[str, Any]]:
         if not 1 <= minutes <= HISTORY_MINUTES:
             raise ConfigError("minutes", f"must be in 1..{HISTORY_MINUTES}, got {minutes}")
-        seconds, micros = yield Command(("TIME",))
-        now_ms = int(seconds) * 1000 + int(micros) // 1000 + self.testing_clock_offset_ms
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
         last = now_ms // 60_000
         first = last - minutes + 1
         hashes: dict[int, dict[str, str]] = {}
         for hour in range(first // 60, last // 60 + 1):
             hashes[hour] = dict((yield Command(("HGETALL", self.keys.history(hour)))))
-        return _shape_history(hashes, first, minutes, now_ms)
+        return shape_history(hashes, first, minutes, now_ms)
 
     def _op_stats(self) -> Op[dict[str, int]]:
         flat = yield Command(("HGETALL", self.keys.stats))
         return {str(k): int(v) for k, v in dict(flat).items()}
 
     def _op_figures(self) -> Op[dict[str, int]]:
-        return _figures((yield scripts.status(self.settings.lanes.names)))
+        return shape_figures((yield scripts.status(self.settings.lanes.names)))
 
     def _op_log_leader(
         self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
@@ -1190,23 +1193,23 @@ class _PartitionedCore(_QueueCore):
         top = self.settings.status_top
         raw = yield from self._op_status_raw(top)
         domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))[:top]))
-        status = _shape_status(self.name, raw, domains)
+        status = shape_status(self.name, raw, domains)
         policy = yield from self._op_eviction_policy()
         if policy not in (None, "noeviction"):
-            status["alarms"].append(_eviction_alarm(policy))
+            status["alarms"].append(eviction_alarm(policy))
         return status
 
     def _op_counts(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
             yield from self._op_check_parts_read()
             return (yield from super()._op_counts())
-        return _shape_counts((yield from self._op_status_raw()))
+        return shape_counts((yield from self._op_status_raw()))
 
     def _op_figures(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
             yield from self._op_check_parts_read()
             return (yield from super()._op_figures())
-        return _figures((yield from self._op_status_raw()))
+        return shape_figures((yield from self._op_status_raw()))
 
     def _op_domain_known(self, domain: str) -> Op[bool]:
         if self.partitions == 1:
@@ -1239,8 +1242,7 @@ class _PartitionedCore(_QueueCore):
     def _op_list_jobs(self, state: str, domain: str | None, limit: int) -> Op[JobListing]:
         if state not in listing.JOB_STATES:
             raise ConfigError("state", f"expected one of {', '.join(listing.JOB_STATES)}")
-        if limit < 1:
-            raise ConfigError("limit", f"must be at least 1, got {limit}")
+        check_count("limit", limit)
 
         def make() -> Op[JobListing]:
             offset = self.testing_clock_offset_ms
@@ -1471,208 +1473,8 @@ def _names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-#: What became of a crawl's links, as the enqueue include counts them (stats field ->
-#: figure): a job made, already seen (or pending), a new URL cut by max_pages.
-LINK_FIGURES = {
-    "links:queued": "links_queued",
-    "links:seen": "links_seen",
-    "links:max_pages": "links_over_max_pages",
-}
-
-
-def _figures(raw: dict[str, Any]) -> dict[str, int]:
-    """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
-    retries since creation, and the domains whose breaker is not closed (counted by the
-    scripts: sq:{Q}:open and sq:{Q}:retired); on a queue that has followed links, what
-    became of them since its creation (:data:`LINK_FIGURES`)."""
-    stats = raw.get("stats") or {}
-    figures = _plain_figures(raw, stats)
-    if any(field in stats for field in LINK_FIGURES):
-        figures.update({name: int(stats.get(field, 0)) for field, name in LINK_FIGURES.items()})
-    return figures
-
-
-def _plain_figures(raw: dict[str, Any], stats: dict[str, Any]) -> dict[str, int]:
-    return {
-        "done": int(stats.get("done", 0)),
-        "retried": int(stats.get("retried", 0)),
-        "dead": int(raw["dead"]),
-        "ready": int(raw["ready"]),
-        "delayed": int(raw["delayed"]),
-        "inflight": int(raw["inflight"]),
-        "open_breakers": int(raw.get("open_breakers", 0)),
-        "retired_domains": int(raw.get("retired_domains", 0)),
-    }
-
-
-_DOMAIN_FIELDS = ("domain", "state", "ready", "delayed", "inflight", "done", "dead")
-
-#: Minutes of history kept (lua/includes/history.lua keeps 25 h; 24 h are answered).
-HISTORY_MINUTES = 1440
-#: Outcomes the history counts per lane, and events it counts per queue.
-HISTORY_OUTCOMES = ("done", "retried", "throttled", "released", "dead")
-HISTORY_EVENTS = ("trip", "retired", "pause")
-
-
-def _shape_history(
-    hashes: dict[int, dict[str, str]], first: int, minutes: int, now_ms: int
-) -> dict[str, Any]:
-    """The per-minute series of ``Queue.history`` from the hour hashes of history.lua."""
-    outcomes = {o: [0] * minutes for o in HISTORY_OUTCOMES}
-    events = {e: [0] * minutes for e in HISTORY_EVENTS}
-    lanes: dict[str, dict[str, list[int]]] = {}
-    for hour, fields in hashes.items():
-        for field_name, text in fields.items():
-            minute_text, _, rest = str(field_name).partition(":")
-            name, _, lane = rest.partition(":")
-            i = hour * 60 + int(minute_text) - first
-            if not 0 <= i < minutes:
-                continue
-            n = int(text)
-            if lane and name in outcomes:
-                outcomes[name][i] += n
-                per_lane = lanes.setdefault(lane, {o: [0] * minutes for o in HISTORY_OUTCOMES})
-                per_lane[name][i] += n
-            elif name in events:
-                events[name][i] += n
-    return {
-        "start": ms_to_iso(first * 60_000),
-        "start_ms": first * 60_000,
-        "step": 60,
-        "minutes": minutes,
-        "now_ms": now_ms,
-        "outcomes": outcomes,
-        "lanes": lanes,
-        "events": events,
-    }
-
-
-#: A failure spike (the alarm ``dead_letter_spike``): at least this many failures charged to
-#: a domain's breaker in the last hour, and this many times its hourly baseline. Dead letters
-#: of permanent page faults (404, 410) are expected and are not counted.
-SPIKE_MIN = 10
-SPIKE_FACTOR = 3.0
-
-
 def _op_host_group(host: str, address: str) -> Op[str]:
     return (yield scripts.host_group(host, f"ip:{address}"))  # type: ignore[no-any-return]
-
-
-def _shape_domain(info: dict[str, Any]) -> dict[str, Any]:
-    out = {f: info[f] for f in _DOMAIN_FIELDS}
-    out["consecutive_failures"] = info["consecutive_failures"]
-    out["window_failures"] = info["window_failures"]
-    out["window_calls"] = info["window_calls"]
-    out["open_until"] = ms_to_iso(info["open_until"])
-    # politeness: the limit in force; an adaptive domain's learned state (None: not learned)
-    for f in ("concurrency", "adaptive", "limit"):
-        value = info.get(f)
-        out[f] = round(value, 2) if isinstance(value, float) else value
-    out.update(learned_timing(info))
-    return out
-
-
-def learned_timing(info: dict[str, Any]) -> dict[str, Any]:
-    """An adaptive domain's learned delay between starts (``interval``), no-load and current
-    latency, as the JSON outputs give durations: seconds, then the ``_ms`` integer twin
-    (None when fixed or not learned yet)."""
-    out: dict[str, Any] = {}
-    for name in ("interval", "baseline", "latency"):
-        ms = info.get(f"{name}_ms")
-        whole = None if not isinstance(ms, int | float) else round(ms)
-        out[name] = None if whole is None else whole / 1000
-        out[f"{name}_ms"] = whole
-    return out
-
-
-def _alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str, str]]:
-    alarms: list[dict[str, str]] = []
-    lost = int((raw.get("stats") or {}).get("lost", 0))
-    if lost:
-        alarms.append(
-            {
-                "kind": "jobs_lost",
-                "domain": "",
-                "message": f"{lost} claimed jobs had no job key when their lease expired "
-                "(evicted or deleted): they are gone",
-            }
-        )
-    if raw.get("paused_until"):
-        alarms.append(
-            {"kind": "global_pause", "domain": "", "message": str(raw.get("pause_reason") or "")}
-        )
-    for info in domains:
-        if info["state"] == "retired":
-            alarms.append(
-                {
-                    "kind": "domain_retired",
-                    "domain": info["domain"],
-                    "message": f"retired after {info['trips']} consecutive trips; "
-                    "its backlog is in the dead letters",
-                }
-            )
-        last_hour, baseline = info["failures_last_hour"], info["failures_baseline"]
-        if last_hour >= SPIKE_MIN and last_hour >= SPIKE_FACTOR * max(baseline, 1.0):
-            alarms.append(
-                {
-                    "kind": "dead_letter_spike",
-                    "domain": info["domain"],
-                    "message": f"{last_hour:.0f} failures in the last hour "
-                    f"(baseline {baseline:.1f}/h)",
-                }
-            )
-    return alarms
-
-
-def _eviction_alarm(policy: str) -> dict[str, str]:
-    return {
-        "kind": "eviction_policy",
-        "domain": "",
-        "message": f"Redis maxmemory-policy is {policy!r}: under memory pressure it may evict "
-        "job keys and lose jobs; set it to 'noeviction'",
-    }
-
-
-def _shape_counts(raw: dict[str, Any]) -> dict[str, int]:
-    stats = raw.get("stats") or {}
-    return {
-        "enqueued": int(stats.get("enqueued", 0)),
-        "ready": int(raw["ready"]),
-        "delayed": int(raw["delayed"]),
-        "inflight": int(raw["inflight"]),
-        "done": int(stats.get("done", 0)),
-        "dead": int(raw["dead"]),
-        "cancelled": int(stats.get("cancelled", 0)),
-    }
-
-
-def _breaker_counts(raw: dict[str, Any]) -> dict[str, int]:
-    """The queue's domains by breaker state, from the scripts' counters (O(1)): ``open``
-    counts open and half-open breakers (the set sq:{Q}:open), ``retired`` the retired."""
-    opened = int(raw.get("open_breakers") or 0)
-    retired = int(raw.get("retired_domains") or 0)
-    total = int(raw.get("domains") or 0)
-    return {"closed": max(total - opened - retired, 0), "open": opened, "retired": retired}
-
-
-def _shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) -> dict[str, Any]:
-    lanes = raw.get("lanes") or {}
-    return {
-        "queue": name,
-        "counts": _shape_counts(raw),
-        "lanes": {
-            lane: {
-                "ready": int(lanes[lane]["ready"]),
-                "delayed": max(int(lanes[lane]["delayed"]), 0),
-                "oldest_ready_age": round(lanes[lane]["oldest_ready_ms"] / 1000, 3),
-            }
-            for lane in raw.get("lane_order") or []
-        },
-        "domains": [_shape_domain(d) for d in domains],
-        "breakers": _breaker_counts(raw),
-        "paused_until": ms_to_iso(raw.get("paused_until")),
-        "alarms": _alarms(raw, domains),
-    }
 
 
 def _url_or_embedded(url: str | None, settings: Settings) -> str:
@@ -1920,7 +1722,8 @@ class Queue(_PartitionedCore):
     def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now: if a lease of theirs
         expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times). The
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times,
+        ``lua/includes/housekeeping.lua``). The
         worker marks the job it runs alone (one whose lease expired before) and a handler
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
@@ -2282,12 +2085,8 @@ class AsyncQueue(_PartitionedCore):
         return await self._drive(self._op_heartbeat(jobs, lease))
 
     async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
-        """Record that the handlers of these claimed jobs run now: if a lease of theirs
-        expires (the worker died or stalled in the handler), the reap spends the attempt,
-        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times). The
-        worker marks the job it runs alone (one whose lease expired before) and a handler
-        held past ``max_job_time``. Renews nothing; answers per job whether its token still
-        owns it."""
+        """Record that the handlers of these claimed jobs run now, as
+        :meth:`Queue.mark_handler_running`."""
         return await self._drive(self._op_heartbeat(jobs, None, True))
 
     async def reap(self) -> tuple[int, int, int]:

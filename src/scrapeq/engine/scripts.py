@@ -42,6 +42,7 @@ __all__ = [
     "expand_includes",
     "load_source",
     "map_error",
+    "server_ms_op",
 ]
 
 T = TypeVar("T")
@@ -318,6 +319,12 @@ class Many:
 Step = Call[Any] | Command | Many
 #: An operation: a generator of steps that receives each step's answer and returns T.
 Op = Generator[Step, Any, T]
+
+
+def server_ms_op(offset_ms: int = 0) -> Op[int]:
+    """The server's clock (TIME) in ms, plus ``offset_ms``: the clock the scripts read."""
+    seconds, micros = yield Command(("TIME",))
+    return int(seconds) * 1000 + int(micros) // 1000 + offset_ms
 
 
 def _seed() -> int:

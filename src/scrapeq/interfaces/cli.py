@@ -34,7 +34,7 @@ from scrapeq.engine.connection import (
     sync_client,
 )
 from scrapeq.engine.job import ms_to_iso
-from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue, learned_timing
+from scrapeq.engine.queue import AsyncQueue, CancelResult, Queue
 from scrapeq.engine.settings import (
     CONFIG_FILE_NAME,
     ENV_PREFIX,
@@ -42,6 +42,7 @@ from scrapeq.engine.settings import (
     Settings,
     load_settings,
 )
+from scrapeq.engine.status import learned_timing
 from scrapeq.engine.urls import domain_of
 from scrapeq.errors import (
     ConfigError,
@@ -426,7 +427,10 @@ def crawl(
     no_allow_private: RefusePrivate = False,
     log_every: Annotated[
         float | None,
-        typer.Option(min=0, help="Seconds between queue progress lines (default 10; 0: none)."),
+        typer.Option(
+            parser=_SECONDS,
+            help="Seconds between queue progress lines (default 10; 0: none).",
+        ),
     ] = None,
     new: Annotated[bool, typer.Option("--new", "--fresh", help=NEW_HELP)] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,

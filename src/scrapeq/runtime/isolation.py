@@ -3,7 +3,8 @@
 A worker process that dies (``os._exit`` in a handler, a parser's segfault, kill -9) says
 nothing: its leases expire and another worker's claim reaps them. The reap spends the
 attempt of a job whose handler was *marked* running (``heartbeat-1.lua``, ``h``) and gives
-it back otherwise, at most ``max_attempts`` times per job (``unused``; ``housekeeping.lua``).
+it back otherwise, at most 2 x ``max_attempts`` times per job (``unused``;
+``housekeeping.lua``).
 Marking every job would cost a Redis write before every handler; this module marks only
 where the mark can tell: :class:`HandlerRunner` runs the handler of a job whose attempt was
 given back before (``job.unused``) *alone* in the process (:class:`HandlerGate`), with its
@@ -38,16 +39,10 @@ log = logging.getLogger("scrapeq.worker")
 
 
 class HandlerGate:
-    """Who may run a handler now in this process: any number of calls, or one call alone.
-
-    A worker process that dies (``os._exit`` in a handler, a parser's segfault, kill -9)
-    cannot say which job was to blame. The queue therefore gives back the attempt of a job
-    whose lease expired while its handler was not marked running (``unused``), and a worker
-    runs the handler of such a job alone (:meth:`alone`): it waits until no other handler
-    runs, none starts until it releases the gate (once its settlement is answered), and its
-    lease is marked meanwhile, so a death then is its own and spends its attempt. Calls
-    waiting to run alone go before calls that come later.
-    """
+    """Who may run a handler now in this process: any number of calls, or one call alone
+    (why: the module's docstring). A call alone (:meth:`alone`) waits until no other call
+    runs, and none starts until it releases the gate; calls waiting to run alone go before
+    calls that come later."""
 
     def __init__(self) -> None:
         self._running = 0

@@ -33,10 +33,11 @@
     clients that disagree would not see each other's URLs. The exact seen-set's bucket
     count is not part of the agreement: the first call records CFG.seen_buckets (the
     stamp gains '/buckets=<n>' unless n = 65,536, the count of every queue written before
-    it was recorded), and every later call uses the recorded count whatever its own (or
-    'SQ_BAD_SEEN stored <stamp>' when the recorded count is damaged). A script calls it before its first write when an item may call seen_add and
-    answers redis.error_reply(text) (an error raised after writes would leave them in
-    place). It reads Redis once per call.
+    it was recorded), and every later call uses the recorded count whatever its own (a
+    stamp whose count is not in 1..2^32 is another layout: SQ_SEEN_LAYOUT). A script calls
+    it before its first write when an item may call seen_add and answers
+    redis.error_reply(text) (an error raised after writes would leave them in place). It
+    reads Redis once per call.
 
   Layout (CFG.seen_layout, seen_slice_ms, seen_buckets, seen_bits, seen_chunk_bits: the
   client's settings):
@@ -56,8 +57,8 @@
                    grown again by SETBIT
 
   Cost: exact 1 SADD; sliced 4 SISMEMBER + SADD + PEXPIREAT; bloom 1 to k GETBIT, and k
-  SETBIT for a new URL. seen_has: 1 SISMEMBER, 5 sliced, 1 to k GETBIT. The call that records a Bloom layout writes the whole filter once
-  (seen_bits / 8 bytes, at most 512 MiB).
+  SETBIT for a new URL. seen_has: 1 SISMEMBER, 5 sliced, 1 to k GETBIT. The call that
+  records a Bloom layout writes the whole filter once (seen_bits / 8 bytes, at most 512 MiB).
 ]]
 
 local SEEN_LOOKBACK = 4
@@ -107,11 +108,12 @@ end
 local function seen_agree(stored)
   local layout, buckets = string.match(stored, '^(.*)/buckets=(%d+)$')
   if not layout then layout, buckets = stored, SEEN_DEFAULT_BUCKETS end
-  if layout ~= CFG.seen_layout then
-    return 'SQ_SEEN_LAYOUT ' .. layout .. ' ' .. tostring(CFG.seen_layout)
+  buckets = tonumber(buckets)
+  if layout ~= CFG.seen_layout or not seen_whole(buckets, 1, SEEN_MAX) then
+    local shown = layout == CFG.seen_layout and stored or layout  -- a damaged count: the stamp
+    return 'SQ_SEEN_LAYOUT ' .. shown .. ' ' .. tostring(CFG.seen_layout)
   end
-  SEEN_BUCKETS = tonumber(buckets)
-  if not seen_whole(SEEN_BUCKETS, 1, SEEN_MAX) then return 'SQ_BAD_SEEN stored ' .. stored end
+  SEEN_BUCKETS = buckets
   return true
 end
 
