@@ -45,7 +45,7 @@
 ]]
 
 local A_GOOD, A_BAD, A_SLACK = 1.5, 2.0, 10
-local A_EWMA, A_DRIFT = 0.2, 0.01
+local A_EWMA, A_LONG, A_DRIFT = 0.2, 0.02, 0.01
 local A_CUT, A_LAT_CUT = 0.5, 0.75
 local A_IVL_START, A_IVL_UP, A_IVL_DOWN = 100, 1.5, 0.998
 local A_IVL_NEAR, A_IVL_BACK, A_IVL_KEEP = 1.2, 0.1, 1.0
@@ -58,7 +58,7 @@ local function adaptive_outcome(d, job, it)
   if not lat then return it.df end
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'conc', 'alim', 'aivl', 'abase', 'alat', 'acut', 'aok',
-    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad', 'acap', 'acnt', 'asa')
+    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad', 'acap', 'acnt', 'asa', 'alt')
   if not adaptive_on(f[1]) then return it.df end
   local lo, hi = CFG.conc_min, CFG.conc_max
   local lim = math.min(math.max(tonumber(f[2]) or adaptive_start(), lo), hi)
@@ -76,6 +76,7 @@ local function adaptive_outcome(d, job, it)
   end
   local th, bad = tonumber(f[12]), tonumber(f[13])
   local cap, cnt, streak = tonumber(f[14]), tonumber(f[15]) or 0, tonumber(f[16])
+  local lt = tonumber(f[17])
   -- the answers of the last whole second tell the site's rate only when the domain was
   -- answering all through it (not when its first answers fell in the end of that second)
   local sp_rate = (sp >= 2 and streak and streak <= (sec - 1) * 1000) and sp or 0
@@ -116,7 +117,9 @@ local function adaptive_outcome(d, job, it)
         local served = per > 0 and A_IVL_UP * per or A_IVL_START
         ivl = math.min(math.max(spacing * A_IVL_UP, served), A_FLOOR_MS)
       end
-      cut, cnt = NOW, 0
+      cut, cnt, lt = NOW, 0, lt or base
+    elseif cap then
+      cap = math.max(lo, cap - 1)
     end
     if okt > 0 and NOW - okt < A_RECENT_MS and not at_floor then
       df = nil
@@ -127,14 +130,22 @@ local function adaptive_outcome(d, job, it)
     end
   elseif it.o == 'done' or df ~= true then
     avg = avg and (avg + (lat - avg) * A_EWMA) or lat
-    base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
-    if math.floor(lim) <= 1 and (tonumber(f[8]) or 0) <= 1 then
+    if lt then lt = lt + (lat - lt) * A_LONG end
+    if not base then
+      base = avg
+    elseif lt then
+      base = math.min(base, lt)
+    else
+      base = math.min(avg, base * (1 + A_DRIFT))
+    end
+    if fresh and math.floor(lim) <= 1 and (tonumber(f[8]) or 0) <= 1 then
       -- a request alone in flight at a limit of one queued behind none of ours: what it
       -- takes is the no-load latency, so the baseline is no further below the average than
       -- GOOD allows (a site whose latency varies widely got a baseline from a fast first
       -- answer or a dip of the average, and was held at one request for as long as the
       -- drift took to catch up: 30 s for a 400 ms shop in the incident's fleet)
-      base = math.max(base, avg / A_GOOD)
+      base = math.max(base, math.min(avg, lat) / A_GOOD)
+      lt = lt and math.max(lt, base)
     end
     if NOW - okt > math.max(1000, 2 * ivl) then  -- answering again after a silence
       streak, cnt = NOW, 0
@@ -168,7 +179,8 @@ local function adaptive_outcome(d, job, it)
         local slow = not th or lim < th
         local used = tonumber(f[8]) or 0
         if used >= math.floor(lim) or (slow and 2 * used >= lim) then
-          local step = slow and 1 or 1 / lim
+          local good = base * A_GOOD + A_SLACK
+          local step = slow and 1 or math.min(1, (good - avg) / (good - base)) / lim
           local grown = math.min(hi, lim + step * math.min(1, (avg / A_RAMP_MS) ^ 2))
           lim = cap and math.min(grown, math.max(cap, lim)) or grown
         end
@@ -179,6 +191,6 @@ local function adaptive_outcome(d, job, it)
   end
   redis.call('HSET', dk, 'alim', lim, 'aivl', ivl, 'abase', base or '',
     'alat', avg or '', 'acut', cut or '', 'aok', okt, 'asb', sb, 'asn', sn, 'asp', sp,
-    'ath', th or '', 'abad', bad or '', 'acap', cap or '', 'acnt', cnt, 'asa', streak or '')
+    'ath', th or '', 'abad', bad or '', 'acap', cap or '', 'acnt', cnt, 'asa', streak or '', 'alt', lt or '')
   return df
 end
