@@ -117,7 +117,11 @@ local function adaptive_outcome(d, job, it)
         local served = per > 0 and A_IVL_UP * per or A_IVL_START
         ivl = math.min(math.max(spacing * A_IVL_UP, served), A_FLOOR_MS)
       end
-      cut, cnt, lt = NOW, 0, lt or base
+      if base and not lt then
+        base = math.max(base, avg / A_GOOD)
+        lt = base
+      end
+      cut, cnt = NOW, 0
     elseif cap then
       cap = math.max(lo, cap - 1)
     end
@@ -129,7 +133,7 @@ local function adaptive_outcome(d, job, it)
       end
     end
   elseif it.o == 'done' or df ~= true then
-    avg = avg and (avg + (lat - avg) * A_EWMA) or lat
+    if fresh or not avg then avg = avg and (avg + (lat - avg) * A_EWMA) or lat end
     if lt then lt = lt + (lat - lt) * A_LONG end
     if not base then
       base = avg
