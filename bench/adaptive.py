@@ -16,21 +16,30 @@ Then, per site, auto's time against the best fixed setting's (target: within 15%
 refused share (target: at most 1%).
 
 Run: ``.venv/bin/python bench/adaptive.py [--quick] [--pages N] [--latency MS]
-[--max-runtime S] [--limiter RUNS] [--redis-server PATH]``. ``--quick``: 400 pages a site, 30 s
-at most a run (default 60 s). A site whose breaker trips (fixed 32 on K = 2 and 8) does not
-finish within a run: its row says how many of its pages were done when it stopped.
+[--max-runtime S] [--limiter RUNS] [--issue21 RUNS] [--redis-server PATH]``.
+``--quick``: 400 pages a site, 30 s at most a run (default 60 s). A site whose breaker trips
+(fixed 32 on K = 2 and 8) does not finish within a run: its row says how many of its pages
+were done when it stopped.
 
 ``--limiter RUNS``: instead, the rate limiter of ``tests/test_adaptive.py`` RUNS times (a
 ``limit`` site: a token bucket of 20 requests/s and a burst of 20, 503 without Retry-After,
 latency 3 ms; 200 pages, ``Worker(q)`` and settings at their defaults): each run's seconds
 and refused share against the issue's target, 200 pages within 1.5 x 200 / 20 = 15 s with at
 most 5% of requests refused.
+
+``--issue21 RUNS``: instead, issue 21's site RUNS times: K = 8 (503 beyond 16 requests in the
+site), base latency 50 ms, 600 pages, ``domain_concurrency = auto`` and one
+``Worker(concurrency=200)`` as above. Per run: seconds, requests, refused share (target: at
+most 1%), and the learned limit and baseline at the end (the site's capacity is 8, its
+refusals start past 16; a baseline near 2 x 50 ms means our own queue was taken for the
+site's latency); then the median refused share and how many runs met the target.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +52,7 @@ from scrapeq.runtime.worker import Worker
 CAPACITIES = (2, 8, 32)
 SETTINGS: tuple[int | str, ...] = (2, 32, "auto")
 LIMIT_RATE, LIMIT_PAGES = 20, 200
+ISSUE21_K, ISSUE21_LATENCY, ISSUE21_PAGES = 8, 50.0, 600
 
 
 @dataclass
@@ -54,6 +64,8 @@ class Figure:
     requests: int
     refused: int
     state: str
+    limit: float | None = None  # the learned limit at the end (auto)
+    baseline_ms: float | None = None  # the learned baseline at the end (auto)
 
     @property
     def refused_share(self) -> float:
@@ -101,7 +113,11 @@ async def _fetch_all(
     seen: SiteCounts = fleet.stats()[name] - before
     (info,) = await q.domains_info([domain])
     await q.close()
-    return Figure(seconds, info["done"], seen.requests, seen.statuses.get("503", 0), info["state"])
+    refused = seen.statuses.get("503", 0)
+    return Figure(
+        seconds, info["done"], seen.requests, refused, info["state"],
+        info.get("limit"), info.get("baseline_ms"),
+    )  # fmt: skip
 
 
 async def _run(
@@ -142,6 +158,31 @@ def limiter_runs(server_url: str, runs: int) -> int:
     return 0 if ok else 1
 
 
+def issue21_runs(server_url: str, runs: int) -> int:
+    """``--issue21``: issue 21's site ``runs`` times; 0 when every run refused at most 1%."""
+    spec = _site(ISSUE21_K, ISSUE21_LATENCY)
+    rows: list[list[object]] = []
+    shares: list[float] = []
+    with Fleet([spec], seed=11) as fleet:
+        for i in range(runs):
+            run = _run(server_url, fleet, "auto", ISSUE21_K, ISSUE21_PAGES, 60.0)
+            f = asyncio.run(run)
+            shares.append(f.refused_share)
+            good = f.seconds is not None and f.refused_share <= 0.01 and f.state == "closed"
+            learned = [f"{f.limit:.1f}" if f.limit else "-",
+                       f"{f.baseline_ms:.0f}" if f.baseline_ms else "-"]  # fmt: skip
+            rows.append([f"{i + 1}", *_fmt(f, ISSUE21_PAGES), *learned, "yes" if good else "NO"])
+    print(format_table(
+        ["run", "seconds", "requests", "refused", "breaker", "limit", "baseline ms", "target"],
+        rows,
+    ))  # fmt: skip
+    met = sum(1 for r in rows if r[-1] == "yes")
+    median = statistics.median(shares)
+    print(f"target: <= 1% refused; median {100 * median:.2f}%, {met} of {runs} runs met it; "
+          f"{'PASS' if met == runs else 'FAIL'}")  # fmt: skip
+    return 0 if met == runs else 1
+
+
 def _fmt(f: Figure, pages: int) -> list[str]:
     took = f"{f.seconds:.1f}" if f.seconds is not None else f"stopped ({f.done}/{pages} done)"
     return [took, f"{f.requests}", f"{100 * f.refused_share:.1f}%", f.state]
@@ -157,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         "--limiter", type=int, default=0, metavar="RUNS",
         help="run the rate limiter of tests/test_adaptive.py RUNS times instead",
     )  # fmt: skip
+    parser.add_argument(
+        "--issue21", type=int, default=0, metavar="RUNS",
+        help="run issue 21's site (K = 8, 50 ms, 600 pages, auto) RUNS times instead",
+    )  # fmt: skip
     add_server_args(parser)
     args = parser.parse_args(argv)
     if args.limiter > 0:
@@ -165,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{load_note()}")  # fmt: skip
         with private_redis(args.redis_server) as server:
             return limiter_runs(server.url, args.limiter)
+    if args.issue21 > 0:
+        print(f"bench/adaptive.py --issue21: {ISSUE21_PAGES} pages from a site serving "
+              f"{ISSUE21_K} at once (503 beyond {2 * ISSUE21_K}), base latency "
+              f"{ISSUE21_LATENCY:g} ms, auto; {load_note()}")  # fmt: skip
+        with private_redis(args.redis_server) as server:
+            return issue21_runs(server.url, args.issue21)
     pages = args.pages or (400 if args.quick else 2000)
     max_runtime = args.max_runtime or (30.0 if args.quick else 60.0)
     specs = [_site(k, args.latency) for k in CAPACITIES]

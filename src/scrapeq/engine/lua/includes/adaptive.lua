@@ -7,10 +7,14 @@
   Domain hash fields (besides domain.lua's):
     alim   the concurrency limit (a float; claims take floor(alim), within the bounds)
     aivl   ms between request starts once the limit is at its minimum (0: none)
-    alat   current latency, ms: the moving average (EWMA) of answered requests' latencies
+    alat   current latency, ms: the moving average (EWMA) of answered requests' latencies,
+           but those of requests claimed before the last decrease (acut)
     abase  no-load latency, ms: alat's decaying minimum (of the average, not of single
-           samples: the fastest of a few hundred answers is far below a site's usual); at a
+           samples: the fastest of a few hundred answers is far below a site's usual) until
+           the site first refuses, then alt's minimum (no longer rising on its own); at a
            limit of one request it is at least alat / GOOD (one request queues behind none)
+    alt    the long average (weight LONG) of the latencies, kept from the first overload
+           cut on (unset before it)
     acut   ms: when the rate was last lowered (one decrease per window: only outcomes of
            requests claimed after it lower it again)
     aok    ms: the last answered request (a site that answered lately is alive)
@@ -18,19 +22,21 @@
            counted in it, and in the second before it (0 when none)
     ath    slow-start threshold: the limit a decrease left (+1 an answer below it)
     abad   ms: the interval last refused (at least KEEP x the one refused before it)
-    acap   the ceiling: the limit an overload signal cut, less one; the limit does not grow
-           past it until PROBE_N answers pass without a decrease (then it is forgotten)
+    acap   the ceiling: the limit an overload signal cut, less one, and one less for each
+           request of that window refused after it; the limit does not grow past it until
+           PROBE_N answers pass without a decrease (then it is forgotten)
     acnt   answers since the last decrease, or since the streak began when that is later
     asa    ms: when the current streak of answers began (after a silence longer than 1 s
            and than twice the interval)
 
   AIMD on the limit: an answer whose latency average stays near the baseline (alat <=
   abase * GOOD + SLACK), while the limit is in use (in slow start: half of it), raises it
-  (+1 an answer up to the slow-start threshold ath, then +1/limit; each step scaled by
-  min(1, (alat / RAMP_MS)^2); never past the ceiling acap); latency past abase * BAD + SLACK cuts
-  it (x LAT_CUT); an overload signal (the client's `ov`: 429, 503, timeout, reset) halves it
-  (x CUT) and sets the ceiling, or, answered as fast as a page (a rate limiter at the door),
-  drops it to the minimum and starts the interval. At the minimum, an overload lengthens the
+  (+1 an answer up to the slow-start threshold ath, then +1/limit x the share of the way from
+  abase to the bound still left; each step scaled by min(1, (alat / RAMP_MS)^2); never past
+  the ceiling acap); latency past abase * BAD + SLACK cuts it (x LAT_CUT); an overload
+  signal (the client's `ov`: 429, 503, timeout, reset) halves it (x CUT) and sets the
+  ceiling, or, answered as fast as a page (a rate limiter at the door), drops it to the
+  minimum and starts the interval. At the minimum, an overload lengthens the
   interval (x IVL_UP the spacing, no shorter than IVL_UP x the ms a request the site let
   through since the last decrease or the streak's start (RATE_MS of them at least; else in the
   last whole second, when the streak covered it), up to FLOOR_MS); good answers shorten it
@@ -45,11 +51,42 @@
 ]]
 
 local A_GOOD, A_BAD, A_SLACK = 1.5, 2.0, 10
-local A_EWMA, A_DRIFT = 0.2, 0.01
+local A_EWMA, A_LONG, A_DRIFT = 0.2, 0.02, 0.01
 local A_CUT, A_LAT_CUT = 0.5, 0.75
 local A_IVL_START, A_IVL_UP, A_IVL_DOWN = 100, 1.5, 0.998
 local A_IVL_NEAR, A_IVL_BACK, A_IVL_KEEP = 1.2, 0.1, 1.0
 local A_FLOOR_MS, A_RECENT_MS, A_RAMP_MS, A_PROBE_N, A_RATE_MS = 4000, 15000, 25, 1000, 500
+
+-- The latency average, baseline and long average after an answer of `lat` ms (`fresh`:
+-- claimed after the last decrease took effect; `alone`: and at a limit of one, nothing else
+-- in flight). The average leaves out answers of requests claimed before the last decrease:
+-- they queued behind a load we have left. Until the site first refused (lt unset), the
+-- baseline is the average's decaying minimum (DRIFT an answer: the minimum of a noisy
+-- average sinks far below the site's usual latency); from then on, the long average's
+-- minimum: no longer rising on its own, since past the site's capacity the latency we see
+-- is our own queue, and a baseline that followed it let the limit grow to the refusals.
+local function adaptive_latency(lat, avg, base, lt, fresh, alone)
+  if fresh or not avg then avg = avg and (avg + (lat - avg) * A_EWMA) or lat end
+  if lt then lt = lt + (lat - lt) * A_LONG end
+  if not base then
+    base = avg
+  elseif lt then
+    base = math.min(base, lt)
+  else
+    base = math.min(avg, base * (1 + A_DRIFT))
+  end
+  if alone then
+    -- a request alone in flight at a limit of one, claimed at it, queued behind none of
+    -- ours: what it takes is the no-load latency, so the baseline is no further below it
+    -- than GOOD allows (a site whose latency varies widely got a baseline from a fast first
+    -- answer or a dip of the average, and was held at one request for as long as the drift
+    -- took to catch up: 30 s for a 400 ms shop in the incident's fleet). Its own latency
+    -- when lower than the average: the average may still hold answers that queued.
+    base = math.max(base, math.min(avg, lat) / A_GOOD)
+    lt = lt and math.max(lt, base)
+  end
+  return avg, base, lt
+end
 
 -- The breaker input of settle item `it` for domain d, after its outcome adjusted the
 -- domain's rate: it.df, or nil when an overload is excused (then `it` becomes a throttle).
@@ -58,7 +95,7 @@ local function adaptive_outcome(d, job, it)
   if not lat then return it.df end
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'conc', 'alim', 'aivl', 'abase', 'alat', 'acut', 'aok',
-    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad', 'acap', 'acnt', 'asa')
+    'inflight', 'asb', 'asn', 'asp', 'ath', 'abad', 'acap', 'acnt', 'asa', 'alt')
   if not adaptive_on(f[1]) then return it.df end
   local lo, hi = CFG.conc_min, CFG.conc_max
   local lim = math.min(math.max(tonumber(f[2]) or adaptive_start(), lo), hi)
@@ -76,6 +113,7 @@ local function adaptive_outcome(d, job, it)
   end
   local th, bad = tonumber(f[12]), tonumber(f[13])
   local cap, cnt, streak = tonumber(f[14]), tonumber(f[15]) or 0, tonumber(f[16])
+  local lt = tonumber(f[17])
   -- the answers of the last whole second tell the site's rate only when the domain was
   -- answering all through it (not when its first answers fell in the end of that second)
   local sp_rate = (sp >= 2 and streak and streak <= (sec - 1) * 1000) and sp or 0
@@ -116,7 +154,17 @@ local function adaptive_outcome(d, job, it)
         local served = per > 0 and A_IVL_UP * per or A_IVL_START
         ivl = math.min(math.max(spacing * A_IVL_UP, served), A_FLOOR_MS)
       end
+      if base and not lt then
+        -- the site refused: the baseline stops drifting (see adaptive_latency), from at
+        -- least the average / GOOD (a fast first answer could have left it far below)
+        base = math.max(base, avg / A_GOOD)
+        lt = base
+      end
       cut, cnt = NOW, 0
+    elseif cap then
+      -- each request of the window refused after the first: the site held one fewer (slow
+      -- start's overshoot cut at 20 when the site refuses past 16 leaves 19 - 3 = 16)
+      cap = math.max(lo, cap - 1)
     end
     if okt > 0 and NOW - okt < A_RECENT_MS and not at_floor then
       df = nil
@@ -126,16 +174,8 @@ local function adaptive_outcome(d, job, it)
       end
     end
   elseif it.o == 'done' or df ~= true then
-    avg = avg and (avg + (lat - avg) * A_EWMA) or lat
-    base = base and math.min(avg, base * (1 + A_DRIFT)) or avg
-    if math.floor(lim) <= 1 and (tonumber(f[8]) or 0) <= 1 then
-      -- a request alone in flight at a limit of one queued behind none of ours: what it
-      -- takes is the no-load latency, so the baseline is no further below the average than
-      -- GOOD allows (a site whose latency varies widely got a baseline from a fast first
-      -- answer or a dip of the average, and was held at one request for as long as the
-      -- drift took to catch up: 30 s for a 400 ms shop in the incident's fleet)
-      base = math.max(base, avg / A_GOOD)
-    end
+    local alone = fresh and math.floor(lim) <= 1 and (tonumber(f[8]) or 0) <= 1
+    avg, base, lt = adaptive_latency(lat, avg, base, lt, fresh, alone)
     if NOW - okt > math.max(1000, 2 * ivl) then  -- answering again after a silence
       streak, cnt = NOW, 0
     end
@@ -168,7 +208,10 @@ local function adaptive_outcome(d, job, it)
         local slow = not th or lim < th
         local used = tonumber(f[8]) or 0
         if used >= math.floor(lim) or (slow and 2 * used >= lim) then
-          local step = slow and 1 or 1 / lim
+          -- past the threshold the step shrinks as the average nears the bound: noise dips
+          -- under it crept the limit up to where the average stays past BAD
+          local good = base * A_GOOD + A_SLACK
+          local step = slow and 1 or math.min(1, (good - avg) / (good - base)) / lim
           local grown = math.min(hi, lim + step * math.min(1, (avg / A_RAMP_MS) ^ 2))
           lim = cap and math.min(grown, math.max(cap, lim)) or grown
         end
@@ -179,6 +222,7 @@ local function adaptive_outcome(d, job, it)
   end
   redis.call('HSET', dk, 'alim', lim, 'aivl', ivl, 'abase', base or '',
     'alat', avg or '', 'acut', cut or '', 'aok', okt, 'asb', sb, 'asn', sn, 'asp', sp,
-    'ath', th or '', 'abad', bad or '', 'acap', cap or '', 'acnt', cnt, 'asa', streak or '')
+    'ath', th or '', 'abad', bad or '', 'acap', cap or '', 'acnt', cnt, 'asa', streak or '',
+    'alt', lt or '')
   return df
 end
