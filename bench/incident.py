@@ -117,6 +117,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _burst_timeline
+from _burst_timeline import Timeline
 from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
 from scrapeq.demo.scenario import BASE_JOBS
@@ -191,9 +193,17 @@ def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Bur
     )
     q = Queue.from_url(redis_url, settings=settings)
     q.enqueue_many(urls)
-    _later(burst.at, lambda: q.enqueue_many(burst.urls, lane="critical"))
     aq = AsyncQueue.from_url(redis_url, settings=settings)
-    Worker(aq, concurrency=concurrency, report=False).run()
+    worker = Worker(aq, concurrency=concurrency, report=False)
+    timeline = Timeline(burst.urls)  # where the burst's wait goes ($BENCH_TIMELINE)
+    timeline.watch_claims(aq)
+
+    def burst_in() -> None:
+        q.enqueue_many(burst.urls, lane="critical")
+        timeline.enqueued(busy=len(worker._flights))
+
+    _later(burst.at, burst_in)
+    worker.run()
 
 
 def _scrapy_settings(concurrency: int) -> dict[str, Any]:
@@ -683,6 +693,11 @@ class BurstSite:
         """The burst's URLs that were fetched."""
         return [u for u in urls if "/" + u.split("/", 3)[3] in self.first]
 
+    def first_by_url(self, urls: list[str]) -> dict[str, float]:
+        """The burst's URLs that were fetched -> when first asked for."""
+        paths = {u: "/" + u.split("/", 3)[3] for u in urls}
+        return {u: self.first[p] for u, p in paths.items() if p in self.first}
+
     def freshness(self, urls: list[str], at: float) -> list[float]:
         """Seconds from the burst's enqueue to each of its pages' first fetch."""
         paths = ["/" + u.split("/", 3)[3] for u in urls]
@@ -721,8 +736,13 @@ def run_system(
     cmd = [python, __file__, "--child", name, "--redis-url", redis_url,
            "--url-file", url_file, "--concurrency", str(args.concurrency)]  # fmt: skip
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    timeline_file = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)  # noqa: SIM115
+    timeline_file.close()
+    env = {**os.environ, _burst_timeline.ENV: timeline_file.name}
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     timeline: list[tuple[float, int]] = []
     at_30 = None
     try:
@@ -773,7 +793,11 @@ def run_system(
         "burst_fetched": len(fresh),
         "burst_p50": _pct(fresh, 50),
         "burst_p99": _pct(fresh, 99),
+        "breakdown": _burst_timeline.breakdown(
+            _burst_timeline.read(timeline_file.name), burst_at, site.first_by_url(burst_urls)
+        ),
     }
+    os.unlink(timeline_file.name)
     if result["healthy_done"] == 0 or result["burst_fetched"] < result["burst"]:
         result["log_tail"] = tail
     return result
@@ -1006,6 +1030,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['burst_fetched']}/{result['burst']} p50 {result['burst_p50']} "
                       f"p99 {result['burst_p99']}; jobs {result['accounting']}",
                       flush=True)  # fmt: skip
+                if result["breakdown"]:
+                    print(f"  {name} {_burst_timeline.line(result['breakdown'])}", flush=True)
         faulty = [s.name for s in fleet.sites if not s.healthy]
     print(table(results, faulty))
     if args.json is not None:
