@@ -16,6 +16,7 @@ rather than by the burst domain's limit.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import statistics
@@ -43,21 +44,27 @@ class Timeline:
         self.note(ev="enq", t=time.monotonic(), busy=busy)
 
     def watch_claims(self, queue: Any) -> None:
-        """Wrap ``queue.claim`` to note each claim that took burst jobs."""
+        """Wrap ``queue.claim`` (async or sync) to note each claim that took burst jobs."""
         if self._file is None:
             return
         claim = queue.claim
 
-        async def noted(n: int) -> Any:
-            sent = time.monotonic()
-            got = await claim(n)
+        def note(n: int, sent: float, got: Any) -> Any:
             urls = [j.url for j in got.jobs if j.url in self._burst]
             if urls:
                 self.note(ev="claim", sent=sent, t=time.monotonic(), n=n, urls=urls,
                           jobs=len(got.jobs))  # fmt: skip
             return got
 
-        queue.claim = noted
+        async def noted(n: int) -> Any:
+            sent = time.monotonic()
+            return note(n, sent, await claim(n))
+
+        def noted_sync(n: int) -> Any:
+            sent = time.monotonic()
+            return note(n, sent, claim(n))
+
+        queue.claim = noted if inspect.iscoroutinefunction(claim) else noted_sync
 
 
 def read(path: str) -> list[dict[str, Any]]:

@@ -225,6 +225,8 @@ def _run_spider(
     import scrapy.signals
     from scrapy.crawler import CrawlerProcess
 
+    timeline = Timeline(burst.urls)
+
     class Incident(scrapy.Spider):
         name = "incident"
 
@@ -242,11 +244,16 @@ def _run_spider(
             reactor.callLater(delay, self.send_burst)  # type: ignore[attr-defined]
 
         def send_burst(self) -> None:
+            frontier = _frontier_of(self.crawler)  # Scrapy on scrapeq: its timeline
+            if frontier is not None:
+                timeline.watch_claims(frontier.queue)
             for url in burst.urls:
                 meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
                 meta["scrapeq_lane"] = "critical"  # read by Scrapy on scrapeq only
                 request = scrapy.Request(url, callback=self.parse_page, meta=meta, priority=100)
                 self.crawler.engine.crawl(request)
+            if frontier is not None:
+                timeline.enqueued(busy=len(frontier.held))
 
         async def start(self) -> Any:
             for url in urls:
@@ -260,6 +267,15 @@ def _run_spider(
     process = CrawlerProcess(settings={**settings, "ITEM_PIPELINES": {}})
     process.crawl(Incident)
     process.start()
+
+
+def _frontier_of(crawler: Any) -> Any:
+    """Scrapy on scrapeq's frontier of ``crawler`` (None for the other schedulers)."""
+    if "scrapeq" not in str(crawler.settings.get("SCHEDULER")):
+        return None
+    from scrapeq.contrib.scrapy._frontier import Frontier
+
+    return Frontier.of(crawler)
 
 
 def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
@@ -793,6 +809,8 @@ def run_system(
         "burst_fetched": len(fresh),
         "burst_p50": _pct(fresh, 50),
         "burst_p99": _pct(fresh, 99),
+        "burst_first": _pct(fresh, 0),
+        "burst_quartiles": [_pct(fresh, q) for q in (25, 50, 75, 100)],
         "breakdown": _burst_timeline.breakdown(
             _burst_timeline.read(timeline_file.name), burst_at, site.first_by_url(burst_urls)
         ),
@@ -1030,6 +1048,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['burst_fetched']}/{result['burst']} p50 {result['burst_p50']} "
                       f"p99 {result['burst_p99']}; jobs {result['accounting']}",
                       flush=True)  # fmt: skip
+                print(f"  {name} burst first fetch {result['burst_first']} s, quartiles "
+                      f"{result['burst_quartiles']} s", flush=True)  # fmt: skip
                 if result["breakdown"]:
                     print(f"  {name} {_burst_timeline.line(result['breakdown'])}", flush=True)
         faulty = [s.name for s in fleet.sites if not s.healthy]
