@@ -117,6 +117,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _burst_timeline
+from _burst_timeline import Timeline
 from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
 from scrapeq.demo.scenario import BASE_JOBS
@@ -191,9 +193,17 @@ def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Bur
     )
     q = Queue.from_url(redis_url, settings=settings)
     q.enqueue_many(urls)
-    _later(burst.at, lambda: q.enqueue_many(burst.urls, lane="critical"))
     aq = AsyncQueue.from_url(redis_url, settings=settings)
-    Worker(aq, concurrency=concurrency, report=False).run()
+    worker = Worker(aq, concurrency=concurrency, report=False)
+    timeline = Timeline(burst.urls)  # where the burst's wait goes ($BENCH_TIMELINE)
+    timeline.watch_claims(aq)
+
+    def burst_in() -> None:
+        q.enqueue_many(burst.urls, lane="critical")
+        timeline.enqueued(busy=len(worker._flights))
+
+    _later(burst.at, burst_in)
+    worker.run()
 
 
 def _scrapy_settings(concurrency: int) -> dict[str, Any]:
@@ -215,6 +225,8 @@ def _run_spider(
     import scrapy.signals
     from scrapy.crawler import CrawlerProcess
 
+    timeline = Timeline(burst.urls)
+
     class Incident(scrapy.Spider):
         name = "incident"
 
@@ -232,11 +244,16 @@ def _run_spider(
             reactor.callLater(delay, self.send_burst)  # type: ignore[attr-defined]
 
         def send_burst(self) -> None:
+            frontier = _frontier_of(self.crawler)  # Scrapy on scrapeq: its timeline
+            if frontier is not None:
+                timeline.watch_claims(frontier.queue)
             for url in burst.urls:
                 meta = {"download_slot": url.split("/")[2]} if slot_per_site else {}
                 meta["scrapeq_lane"] = "critical"  # read by Scrapy on scrapeq only
                 request = scrapy.Request(url, callback=self.parse_page, meta=meta, priority=100)
                 self.crawler.engine.crawl(request)
+            if frontier is not None:
+                timeline.enqueued(busy=len(frontier.held))
 
         async def start(self) -> Any:
             for url in urls:
@@ -250,6 +267,15 @@ def _run_spider(
     process = CrawlerProcess(settings={**settings, "ITEM_PIPELINES": {}})
     process.crawl(Incident)
     process.start()
+
+
+def _frontier_of(crawler: Any) -> Any:
+    """Scrapy on scrapeq's frontier of ``crawler`` (None for the other schedulers)."""
+    if "scrapeq" not in str(crawler.settings.get("SCHEDULER")):
+        return None
+    from scrapeq.contrib.scrapy._frontier import Frontier
+
+    return Frontier.of(crawler)
 
 
 def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
@@ -683,6 +709,11 @@ class BurstSite:
         """The burst's URLs that were fetched."""
         return [u for u in urls if "/" + u.split("/", 3)[3] in self.first]
 
+    def first_by_url(self, urls: list[str]) -> dict[str, float]:
+        """The burst's URLs that were fetched -> when first asked for."""
+        paths = {u: "/" + u.split("/", 3)[3] for u in urls}
+        return {u: self.first[p] for u, p in paths.items() if p in self.first}
+
     def freshness(self, urls: list[str], at: float) -> list[float]:
         """Seconds from the burst's enqueue to each of its pages' first fetch."""
         paths = ["/" + u.split("/", 3)[3] for u in urls]
@@ -721,8 +752,13 @@ def run_system(
     cmd = [python, __file__, "--child", name, "--redis-url", redis_url,
            "--url-file", url_file, "--concurrency", str(args.concurrency)]  # fmt: skip
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    timeline_file = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)  # noqa: SIM115
+    timeline_file.close()
+    env = {**os.environ, _burst_timeline.ENV: timeline_file.name}
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     timeline: list[tuple[float, int]] = []
     at_30 = None
     try:
@@ -773,7 +809,13 @@ def run_system(
         "burst_fetched": len(fresh),
         "burst_p50": _pct(fresh, 50),
         "burst_p99": _pct(fresh, 99),
+        "burst_first": _pct(fresh, 0),
+        "burst_quartiles": [_pct(fresh, q) for q in (25, 50, 75, 100)],
+        "breakdown": _burst_timeline.breakdown(
+            _burst_timeline.read(timeline_file.name), burst_at, site.first_by_url(burst_urls)
+        ),
     }
+    os.unlink(timeline_file.name)
     if result["healthy_done"] == 0 or result["burst_fetched"] < result["burst"]:
         result["log_tail"] = tail
     return result
@@ -1006,6 +1048,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['burst_fetched']}/{result['burst']} p50 {result['burst_p50']} "
                       f"p99 {result['burst_p99']}; jobs {result['accounting']}",
                       flush=True)  # fmt: skip
+                print(f"  {name} burst first fetch {result['burst_first']} s, quartiles "
+                      f"{result['burst_quartiles']} s", flush=True)  # fmt: skip
+                if result["breakdown"]:
+                    print(f"  {name} {_burst_timeline.line(result['breakdown'])}", flush=True)
         faulty = [s.name for s in fleet.sites if not s.healthy]
     print(table(results, faulty))
     if args.json is not None:

@@ -73,6 +73,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "domain_concurrency_min": 1,
     "domain_concurrency_max": 32,
     "politeness": "host",
+    "domain_concurrency_urgent": 16,
 }
 
 

@@ -177,6 +177,11 @@ class Keys:
         return f"{self.prefix}events"
 
     @property
+    def wake(self) -> str:
+        """A stream of one entry, written when urgent work is enqueued (workers block on it)."""
+        return f"{self.prefix}wake"
+
+    @property
     def meta(self) -> str:
         return f"{self.prefix}meta"
 

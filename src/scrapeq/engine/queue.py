@@ -900,6 +900,10 @@ class _PartitionedCore(_QueueCore):
         for part in parts:
             self._due[part], self._empty[part] = 0.0, False
 
+    def urgent_arrived(self) -> None:
+        """Urgent work was enqueued (engine/wake.py): the next claim tries every partition."""
+        self._wake(range(self.partitions))
+
     def _op_check_parts(self) -> Op[None]:
         """Once per queue object, before its first write: the queue's stored number of
         partitions agrees with the settings (``lua/partitions-1.lua``)."""

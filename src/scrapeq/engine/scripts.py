@@ -227,6 +227,12 @@ class ScriptConfig:
     auto: bool = False
     conc_min: int = 1
     conc_max: int = 32
+    #: auto: the limit a domain with no learned limit starts at when its head job is urgent
+    #: (includes/domain.lua: is_urgent, urgent_start).
+    urgent_conc: int = 16
+    #: The most urgent lane's offset (ms): a ready job of priority <= now + urgent_ms is
+    #: urgent (its enqueue wakes idle workers); None with a single lane.
+    urgent_ms: int | None = None
     #: host | domain | ip: with ip, enqueue files a host under its learned group.
     politeness: str = "host"
 
@@ -265,6 +271,8 @@ class ScriptConfig:
             auto=auto,
             conc_min=conc_min,
             conc_max=conc_max,
+            urgent_conc=s.domain_concurrency_urgent,
+            urgent_ms=s.lanes.lanes[0].offset_ms if len(s.lanes.lanes) > 1 else None,
             politeness=s.politeness,
         )
 

@@ -626,6 +626,9 @@ class Settings:
     domain_concurrency_max: int = _count(32)
     # What limits, delays and breakers apply to: each host, or each registrable domain.
     politeness: str = _setting("str", "host", check=_check_politeness)
+    # auto: the limit a domain with no learned limit yet starts at when its most urgent ready
+    # job is of the most urgent lane (a critical burst for a new site), within the bounds.
+    domain_concurrency_urgent: int = _count(16)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

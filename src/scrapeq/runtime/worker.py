@@ -80,6 +80,7 @@ from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.reporter import SEED_DEFERRED, RedisHealth, Reporter, log_seed_deferred
 from scrapeq.runtime.sinks import Sink
+from scrapeq.runtime.wakeup import wake_on_urgent
 
 __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
 
@@ -340,6 +341,9 @@ class Worker:
         settler = asyncio.create_task(self._settle_loop(), name="scrapeq-settle")
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
         claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
+        waker = asyncio.create_task(
+            wake_on_urgent(self.queue, self._slot_freed.set, self._stopping), name="scrapeq-wake"
+        )
         reporting = None
         if self._reporter is not None:
             reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
@@ -351,9 +355,9 @@ class Worker:
             self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
             await self._stop_claiming(claimer)
             await self._finish()
-            for task in (settler, beater):
+            for task in (settler, beater, waker):
                 task.cancel()
-            await asyncio.gather(settler, beater, return_exceptions=True)
+            await asyncio.gather(settler, beater, waker, return_exceptions=True)
             await self._close_reporter(reporting)
             self._report_unsent()
             await self._close_resources()

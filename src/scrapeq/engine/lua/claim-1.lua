@@ -133,11 +133,19 @@ end
 -- domain's priority, a score string or '+inf'), so global priority order holds with one
 -- refile per run. The head is always taken; the rest are the next members scored <= bound
 -- (nothing in a run writes the domain's zset, so this is what popping one by one took).
+-- `head`: d's score in domains:ready (its head job's priority). An adaptive domain with no
+-- learned limit yet (no `alim`) whose head is urgent starts at urgent_start(), kept as its
+-- limit (adaptive.lua goes on from it): a burst of critical work for a new site is not
+-- served two at a time while its limit is learned.
 -- Returns the domain fields refile reads, as they are after the run.
-local function take_run(d, room, bound, out)
+local function take_run(d, room, bound, out, head)
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until',
     'alim', 'aivl')
+  if not f[7] and adaptive_on(f[2]) and is_urgent(head) then
+    f[7] = urgent_start()
+    redis.call('HSET', dk, 'alim', f[7])
+  end
   local state = f[4] or 'closed'
   local delay = tonumber(f[3]) or CFG.delay_ms
   if adaptive_on(f[2]) then delay = math.max(delay, math.floor(tonumber(f[8]) or 0)) end
@@ -195,7 +203,7 @@ local function pick(n)
     local top = redis.call('ZRANGE', K_READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end
     local d = top[1]
-    local known = take_run(d, n - #out, top[4] or '+inf', out)
+    local known = take_run(d, n - #out, top[4] or '+inf', out, top[2])
     refile(d, true, known)
   end
   return out

@@ -33,6 +33,10 @@
   A unique = 'seen' job is checked against and added to the seen-set even when a pending
   job holds its fp (its URL has been enqueued); replaying a dead letter never consults it.
 
+  A call that makes a job of the most urgent lane ready now (domain.lua: is_urgent) adds one
+  entry to sq:{Q}:wake (a stream capped at one entry; scrapeq/engine/wake.py): idle workers
+  blocked on it claim at once. Other lanes and delayed jobs write nothing there.
+
   Job ids sort like their sequence numbers: the hex number prefixed by a letter for its
   length ('a1', 'b10', 'l1a2b3c4d5e6f'), so equal priorities are claimed in enqueue order
   (a zset orders equal scores by member). Numbers never repeat, even after Redis lost its

@@ -200,6 +200,10 @@ local function check_config(c)
   check_bool(c.auto, 'auto')
   int(c.conc_min, 'conc_min', 1, MAX_INT)
   int(c.conc_max, 'conc_max', 1, MAX_INT)
+  int(c.urgent_conc, 'urgent_conc', 1, MAX_INT)
+  if c.urgent_ms ~= cjson.null then
+    int(c.urgent_ms, 'urgent_ms', -MAX_OFFSET_MS, MAX_OFFSET_MS)
+  end
   local p = c.politeness
   if p ~= 'host' and p ~= 'domain' and p ~= 'ip' then
     check_enum(p, 'politeness', {'host', 'domain', 'ip'})

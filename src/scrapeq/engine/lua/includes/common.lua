@@ -55,6 +55,7 @@ local K_RETIRING = P .. 'retiring'
 local K_RETIRED = P .. 'retired'
 local K_IDLE = P .. 'idle'  -- zset: domain -> when it was last seen idle (domain.lua)
 local K_OPEN = P .. 'open'  -- set: domains whose breaker is open or half-open (breaker.lua)
+local K_WAKE = P .. 'wake'  -- stream (one entry): urgent work was enqueued (enqueue.lua)
 
 local function k_job(id) return P .. 'job:' .. id end
 local function k_dq(d) return P .. 'dq:' .. d end

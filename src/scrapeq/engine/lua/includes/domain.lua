@@ -38,6 +38,20 @@ local function adaptive_start()
   return math.min(math.max(CFG.conc, CFG.conc_min or 1), CFG.conc_max or CFG.conc)
 end
 
+-- Whether a ready job of priority `score` is urgent: at least as urgent as a fresh job of
+-- the most urgent lane (CFG.urgent_ms, that lane's offset; null with one lane: none is).
+-- An urgent enqueue wakes the workers (enqueue.lua); an urgent head starts a domain with no
+-- learned limit at CFG.urgent_conc (claim-1.lua: take_run).
+local function is_urgent(score)
+  local off = CFG.urgent_ms
+  return off ~= nil and off ~= cjson.null and tonumber(score) <= NOW + off
+end
+
+-- The limit an adaptive domain with no learned limit starts at for urgent work.
+local function urgent_start()
+  return math.min(math.max(CFG.urgent_conc, CFG.conc_min or 1), CFG.conc_max or CFG.urgent_conc)
+end
+
 -- `alim`: the domain's adaptive limit (its field), used when its limit adapts.
 local function domain_cap(conc_override, state, alim)
   if state == 'half_open' then return 1 end

@@ -10,7 +10,9 @@
     after check_spec and before the script's first write (the seen-set's layout; seen.lua).
   enqueue_begin(specs, n) reserves n job ids (fresh_numbers) and reads the queue's
     fingerprint flag; enqueue_one(s) then adds one spec, answering as enqueue-1.lua does;
-    enqueue_end() files the domains that got ready jobs. Returns of enqueue_begin: whether
+    enqueue_end() files the domains that got ready jobs and, when one of them is urgent
+    (domain.lua: is_urgent), adds the call's one entry to the wake stream (sq:{Q}:wake,
+    capped at one entry: idle workers block on it). Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
   A spec with `parent` (a follow-up) is skipped as 'limit' when its domain already has
   CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set, and
@@ -20,7 +22,7 @@
   pending job had the URL), links:max_pages (a new URL cut by max_pages).
 ]]
 
-local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}}
+local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}, urgent = false}
 
 local ENQ_UNIQUE = {'pending', 'seen'}
 
@@ -122,6 +124,7 @@ local function enqueue_spec(s)
   else
     put_ready(job)
     ENQ.touched[s.domain] = true
+    if is_urgent(job.eligible + job.off) then ENQ.urgent = true end
   end
   save_job(job)
   return id
@@ -146,4 +149,9 @@ local function enqueue_end()
   ENQ.touched = {}
   for kind, n in pairs(ENQ.links) do stat('links:' .. kind, n) end
   ENQ.links = {}
+  if ENQ.urgent then
+    -- one entry a call, whatever its number of urgent jobs: idle workers block on it
+    redis.call('XADD', K_WAKE, 'MAXLEN', 1, '*', 'at', NOW)
+    ENQ.urgent = false
+  end
 end
