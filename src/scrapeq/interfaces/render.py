@@ -15,6 +15,7 @@ from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 from scrapeq.engine.listing import JobListing
 from scrapeq.engine.urls import redact_text, redact_url
+from scrapeq.interfaces import views
 
 __all__ = [
     "DOMAIN_SORTS",
@@ -36,7 +37,6 @@ __all__ = [
 
 _COUNTS = ("enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled")
 _STATE_STYLE = {"open": "bold red", "half_open": "yellow", "retired": "bold magenta"}
-_STATE_RANK = {"retired": 0, "open": 1, "half_open": 2, "closed": 3}
 
 
 def _state(state: str) -> Text:
@@ -45,20 +45,11 @@ def _state(state: str) -> Text:
 
 def worth_a_look(domains: list[dict[str, Any]], limit: int = 15) -> list[dict[str, Any]]:
     """Domains to look at first: retired, open, half-open, then the most dead letters."""
-    return sorted(
-        domains,
-        key=lambda d: (_STATE_RANK.get(d["state"], 9), -d["dead"], -d["ready"], d["domain"]),
-    )[:limit]
+    return sorted(domains, key=views.worth_a_look_key)[:limit]
 
 
-#: ``--sort`` keys of ``domains`` and ``breakers``: counts and failures largest first,
-#: ``open_until`` soonest first (closed breakers last), ``name`` A to Z, ``state`` worth a look
-#: first (retired, open, half-open, closed; then the most dead letters).
-DOMAIN_SORTS = (
-    "name", "state", "ready", "delayed", "inflight", "done", "dead", "failures", "trips",
-    "open_until", "delay",
-)  # fmt: skip
-_SORT_FIELD = {"failures": "consecutive_failures", "delay": "delay_ms"}
+#: ``--sort`` keys of ``domains`` and ``breakers`` (see :data:`views.CLI_SORTS`).
+DOMAIN_SORTS = views.CLI_SORTS
 
 
 def pick_domains(
@@ -69,20 +60,11 @@ def pick_domains(
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """The domains a listing shows: those in ``states`` (all when None), ordered by ``sort``
-    (one of :data:`DOMAIN_SORTS`), at most ``limit``. Ties go by name."""
-    rows = [d for d in infos if not states or d["state"] in states]
-    if sort == "state":
-        rows = worth_a_look(rows, limit=len(rows))
-    elif sort == "open_until":
-        never = float("inf")
-        rows.sort(key=lambda d: (d["open_until"] or never, d["domain"]))
-    elif sort == "name":
-        rows.sort(key=lambda d: d["domain"])
-    elif sort in DOMAIN_SORTS:
-        field = _SORT_FIELD.get(sort, sort)
-        rows.sort(key=lambda d: (-d[field], d["domain"]))
-    else:
+    (one of :data:`DOMAIN_SORTS`, :func:`views.order_for_listing`), at most ``limit``. Ties go
+    by name."""
+    if sort not in DOMAIN_SORTS:
         raise ValueError(f"unknown sort key {sort!r}")
+    rows = views.order_for_listing([d for d in infos if not states or d["state"] in states], sort)
     return rows if limit is None else rows[:limit]
 
 
