@@ -451,7 +451,7 @@ def test_worker_timeouts_flags_reach_the_settings(
         seen.append(settings)
         return 0
 
-    monkeypatch.setattr("scrapeq.interfaces.cli.run_worker_process", fake_run)
+    monkeypatch.setattr("scrapeq.interfaces.cli.workers.run_worker_process", fake_run)
     monkeypatch.setenv("SCRAPEQ_MAX_JOB_TIME", "300")
     code, _, err = run(capsys, "--redis", redis_url, "worker", "--handler-timeout", "2.5")
     assert code == 0, err

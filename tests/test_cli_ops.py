@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-import scrapeq.interfaces.cli
+import scrapeq.interfaces.cli.queues
+import scrapeq.interfaces.cli.workers
 from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
 
@@ -207,7 +208,7 @@ def test_queue_list_says_when_its_scan_was_capped(
     capsys: Any, redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     redis_client.mset({f"other:{i}": 1 for i in range(5_000)})
-    monkeypatch.setattr(scrapeq.interfaces.cli, "_LIST_SCAN_CALLS", 2)
+    monkeypatch.setattr(scrapeq.interfaces.cli.queues, "_LIST_SCAN_CALLS", 2)
     code, out, err = run(capsys, "--redis", redis_url, "queue", "list", "--json")
     assert code == 0 and json.loads(out) == []
     assert "only the first" in one_line(err) and "more queues may exist" in err
@@ -316,7 +317,7 @@ def test_worker_burst_on_an_empty_queue_says_so(
 ) -> None:
     started: list[Any] = []
     monkeypatch.setattr(
-        scrapeq.interfaces.cli, "run_worker_process", lambda *a: started.append(a) or 0
+        scrapeq.interfaces.cli.workers, "run_worker_process", lambda *a: started.append(a) or 0
     )
     code, out, err = run(capsys, "--redis", redis_url, "--queue", "x", "worker", "--burst")
     assert (code, out) == (0, "")

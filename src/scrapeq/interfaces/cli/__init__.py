@@ -1,0 +1,285 @@
+"""The ``scrapeq`` command line: thin, it parses, calls the library and renders.
+
+Exit codes: 0 success, 2 bad usage or bad input (one line on stderr), 1 any other error.
+No traceback for user errors.
+
+The commands live by group in this package (docs/DESIGN.md, "Module map"): ``workers``
+(worker, crawl), ``enqueueing`` (enqueue), ``queues`` (status, audit, queue), ``jobs`` (dead,
+job), ``per_domain`` (breakers, breaker, domains, domain), ``services`` (demo, dashboard,
+server); ``common`` holds what they share. This module builds the app, registers them below in
+the order ``--help`` lists them, and runs it (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from scrapeq.engine.settings import (
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    UNIQUE_MODES,
+    Settings,
+    load_settings,
+)
+from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from scrapeq.interfaces.cli import enqueueing, jobs, per_domain, queues, services, workers
+from scrapeq.interfaces.cli.common import Context, _error_line, log, setup_logging
+
+__all__ = ["app", "command", "main"]
+
+app = typer.Typer(
+    name="scrapeq",
+    help="A Redis-backed job queue for web scraping built around failure isolation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _package_version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scrapeq")
+    except PackageNotFoundError:
+        from scrapeq import __version__
+
+        return __version__
+
+
+def _setting_default(name: str) -> str:
+    """A setting's default as text (for --help)."""
+    return str(Settings.__dataclass_fields__[name].default)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"scrapeq {_package_version()}")
+        raise typer.Exit()
+
+
+def _env_help(text: str, env: str, default: str) -> str:
+    """Help of a global option that ``load_settings`` also reads from the environment (typer
+    does not read it, so flag > env > file > default holds): its variable and its default."""
+    return f"{text} \\[env var: {env}; default: {default}]"
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    redis: Annotated[
+        str | None,
+        typer.Option(
+            "--redis",
+            metavar="URL",
+            help=_env_help(
+                "Redis URL: redis://, rediss:// or unix://.",
+                f"{ENV_PREFIX}REDIS_URL",
+                "the embedded Redis of --data-dir",
+            ),
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME",
+            help=_env_help("Queue name.", f"{ENV_PREFIX}QUEUE", _setting_default("queue")),
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help=_env_help(
+                "Settings file to read.", f"{ENV_PREFIX}CONFIG", f"./{CONFIG_FILE_NAME} if any"
+            ),
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            metavar="DIR",
+            help=_env_help(
+                "Where the embedded Redis keeps its data.",
+                f"{ENV_PREFIX}DATA_DIR",
+                "$XDG_DATA_HOME/scrapeq, else ~/.local/share/scrapeq",
+            ),
+        ),
+    ] = None,
+    verbose: Annotated[
+        int,
+        typer.Option("-v", "--verbose", count=True, help="Per-job log lines (a count: -v, -vv)."),
+    ] = 0,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
+    overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
+    settings = _load_settings(config, overrides, verbose)
+    ctx.obj = Context(settings, verbose)
+
+
+def _load_settings(config: Path | None, overrides: dict[str, Any], verbose: int) -> Settings:
+    """The settings; what loading them logs (a misspelt ``SCRAPEQ_*`` variable) is held, then
+    written in the log format they choose (text when they cannot be loaded)."""
+    held = logging.handlers.BufferingHandler(capacity=100)
+    logging.getLogger("scrapeq").handlers[:] = [held]
+    log_format = "text"
+    try:
+        settings = load_settings(config_file=config, overrides=overrides)
+        log_format = settings.log_format
+    finally:
+        setup_logging(verbose, log_format)
+        for record in held.buffer:
+            logging.getLogger(record.name).handle(record)
+    return settings
+
+
+# --- the command tree, in the order --help lists it (typer: commands first, then groups) -------
+
+
+def _register_commands() -> None:
+    """Every command and group on ``app``, from the modules of this package."""
+    for command in (
+        workers.worker,
+        workers.crawl,
+        enqueueing.enqueue,
+        queues.status,
+        queues.audit,
+        per_domain.breakers,
+        per_domain.domains,
+        services.demo,
+        services.dashboard,
+    ):
+        app.command()(command)
+    for group, name in (
+        (jobs.dead_app, "dead"),
+        (jobs.job_app, "job"),
+        (queues.queue_app, "queue"),
+        (per_domain.breaker_app, "breaker"),
+        (per_domain.domain_app, "domain"),
+        (services.server_app, "server"),
+    ):
+        app.add_typer(group, name=name)
+
+
+_register_commands()
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+_USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; answers the exit code (0, 1 or 2). Never a traceback for user errors.
+
+    Usage errors and the library's errors become one line on stderr. A command that fails
+    (1 or 2) stops the embedded Redis it started: a first command with a typo leaves nothing
+    running.
+    """
+    from scrapeq.engine.embedded import started_servers
+
+    before = len(started_servers())
+    code = _main(sys.argv[1:] if argv is None else list(argv))
+    if code in (1, 2):
+        _stop_started(started_servers()[before:])
+    return code
+
+
+def _stop_started(data_dirs: tuple[Path, ...]) -> None:
+    """Stop the embedded servers this failed command started (SHUTDOWN SAVE: nothing lost)."""
+    from scrapeq.engine.embedded import stop_server
+
+    for data_dir in dict.fromkeys(data_dirs):
+        try:
+            if stop_server(data_dir):
+                log.info("stopped the embedded Redis this command started in %s: the command "
+                         "failed", data_dir)  # fmt: skip
+        except ScrapeqError as exc:
+            log.warning("the embedded Redis this command started in %s keeps running: %s",
+                        data_dir, exc)  # fmt: skip
+
+
+def _main(argv: list[str]) -> int:
+    args = _bare_unique(argv)
+    try:
+        rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except _USER_ERRORS as exc:
+        return _fail(str(exc), 2)
+    except ScrapeqError as exc:
+        return _fail(str(exc), 1)
+    except (KeyboardInterrupt, typer.Abort):
+        return _fail("interrupted", 130)
+    except Exception as exc:
+        # typer's usage errors (bad option, bad value): click exceptions, duck-typed since
+        # typer vendors click.
+        format_message = getattr(exc, "format_message", None)
+        code = getattr(exc, "exit_code", None)
+        if callable(format_message) and isinstance(code, int):
+            return _fail(str(format_message()), code)
+        raise
+    return rv if isinstance(rv, int) else 0
+
+
+@functools.cache
+def command() -> Any:
+    """The app as a click command, its flags tidied for ``--help``: a flag (``--json``,
+    ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``.
+    Built once per process (typer takes tens of ms to build it)."""
+    root = typer.main.get_command(app)
+    _hide_flag_types(root)
+    return root
+
+
+def _hide_flag_types(cmd: Any) -> None:
+    params = list(getattr(cmd, "params", []))
+    help_option = getattr(cmd, "get_help_option", None)
+    if callable(help_option):
+        params.append(help_option(typer.Context(cmd)))
+    for param in params:
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+    for child in getattr(cmd, "commands", {}).values():
+        _hide_flag_types(child)
+
+
+def _bare_unique(argv: list[str]) -> list[str]:
+    """``enqueue --unique`` without ``=MODE`` is ``--unique=pending`` (typer options have no
+    optional values); ``--unique MODE`` with a mode name is left as it is."""
+    if "enqueue" not in argv:
+        return argv
+    start = argv.index("enqueue") + 1
+    out = argv[:start]
+    for i, arg in enumerate(argv[start:], start):
+        if arg == "--":
+            return out + argv[i:]
+        bare = arg == "--unique" and (i + 1 == len(argv) or argv[i + 1] not in UNIQUE_MODES)
+        out.append("--unique=pending" if bare else arg)
+    return out
+
+
+def _fail(message: str, code: int) -> int:
+    _error_line(f"scrapeq: error: {message}")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""``enqueue``: URLs, a file of URLs or a file of requests into the queue."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+import typer
+
+from scrapeq.engine.queue import Queue
+from scrapeq.engine.settings import UNIQUE_MODES
+from scrapeq.errors import ConfigError
+from scrapeq.interfaces.cli.common import (
+    _COUNT,
+    _SECONDS,
+    AllowPrivate,
+    Context,
+    RefusePrivate,
+    _die,
+    _emit_json,
+    _error_line,
+    _private,
+    _settings,
+)
+from scrapeq.interfaces.enqueue_file import (
+    EnqueueFailed,
+    EnqueueRun,
+    Item,
+    read_items,
+    resume_problem,
+    say_failure,
+    send_once,
+    stdin_bytes,
+)
+from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
+from scrapeq.interfaces.parsing import json_object
+
+# The options of enqueue (typer reads them from its signature).
+Urls = Annotated[list[str] | None, typer.Argument(help="URLs to add.")]
+File = Annotated[
+    str | None, typer.Option("--file", help="Read URLs from a file, one a line ('-': stdin).")
+]
+Lane = Annotated[str | None, typer.Option(help="Lane name (default: normal).")]
+Delay = Annotated[float, typer.Option(parser=_SECONDS, help="Seconds before eligible.")]
+MaxAttempts = Annotated[int | None, typer.Option(parser=_COUNT, help="Attempt budget.")]
+Unique = Annotated[
+    str | None,
+    typer.Option(
+        "--unique",
+        metavar="[=MODE]",
+        help="Skip duplicates: pending (bare --unique: skip URLs already pending), seen "
+        "(skip URLs ever enqueued with seen, or within recrawl_after), off. "
+        "Default: the unique setting.",
+    ),
+]
+Payload = Annotated[str | None, typer.Option(help="JSON payload for every job.")]
+Expires = Annotated[
+    float | None, typer.Option(parser=_SECONDS, help="Unclaimed jobs die after S seconds.")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the ids as JSON.")]
+ResumeFrom = Annotated[
+    int | None,
+    typer.Option(
+        "--resume-from",
+        metavar="LINE",
+        help="Start at this line of --file or --requests (the line a failed run named).",
+    ),
+]
+Method = Annotated[str | None, typer.Option(help="HTTP method (default GET; POST with a body).")]
+Header = Annotated[
+    list[str] | None,
+    typer.Option("--header", metavar="'NAME: VALUE'", help="A request header (repeatable)."),
+]
+Data = Annotated[
+    str | None,
+    typer.Option(metavar="@PATH|TEXT", help="Request body: text, or @PATH for a file's bytes."),
+]
+JsonBody = Annotated[
+    str | None,
+    typer.Option("--json-body", metavar="JSON", help="Request body as JSON (--json is output)."),
+]
+Form = Annotated[
+    list[str] | None,
+    typer.Option("--form", metavar="NAME=VALUE", help="A form field of the body (repeatable)."),
+]
+Cookie = Annotated[
+    list[str] | None,
+    typer.Option("--cookie", metavar="NAME=VALUE", help="A cookie to send (repeatable)."),
+]
+Meta = Annotated[
+    str | None, typer.Option(metavar="JSON", help="Meta for the handler and results line.")
+]
+Requests = Annotated[
+    str | None,
+    typer.Option(
+        "--requests",
+        metavar="PATH",
+        help="Read requests from a JSONL file, one object a line ('-': stdin).",
+    ),
+]
+
+
+def enqueue(
+    ctx: typer.Context, urls: Urls = None, file: File = None, lane: Lane = None,
+    delay: Delay = 0.0, max_attempts: MaxAttempts = None, unique: Unique = None,
+    payload: Payload = None, expires: Expires = None, allow_private: AllowPrivate = False,
+    no_allow_private: RefusePrivate = False, as_json: AsJson = False,
+    resume_from: ResumeFrom = None, method: Method = None, header: Header = None,
+    data: Data = None, json_body: JsonBody = None, form: Form = None, cookie: Cookie = None,
+    meta: Meta = None, requests: Requests = None,
+) -> None:  # fmt: skip
+    """Add jobs; invalid URLs are reported one per line on stderr and not added.
+
+    A run that fails part-way says how many jobs it added and the line to resume from.
+
+    Examples:
+      scrapeq enqueue https://shop-43.example.com/p/1 --lane critical
+      scrapeq enqueue --file urls.txt --lane bulk --unique
+      scrapeq enqueue --file urls.txt --unique=seen --json
+      scrapeq enqueue --file urls.txt --unique --resume-from 7001
+      scrapeq enqueue https://api.example.com/search --json-body '{"q": "shoes"}'
+      scrapeq enqueue --requests requests.jsonl --unique
+    """
+    settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
+    flags = RequestFlags(
+        method, tuple(header or ()), data, json_body, tuple(form or ()), tuple(cookie or ()), meta
+    )
+    source = _enqueue_source(urls, file, requests, flags)
+    problem = resume_problem(urls, source, resume_from)
+    if problem is not None:
+        _die(problem, 2)
+    template = _template(flags)  # bad flags fail before anything connects
+    payload_value = _payload_object(payload)
+    if unique is not None and unique not in UNIQUE_MODES:
+        _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
+    options: dict[str, Any] = dict(
+        lane=lane, delay=delay, max_attempts=max_attempts, payload=payload_value, unique=unique,
+        expires=expires,
+    )  # fmt: skip
+    run = _new_run(Context(settings).queue(), options, template, as_json, resume_from)
+    mode = unique or settings.unique
+    with _input(source) as stream:
+        try:
+            run.run(_items(urls, stream, requests is not None, run.resume_from), _refused)
+        except EnqueueFailed as failed:
+            raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
+    _report(run, mode, as_json)
+
+
+def _new_run(
+    q: Queue,
+    options: dict[str, Any],
+    template: Callable[[str], Any] | None,
+    as_json: bool,
+    resume_from: int | None,
+) -> EnqueueRun:
+    """The run that sends the input; bad options fail here once, before any input is read."""
+    send_once(q.client)
+    q.prepare("https://example.com/", **options)
+    run = EnqueueRun(q, options, keep_ids=as_json, resume_from=resume_from or 1)
+    run.template = template
+    return run
+
+
+def _report(run: EnqueueRun, mode: str, as_json: bool) -> None:
+    """What a finished run added and skipped; exit 2 when its input held nothing valid."""
+    added, skipped, bad = run.added, run.skipped, run.invalid
+    if as_json:
+        _emit_json(run.summary())
+    else:
+        line = f"added {added} job{'s' if added != 1 else ''}"
+        if mode != "off":
+            line += f", skipped {skipped} duplicate{'s' if skipped != 1 else ''}"
+        typer.echo(line)
+    if bad and not added and not skipped:
+        raise typer.Exit(2)
+
+
+def _enqueue_source(
+    urls: list[str] | None, file: str | None, requests: str | None, flags: RequestFlags
+) -> str | None:
+    """The file ``enqueue`` reads (``--file`` or ``--requests``), after checking the mix."""
+    if requests is not None:
+        if urls or file is not None or flags.given:
+            _die("--requests PATH holds whole requests: give it without URLs, --file or "
+                 "request flags", 2)  # fmt: skip
+        return requests
+    if not urls and file is None:
+        _die("give URLs or --file PATH ('-' for stdin), or --requests PATH", 2)
+    return file
+
+
+def _template(flags: RequestFlags) -> Callable[[str], Any] | None:
+    """Every URL's request when request flags were given; a bad flag is exit 2."""
+    if not flags.given:
+        return None
+    try:
+        return flags.template()
+    except ConfigError as exc:
+        _die(str(exc), 2)
+
+
+def _items(urls: list[str] | None, stream: Any, requests: bool, first: int) -> Iterator[Item]:
+    if requests:
+        return read_requests(stream, first_line=first)
+    return read_items(urls or [], stream, first_line=first)
+
+
+@contextlib.contextmanager
+def _input(file: str | None) -> Iterator[Any]:
+    """``--file``'s byte stream (``-``: stdin), or None; a missing file is exit 2."""
+    if file is None:
+        yield None
+        return
+    try:
+        stream = stdin_bytes() if file == "-" else open(file, "rb")  # noqa: SIM115
+    except OSError as exc:
+        _die(f"cannot read {file}: {exc.strerror}", 2)
+    with stream:
+        yield stream
+
+
+def _refused(where: str, exc: Exception) -> None:
+    _error_line(f"{where}: {exc}")
+
+
+def _payload_object(text: str | None) -> dict[str, Any] | None:
+    """``--payload``: a JSON object (the handler reads named fields from it), or None."""
+    if text is None:
+        return None
+    try:
+        return json_object("--payload", text)
+    except ConfigError as exc:
+        _die(f"--payload {exc.reason}", 2)

@@ -1,0 +1,187 @@
+"""Domain listings and steering: ``breakers``, ``breaker reset|trip``, ``domains`` and
+``domain set``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from scrapeq.engine.job import ms_to_iso
+from scrapeq.engine.status import learned_timing
+from scrapeq.interfaces import render
+from scrapeq.interfaces.cli.common import (
+    _COUNT,
+    _SECONDS,
+    Context,
+    _console,
+    _die,
+    _domain_arg,
+    _emit_json,
+    _existing_queue,
+    _settings,
+    _unknown_domain_hint,
+)
+from scrapeq.interfaces.parsing import concurrency_option
+
+#: ``--state`` of ``domains`` and ``breakers``: a domain's breaker states.
+DOMAIN_STATES = ("closed", "open", "half_open", "retired")
+_STATE_HELP = f"Only domains in this state ({', '.join(DOMAIN_STATES)}); may be repeated."
+_SORT_HELP = f"Order by one of: {', '.join(render.DOMAIN_SORTS)}."
+_LIMIT_HELP = "Show at most N domains."
+
+
+def breakers(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
+    sort: Annotated[
+        str, typer.Option(metavar="KEY", help=_SORT_HELP + " state: worth a look first.")
+    ] = "state",
+    limit: Annotated[int | None, typer.Option(parser=_COUNT, metavar="N", help=_LIMIT_HELP)] = None,
+) -> None:
+    """Every domain's circuit breaker: state, failures, window, trips, cooldown.
+
+    Examples:
+      scrapeq breakers --state open --state half_open
+      scrapeq breakers --sort failures --limit 20 --json
+    """
+    _check_listing(state, sort)
+    infos = _existing_queue(ctx).domains_info()
+    rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
+    if as_json:
+        size = ctx.obj.settings.breaker_window
+        _emit_json([_breaker_json(d, size) for d in rows])
+        return
+    _console().print(render.breakers_table(rows, total=len(infos)))
+
+
+def _check_listing(states: list[str] | None, sort: str) -> None:
+    """``--state`` and ``--sort`` of ``domains``/``breakers``: a usage error before any look."""
+    for state in states or ():
+        if state not in DOMAIN_STATES:
+            _die(f"--state takes {', '.join(DOMAIN_STATES)}; got {state!r}", 2)
+    if sort not in render.DOMAIN_SORTS:
+        _die(f"--sort takes {', '.join(render.DOMAIN_SORTS)}; got {sort!r}", 2)
+
+
+def _breaker_json(info: dict[str, Any], window_size: int) -> dict[str, Any]:
+    """One breaker: its recent window as counts (failures among the last calls recorded)."""
+    keys = ("domain", "state", "consecutive_failures")
+    out = {k: info[k] for k in keys}
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
+    out["window_size"] = window_size
+    out["trips"] = info["trips"]
+    _time_fields(out, "open_until", info["open_until"])
+    return out
+
+
+def _time_fields(out: dict[str, Any], name: str, ms: int | float | None) -> None:
+    """A point in time in JSON: ``name`` ISO 8601 UTC text and ``name_ms`` the integer ms
+    since the epoch (both null when unset). docs/INTERFACE.md, "JSON output"."""
+    out[name] = ms_to_iso(ms)
+    out[f"{name}_ms"] = None if ms is None else int(ms)
+
+
+breaker_app = typer.Typer(help="Steer one domain's breaker by hand.", no_args_is_help=True)
+
+
+@breaker_app.command("reset")
+def breaker_reset(
+    ctx: typer.Context, domain: Annotated[str, typer.Argument(help="host[:port]")]
+) -> None:
+    """Close a domain's breaker (a retired domain is un-retired)."""
+    _domain_arg(domain)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_reset(domain)
+    typer.echo(f"{domain}: {state}")
+
+
+@breaker_app.command("trip")
+def breaker_trip(
+    ctx: typer.Context,
+    domain: Annotated[str, typer.Argument(help="host[:port]")],
+    cooldown: Annotated[
+        float | None,
+        typer.Option(parser=_SECONDS, help="Seconds open (default: the next cooldown)."),
+    ] = None,
+) -> None:
+    """Open a domain's breaker now: its jobs wait, nothing is fetched from it."""
+    _domain_arg(domain)
+    q = Context(_settings(ctx)).queue()
+    with _unknown_domain_hint(q):
+        state = q.breaker_trip(domain, cooldown=cooldown)
+    typer.echo(f"{domain}: {state}")
+
+
+def domains(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
+    sort: Annotated[str, typer.Option(metavar="KEY", help=_SORT_HELP)] = "name",
+    limit: Annotated[int | None, typer.Option(parser=_COUNT, metavar="N", help=_LIMIT_HELP)] = None,
+) -> None:
+    """Every domain's politeness (delay, concurrency) and counts.
+
+    Examples:
+      scrapeq domains --sort ready --limit 10
+      scrapeq domains --state retired --json
+    """
+    _check_listing(state, sort)
+    infos = _existing_queue(ctx).domains_info()
+    rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
+    if as_json:
+        _emit_json([_domain_json(d) for d in rows])
+        return
+    _console().print(render.domains_table(rows, total=len(infos)))
+
+
+def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "enqueued")
+    out = {k: info[k] for k in keys}
+    out["window_failures"] = info["window_failures"]
+    out["window_calls"] = info["window_calls"]
+    out["delay"] = info["delay_ms"] / 1000
+    out["delay_ms"] = int(info["delay_ms"])
+    out["concurrency"] = info["concurrency"]
+    out["adaptive"] = info["adaptive"]
+    limit = info["limit"]
+    out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
+    out.update(learned_timing(info))
+    return out
+
+
+domain_app = typer.Typer(help="Per-domain politeness overrides.", no_args_is_help=True)
+
+
+@domain_app.command("set")
+def domain_set(
+    ctx: typer.Context,
+    domain: Annotated[str, typer.Argument(help="host[:port]")],
+    delay: Annotated[
+        float | None, typer.Option(parser=_SECONDS, help="Minimum seconds between request starts.")
+    ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            parser=concurrency_option,
+            help="Jobs in flight at once: a number, or auto (learned).",
+        ),
+    ] = None,
+) -> None:
+    """Set a domain's politeness overrides.
+
+    Examples:
+      scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
+      scrapeq domain set shop-43.example.com --concurrency auto
+    """
+    _domain_arg(domain)
+    if delay is None and concurrency is None:
+        _die("give --delay and/or --concurrency", 2)
+    q = Context(_settings(ctx)).queue()
+    conc = int(concurrency) if concurrency not in (None, "auto") else concurrency
+    got = q.domain_set(domain, delay=delay, concurrency=conc)
+    limit = f"auto (now {got['concurrency']})" if got["adaptive"] else str(got["concurrency"])
+    typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {limit}")
