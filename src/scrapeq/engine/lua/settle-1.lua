@@ -128,7 +128,7 @@ local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}}
 
 local function flush_items()
   if #DONE.leased > 0 then
-    call_many('HDEL', K_LEASED, DONE.leased)
+    call_many('HDEL', K.LEASED, DONE.leased)
     DONE.leased = {}
   end
   if #DONE.keys > 0 then
@@ -137,12 +137,12 @@ local function flush_items()
   end
   if #DONE.fps > 0 then
     -- Settling only ever deletes fingerprints, each when still its own job's: order-free.
-    local held = call_many('HMGET', K_UNIQUE, DONE.fps)
+    local held = call_many('HMGET', K.UNIQUE, DONE.fps)
     local drop = {}
     for i, fp in ipairs(DONE.fps) do
       if held[i] == DONE.fp_ids[i] then drop[#drop + 1] = fp end
     end
-    if #drop > 0 then call_many('HDEL', K_UNIQUE, drop) end
+    if #drop > 0 then call_many('HDEL', K.UNIQUE, drop) end
     DONE.fps, DONE.fp_ids = {}, {}
   end
   for d, n in pairs(INFLIGHT_LEFT) do
@@ -173,8 +173,8 @@ local function settle_done(job, it)
     release_unique(job)
   end
   bump(k_dom(job.domain), 'done')
-  bump(K_STATS, 'done')
-  bump(K_STATS, 'done:' .. job.lane)
+  bump(K.STATS, 'done')
+  bump(K.STATS, 'done:' .. job.lane)
   return 'done'
 end
 
@@ -247,7 +247,7 @@ local function settle_one(i, it)
   end
   if not job or job.token ~= it.token then return 'stale' end
   -- not in flight (reaped, or settled already): the ZREM changed nothing
-  if redis.call('ZREM', K_INFLIGHT, id) == 0 then return 'stale' end
+  if redis.call('ZREM', K.INFLIGHT, id) == 0 then return 'stale' end
   PRE.gone[id] = true
   DONE.leased[#DONE.leased + 1] = id
   local d = job.domain
