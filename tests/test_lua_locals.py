@@ -16,7 +16,7 @@ pytestmark = pytest.mark.backends
 
 LUA_MAX_LOCALS = 200
 #: The most top-level locals an expanded script may use: room for the next includes.
-BUDGET = 180
+BUDGET = 170
 
 
 def _compiles(client: redis.Redis, source: str, pad: int) -> bool:
