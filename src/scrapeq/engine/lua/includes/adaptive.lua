@@ -30,22 +30,23 @@ local function adaptive_write(dk, state)
 end
 
 -- The breaker input of settle item `it` for domain d, after its outcome adjusted the
--- domain's rate: it.df, or nil when an overload is excused (then `it` becomes a throttle).
+-- domain's rate: it.domain_failed, or nil when an overload is excused (then `it` becomes a
+-- throttle).
 local function adaptive_outcome(d, job, it)
-  local lat = tonumber(it.lat)
-  if not lat then return it.df end
+  local lat = tonumber(it.latency)
+  if not lat then return it.domain_failed end
   local dk = k_dom(d)
   local state = adaptive_read(dk)
-  if not state then return it.df end
-  local df = it.df
+  if not state then return it.domain_failed end
+  local df = it.domain_failed
   if df == cjson.null then df = nil end
-  local new, excused = adaptive_step(state, {now = NOW, lat = lat, overload = it.ov == true,
-    outcome = it.o, failed = df, claimed = tonumber(job.claimed), min = CFG.conc_min,
-    max = CFG.conc_max})
+  local new, excused = adaptive_step(state, {now = NOW, lat = lat,
+    overload = it.overload == true, outcome = it.outcome, failed = df,
+    claimed = tonumber(job.claimed), min = CFG.conc_min, max = CFG.conc_max})
   if new then adaptive_write(dk, new) end
   if not excused then return df end
-  if it.o == 'retry' then
-    it.o = 'throttle'
+  if it.outcome == 'retry' then
+    it.outcome = 'throttle'
     it.delay = 0
   end
   return nil
