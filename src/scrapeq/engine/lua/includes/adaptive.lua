@@ -6,12 +6,18 @@
 ]]
 --@include adaptive_rule
 
+-- The fields adaptive_read asks for (the domain's override, its in-flight count, then the
+-- state's), and the argument list adaptive_write fills (field names in place): built once.
+local ADAPTIVE_IO = {read = {'conc', 'inflight'}, write = {}}
+for i, f in ipairs(ADAPTIVE_FIELDS) do
+  ADAPTIVE_IO.read[i + 2] = f[2]
+  ADAPTIVE_IO.write[2 * i - 1] = f[2]
+end
+
 -- The adaptive state of domain key dk (nil: not adaptive), with its limit at the queue's
 -- start when none was learned yet.
 local function adaptive_read(dk)
-  local names = {'conc', 'inflight'}
-  for i, f in ipairs(ADAPTIVE_FIELDS) do names[i + 2] = f[2] end
-  local got = redis.call('HMGET', dk, unpack(names))
+  local got = redis.call('HMGET', dk, unpack(ADAPTIVE_IO.read))
   if not adaptive_on(got[1]) then return nil end
   local state = {inflight = tonumber(got[2])}
   for i, f in ipairs(ADAPTIVE_FIELDS) do state[f[1]] = tonumber(got[i + 2]) end
@@ -20,11 +26,10 @@ local function adaptive_read(dk)
 end
 
 local function adaptive_write(dk, state)
-  local args = {}
-  for _, f in ipairs(ADAPTIVE_FIELDS) do
+  local args = ADAPTIVE_IO.write
+  for i, f in ipairs(ADAPTIVE_FIELDS) do
     local v = state[f[1]]
-    args[#args + 1] = f[2]
-    args[#args + 1] = v == nil and '' or v
+    args[2 * i] = v == nil and '' or v
   end
   redis.call('HSET', dk, unpack(args))
 end

@@ -57,184 +57,210 @@
   answers gets no excuse: it trips exactly as before.
 ]]
 
--- The rule's constants, one table (one local of the script's 200).
-local A = {GOOD = 1.5, BAD = 2.0, SLACK = 10, EWMA = 0.2, LONG = 0.02, DRIFT = 0.01,
-  CUT = 0.5, LAT_CUT = 0.75, IVL_START = 100, IVL_UP = 1.5, IVL_DOWN = 0.998,
-  IVL_NEAR = 1.2, IVL_BACK = 0.1, IVL_KEEP = 1.0, FLOOR_MS = 4000, RECENT_MS = 15000,
-  RAMP_MS = 25, PROBE_N = 1000, RATE_MS = 500}
-
 -- The state's fields in the domain's hash, in the order they are written.
 local ADAPTIVE_FIELDS = {{'limit', 'alim'}, {'interval', 'aivl'}, {'base', 'abase'},
   {'avg', 'alat'}, {'cut_at', 'acut'}, {'ok_at', 'aok'}, {'sec', 'asb'}, {'sec_n', 'asn'},
   {'prev_n', 'asp'}, {'threshold', 'ath'}, {'refused', 'abad'}, {'cap', 'acap'},
   {'count', 'acnt'}, {'streak_at', 'asa'}, {'long_avg', 'alt'}}
 
--- The latency average, baseline and long average after an answer of `lat` ms (`fresh`:
--- claimed after the last decrease took effect; `alone`: and at a limit of one, nothing else
--- in flight). The average leaves out answers of requests claimed before the last decrease:
--- they queued behind a load we have left. Until the site first refused (lt unset), the
--- baseline is the average's decaying minimum (DRIFT an answer: the minimum of a noisy
--- average sinks far below the site's usual latency); from then on, the long average's
--- minimum: no longer rising on its own, since past the site's capacity the latency we see
--- is our own queue, and a baseline that followed it let the limit grow to the refusals.
-local function adaptive_latency(lat, avg, base, lt, fresh, alone)
-  if fresh or not avg then avg = avg and (avg + (lat - avg) * A.EWMA) or lat end
-  if lt then lt = lt + (lat - lt) * A.LONG end
-  if not base then
-    base = avg
-  elseif lt then
-    base = math.min(base, lt)
-  else
-    base = math.min(avg, base * (1 + A.DRIFT))
-  end
-  if alone then
-    -- a request alone in flight at a limit of one, claimed at it, queued behind none of
-    -- ours: what it takes is the no-load latency, so the baseline is no further below it
-    -- than GOOD allows (a site whose latency varies widely got a baseline from a fast first
-    -- answer or a dip of the average, and was held at one request for as long as the drift
-    -- took to catch up: 30 s for a 400 ms shop in the incident's fleet). Its own latency
-    -- when lower than the average: the average may still hold answers that queued.
-    base = math.max(base, math.min(avg, lat) / A.GOOD)
-    lt = lt and math.max(lt, base)
-  end
-  return avg, base, lt
-end
+-- The rule is built in a closure: its constants, its helpers and the state of the step
+-- being computed are locals of the closure (its helpers share them as upvalues, as fast as
+-- locals), not of the script, whose top level Lua 5.1 allows 200. adaptive_step sets every
+-- one of them from its arguments before it runs, so no call sees another's.
+local adaptive_step = (function()
+  local GOOD, BAD, SLACK = 1.5, 2.0, 10
+  local EWMA, LONG, DRIFT = 0.2, 0.02, 0.01
+  local CUT, LAT_CUT = 0.5, 0.75
+  local IVL_START, IVL_UP, IVL_DOWN = 100, 1.5, 0.998
+  local IVL_NEAR, IVL_BACK, IVL_KEEP = 1.2, 0.1, 1.0
+  local FLOOR_MS, RECENT_MS, RAMP_MS, PROBE_N, RATE_MS = 4000, 15000, 25, 1000, 500
 
--- An overload signal of a request claimed after the last decrease (a new window): cut the
--- rate. `s` is the new state (changed in place), `x` the sample.
-local function adaptive_overload_cut(s, x, sp_rate)
-  local lo, lat = x.min, x.lat
-  -- a refusal answered as fast as a page (a rate limiter at the door, or a site past its
-  -- queue): straight to the minimum, slow start back up to half the limit; slow answers,
-  -- timeouts, resets: halve the limit
-  local quick = s.base and lat <= s.base * A.GOOD + A.SLACK
-  s.threshold = math.max(lo, s.limit * A.CUT)
-  -- the ceiling: the limit refused, less one, until PROBE_N answers pass without a cut
-  if s.limit > lo then s.cap = math.max(lo, math.floor(s.limit) - 1) end
-  if s.limit > lo and not quick then
-    s.limit = s.threshold
-  elseif s.limit > lo then
-    -- the starts were at most (latency / limit) apart: space them from now on
-    s.refused = (s.avg or lat) / s.limit
-    s.limit = lo
-    s.interval = sp_rate > 0 and A.IVL_UP * 1000 / sp_rate or A.IVL_START
-  else
-    -- at the minimum limit: space the starts IVL_UP x wider than now, and no closer than
-    -- IVL_UP x the ms a request the site let through lately (its rate limit, when it has
-    -- one); the interval refused is no shorter than that rate, nor than the one refused
-    -- before (a bucket refilled in a slow spell lets the interval shrink past the rate
-    -- before the next refusal). The starts are at least one latency apart at one request
-    -- in flight.
-    local spacing = math.max(s.interval, (s.avg or lat) / s.limit)
+  -- the state (ADAPTIVE_FIELDS' names) and the sample (x: now, lat, lo = min, hi = max)
+  local limit, interval, base, avg, cut_at, ok_at, sec, sec_n, prev_n
+  local threshold, refused, cap, count, streak_at, long_avg, inflight
+  local now, lat, lo, hi
+
+  -- The latency average, baseline and long average after an answer of `lat` ms (`fresh`:
+  -- claimed after the last decrease took effect; `alone`: and at a limit of one, nothing
+  -- else in flight). The average leaves out answers of requests claimed before the last
+  -- decrease: they queued behind a load we have left. Until the site first refused
+  -- (long_avg unset), the baseline is the average's decaying minimum (DRIFT an answer: the
+  -- minimum of a noisy average sinks far below the site's usual latency); from then on, the
+  -- long average's minimum: no longer rising on its own, since past the site's capacity the
+  -- latency we see is our own queue, and a baseline that followed it let the limit grow to
+  -- the refusals.
+  local function learn_latency(fresh, alone)
+    if fresh or not avg then avg = avg and (avg + (lat - avg) * EWMA) or lat end
+    if long_avg then long_avg = long_avg + (lat - long_avg) * LONG end
+    if not base then
+      base = avg
+    elseif long_avg then
+      base = math.min(base, long_avg)
+    else
+      base = math.min(avg, base * (1 + DRIFT))
+    end
+    if alone then
+      -- a request alone in flight at a limit of one, claimed at it, queued behind none of
+      -- ours: what it takes is the no-load latency, so the baseline is no further below it
+      -- than GOOD allows (a site whose latency varies widely got a baseline from a fast
+      -- first answer or a dip of the average, and was held at one request for as long as
+      -- the drift took to catch up: 30 s for a 400 ms shop in the incident's fleet). Its own
+      -- latency when lower than the average: the average may still hold answers that queued.
+      base = math.max(base, math.min(avg, lat) / GOOD)
+      long_avg = long_avg and math.max(long_avg, base)
+    end
+  end
+
+  -- At the minimum limit: space the starts IVL_UP x wider than now, and no closer than
+  -- IVL_UP x the ms a request the site let through lately (its rate limit, when it has
+  -- one); the interval refused is no shorter than that rate, nor than the one refused
+  -- before (a bucket refilled in a slow spell lets the interval shrink past the rate before
+  -- the next refusal). The starts are at least one latency apart at one request in flight.
+  local function widen_interval(sp_rate)
+    local spacing = math.max(interval, (avg or lat) / limit)
     -- ms a request the site let through since the last cut or the streak's start: a token
     -- bucket empty at both refusals let through exactly its rate in between; with less
     -- than RATE_MS of that, the last whole second's (when the streak covered it)
-    local since = x.now - math.max(s.cut_at or 0, s.streak_at or 0)
-    local per = (since >= A.RATE_MS and s.count >= 2) and since / s.count
+    local since = now - math.max(cut_at or 0, streak_at or 0)
+    local per = (since >= RATE_MS and count >= 2) and since / count
       or (sp_rate > 0 and 1000 / sp_rate or 0)
-    s.refused = math.max(spacing, 1, per, (s.refused or 0) * A.IVL_KEEP)
-    local served = per > 0 and A.IVL_UP * per or A.IVL_START
-    s.interval = math.min(math.max(spacing * A.IVL_UP, served), A.FLOOR_MS)
+    refused = math.max(spacing, 1, per, (refused or 0) * IVL_KEEP)
+    local served = per > 0 and IVL_UP * per or IVL_START
+    interval = math.min(math.max(spacing * IVL_UP, served), FLOOR_MS)
   end
-  if s.base and not s.long_avg then
-    -- the site refused: the baseline stops drifting (see adaptive_latency), from at least
-    -- the average / GOOD (a fast first answer could have left it far below)
-    s.base = math.max(s.base, s.avg / A.GOOD)
-    s.long_avg = s.base
-  end
-  s.cut_at, s.count = x.now, 0
-end
 
--- An overload signal: cut the rate (a new window) or lower the ceiling. Whether it is
--- excused: the domain answered lately and its rate is not near the floor.
-local function adaptive_overload(s, x, fresh, sp_rate)
-  local at_floor = s.limit <= x.min and s.interval * A.IVL_UP >= A.FLOOR_MS  -- or one step off
-  if fresh then
-    adaptive_overload_cut(s, x, sp_rate)
-  elseif s.cap then
-    -- each request of the window refused after the first: the site held one fewer (slow
-    -- start's overshoot cut at 20 when the site refuses past 16 leaves 19 - 3 = 16)
-    s.cap = math.max(x.min, s.cap - 1)
-  end
-  return s.ok_at > 0 and x.now - s.ok_at < A.RECENT_MS and not at_floor
-end
-
--- Good answers at a limit in use: slow start (+1 an answer) up to the threshold of the last
--- decrease, then +1/limit, scaled down for a site answering faster than RAMP_MS (a fast
--- answer says nothing of capacity: a limiter's first refusal costs about as many requests
--- as the limit its burst let it reach); only while the limit is in use (in slow start, half
--- of it: TCP's rule, as a settle batch answers many requests against one in-flight count),
--- and no further than the ceiling
-local function adaptive_grow(s, x)
-  local slow = not s.threshold or s.limit < s.threshold
-  local used = s.inflight or 0
-  if used >= math.floor(s.limit) or (slow and 2 * used >= s.limit) then
-    -- past the threshold the step shrinks as the average nears the bound: noise dips under
-    -- it crept the limit up to where the average stays past BAD
-    local good = s.base * A.GOOD + A.SLACK
-    local step = slow and 1 or math.min(1, (good - s.avg) / (good - s.base)) / s.limit
-    local grown = math.min(x.max, s.limit + step * math.min(1, (s.avg / A.RAMP_MS) ^ 2))
-    s.limit = s.cap and math.min(grown, math.max(s.cap, s.limit)) or grown
-  end
-end
-
--- An answer (done, or a failure not charged to the domain): learn its latency, then cut,
--- shorten the interval or grow.
-local function adaptive_answer(s, x, fresh)
-  local alone = fresh and math.floor(s.limit) <= 1 and (s.inflight or 0) <= 1
-  s.avg, s.base, s.long_avg = adaptive_latency(x.lat, s.avg, s.base, s.long_avg, fresh, alone)
-  if x.now - s.ok_at > math.max(1000, 2 * s.interval) then  -- answering again after a silence
-    s.streak_at, s.count = x.now, 0
-  end
-  s.ok_at = x.now
-  s.sec_n = s.sec_n + 1
-  s.count = s.count + 1
-  if s.cap and s.count >= A.PROBE_N then s.cap = nil end  -- long without a cut: probe past it
-  if s.avg > s.base * A.BAD + A.SLACK then
-    if fresh and s.limit > x.min then
-      s.limit = math.max(x.min, s.limit * A.LAT_CUT)
-      s.cut_at, s.count = x.now, 0
-    end
-  elseif s.avg <= s.base * A.GOOD + A.SLACK then
-    if s.interval > 0 then
-      -- back quickly towards the interval that was refused last, then probe past it slowly
-      local target = (s.refused or 0) * A.IVL_NEAR
-      if s.interval > target then
-        s.interval = math.max(s.interval - (s.interval - target) * A.IVL_BACK, target)
-      else
-        s.interval = s.interval * A.IVL_DOWN
-      end
-      if s.interval < s.avg then s.interval = 0 end
+  -- An overload signal of a request claimed after the last decrease (a new window): cut.
+  local function overload_cut(sp_rate)
+    -- a refusal answered as fast as a page (a rate limiter at the door, or a site past its
+    -- queue): straight to the minimum, slow start back up to half the limit; slow answers,
+    -- timeouts, resets: halve the limit
+    local quick = base and lat <= base * GOOD + SLACK
+    threshold = math.max(lo, limit * CUT)
+    -- the ceiling: the limit refused, less one, until PROBE_N answers pass without a cut
+    if limit > lo then cap = math.max(lo, math.floor(limit) - 1) end
+    if limit > lo and not quick then
+      limit = threshold
+    elseif limit > lo then
+      -- the starts were at most (latency / limit) apart: space them from now on
+      refused = (avg or lat) / limit
+      limit = lo
+      interval = sp_rate > 0 and IVL_UP * 1000 / sp_rate or IVL_START
     else
-      adaptive_grow(s, x)
+      widen_interval(sp_rate)
+    end
+    if base and not long_avg then
+      -- the site refused: the baseline stops drifting (see learn_latency), from at least
+      -- the average / GOOD (a fast first answer could have left it far below)
+      base = math.max(base, avg / GOOD)
+      long_avg = base
+    end
+    cut_at, count = now, 0
+  end
+
+  -- An overload signal: cut the rate (a new window) or lower the ceiling. Whether it is
+  -- excused: the domain answered lately and its rate is not near the floor.
+  local function overload(fresh, sp_rate)
+    local at_floor = limit <= lo and interval * IVL_UP >= FLOOR_MS  -- at it, or one step off
+    if fresh then
+      overload_cut(sp_rate)
+    elseif cap then
+      -- each request of the window refused after the first: the site held one fewer (slow
+      -- start's overshoot cut at 20 when the site refuses past 16 leaves 19 - 3 = 16)
+      cap = math.max(lo, cap - 1)
+    end
+    return ok_at > 0 and now - ok_at < RECENT_MS and not at_floor
+  end
+
+  -- Good answers at a limit in use: slow start (+1 an answer) up to the threshold of the
+  -- last decrease, then +1/limit, scaled down for a site answering faster than RAMP_MS (a
+  -- fast answer says nothing of capacity: a limiter's first refusal costs about as many
+  -- requests as the limit its burst let it reach); only while the limit is in use (in slow
+  -- start, half of it: TCP's rule, as a settle batch answers many requests against one
+  -- in-flight count), and no further than the ceiling
+  local function grow()
+    local slow = not threshold or limit < threshold
+    local used = inflight or 0
+    if used >= math.floor(limit) or (slow and 2 * used >= limit) then
+      -- past the threshold the step shrinks as the average nears the bound: noise dips
+      -- under it crept the limit up to where the average stays past BAD
+      local good = base * GOOD + SLACK
+      local step = slow and 1 or math.min(1, (good - avg) / (good - base)) / limit
+      local grown = math.min(hi, limit + step * math.min(1, (avg / RAMP_MS) ^ 2))
+      limit = cap and math.min(grown, math.max(cap, limit)) or grown
     end
   end
-end
 
--- One settled attempt's effect on a domain's rate: the new state (nil: unchanged) and
--- whether an overload signal is excused. `state` is not changed.
-local function adaptive_step(state, x)
-  if not x.overload and x.outcome ~= 'done' and x.failed == true then return nil, false end
-  local s = {}
-  for k, v in pairs(state) do s[k] = v end
-  s.limit = math.min(math.max(s.limit, x.min), x.max)
-  s.interval, s.ok_at, s.count = s.interval or 0, s.ok_at or 0, s.count or 0
-  s.sec, s.sec_n, s.prev_n = s.sec or 0, s.sec_n or 0, s.prev_n or 0
-  -- claimed after the last decrease took effect (one interval after it): a new window
-  local fresh = (x.claimed or 0) >= (s.cut_at or 0) + s.interval
-  -- answers per second: this second's (sec_n) and the one before's (prev_n)
-  local sec = math.floor(x.now / 1000)
-  if s.sec ~= sec then
-    s.prev_n = (s.sec == sec - 1) and s.sec_n or 0
-    s.sec_n, s.sec = 0, sec
+  -- Good answers with an interval: back quickly towards the interval refused last, then
+  -- probe past it slowly; under the average latency it is dropped.
+  local function shorten_interval()
+    local target = (refused or 0) * IVL_NEAR
+    if interval > target then
+      interval = math.max(interval - (interval - target) * IVL_BACK, target)
+    else
+      interval = interval * IVL_DOWN
+    end
+    if interval < avg then interval = 0 end
   end
-  if not x.overload then
-    adaptive_answer(s, x, fresh)
-    return s, false
+
+  -- An answer (done, or a failure not charged to the domain): learn its latency, then cut,
+  -- shorten the interval or grow.
+  local function answer(fresh)
+    learn_latency(fresh, fresh and math.floor(limit) <= 1 and (inflight or 0) <= 1)
+    if now - ok_at > math.max(1000, 2 * interval) then  -- answering again after a silence
+      streak_at, count = now, 0
+    end
+    ok_at = now
+    sec_n = sec_n + 1
+    count = count + 1
+    if cap and count >= PROBE_N then cap = nil end  -- long without a cut: probe past it
+    if avg > base * BAD + SLACK then
+      if fresh and limit > lo then
+        limit = math.max(lo, limit * LAT_CUT)
+        cut_at, count = now, 0
+      end
+    elseif avg <= base * GOOD + SLACK then
+      if interval > 0 then shorten_interval() else grow() end
+    end
   end
-  -- the answers of the last whole second tell the site's rate only when the domain was
-  -- answering all through it (not when its first answers fell in the end of that second)
-  local sp_rate = (s.prev_n >= 2 and s.streak_at and s.streak_at <= (sec - 1) * 1000)
-    and s.prev_n or 0
-  return s, adaptive_overload(s, x, fresh, sp_rate)
-end
+
+  local function load_state(s, x)
+    now, lat, lo, hi = x.now, x.lat, x.min, x.max
+    limit, interval = math.min(math.max(s.limit, lo), hi), s.interval or 0
+    base, avg, cut_at, ok_at = s.base, s.avg, s.cut_at, s.ok_at or 0
+    sec, sec_n, prev_n = s.sec or 0, s.sec_n or 0, s.prev_n or 0
+    threshold, refused, cap, count = s.threshold, s.refused, s.cap, s.count or 0
+    streak_at, long_avg, inflight = s.streak_at, s.long_avg, s.inflight
+  end
+
+  local function new_state()
+    return {limit = limit, interval = interval, base = base, avg = avg, cut_at = cut_at,
+      ok_at = ok_at, sec = sec, sec_n = sec_n, prev_n = prev_n, threshold = threshold,
+      refused = refused, cap = cap, count = count, streak_at = streak_at,
+      long_avg = long_avg, inflight = inflight}
+  end
+
+  -- One settled attempt's effect on a domain's rate: the new state (nil: unchanged) and
+  -- whether an overload signal is excused. `state` is not changed.
+  return function(state, x)
+    if not x.overload and x.outcome ~= 'done' and x.failed == true then return nil, false end
+    load_state(state, x)
+    -- claimed after the last decrease took effect (one interval after it): a new window
+    local fresh = (x.claimed or 0) >= (cut_at or 0) + interval
+    -- answers per second: this second's (sec_n) and the one before's (prev_n)
+    local this_sec = math.floor(now / 1000)
+    if sec ~= this_sec then
+      prev_n = (sec == this_sec - 1) and sec_n or 0
+      sec_n, sec = 0, this_sec
+    end
+    if not x.overload then
+      answer(fresh)
+      return new_state(), false
+    end
+    -- the answers of the last whole second tell the site's rate only when the domain was
+    -- answering all through it (not when its first answers fell in the end of that second)
+    local sp_rate = (prev_n >= 2 and streak_at and streak_at <= (this_sec - 1) * 1000)
+      and prev_n or 0
+    local excused = overload(fresh, sp_rate)
+    return new_state(), excused
+  end
+end)()
