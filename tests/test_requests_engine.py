@@ -18,7 +18,7 @@ from scrapeq.engine.urls import fingerprint, fingerprint64
 
 MakeQueue = Callable[..., Queue]
 URL = "https://api.example.com/search?q=1"
-COMMON_LUA = Path(job_module.__file__).parent / "lua" / "includes" / "common.lua"
+CODEC_LUA = Path(job_module.__file__).parent / "lua" / "includes" / "codec.lua"
 
 
 def _stored(redis_client: redis.Redis, q: Queue, job_id: str) -> dict[str, object]:
@@ -28,8 +28,8 @@ def _stored(redis_client: redis.Redis, q: Queue, job_id: str) -> dict[str, objec
 
 
 def test_python_and_lua_agree_on_the_compact_names() -> None:
-    """lua/includes/common.lua's SHORT and engine/job.py's _LONG are one table."""
-    lua = COMMON_LUA.read_text()
+    """lua/includes/codec.lua's SHORT and engine/job.py's _LONG are one table."""
+    lua = CODEC_LUA.read_text()
     body = re.search(r"local SHORT = \{(.*?)\}", lua, re.S)
     assert body is not None
     short = dict(re.findall(r"(\w+) = '(\w+)'", body.group(1)))

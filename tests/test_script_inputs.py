@@ -377,26 +377,36 @@ CASES: dict[str, Cases] = {
                     {
                         "seed": 1,
                         "items": [
-                            w.lease(o="done"),
-                            w.lease(1, o="retry", delay=NAN_MARK),
+                            w.lease(outcome="done"),
+                            w.lease(1, outcome="retry", delay=NAN_MARK),
                         ],
                     }
                 ),
             ),
             (
                 "a bad outcome after a good item",
-                lambda w: {"items": [w.lease(o="done"), w.lease(1, o="bogus")]},
+                lambda w: {"items": [w.lease(outcome="done"), w.lease(1, outcome="bogus")]},
             ),
             (
                 "a Retry-After past 100 years",
-                lambda w: {"items": [w.lease(o="throttle", ra=1e20)]},
+                lambda w: {"items": [w.lease(outcome="throttle", retry_after=1e20)]},
+            ),
+            (
+                "a final URL with a bad seen-set argument after a good item",
+                lambda w: {
+                    "items": [
+                        w.lease(outcome="done"),
+                        w.lease(1, outcome="done", final_seen={"b": 1, "f": "12x"}),
+                    ]
+                },
             ),
             (
                 "a follow-up with a bad spec",
                 lambda w: {
                     "items": [
                         w.lease(
-                            o="done", f=[w.spec("/f", parent=w.inflight[0][0], depth=1, delay=-5)]
+                            outcome="done",
+                            follow=[w.spec("/f", parent=w.inflight[0][0], depth=1, delay=-5)],
                         )
                     ]
                 },
@@ -558,7 +568,7 @@ def test_the_lua_bounds_are_the_python_ones() -> None:
 
 
 def test_a_refusal_maps_to_the_librarys_errors(world: World) -> None:
-    with pytest.raises(ScriptError, match=r"^settle refused its arguments: items\[0\]\.o: "):
+    with pytest.raises(ScriptError, match=r"^settle refused its arguments: items\[0\]\.outcome: "):
         world.q.settle_many([Settlement(*world.inflight[0], "bogus")])
     error = scripts.map_error("SQ_BAD_CONFIG keep_done_ms: expected ...", "settle")
     assert isinstance(error, ConfigError)
@@ -572,11 +582,16 @@ def test_a_refusal_maps_to_the_librarys_errors(world: World) -> None:
             "settle",
             lambda w: {
                 "items": [
-                    {"id": "a1", "token": 1, "o": "done"},
-                    {"id": "a2", "token": 1, "o": "done", "f": [w.spec(), w.spec(lane=3)]},
+                    {"id": "a1", "token": 1, "outcome": "done"},
+                    {
+                        "id": "a2",
+                        "token": 1,
+                        "outcome": "done",
+                        "follow": [w.spec(), w.spec(lane=3)],
+                    },
                 ]
             },
-            "SQ_BAD_ARG items[1].f[1].lane: expected a non-empty string, got 3",
+            "SQ_BAD_ARG items[1].follow[1].lane: expected a non-empty string, got 3",
         ),
         (
             "enqueue",

@@ -90,12 +90,12 @@ def test_transient_refusals_map_to_redis_unavailable() -> None:
 def test_call_arguments_are_compact_json_and_what_orjson_refuses_still_encodes() -> None:
     call = scripts.settle([scripts.Settlement("j1", 7, "done", domain_failed=False)])
     args = json.loads(call.args)
-    assert args["items"] == [{"id": "j1", "token": 7, "o": "done", "df": False}]
+    assert args["items"] == [{"id": "j1", "token": 7, "outcome": "done", "domain_failed": False}]
     assert " " not in call.args  # compact: it is sent with every call
     # a lone surrogate (orjson refuses it) becomes "?" instead of failing the whole batch
     bad = b"\xff".decode("utf-8", "surrogateescape")
     odd = scripts.settle([scripts.Settlement("j2", 1, "retry", kind="x", message=f"a{bad}b")])
-    assert json.loads(odd.args)["items"][0]["msg"] == "a?b"
+    assert json.loads(odd.args)["items"][0]["message"] == "a?b"
     # an integer over 64 bits (orjson refuses it) is written by json, exactly
     big = scripts._call("status", str, n=2**70)
     assert json.loads(big.args) == {"n": 2**70}

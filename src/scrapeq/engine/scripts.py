@@ -25,6 +25,7 @@ import orjson
 
 from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
+from scrapeq.engine.wire import SETTLE_ITEM
 from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
 
 __all__ = [
@@ -481,27 +482,25 @@ class Settlement:
     final: EnqueueSpec | None = None
 
     def as_arg(self) -> dict[str, Any]:
-        arg: dict[str, Any] = {"id": self.job_id, "token": self.token, "o": self.outcome}
-        if self.domain_failed is not None:
-            arg["df"] = self.domain_failed
-        if self.delay_ms:
-            arg["delay"] = self.delay_ms
-        if self.retry_after_ms:
-            arg["ra"] = self.retry_after_ms
-        for key, value in (("kind", self.kind), ("msg", self.message), ("reason", self.reason)):
-            if value is not None:
-                arg[key] = value
-        if self.shutdown:
-            arg["sd"] = True
-        if self.follow:
-            arg["f"] = [spec.as_arg() for spec in self.follow]
-        if self.final is not None and self.final.seen is not None:
-            arg["fin"] = self.final.seen
-        if self.latency_ms is not None:
-            arg["lat"] = self.latency_ms
-            if self.overload:
-                arg["ov"] = True
-        return arg
+        """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
+        at its default left out."""
+        fields: dict[str, Any] = {
+            "job_id": self.job_id,
+            "token": self.token,
+            "outcome": self.outcome,
+            "domain_failed": self.domain_failed,
+            "delay_ms": self.delay_ms or None,
+            "retry_after_ms": self.retry_after_ms or None,
+            "kind": self.kind,
+            "message": self.message,
+            "reason": self.reason,
+            "shutdown": self.shutdown or None,
+            "follow": [spec.as_arg() for spec in self.follow] or None,
+            "final": self.final.seen if self.final is not None else None,
+            "latency_ms": self.latency_ms,
+            "overload": (self.overload and self.latency_ms is not None) or None,
+        }
+        return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 
 
 def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[str]]:

@@ -99,9 +99,9 @@ local function leases_of(d)
   if not LEASES then
     LEASES = {}
     local recorded = {}
-    local flat = redis.call('HGETALL', K_LEASED)
+    local flat = redis.call('HGETALL', K.LEASED)
     for i = 1, #flat, 2 do recorded[flat[i]] = flat[i + 1] end
-    for _, id in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
+    for _, id in ipairs(redis.call('ZRANGE', K.INFLIGHT, 0, -1)) do
       local dom = recorded[id]
       if not dom then
         local job = load_job(id)
@@ -117,22 +117,22 @@ end
 -- 'delayed' (in that order: the most advanced first).
 local function places_of(job)
   local out = {}
-  if redis.call('ZSCORE', K_INFLIGHT, job.id) then out[#out + 1] = 'inflight' end
-  if redis.call('ZSCORE', K_DEAD, job.id) then out[#out + 1] = 'dead' end
+  if redis.call('ZSCORE', K.INFLIGHT, job.id) then out[#out + 1] = 'inflight' end
+  if redis.call('ZSCORE', K.DEAD, job.id) then out[#out + 1] = 'dead' end
   if redis.call('ZSCORE', k_dq(job.domain), job.id) then out[#out + 1] = 'ready' end
-  if redis.call('ZSCORE', K_DELAYED, job.id) then out[#out + 1] = 'delayed' end
+  if redis.call('ZSCORE', K.DELAYED, job.id) then out[#out + 1] = 'delayed' end
   return out
 end
 
 local function leave_place(job, place)
   if place == 'dead' then
-    redis.call('ZREM', K_DEAD, job.id)
+    redis.call('ZREM', K.DEAD, job.id)
     redis.call('ZREM', k_ddead(job.domain), job.id)
   elseif place == 'ready' then
     redis.call('ZREM', k_dq(job.domain), job.id)
     lane_ready(job.lane, -1)
   elseif place == 'delayed' then
-    redis.call('ZREM', K_DELAYED, job.id)
+    redis.call('ZREM', K.DELAYED, job.id)
     left_delayed(job)
   end
 end
@@ -144,14 +144,14 @@ function CHECKS.corrupt_job(it)
   if job ~= false then return false end
   if not REPAIR then return true, false, 'stored text is not a valid job' end
   local place, domain = '', ''
-  if redis.call('ZREM', K_INFLIGHT, it.id) == 1 then
+  if redis.call('ZREM', K.INFLIGHT, it.id) == 1 then
     place = 'inflight'
-    domain = redis.call('HGET', K_LEASED, it.id) or ''
-    redis.call('HDEL', K_LEASED, it.id)
-  elseif redis.call('ZREM', K_DELAYED, it.id) == 1 then
+    domain = redis.call('HGET', K.LEASED, it.id) or ''
+    redis.call('HDEL', K.LEASED, it.id)
+  elseif redis.call('ZREM', K.DELAYED, it.id) == 1 then
     place = 'delayed'
-  elseif redis.call('ZSCORE', K_DEAD, it.id) then
-    redis.call('ZREM', K_DEAD, it.id)
+  elseif redis.call('ZSCORE', K.DEAD, it.id) then
+    redis.call('ZREM', K.DEAD, it.id)
   end
   local queued_in = it.d or salvage_fields(raw)
   if queued_in and redis.call('ZREM', k_dq(queued_in), it.id) == 1 then
@@ -188,7 +188,7 @@ function CHECKS.job_without_place(it)
   if job.done_at then return done_without_ttl(job) end
   if not REPAIR then return true, false, 'domain ' .. job.domain end
   if job.dead_reason then
-    redis.call('ZADD', K_DEAD, job.died or NOW, job.id)
+    redis.call('ZADD', K.DEAD, job.died or NOW, job.id)
     redis.call('ZADD', k_ddead(job.domain), job.died or NOW, job.id)
     return true, true, 'filed as a dead letter again'
   end
@@ -224,9 +224,9 @@ function CHECKS.wrong_domain_queue(it)
 end
 
 local PLACE_KEYS = {
-  delayed = function() return K_DELAYED end,
-  inflight = function() return K_INFLIGHT end,
-  dead = function() return K_DEAD end,
+  delayed = function() return K.DELAYED end,
+  inflight = function() return K.INFLIGHT end,
+  dead = function() return K.DEAD end,
   dq = function(it) return k_dq(it.d) end,
   ddead = function(it) return k_ddead(it.d) end,
 }
@@ -252,9 +252,9 @@ end
 -- `moves` (audit.py: _moves; a scan whose start and end differed sends no such check).
 local function still(moves)
   if type(moves) ~= 'table' then return false end
-  local m = redis.call('HMGET', K_META, 'seq', 'token')
+  local m = redis.call('HMGET', K.META, 'seq', 'token')
   if (m[1] or '') ~= moves['@seq'] or (m[2] or '') ~= moves['@token'] then return false end
-  local flat = redis.call('HGETALL', K_STATS)
+  local flat = redis.call('HGETALL', K.STATS)
   local n = 0
   for i = 1, #flat, 2 do
     if moves[flat[i]] ~= flat[i + 1] then return false end
@@ -268,25 +268,25 @@ end
 -- job moved since the scan (whose ready queues are read one by one).
 function CHECKS.lane_ready_count(it)
   local field = 'ready:' .. it.lane
-  local now = tonumber(redis.call('HGET', K_STATS, field)) or 0
+  local now = tonumber(redis.call('HGET', K.STATS, field)) or 0
   if now ~= tonumber(it.obs) or now == tonumber(it.exp) or not still(it.moves) then
     return false
   end
   local detail = 'counter ' .. now .. ', ready jobs ' .. it.exp
-  if REPAIR then redis.call('HSET', K_STATS, field, tonumber(it.exp)) end
+  if REPAIR then redis.call('HSET', K.STATS, field, tonumber(it.exp)) end
   return true, REPAIR, detail
 end
 
 function CHECKS.lease_domain(it)
-  local recorded = redis.call('HGET', K_LEASED, it.id)
-  local leased = redis.call('ZSCORE', K_INFLIGHT, it.id)
+  local recorded = redis.call('HGET', K.LEASED, it.id)
+  local leased = redis.call('ZSCORE', K.INFLIGHT, it.id)
   if recorded and not leased then
-    if REPAIR then redis.call('HDEL', K_LEASED, it.id) end
+    if REPAIR then redis.call('HDEL', K.LEASED, it.id) end
     return true, REPAIR, 'lease record without a lease'
   end
   local job = leased and load_job(it.id)
   if job and recorded ~= job.domain then
-    if REPAIR then redis.call('HSET', K_LEASED, it.id, job.domain) end
+    if REPAIR then redis.call('HSET', K.LEASED, it.id, job.domain) end
     return true, REPAIR, 'lease without its domain record'
   end
   return false
@@ -310,9 +310,9 @@ local DELAYED = nil
 local function delayed_counts()
   if DELAYED == nil then
     DELAYED = false
-    if redis.call('ZCARD', K_DELAYED) <= EXACT_DELAYED then
+    if redis.call('ZCARD', K.DELAYED) <= EXACT_DELAYED then
       DELAYED = {domain = {}, lane = {}}
-      for _, id in ipairs(redis.call('ZRANGE', K_DELAYED, 0, -1)) do
+      for _, id in ipairs(redis.call('ZRANGE', K.DELAYED, 0, -1)) do
         local job = load_job(id)
         if job then
           DELAYED.domain[job.domain] = (DELAYED.domain[job.domain] or 0) + 1
@@ -350,19 +350,19 @@ function CHECKS.delayed_count(it)
 end
 
 function CHECKS.lane_delayed_count(it)
-  return delayed_fix(K_STATS, 'delayed:' .. it.lane, 'lane', it.lane, it)
+  return delayed_fix(K.STATS, 'delayed:' .. it.lane, 'lane', it.lane, it)
 end
 
 function CHECKS.stranded_domain(it)
   local d = it.d
-  if redis.call('ZCARD', k_dq(d)) == 0 or redis.call('ZSCORE', K_READY, d)
-      or redis.call('ZSCORE', K_WAIT, d) then
+  if redis.call('ZCARD', k_dq(d)) == 0 or redis.call('ZSCORE', K.READY, d)
+      or redis.call('ZSCORE', K.WAIT, d) then
     return false
   end
   local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc', 'alim')
   local state = f[2] or 'closed'
   if state == 'retired' then
-    if redis.call('SISMEMBER', K_RETIRING, d) == 1 then return false end
+    if redis.call('SISMEMBER', K.RETIRING, d) == 1 then return false end
   else
     local leases = leases_of(d)
     if leases > 0 and leases >= domain_cap(f[3], state, f[4]) and (tonumber(f[1]) or 0) == leases then
@@ -377,19 +377,19 @@ function CHECKS.stranded_domain(it)
 end
 
 function CHECKS.stale_fingerprint(it)
-  if redis.call('HGET', K_UNIQUE, it.fp) ~= it.id then return false end
+  if redis.call('HGET', K.UNIQUE, it.fp) ~= it.id then return false end
   local job = load_job(it.id)
   local pending = job ~= nil and not (job and job.done_at)
-    and not redis.call('ZSCORE', K_DEAD, it.id)
+    and not redis.call('ZSCORE', K.DEAD, it.id)
   if pending then return false end
-  if REPAIR then redis.call('HDEL', K_UNIQUE, it.fp) end
+  if REPAIR then redis.call('HDEL', K.UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
 end
 
 -- Counted again here (every bucket of the registry), unless a registry of an older queue
 -- is still being migrated (housekeeping.lua).
 function CHECKS.domain_count(it)
-  if redis.call('EXISTS', K_DOMAINS) == 1 then return false end
+  if redis.call('EXISTS', K.DOMAINS) == 1 then return false end
   local n, used, listed = 0, {}, registry_buckets()
   local index_ok = true
   for b = 0, REGISTRY_BUCKETS - 1 do
@@ -398,14 +398,14 @@ function CHECKS.domain_count(it)
     if len > 0 then used[#used + 1] = b end
     if (len > 0) ~= (listed[b] == true) then index_ok = false end
   end
-  local now = tonumber(redis.call('GET', K_DCOUNT)) or 0
+  local now = tonumber(redis.call('GET', K.DCOUNT)) or 0
   if now == n and index_ok then return false end
   local detail = 'counter ' .. now .. ', domains ' .. n
   if not index_ok then detail = detail .. '; the index of non-empty buckets (regb) is off' end
   if REPAIR then
-    if n > 0 then redis.call('SET', K_DCOUNT, n) else redis.call('DEL', K_DCOUNT) end
-    redis.call('DEL', K_REGB)
-    if #used > 0 then redis.call('SADD', K_REGB, unpack(used)) end
+    if n > 0 then redis.call('SET', K.DCOUNT, n) else redis.call('DEL', K.DCOUNT) end
+    redis.call('DEL', K.REGB)
+    if #used > 0 then redis.call('SADD', K.REGB, unpack(used)) end
   end
   return true, REPAIR, detail
 end
@@ -413,10 +413,10 @@ end
 function CHECKS.open_set(it)
   local state = redis.call('HGET', k_dom(it.d), 'state') or 'closed'
   local is_open = state == 'open' or state == 'half_open'
-  local listed = redis.call('SISMEMBER', K_OPEN, it.d) == 1
+  local listed = redis.call('SISMEMBER', K.OPEN, it.d) == 1
   if is_open == listed then return false end
   if REPAIR then
-    if is_open then redis.call('SADD', K_OPEN, it.d) else redis.call('SREM', K_OPEN, it.d) end
+    if is_open then redis.call('SADD', K.OPEN, it.d) else redis.call('SREM', K.OPEN, it.d) end
   end
   return true, REPAIR, 'breaker ' .. state .. (listed and ', in' or ', not in')
     .. ' the set of open breakers'

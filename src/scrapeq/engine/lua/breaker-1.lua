@@ -35,7 +35,7 @@ if ARG.action == 'reset' then
 end
 local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
 if trips >= CFG.max_trips then trips = math.max(CFG.max_trips - 1, 1) end
-redis.call('SREM', K_RETIRING, d)
-redis.call('SREM', K_RETIRED, d)
+redis.call('SREM', K.RETIRING, d)
+redis.call('SREM', K.RETIRED, d)
 open_breaker(d, trips, tonumber(ARG.cool_ms) or cooldown_ms(trips), 'tripped by hand')
 return 'open'

@@ -67,7 +67,7 @@ local TOUCHED = {}  -- domain -> jobs cancelled there by this call
 -- Take a job out of every structure but inflight and forget it (`ready`: the caller took it
 -- out of its ready queue already).
 local function cancel_pending(job, ready)
-  if redis.call('ZREM', K_DELAYED, job.id) == 1 then left_delayed(job) end
+  if redis.call('ZREM', K.DELAYED, job.id) == 1 then left_delayed(job) end
   if redis.call('ZREM', k_dq(job.domain), job.id) == 1 or ready then lane_ready(job.lane, -1) end
   redis.call('DEL', k_job(job.id))
   release_unique(job)
@@ -80,8 +80,8 @@ local function cancel_id(id)
   if job == nil then return 'unknown' end
   if job == false then return 'corrupt' end
   if job.done_at then return 'done' end
-  if job.dead_reason or redis.call('ZSCORE', K_DEAD, id) then return 'dead' end
-  if redis.call('ZSCORE', K_INFLIGHT, id) then
+  if job.dead_reason or redis.call('ZSCORE', K.DEAD, id) then return 'dead' end
+  if redis.call('ZSCORE', K.INFLIGHT, id) then
     if ARG.force ~= true then return 'inflight' end
     leave_inflight(job)
     local dk = k_dom(job.domain)
@@ -108,8 +108,8 @@ local function cancel_ready(d, budget)
     elseif job then  -- filed under another domain: filed again under its own (as audit does)
       lane_ready(job.lane, -1)
       local placed = redis.call('ZSCORE', k_dq(job.domain), id)
-        or redis.call('ZSCORE', K_DELAYED, id) or redis.call('ZSCORE', K_INFLIGHT, id)
-        or redis.call('ZSCORE', K_DEAD, id)
+        or redis.call('ZSCORE', K.DELAYED, id) or redis.call('ZSCORE', K.INFLIGHT, id)
+        or redis.call('ZSCORE', K.DEAD, id)
       if not placed then put_ready(job) end
       TOUCHED[job.domain] = TOUCHED[job.domain] or 0
     elseif job == false then
@@ -128,7 +128,7 @@ local function cancel_delayed(d, budget, after, skip)
   local left = tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0
   if left <= 0 then return true, after, skip end
   if budget <= 0 then return false, after, skip end
-  local page = redis.call('ZRANGEBYSCORE', K_DELAYED, after, '+inf', 'WITHSCORES', 'LIMIT',
+  local page = redis.call('ZRANGEBYSCORE', K.DELAYED, after, '+inf', 'WITHSCORES', 'LIMIT',
     skip, budget)
   local ids = {}
   for i = 1, #page, 2 do ids[#ids + 1] = k_job(page[i]) end

@@ -55,10 +55,10 @@ local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {
 local function flush_leases()
   local l = LEASES
   if #l.zadd == 0 then return end
-  call_many('ZADD', K_INFLIGHT, l.zadd)
+  call_many('ZADD', K.INFLIGHT, l.zadd)
   for _, lane in ipairs(l.order) do lane_served(lane, #l.lanes[lane]) end
   call_many('MSET', nil, l.mset)
-  call_many('HSET', K_LEASED, l.doms)
+  call_many('HSET', K.LEASED, l.doms)
   LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
 end
 
@@ -200,7 +200,7 @@ local function pick(n)
   local guard = 0
   while #out < n and CLAIMED_BYTES < CLAIM_BYTES and guard < 2 * n + 50 do
     guard = guard + 1
-    local top = redis.call('ZRANGE', K_READY, 0, 1, 'WITHSCORES')
+    local top = redis.call('ZRANGE', K.READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end
     local d = top[1]
     local known = take_run(d, n - #out, top[4] or '+inf', out, top[2])

@@ -32,6 +32,6 @@ for b = from, to - 1 do
   end
 end
 if from == 0 then
-  for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do out[#out + 1] = d end
+  for _, d in ipairs(redis.call('SMEMBERS', K.DOMAINS)) do out[#out + 1] = d end
 end
 return out

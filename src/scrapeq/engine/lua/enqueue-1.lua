@@ -40,7 +40,7 @@
   Job ids sort like their sequence numbers: the hex number prefixed by a letter for its
   length ('a1', 'b10', 'l1a2b3c4d5e6f'), so equal priorities are claimed in enqueue order
   (a zset orders equal scores by member). Numbers never repeat, even after Redis lost its
-  last writes (fresh_numbers in common.lua).
+  last writes (fresh_numbers in includes/ids.lua).
 
   Output: one entry per input job, in order, then the flag:
     "<id>"          added

@@ -35,7 +35,7 @@ local lease_ms = tonumber(ARG.lease_ms) or CFG.lease_ms
 local out = {}
 for i, it in ipairs(ARG.items) do
   out[i] = 0
-  if redis.call('ZSCORE', K_INFLIGHT, it.id) then
+  if redis.call('ZSCORE', K.INFLIGHT, it.id) then
     local raw = redis.call('GET', k_job(it.id))
     local ok, job = pcall(cjson.decode, raw or '')
     if ok then job = expand_job(job, it.id) end
@@ -44,7 +44,7 @@ for i, it in ipairs(ARG.items) do
         job.hr = job.token
         redis.call('SET', k_job(it.id), cjson.encode(job))  -- the full form, as claimed
       else
-        redis.call('ZADD', K_INFLIGHT, NOW + lease_ms, it.id)
+        redis.call('ZADD', K.INFLIGHT, NOW + lease_ms, it.id)
       end
       out[i] = 1
     end

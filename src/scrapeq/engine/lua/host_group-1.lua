@@ -20,7 +20,7 @@ local refused = arg_refusal(function()
 end)
 if refused then return redis.error_reply(refused) end
 
-local cur = redis.call('HGET', K_HOSTS, ARG.host)
+local cur = redis.call('HGET', K.HOSTS, ARG.host)
 if cur then return cur end
-redis.call('HSET', K_HOSTS, ARG.host, ARG.key)
+redis.call('HSET', K.HOSTS, ARG.host, ARG.key)
 return ARG.key

@@ -30,11 +30,11 @@ if not raw then return {NOW, 'unknown', '', 0, 0, -2, ''} end
 local job = load_job(id, raw)
 local domain = job and job.domain or string.match(raw, '"domain"%s*:%s*"([^"]*)"')
 local place, score, position, depth = 'unplaced', false, 0, 0
-score = redis.call('ZSCORE', K_INFLIGHT, id)
+score = redis.call('ZSCORE', K.INFLIGHT, id)
 if score then
   place = 'inflight'
 else
-  score = redis.call('ZSCORE', K_DEAD, id)
+  score = redis.call('ZSCORE', K.DEAD, id)
   if score then place = 'dead' end
 end
 if not score and job and job.done_at then
@@ -48,7 +48,7 @@ elseif not score and domain then
   end
 end
 if not score and place == 'unplaced' then
-  score = redis.call('ZSCORE', K_DELAYED, id)
+  score = redis.call('ZSCORE', K.DELAYED, id)
   if score then place = 'delayed' end
 end
 return {NOW, place, score or '', position, depth, redis.call('PTTL', k_job(id)), raw}

@@ -38,37 +38,37 @@ local refused = arg_refusal(function()
 end)
 if refused then return redis.error_reply(refused) end
 
-local K_LEADER = P .. 'log-leader'
-local K_CURSOR = P .. 'log-cursor'
+K.LEADER = P .. 'log-leader'
+K.CURSOR = P .. 'log-cursor'
 
 local function store_cursor()
   if type(ARG.cursor) == 'string' and ARG.cursor ~= '' then
-    redis.call('SET', K_CURSOR, ARG.cursor, 'PX', ARG.cursor_ttl_ms)
+    redis.call('SET', K.CURSOR, ARG.cursor, 'PX', ARG.cursor_ttl_ms)
   end
 end
 
 local function newest_event()
-  local last = redis.call('XREVRANGE', K_EVENTS, '+', '-', 'COUNT', 1)
+  local last = redis.call('XREVRANGE', K.EVENTS, '+', '-', 'COUNT', 1)
   if #last == 0 then return '0-0' end
   return last[1][1]
 end
 
-local holder = redis.call('GET', K_LEADER)
+local holder = redis.call('GET', K.LEADER)
 if ARG.release then
   if holder == ARG.id then
     store_cursor()
-    redis.call('DEL', K_LEADER)
+    redis.call('DEL', K.LEADER)
   end
   return {0, '', 0}
 end
 if holder and holder ~= ARG.id then
   local behind = 0
-  if (redis.call('GET', K_CURSOR) or '0-0') ~= newest_event() then behind = 1 end
+  if (redis.call('GET', K.CURSOR) or '0-0') ~= newest_event() then behind = 1 end
   return {0, '', behind}
 end
-redis.call('SET', K_LEADER, ARG.id, 'PX', ARG.ttl_ms)
+redis.call('SET', K.LEADER, ARG.id, 'PX', ARG.ttl_ms)
 if holder == ARG.id then
   store_cursor()
   return {1, '', 0}
 end
-return {2, redis.call('GET', K_CURSOR) or newest_event(), 0}
+return {2, redis.call('GET', K.CURSOR) or newest_event(), 0}

@@ -23,13 +23,13 @@ local refused = arg_refusal(function() check_int(ARG.parts, 'parts', 1, MAX_PART
 if refused then return redis.error_reply(refused) end
 
 local given = tonumber(ARG.parts) or 1
-local stored = tonumber(redis.call('HGET', K_META, 'parts'))
+local stored = tonumber(redis.call('HGET', K.META, 'parts'))
 if stored == nil then
   if given == 1 then return 'ok' end
-  if (tonumber(redis.call('GET', K_DCOUNT)) or 0) > 0 or redis.call('EXISTS', K_DOMAINS) == 1 then
+  if (tonumber(redis.call('GET', K.DCOUNT)) or 0) > 0 or redis.call('EXISTS', K.DOMAINS) == 1 then
     return redis.error_reply('SQ_PARTITIONS 1 ' .. given)
   end
-  redis.call('HSET', K_META, 'parts', given)
+  redis.call('HSET', K.META, 'parts', given)
   return 'ok'
 end
 if stored ~= given then

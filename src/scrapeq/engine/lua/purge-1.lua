@@ -23,7 +23,7 @@ if refused then return redis.error_reply(refused) end
 
 local max_score = '+inf'
 if ARG.older_ms then max_score = NOW - ARG.older_ms end
-local key = K_DEAD
+local key = K.DEAD
 if ARG.domain then key = k_ddead(ARG.domain) end
 local limit = tonumber(ARG.limit) or 100
 local ids = redis.call('ZRANGEBYSCORE', key, '-inf', max_score, 'LIMIT', 0, limit)
@@ -33,11 +33,11 @@ for _, id in ipairs(ids) do
   if ok then job = expand_job(job, id) end
   if ok and type(job) == 'table' and type(job.domain) == 'string' then
     redis.call('ZREM', k_ddead(job.domain), id)
-    if job.fp and redis.call('HGET', K_UNIQUE, job.fp) == id then
-      redis.call('HDEL', K_UNIQUE, job.fp)
+    if job.fp and redis.call('HGET', K.UNIQUE, job.fp) == id then
+      redis.call('HDEL', K.UNIQUE, job.fp)
     end
   end
-  redis.call('ZREM', K_DEAD, id)
+  redis.call('ZREM', K.DEAD, id)
   if ARG.domain then redis.call('ZREM', key, id) end
   redis.call('DEL', k_job(id))
 end

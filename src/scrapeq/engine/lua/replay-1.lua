@@ -48,19 +48,19 @@ if refused then return redis.error_reply(refused) end
 
 -- Whether another job that is still pending holds fingerprint fp.
 local function held_by_other(fp, id)
-  local holder = redis.call('HGET', K_UNIQUE, fp)
+  local holder = redis.call('HGET', K.UNIQUE, fp)
   if not holder or holder == id then return false end
-  return redis.call('EXISTS', k_job(holder)) == 1 and not redis.call('ZSCORE', K_DEAD, holder)
+  return redis.call('EXISTS', k_job(holder)) == 1 and not redis.call('ZSCORE', K.DEAD, holder)
 end
 
 -- Replay one dead letter: 'moved', 'dup' (a pending job holds its fingerprint) or false.
 local function replay_one(id, touched)
-  if not redis.call('ZSCORE', K_DEAD, id) then return false end
+  if not redis.call('ZSCORE', K.DEAD, id) then return false end
   local job = load_job(id)
   if not job or job.corrupt then return false end
   local taken = job.fp and held_by_other(job.fp, id)
   if taken and not job.fpw then return 'dup' end
-  redis.call('ZREM', K_DEAD, id)
+  redis.call('ZREM', K.DEAD, id)
   redis.call('ZREM', k_ddead(job.domain), id)
   job.dead_reason = nil
   job.died = nil
@@ -73,7 +73,7 @@ local function replay_one(id, touched)
   end
   job.eligible = NOW
   job.expires = nil
-  if job.fp and not taken then redis.call('HSET', K_UNIQUE, job.fp, id) end
+  if job.fp and not taken then redis.call('HSET', K.UNIQUE, job.fp, id) end
   if redis.call('HGET', k_dom(job.domain), 'state') == 'retired' then
     close_breaker(job.domain)
     emit('reset', job.domain, 'un-retired: its dead letters were replayed')
@@ -101,7 +101,7 @@ if ARG.mode == 'ids' then
     end
   end
 else
-  local key = K_DEAD
+  local key = K.DEAD
   if ARG.mode == 'domain' then key = k_ddead(ARG.domain) end
   local limit = tonumber(ARG.limit) or 100
   local skipped = 0

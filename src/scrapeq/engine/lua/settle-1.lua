@@ -4,38 +4,39 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {seed, items = [{id, token, o, df?, delay?, ra?, kind?, msg?, reason?, sd?,
-             f?, lat?, ov?}]}
-      o       'done' | 'retry' | 'throttle' | 'fail' | 'release'
-      df      breaker input for the job's domain: true = a failure (timeout, 5xx, slow call),
-              false = a success; absent = no information (released, our own fault, 404)
+    ARGV[3]  JSON {seed, items = [{id, token, outcome, domain_failed?, delay?, retry_after?,
+             kind?, message?, reason?, shutdown?, follow?, final_seen?, latency?, overload?}]}
+             (the wire names: includes/wire.lua, scrapeq/engine/wire.py)
+      outcome        'done' | 'retry' | 'throttle' | 'fail' | 'release'
+      domain_failed  breaker input for the job's domain: true = a failure (timeout, 5xx, slow
+              call), false = a success; absent = no information (released, our own fault, 404)
       delay   ms before the job is eligible again (retry, throttle, release)
-      ra      ms the whole domain is parked (Retry-After); throttle and retry
+      retry_after    ms the whole domain is parked (Retry-After); throttle and retry
       kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
-      msg     error message kept in the history; with df = true both are also kept among
-              the domain's last errors (breaker.lua: note_failure)
+      message error message kept in the history; with domain_failed = true both are also kept
+              among the domain's last errors (breaker.lua: note_failure)
       reason  dead-letter reason (fail), e.g. 'http_404'
-      sd      true: a release because the worker is stopping (see below)
-      lat     ms the fetch took (adaptive domains learn from it: includes/adaptive.lua)
-      ov      true: an overload signal (429, 503, timeout, reset); with lat
-      f       with o = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
+      shutdown       true: a release because the worker is stopping (see below)
+      latency ms the fetch took (adaptive domains learn from it: includes/adaptive.lua)
+      overload       true: an overload signal (429, 503, timeout, reset); with latency
+      follow  with outcome = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
               (with depth and parent), enqueued by this call when the token owns the job:
               a crash never acks a parent without its children, and a stale settle adds
               none. Each goes through the de-duplication and seen-set of enqueue-1.lua
               (a retried parent's repeats are dropped there), and past CFG.max_pages jobs
               enqueued for its domain it is skipped; what became of each is counted in
               the stats links:queued, links:seen, links:max_pages (includes/enqueue.lua).
-      fin     with o = 'done': the seen-set argument of the URL the fetch ended at after
-              redirects; it joins the seen-set (seen_mark: only when the queue has one)
-              before the follow-ups are enqueued, so a link to it is skipped as seen.
+      final_seen     with outcome = 'done': the seen-set argument of the URL the fetch ended
+              at after redirects; it joins the seen-set (seen_mark: only when the queue has
+              one) before the follow-ups are enqueued, so a link to it is skipped as seen.
 
   Done: the job key is deleted, or with CFG.keep_done_ms > 0 kept that long with `done_at`
   (SET ... PX); a kept job is in no other structure, and a later settle of it is stale.
 
-  Release: no attempt spent. A release for our own fault (no sd) counts in job.releases and
+  Release: no attempt spent. A release for our own fault (no shutdown) counts in job.releases and
   records kind (default 'released') and msg in the history; the release past CFG.max_releases
   dead-letters the job as 'max_releases'. The caller chooses the delay (the client's default
-  is a full-jitter backoff over job.releases). A shutdown release (sd = true) counts and
+  is a full-jitter backoff over job.releases). A shutdown release (shutdown = true) counts and
   records nothing.
 
   Output: one status per item, in order:
@@ -44,7 +45,7 @@
              nothing was changed for that item.
 
   Errors, each before anything is written: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) when
-  an item is malformed (an unknown outcome, a delay or ra past 100 years, a bad follow-up
+  an item is malformed (an unknown outcome, a delay or retry_after past 100 years, a bad follow-up
   spec or seen-set argument: enqueue.lua's check_spec): the whole batch is refused, so a
   client settles its items one by one to find it. 'SQ_SEEN_LAYOUT ...' (seen.lua) when a
   follow-up's seen-set argument does not match the queue's layout.
@@ -56,6 +57,7 @@
 --@include jobs
 --@include seen
 --@include enqueue
+--@include wire
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
 
@@ -63,17 +65,20 @@ local function check_item(it)
   check_table(it)
   check_str(it.id, 'id')
   check_num(it.token, 'token', 0, math.huge)
-  check_enum(it.o, 'o', SETTLE_OUTCOMES)
-  if it.df ~= nil and it.df ~= cjson.null then check_bool(it.df, 'df') end
+  check_enum(it.outcome, 'outcome', SETTLE_OUTCOMES)
+  if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
+    check_bool(it.domain_failed, 'domain_failed')
+  end
   if it.delay ~= nil then check_ms(it.delay, 'delay') end
-  if it.ra ~= nil then check_ms(it.ra, 'ra') end
-  if it.lat ~= nil then check_ms(it.lat, 'lat') end
+  if it.retry_after ~= nil then check_ms(it.retry_after, 'retry_after') end
+  if it.latency ~= nil then check_ms(it.latency, 'latency') end
   if it.kind ~= nil then check_str(it.kind, 'kind', true) end
-  if it.msg ~= nil then check_str(it.msg, 'msg', true) end
+  if it.message ~= nil then check_str(it.message, 'message', true) end
   if it.reason ~= nil then check_str(it.reason, 'reason', true) end
-  if it.sd ~= nil then check_bool(it.sd, 'sd') end
-  if it.ov ~= nil then check_bool(it.ov, 'ov') end
-  if it.f ~= nil then check_list(it.f, 'f', check_spec) end
+  if it.shutdown ~= nil then check_bool(it.shutdown, 'shutdown') end
+  if it.overload ~= nil then check_bool(it.overload, 'overload') end
+  if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
+  if it.final_seen ~= nil then check_in(it.final_seen, 'final_seen', check_seen_arg) end
 end
 
 local refused = arg_refusal(function()
@@ -85,8 +90,8 @@ if refused then return redis.error_reply(refused) end
 -- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
 local FOLLOW = {}
 for _, it in ipairs(ARG.items) do
-  if type(it) == 'table' and type(it.f) == 'table' then
-    for _, s in ipairs(it.f) do FOLLOW[#FOLLOW + 1] = s end
+  if type(it) == 'table' and type(it.follow) == 'table' then
+    for _, s in ipairs(it.follow) do FOLLOW[#FOLLOW + 1] = s end
   end
 end
 if #FOLLOW > 0 then
@@ -128,7 +133,7 @@ local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}}
 
 local function flush_items()
   if #DONE.leased > 0 then
-    call_many('HDEL', K_LEASED, DONE.leased)
+    call_many('HDEL', K.LEASED, DONE.leased)
     DONE.leased = {}
   end
   if #DONE.keys > 0 then
@@ -137,12 +142,12 @@ local function flush_items()
   end
   if #DONE.fps > 0 then
     -- Settling only ever deletes fingerprints, each when still its own job's: order-free.
-    local held = call_many('HMGET', K_UNIQUE, DONE.fps)
+    local held = call_many('HMGET', K.UNIQUE, DONE.fps)
     local drop = {}
     for i, fp in ipairs(DONE.fps) do
       if held[i] == DONE.fp_ids[i] then drop[#drop + 1] = fp end
     end
-    if #drop > 0 then call_many('HDEL', K_UNIQUE, drop) end
+    if #drop > 0 then call_many('HDEL', K.UNIQUE, drop) end
     DONE.fps, DONE.fp_ids = {}, {}
   end
   for d, n in pairs(INFLIGHT_LEFT) do
@@ -156,9 +161,9 @@ end
 local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
 
 local function settle_done(job, it)
-  if type(it.fin) == 'table' then seen_mark(it.fin) end
-  if it.f then
-    for _, s in ipairs(it.f) do enqueue_one(s) end
+  if type(it.final_seen) == 'table' then seen_mark(it.final_seen) end
+  if it.follow then
+    for _, s in ipairs(it.follow) do enqueue_one(s) end
   end
   if KEEP_DONE_MS > 0 then
     job.done_at = NOW
@@ -173,22 +178,22 @@ local function settle_done(job, it)
     release_unique(job)
   end
   bump(k_dom(job.domain), 'done')
-  bump(K_STATS, 'done')
-  bump(K_STATS, 'done:' .. job.lane)
+  bump(K.STATS, 'done')
+  bump(K.STATS, 'done:' .. job.lane)
   return 'done'
 end
 
 local function settle_throttle(job, it)
   job.attempts = job.attempts - 1
   job.throttles = (job.throttles or 0) + 1
-  park_domain(job.domain, it.ra)
+  park_domain(job.domain, it.retry_after)
   if job.throttles > CFG.max_throttles then
-    push_error(job, it.kind or 'throttled', it.msg)
+    push_error(job, it.kind or 'throttled', it.message)
     dead_letter(job, 'max_throttles', nil)
     return 'dead'
   end
-  push_error(job, it.kind or 'throttled', it.msg)
-  put_delayed(job, NOW + math.max(it.delay or 0, it.ra or 0))
+  push_error(job, it.kind or 'throttled', it.message)
+  put_delayed(job, NOW + math.max(it.delay or 0, it.retry_after or 0))
   save_job(job)
   stat('throttled')
   return 'throttled'
@@ -196,10 +201,10 @@ end
 
 local function settle_release(job, it)
   job.attempts = math.max(job.attempts - 1, 0)
-  if it.sd ~= true then
+  if it.shutdown ~= true then
     -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
     job.releases = (job.releases or 0) + 1
-    push_error(job, it.kind or 'released', it.msg)
+    push_error(job, it.kind or 'released', it.message)
     if job.releases > CFG.max_releases then
       dead_letter(job, 'max_releases', nil)
       return 'dead'
@@ -247,35 +252,36 @@ local function settle_one(i, it)
   end
   if not job or job.token ~= it.token then return 'stale' end
   -- not in flight (reaped, or settled already): the ZREM changed nothing
-  if redis.call('ZREM', K_INFLIGHT, id) == 0 then return 'stale' end
+  if redis.call('ZREM', K.INFLIGHT, id) == 0 then return 'stale' end
   PRE.gone[id] = true
   DONE.leased[#DONE.leased + 1] = id
   local d = job.domain
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
-  it.df = adaptive_outcome(d, job, it)  -- may excuse an overload (then `it` is a throttle)
-  if it.df ~= nil and it.df ~= cjson.null then
-    breaker_outcome(d, it.df, job.id, it.kind or it.reason or it.o, it.msg)
+  -- may excuse an overload (then `it` is a throttle)
+  it.domain_failed = adaptive_outcome(d, job, it)
+  if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
+    breaker_outcome(d, it.domain_failed, job.id, it.kind or it.reason or it.outcome, it.message)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
     redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
   end
   local status
-  if it.o == 'done' then
+  if it.outcome == 'done' then
     status = settle_done(job, it)
-  elseif it.o == 'retry' then
-    park_domain(d, it.ra)
-    local delay = math.max(it.delay or 0, it.ra or 0)
-    status = retry_or_dead(job, delay, it.kind or 'error', it.msg)
-  elseif it.o == 'throttle' then
+  elseif it.outcome == 'retry' then
+    park_domain(d, it.retry_after)
+    local delay = math.max(it.delay or 0, it.retry_after or 0)
+    status = retry_or_dead(job, delay, it.kind or 'error', it.message)
+  elseif it.outcome == 'throttle' then
     status = settle_throttle(job, it)
-  elseif it.o == 'fail' then
-    dead_letter(job, it.reason or it.kind or 'failed', it.msg or '')
+  elseif it.outcome == 'fail' then
+    dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
     status = 'dead'
   else
     status = settle_release(job, it)
   end
   TOUCHED[d] = true
-  history_settled(bump, status, job.lane, it.sd)
+  history_settled(bump, status, job.lane, it.shutdown)
   return status
 end
 

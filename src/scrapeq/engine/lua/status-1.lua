@@ -17,7 +17,7 @@
                   latest dead letters, the most urgent ready ones and the next to wake up,
                   in that order.
   Cost: O(top + lanes), whatever the number of domains (a queue of at most `top` domains
-  reads the registry's buckets that hold them: common.lua).
+  reads the registry's buckets that hold them: includes/registry.lua).
     oldest_ready_ms: ms since the lane last had a job claimed or last became non-empty,
     whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
@@ -30,13 +30,13 @@ end)
 if refused then return redis.error_reply(refused) end
 
 local stats = {}
-local flat = redis.call('HGETALL', K_STATS)
+local flat = redis.call('HGETALL', K.STATS)
 for i = 1, #flat, 2 do stats[flat[i]] = tonumber(flat[i + 1]) end
 local since = {}
-flat = redis.call('HGETALL', K_LANE_SINCE)
+flat = redis.call('HGETALL', K.LANE_SINCE)
 for i = 1, #flat, 2 do since[flat[i]] = tonumber(flat[i + 1]) end
 local names = ARG.lanes
-for _, l in ipairs(redis.call('SMEMBERS', K_LANES)) do
+for _, l in ipairs(redis.call('SMEMBERS', K.LANES)) do
   local known = false
   for _, n in ipairs(names) do if n == l then known = true end end
   if not known then names[#names + 1] = l end
@@ -52,7 +52,7 @@ for _, l in ipairs(names) do
   ready = ready + n
 end
 -- Every domain the queue knows (the registry, and an older queue's set not moved yet).
-local KNOWN = (tonumber(redis.call('GET', K_DCOUNT)) or 0) + redis.call('SCARD', K_DOMAINS)
+local KNOWN = (tonumber(redis.call('GET', K.DCOUNT)) or 0) + redis.call('SCARD', K.DOMAINS)
 
 -- The domains worth showing (see the header), at most `top`.
 local function pick_top(top)
@@ -67,13 +67,13 @@ local function pick_top(top)
     for b in pairs(registry_buckets()) do
       for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do add(d) end
     end
-    for _, d in ipairs(redis.call('SMEMBERS', K_DOMAINS)) do add(d) end  -- not migrated yet
+    for _, d in ipairs(redis.call('SMEMBERS', K.DOMAINS)) do add(d) end  -- not migrated yet
     table.sort(picked)
     return picked
   end
-  for _, d in ipairs(redis.call('SRANDMEMBER', K_OPEN, top)) do add(d) end
-  for _, d in ipairs(redis.call('SRANDMEMBER', K_RETIRED, top)) do add(d) end
-  local dead = redis.call('ZREVRANGE', K_DEAD, 0, top - 1)
+  for _, d in ipairs(redis.call('SRANDMEMBER', K.OPEN, top)) do add(d) end
+  for _, d in ipairs(redis.call('SRANDMEMBER', K.RETIRED, top)) do add(d) end
+  local dead = redis.call('ZREVRANGE', K.DEAD, 0, top - 1)
   if #dead > 0 and #picked < top then
     local keys = {}
     for i, id in ipairs(dead) do keys[i] = k_job(id) end
@@ -82,7 +82,7 @@ local function pick_top(top)
       if job then add(job.domain) end
     end
   end
-  for _, key in ipairs({K_READY, K_WAIT}) do
+  for _, key in ipairs({K.READY, K.WAIT}) do
     if #picked < top then
       for _, d in ipairs(redis.call('ZRANGE', key, 0, top - 1)) do add(d) end
     end
@@ -93,20 +93,20 @@ end
 local top = {}
 if tonumber(ARG.top) and ARG.top > 0 then top = pick_top(math.floor(ARG.top)) end
 local retired
-if redis.call('SCARD', K_RETIRED) <= 1000 then
-  retired = redis.call('SMEMBERS', K_RETIRED)
+if redis.call('SCARD', K.RETIRED) <= 1000 then
+  retired = redis.call('SMEMBERS', K.RETIRED)
 else
-  retired = redis.call('SRANDMEMBER', K_RETIRED, 1000)
+  retired = redis.call('SRANDMEMBER', K.RETIRED, 1000)
 end
 
-local meta = redis.call('HMGET', K_META, 'paused_until', 'pause_reason')
+local meta = redis.call('HMGET', K.META, 'paused_until', 'pause_reason')
 local paused = tonumber(meta[1])
 if paused and paused <= NOW then paused = nil end
 return cjson.encode({
-  now = NOW, stats = stats, ready = ready, delayed = redis.call('ZCARD', K_DELAYED),
-  inflight = redis.call('ZCARD', K_INFLIGHT), dead = redis.call('ZCARD', K_DEAD),
+  now = NOW, stats = stats, ready = ready, delayed = redis.call('ZCARD', K.DELAYED),
+  inflight = redis.call('ZCARD', K.INFLIGHT), dead = redis.call('ZCARD', K.DEAD),
   domains = KNOWN, lanes = lanes, lane_order = names,
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
-  retired = retired, retired_domains = redis.call('SCARD', K_RETIRED),
-  open_breakers = redis.call('SCARD', K_OPEN), top = top,
+  retired = retired, retired_domains = redis.call('SCARD', K.RETIRED),
+  open_breakers = redis.call('SCARD', K.OPEN), top = top,
 })

@@ -1,6 +1,6 @@
 --[[
   The per-domain circuit breaker (fields in domain.lua's header) and the global-fault guard.
-  The domains whose breaker is open or half-open are the set sq:{Q}:open (K_OPEN), retired
+  The domains whose breaker is open or half-open are the set sq:{Q}:open (K.OPEN), retired
   ones sq:{Q}:retired: status counts them without reading every domain.
   Depends on common.lua and domain.lua. A separate include from domain.lua so that the scripts
   that never touch a breaker do not build these functions on every call.
@@ -18,7 +18,7 @@ local function open_breaker(d, trips, cool, why)
   -- the window stays: what tripped it is what the dashboard shows while it is open
   redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
     'fails', 0, 'probe', '')
-  redis.call('SADD', K_OPEN, d)
+  redis.call('SADD', K.OPEN, d)
   emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
   stat('trips')
   history('trip')
@@ -27,11 +27,11 @@ end
 
 local function retire(d, why)
   redis.call('HSET', k_dom(d), 'state', 'retired', 'probe', '')
-  redis.call('SREM', K_OPEN, d)
-  redis.call('SADD', K_RETIRING, d)
-  redis.call('SADD', K_RETIRED, d)
-  redis.call('ZREM', K_READY, d)
-  redis.call('ZREM', K_WAIT, d)
+  redis.call('SREM', K.OPEN, d)
+  redis.call('SADD', K.RETIRING, d)
+  redis.call('SADD', K.RETIRED, d)
+  redis.call('ZREM', K.READY, d)
+  redis.call('ZREM', K.WAIT, d)
   -- `jobs`: its queued jobs (ready and delayed), which the retirement sends to the dead
   -- letters (drained by the next claims, the delayed ones when due).
   local delayed = math.max(tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0, 0)
@@ -43,33 +43,33 @@ end
 local function close_breaker(d)
   redis.call('HSET', k_dom(d), 'state', 'closed', 'fails', 0, 'win', '', 'trips', 0,
     'open_until', 0, 'probe', '')
-  redis.call('SREM', K_RETIRING, d)
-  redis.call('SREM', K_RETIRED, d)
-  redis.call('SREM', K_OPEN, d)
+  redis.call('SREM', K.RETIRING, d)
+  redis.call('SREM', K.RETIRED, d)
+  redis.call('SREM', K.OPEN, d)
 end
 
 -- The global-fault guard: too many healthy domains tripping together means the fault is ours.
 local function global_guard(d)
-  redis.call('ZADD', K_TRIPS, NOW, d)
-  redis.call('ZREMRANGEBYSCORE', K_TRIPS, '-inf', NOW - CFG.g_window_ms)
-  redis.call('ZREMRANGEBYSCORE', K_ACTIVE, '-inf', NOW - CFG.g_window_ms)
-  local tripped = redis.call('ZCARD', K_TRIPS)
-  local active = redis.call('ZCARD', K_ACTIVE)
+  redis.call('ZADD', K.TRIPS, NOW, d)
+  redis.call('ZREMRANGEBYSCORE', K.TRIPS, '-inf', NOW - CFG.g_window_ms)
+  redis.call('ZREMRANGEBYSCORE', K.ACTIVE, '-inf', NOW - CFG.g_window_ms)
+  local tripped = redis.call('ZCARD', K.TRIPS)
+  local active = redis.call('ZCARD', K.ACTIVE)
   if tripped < CFG.g_min or tripped < CFG.g_share * active then return false end
   local pause = cooldown_ms(1)
-  redis.call('HSET', K_META, 'paused_until', NOW + pause,
+  redis.call('HSET', K.META, 'paused_until', NOW + pause,
     'pause_reason', string.format('%d of %d active domains tripped within %.0f s',
       tripped, active, CFG.g_window_ms / 1000))
-  for _, td in ipairs(redis.call('ZRANGE', K_TRIPS, 0, 999)) do
+  for _, td in ipairs(redis.call('ZRANGE', K.TRIPS, 0, 999)) do
     local tf = redis.call('HMGET', k_dom(td), 'trips', 'state')
     if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
       redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
         'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
-      redis.call('SREM', K_OPEN, td)
+      redis.call('SREM', K.OPEN, td)
       refile(td)
     end
   end
-  redis.call('DEL', K_TRIPS)
+  redis.call('DEL', K.TRIPS)
   emit('global_pause', '', string.format(
     'dispatch paused %.1f s: %d of %d active domains tripped together; likely our fault',
     pause / 1000, tripped, active))
@@ -128,7 +128,7 @@ local function breaker_outcome(d, failed, job_id, kind, message)
   if failed then note_failure(d, job_id, kind, message) end
   if not ACTIVE_SEEN[d] then
     ACTIVE_SEEN[d] = true
-    redis.call('ZADD', K_ACTIVE, NOW, d)
+    redis.call('ZADD', K.ACTIVE, NOW, d)
   end
   if not failed and SPOTLESS[d] then return end
   local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe')

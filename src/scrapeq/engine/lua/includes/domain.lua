@@ -17,7 +17,7 @@
                  'auto': an adaptive limit, see adaptive.lua for its fields)
     delayed      jobs of the domain in the delayed zset
     done         jobs done since the domain was first seen (its count of jobs enqueued is
-                 in the registry, common.lua; `enq` here in queues written before it)
+                 in the registry, registry.lua; `enq` here in queues written before it)
     dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
                  bucket's count, baseline (moving average of completed hours): count_hourly
     fcur, fc, fp, fb  the same for failures charged to the breaker (breaker.lua:
@@ -84,7 +84,7 @@ local function note_idle(d, f)
     return
   end
   if (tonumber(redis.call('HGET', k_dom(d), 'delayed')) or 0) > 0 then return end
-  redis.call('ZADD', K_IDLE, NOW, d)
+  redis.call('ZADD', K.IDLE, NOW, d)
 end
 
 -- File domain d where it belongs now. Returns true when it may dispatch.
@@ -103,24 +103,24 @@ local function refile(d, from_ready, known)
     'alim')
   local state = f[3] or 'closed'
   if state == 'retired' then
-    redis.call('ZREM', K_READY, d)
-    redis.call('ZREM', K_WAIT, d)
+    redis.call('ZREM', K.READY, d)
+    redis.call('ZREM', K.WAIT, d)
     -- a job that came back (released) after the drain must be drained too
-    if redis.call('ZCARD', k_dq(d)) > 0 then redis.call('SADD', K_RETIRING, d) end
+    if redis.call('ZCARD', k_dq(d)) > 0 then redis.call('SADD', K.RETIRING, d) end
     return false
   end
   local head = redis.call('ZRANGE', k_dq(d), 0, 0, 'WITHSCORES')
   if #head == 0 then
-    redis.call('ZREM', K_READY, d)
-    redis.call('ZREM', K_WAIT, d)
+    redis.call('ZREM', K.READY, d)
+    redis.call('ZREM', K.WAIT, d)
     note_idle(d, f)
     return false
   end
   if state == 'open' then
     local open_until = tonumber(f[4]) or 0
     if NOW < open_until then
-      redis.call('ZREM', K_READY, d)
-      redis.call('ZADD', K_WAIT, open_until, d)
+      redis.call('ZREM', K.READY, d)
+      redis.call('ZADD', K.WAIT, open_until, d)
       return false
     end
     state = 'half_open'
@@ -128,23 +128,23 @@ local function refile(d, from_ready, known)
     emit('half_open', d, 'cooldown over: one probe allowed')
   end
   if (tonumber(f[1]) or 0) >= domain_cap(f[5], state, f[6]) then
-    redis.call('ZREM', K_READY, d)
-    redis.call('ZREM', K_WAIT, d)
+    redis.call('ZREM', K.READY, d)
+    redis.call('ZREM', K.WAIT, d)
     return false
   end
   local nxt = tonumber(f[2]) or 0
   if nxt > NOW then
-    redis.call('ZREM', K_READY, d)
-    redis.call('ZADD', K_WAIT, nxt, d)
+    redis.call('ZREM', K.READY, d)
+    redis.call('ZADD', K.WAIT, nxt, d)
     return false
   end
-  redis.call('ZADD', K_READY, head[2], d)
-  if not from_ready then redis.call('ZREM', K_WAIT, d) end
+  redis.call('ZADD', K.READY, head[2], d)
+  if not from_ready then redis.call('ZREM', K.WAIT, d) end
   return true
 end
 
 local function paused_until()
-  local p = tonumber(redis.call('HGET', K_META, 'paused_until')) or 0
+  local p = tonumber(redis.call('HGET', K.META, 'paused_until')) or 0
   if p > NOW then return p end
   return nil
 end

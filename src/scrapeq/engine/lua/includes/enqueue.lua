@@ -65,9 +65,9 @@ local function enqueue_begin(specs, n)
     if s.unique then any_unique = true end
   end
   -- every job takes its free fingerprint once the queue has had a unique enqueue
-  ENQ.hold_all = redis.call('HGET', K_META, 'uq') == '1'
+  ENQ.hold_all = redis.call('HGET', K.META, 'uq') == '1'
   if any_unique and not ENQ.hold_all then
-    redis.call('HSET', K_META, 'uq', 1)
+    redis.call('HSET', K.META, 'uq', 1)
     ENQ.hold_all = true
   end
   -- ids: 1,000 per ms of the server clock before the counter leads it (see fresh_numbers)
@@ -88,9 +88,9 @@ local function over_max_pages(s)
 end
 
 local function enqueue_spec(s)
-  if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K_HOSTS, s.domain) or s.domain end
+  if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K.HOSTS, s.domain) or s.domain end
   local hold_all = ENQ.hold_all
-  local holder = s.fp and hold_all and redis.call('HGET', K_UNIQUE, s.fp)
+  local holder = s.fp and hold_all and redis.call('HGET', K.UNIQUE, s.fp)
   if over_max_pages(s) then
     if holder and s.unique then return 'dup:' .. holder end
     if s.seen and seen_has(s.seen) then return 'seen' end
@@ -107,12 +107,12 @@ local function enqueue_spec(s)
     depth = s.depth, parent = s.parent, request = s.request, parent_url = s.parent_url}
   if s.expires then job.expires = NOW + s.expires end
   if s.fp and hold_all and not holder then
-    redis.call('HSET', K_UNIQUE, s.fp, id)
+    redis.call('HSET', K.UNIQUE, s.fp, id)
     job.fp = s.fp
     if not s.unique then job.fpw = true end
   end
   registry_count(s.domain)
-  redis.call('SADD', K_LANES, s.lane)
+  redis.call('SADD', K.LANES, s.lane)
   stat('enqueued')
   stat('enqueued:' .. s.lane)
   if redis.call('HGET', k_dom(s.domain), 'state') == 'retired' then
@@ -151,7 +151,7 @@ local function enqueue_end()
   ENQ.links = {}
   if ENQ.urgent then
     -- one entry a call, whatever its number of urgent jobs: idle workers block on it
-    redis.call('XADD', K_WAKE, 'MAXLEN', 1, '*', 'at', NOW)
+    redis.call('XADD', K.WAKE, 'MAXLEN', 1, '*', 'at', NOW)
     ENQ.urgent = false
   end
 end

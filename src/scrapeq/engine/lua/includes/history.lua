@@ -50,7 +50,7 @@ end
 
 -- settle-1.lua's count of one settled item: done, throttled and released through its batched
 -- `bump`; retried and dead are counted where they happen (jobs.lua), and the release of a
--- worker stopping (`sd`) is no outcome of the job.
+-- worker stopping (`shutdown`) is no outcome of the job.
 local function history_settled(bump, status, lane, sd)
   if sd == true or status == 'dead' or status == 'retried' then return end
   history_via(bump, status, lane)

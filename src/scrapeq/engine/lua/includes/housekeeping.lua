@@ -62,17 +62,17 @@ end
 
 -- A claimed job leaves inflight: lease removed and the domain's slot freed.
 local function leave_inflight(job)
-  redis.call('ZREM', K_INFLIGHT, job.id)
-  redis.call('HDEL', K_LEASED, job.id)
+  redis.call('ZREM', K.INFLIGHT, job.id)
+  redis.call('HDEL', K.LEASED, job.id)
   free_slots(job.domain, 1)
 end
 
 -- An expired lease whose job key is gone (evicted, deleted by hand): the job is lost, but
--- the lease's domain (K_LEASED) gets its slot back, so its other jobs are not stranded.
+-- the lease's domain (K.LEASED) gets its slot back, so its other jobs are not stranded.
 local function reap_lost(id)
-  local d = redis.call('HGET', K_LEASED, id)
-  redis.call('ZREM', K_INFLIGHT, id)
-  redis.call('HDEL', K_LEASED, id)
+  local d = redis.call('HGET', K.LEASED, id)
+  redis.call('ZREM', K.INFLIGHT, id)
+  redis.call('HDEL', K.LEASED, id)
   stat('lost')
   if not d then return end
   free_slots(d, 1)
@@ -122,7 +122,7 @@ end
 
 -- Expired leases: reap_job decides whether the attempt is spent; no domain blamed.
 local function reap_expired(budget)
-  local found = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0,
+  local found = redis.call('ZRANGEBYSCORE', K.INFLIGHT, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0,
     budget)
   local ids = {}
   for i = 1, #found, 2 do
@@ -137,9 +137,9 @@ local function reap_expired(budget)
       reap_job(job, deadline)
       refile(job.domain)
     elseif job == false then
-      local d = redis.call('HGET', K_LEASED, id) or ''
-      redis.call('ZREM', K_INFLIGHT, id)
-      redis.call('HDEL', K_LEASED, id)
+      local d = redis.call('HGET', K.LEASED, id) or ''
+      redis.call('ZREM', K.INFLIGHT, id)
+      redis.call('HDEL', K.LEASED, id)
       dead_corrupt(id, raw, d, 'inflight')
     else
       reap_lost(id)
@@ -150,10 +150,10 @@ end
 
 -- Due delayed jobs move to their domain's ready zset.
 local function promote_due(budget)
-  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, budget)
+  local ids = redis.call('ZRANGEBYSCORE', K.DELAYED, '-inf', NOW, 'LIMIT', 0, budget)
   local touched = {}
   for _, id in ipairs(ids) do
-    redis.call('ZREM', K_DELAYED, id)
+    redis.call('ZREM', K.DELAYED, id)
     local job, raw = load_job(id)
     if job then
       left_delayed(job)
@@ -174,7 +174,7 @@ local function promote_due(budget)
 end
 
 local function wake_due(budget)
-  local ds = redis.call('ZRANGEBYSCORE', K_WAIT, '-inf', NOW, 'LIMIT', 0, budget)
+  local ds = redis.call('ZRANGEBYSCORE', K.WAIT, '-inf', NOW, 'LIMIT', 0, budget)
   for _, d in ipairs(ds) do refile(d) end
   return #ds
 end
@@ -193,18 +193,18 @@ local function drain_one(d, budget)
     end
   end
   if #ids == 0 or redis.call('ZCARD', k_dq(d)) == 0 then
-    redis.call('SREM', K_RETIRING, d)
+    redis.call('SREM', K.RETIRING, d)
   end
   return #ids
 end
 
 local function drain_retiring(budget)
-  for _, d in ipairs(redis.call('SMEMBERS', K_RETIRING)) do
+  for _, d in ipairs(redis.call('SMEMBERS', K.RETIRING)) do
     if budget <= 0 then return end
     if redis.call('HGET', k_dom(d), 'state') == 'retired' then
       budget = budget - drain_one(d, budget)
     else
-      redis.call('SREM', K_RETIRING, d)  -- reset since: its jobs stay
+      redis.call('SREM', K.RETIRING, d)  -- reset since: its jobs stay
     end
   end
 end
@@ -213,10 +213,10 @@ end
 -- housekeeping after it: dispatch resumes with the first claim. meta.pause_ended keeps the
 -- paused_until whose end was announced.
 local function announce_pause_end()
-  local m = redis.call('HMGET', K_META, 'paused_until', 'pause_ended')
+  local m = redis.call('HMGET', K.META, 'paused_until', 'pause_ended')
   local until_ms = tonumber(m[1])
   if until_ms and until_ms <= NOW and m[1] ~= m[2] then
-    redis.call('HSET', K_META, 'pause_ended', m[1])
+    redis.call('HSET', K.META, 'pause_ended', m[1])
     emit('global_resume', '', string.format('dispatch resumed: the global pause ended %.1f s ago',
       (NOW - until_ms) / 1000))
   end
@@ -229,21 +229,21 @@ end
 local function forget_idle(budget)
   local ttl = tonumber(CFG.domain_ttl_ms) or 0
   if ttl <= 0 then return 0 end
-  local ds = redis.call('ZRANGEBYSCORE', K_IDLE, '-inf', NOW - ttl, 'LIMIT', 0, budget)
+  local ds = redis.call('ZRANGEBYSCORE', K.IDLE, '-inf', NOW - ttl, 'LIMIT', 0, budget)
   for _, d in ipairs(ds) do
     local dk = k_dom(d)
     local f = redis.call('HMGET', dk, 'inflight', 'delayed', 'state', 'delay', 'conc')
     if (tonumber(f[1]) or 0) > 0 or (tonumber(f[2]) or 0) > 0 or (f[3] or 'closed') ~= 'closed'
         or redis.call('EXISTS', k_dq(d)) == 1 then
-      redis.call('ZREM', K_IDLE, d)
+      redis.call('ZREM', K.IDLE, d)
     elseif f[4] or f[5] or redis.call('EXISTS', k_ddead(d)) == 1 then
-      redis.call('ZADD', K_IDLE, NOW, d)
+      redis.call('ZADD', K.IDLE, NOW, d)
     else
       redis.call('DEL', dk)
       registry_del(d)
-      redis.call('SREM', K_DOMAINS, d)
-      redis.call('ZREM', K_IDLE, d)
-      redis.call('ZREM', K_ACTIVE, d)
+      redis.call('SREM', K.DOMAINS, d)
+      redis.call('ZREM', K.IDLE, d)
+      redis.call('ZREM', K.ACTIVE, d)
       stat('domains_forgotten')
     end
   end
@@ -255,7 +255,7 @@ end
 -- call into the registry (common.lua) until the set is gone.
 local function migrate_registry(budget)
   if not legacy_registry() then return end
-  for _, d in ipairs(redis.call('SPOP', K_DOMAINS, budget)) do registry_adopt(d, true) end
+  for _, d in ipairs(redis.call('SPOP', K.DOMAINS, budget)) do registry_adopt(d, true) end
 end
 
 local function housekeeping(budget)
@@ -271,11 +271,11 @@ end
 -- ms until the next known due time; 0 when `ready_now` (or a retired backlog is still being
 -- drained), -1 when nothing is scheduled.
 local function next_due_ms(ready_now)
-  if ready_now or redis.call('ZCARD', K_READY) > 0 or redis.call('SCARD', K_RETIRING) > 0 then
+  if ready_now or redis.call('ZCARD', K.READY) > 0 or redis.call('SCARD', K.RETIRING) > 0 then
     return 0
   end
   local best = nil
-  for _, key in ipairs({K_DELAYED, K_WAIT, K_INFLIGHT}) do
+  for _, key in ipairs({K.DELAYED, K.WAIT, K.INFLIGHT}) do
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if #head > 0 then
       local at = tonumber(head[2])

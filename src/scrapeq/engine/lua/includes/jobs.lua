@@ -16,18 +16,18 @@
 -- sq:{Q}:stats, and in sq:{Q}:lane-since the time the lane last had a job claimed or last
 -- became non-empty (status: its oldest_ready_age). `by` < 0: jobs left ready (clamped at 0).
 local function lane_ready(lane, by)
-  local n = redis.call('HINCRBY', K_STATS, 'ready:' .. lane, by)
+  local n = redis.call('HINCRBY', K.STATS, 'ready:' .. lane, by)
   if by > 0 and n == by then
-    redis.call('HSET', K_LANE_SINCE, lane, NOW)
+    redis.call('HSET', K.LANE_SINCE, lane, NOW)
   elseif n < 0 then
-    redis.call('HSET', K_STATS, 'ready:' .. lane, 0)
+    redis.call('HSET', K.STATS, 'ready:' .. lane, 0)
   end
 end
 
 -- n ready jobs of a lane were claimed: the lane was served now.
 local function lane_served(lane, n)
   lane_ready(lane, -n)
-  redis.call('HSET', K_LANE_SINCE, lane, NOW)
+  redis.call('HSET', K.LANE_SINCE, lane, NOW)
 end
 
 local function put_ready(job)
@@ -37,14 +37,14 @@ end
 
 local function put_delayed(job, at)
   job.eligible = at
-  redis.call('ZADD', K_DELAYED, at, job.id)
+  redis.call('ZADD', K.DELAYED, at, job.id)
   redis.call('HINCRBY', k_dom(job.domain), 'delayed', 1)
   stat('delayed:' .. job.lane, 1)
 end
 
 local function release_unique(job)
-  if job.fp and redis.call('HGET', K_UNIQUE, job.fp) == job.id then
-    redis.call('HDEL', K_UNIQUE, job.fp)
+  if job.fp and redis.call('HGET', K.UNIQUE, job.fp) == job.id then
+    redis.call('HDEL', K.UNIQUE, job.fp)
   end
 end
 
@@ -54,7 +54,7 @@ local function dead_letter(job, reason, message, quiet)
   job.died = NOW
   if message then push_error(job, reason, message) end
   save_job(job)
-  redis.call('ZADD', K_DEAD, NOW, job.id)
+  redis.call('ZADD', K.DEAD, NOW, job.id)
   redis.call('ZADD', k_ddead(job.domain), NOW, job.id)
   stat('dead_total')
   stat('dead:' .. reason)

@@ -1,6 +1,6 @@
 --[[
   The seen-set: URLs a queue has enqueued with unique = 'seen', so each is enqueued once for
-  the queue's life, or once per recrawl period. Depends on common.lua (P, CFG, NOW, K_META).
+  the queue's life, or once per recrawl period. Depends on common.lua (P, CFG, NOW, K.META).
   The client computes every hash (scrapeq/seen.py, SeenLayout.arg); this file only looks up
   and writes.
 
@@ -95,7 +95,7 @@ local function seen_record()
     end
     SEEN_BUCKETS = buckets
   end
-  redis.call('HSET', K_META, 'seen', stamp)
+  redis.call('HSET', K.META, 'seen', stamp)
   if bloom then
     local zeros = string.rep('\0', CFG.seen_chunk_bits / 8)
     for c = 0, CFG.seen_bits / CFG.seen_chunk_bits - 1 do
@@ -119,7 +119,7 @@ end
 
 local function seen_layout_error()
   if SEEN_CHECKED == nil then
-    local stored = redis.call('HGET', K_META, 'seen')
+    local stored = redis.call('HGET', K.META, 'seen')
     if stored then SEEN_CHECKED = seen_agree(stored) else SEEN_CHECKED = seen_record() end
   end
   if SEEN_CHECKED == true then return nil end
@@ -194,7 +194,7 @@ end
 
 local function seen_mark(seen)
   if SEEN_CHECKED == nil then
-    local stored = redis.call('HGET', K_META, 'seen')
+    local stored = redis.call('HGET', K.META, 'seen')
     if not stored then return false end  -- no seen-set (yet): not cached, a later call may make it
     SEEN_CHECKED = seen_agree(stored)  -- the layout, and the queue's bucket count
   end

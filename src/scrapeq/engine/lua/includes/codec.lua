@@ -1,0 +1,110 @@
+--[[
+  The job codec: a job's stored (compact) text to and from its full form, loading and saving a
+  job (sq:{Q}:job:<id>), and the error history kept in a job. scrapeq/engine/job.py reads the
+  same stored form on the Python side.
+]]
+--@include keys
+--@include ids
+-- A job is stored compact (see jobs.lua's header): short field names, defaults left out, no
+-- id (the key names it), no domain when it is the URL's host, created as ms after the time
+-- its id was issued (id_ms; left out when 0), eligible as ms after created (left out when
+-- 0), '/' not escaped. Scripts work
+-- on the full form (long names) that claims answer; a claimed job is stored in that form.
+local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
+  max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
+  payload = 'p', depth = 'dp', parent = 'pa', parent_url = 'pu', expires = 'x', fp = 'f',
+  fpw = 'w', errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
+  unused = 'un', request = 'q'}
+local LONG = {}
+for long, short in pairs(SHORT) do LONG[short] = long end
+-- Fields left out when they hold these values (fixed: not the settings' defaults, which
+-- clients may set apart; max_attempts is Settings' default).
+local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,
+  lane = 'normal', releases = 0, unused = 0, max_attempts = 5}
+
+-- The host[:port] of a URL: a job's domain unless its text says otherwise.
+local function url_host(url)
+  if type(url) ~= 'string' then return nil end
+  local host = string.match(url, '^%a[%w+.%-]*://([^/?#]*)')
+  if host then host = string.match(host, '([^@]*)$') end
+  return host
+end
+
+local function compact_text(job)
+  local out = {}
+  for k, v in pairs(job) do
+    local short = SHORT[k]
+    if short == nil then
+      if k ~= 'id' then out[k] = v end
+    elseif DEFAULTS[k] ~= v then
+      out[short] = v
+    end
+  end
+  if type(out.e) == 'number' and type(out.c) == 'number' then
+    out.e = out.e - out.c
+    if out.e == 0 then out.e = nil end
+  end
+  local issued = id_ms(job.id)
+  if issued and type(out.c) == 'number' then
+    out.c = out.c - issued
+    if out.c == 0 then out.c = nil end
+  end
+  if out.d ~= nil and out.d == url_host(job.url) then out.d = nil end
+  local text = cjson.encode(out)
+  -- cjson writes '/' as '\/': JSON does not need it (every '\' it writes is escaped, so a
+  -- '\' before '/' is always that escape)
+  if string.find(text, '\\/', 1, true) then text = (string.gsub(text, '\\/', '/')) end
+  return text
+end
+
+local function save_job(job)
+  redis.call('SET', k_job(job.id), compact_text(job))
+end
+
+-- A decoded job text in the full form (compact or full as stored), or nil when not a table.
+local function expand_job(decoded, id)
+  if type(decoded) ~= 'table' then return nil end
+  if decoded.u == nil then return decoded end  -- the full form (claimed jobs, older data)
+  local job = {id = id}
+  for k, v in pairs(decoded) do job[LONG[k] or k] = v end
+  for k, v in pairs(DEFAULTS) do
+    if job[k] == nil then job[k] = v end
+  end
+  local issued = id_ms(id)
+  if issued then job.created = issued + (tonumber(decoded.c) or 0) end
+  if decoded.e == nil then
+    job.eligible = job.created
+  elseif type(job.created) == 'number' and type(decoded.e) == 'number' then
+    job.eligible = job.created + decoded.e
+  end
+  if job.domain == nil then job.domain = url_host(job.url) end
+  return job
+end
+
+-- Decode a stored job; nil when missing, false when corrupt. `raw`: its stored text when the
+-- caller read it already (nil: read here).
+local function load_job(id, raw)
+  if raw == nil then raw = redis.call('GET', k_job(id)) end
+  if not raw then return nil, nil end
+  local ok, job = pcall(cjson.decode, raw)
+  if ok then job = expand_job(job, id) end
+  if not ok or type(job) ~= 'table' or job.id ~= id or type(job.url) ~= 'string'
+      or type(job.domain) ~= 'string' or type(job.lane) ~= 'string'
+      or type(job.attempts) ~= 'number' or type(job.max_attempts) ~= 'number'
+      or type(job.off) ~= 'number' or type(job.eligible) ~= 'number' then
+    return false, raw
+  end
+  return job, raw
+end
+
+local ERRORS_KEPT = 10
+
+local function push_error(job, kind, message)
+  local errors = job.errors
+  if type(errors) ~= 'table' then errors = {} end
+  message = tostring(message or '')
+  if #message > 500 then message = string.sub(message, 1, 497) .. '...' end
+  errors[#errors + 1] = {at = NOW, kind = kind, message = message}
+  while #errors > ERRORS_KEPT do table.remove(errors, 1) end
+  job.errors = errors
+end

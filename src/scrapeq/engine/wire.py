@@ -1,0 +1,63 @@
+"""Wire names: the field names the client and the Lua scripts share, in one table each.
+
+A settle item (``settle-1.lua``'s ``ARGV[3].items``) is a transient argument, so its names are
+readable words; ``lua/includes/wire.lua`` holds the same table (``SETTLE_ITEM``) and
+``tests/test_wire_names.py`` keeps the two, and the fields settle-1.lua checks, equal.
+
+Stored names are kept short and never renamed (that would be a data migration); they are
+documented here and checked against the Lua the same way:
+
+- a queued job's compact form: ``engine/job.py`` (``_LONG``) and ``includes/codec.lua``
+  (``SHORT``), where ``o`` is a job's lane offset;
+- the adaptive state in a domain's hash: :data:`ADAPTIVE_FIELDS` and
+  ``includes/adaptive_rule.lua`` (``ADAPTIVE_FIELDS``, which documents each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+#: A settle item's fields: the attribute of :class:`scrapeq.engine.scripts.Settlement` ->
+#: its name on the wire.
+SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "job_id": "id",
+        "token": "token",
+        "outcome": "outcome",  # done | retry | throttle | fail | release
+        "domain_failed": "domain_failed",  # breaker input: true, false, absent
+        "delay_ms": "delay",  # ms before the job is eligible again
+        "retry_after_ms": "retry_after",  # ms the whole domain is parked
+        "kind": "kind",  # error kind kept in the history
+        "message": "message",  # error message kept in the history
+        "reason": "reason",  # dead-letter reason (fail)
+        "shutdown": "shutdown",  # a release because the worker stops
+        "follow": "follow",  # follow-up job specs of a done job
+        "final": "final_seen",  # seen-set argument of the URL after redirects
+        "latency_ms": "latency",  # ms the fetch took
+        "overload": "overload",  # the site signalled overload
+    }
+)
+
+#: The adaptive state (stored in a domain's hash ``sq:{Q}:domain:<d>``): the name
+#: ``adaptive_step`` gives a field -> its stored field name.
+ADAPTIVE_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "limit": "alim",  # the concurrency limit (a float)
+        "interval": "aivl",  # ms between request starts at the minimum limit
+        "base": "abase",  # no-load latency, ms
+        "avg": "alat",  # current latency (EWMA), ms
+        "cut_at": "acut",  # ms: the last decrease
+        "ok_at": "aok",  # ms: the last answer
+        "sec": "asb",  # the second sec_n counts answers of
+        "sec_n": "asn",  # answers in that second
+        "prev_n": "asp",  # answers in the second before it
+        "threshold": "ath",  # slow-start threshold
+        "refused": "abad",  # ms: the interval last refused
+        "cap": "acap",  # the ceiling an overload left
+        "count": "acnt",  # answers since the last decrease or the streak's start
+        "streak_at": "asa",  # ms: the current streak of answers began
+        "long_avg": "alt",  # long average of the latencies, ms
+    }
+)

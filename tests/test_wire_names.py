@@ -1,0 +1,52 @@
+"""One table of wire names: engine/wire.py and the Lua agree (settle items, adaptive state)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from scrapeq.engine import wire
+from scrapeq.engine.scripts import EnqueueSpec, Settlement
+
+LUA = resources.files("scrapeq.engine").joinpath("lua")
+
+
+def _lua(path: str) -> str:
+    return LUA.joinpath(path).read_text()
+
+
+def _lua_table(text: str, name: str) -> str:
+    found = re.search(rf"^local {name} = \{{(.*?)\}}\n", text, re.S | re.M)
+    assert found is not None, name
+    return found.group(1)
+
+
+def test_settle_item_names_are_one_table_in_python_and_lua() -> None:
+    lua = dict(re.findall(r"(\w+) = '(\w+)'", _lua_table(_lua("includes/wire.lua"), "SETTLE_ITEM")))
+    assert lua == dict(wire.SETTLE_ITEM)
+
+
+def test_settle_checks_and_reads_exactly_the_wire_names() -> None:
+    settle = _lua("settle-1.lua")
+    check_item = settle.split("local function check_item(it)", 1)[1].split("\nend\n", 1)[0]
+    checked = re.findall(r"check_\w+\(it\.(\w+), '(\w+)'", check_item)
+    assert all(field == path for field, path in checked), checked
+    assert {field for field, _ in checked} == set(wire.SETTLE_ITEM.values())
+    read = set(re.findall(r"\bit\.(\w+)", settle + _lua("includes/adaptive.lua")))
+    assert read <= set(wire.SETTLE_ITEM.values()), read - set(wire.SETTLE_ITEM.values())
+
+
+def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
+    spec = EnqueueSpec("https://e.com/a", "e.com", "normal", 0, 0, 5, seen={"b": 1, "f": "2"})
+    full = Settlement(
+        "a1", 3, "done", domain_failed=False, delay_ms=5, retry_after_ms=6, kind="k",
+        message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7, overload=True,
+        final=spec,
+    )  # fmt: skip
+    assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
+    assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}
+
+
+def test_adaptive_state_fields_are_one_table_in_python_and_lua() -> None:
+    body = _lua_table(_lua("includes/adaptive_rule.lua"), "ADAPTIVE_FIELDS")
+    assert dict(re.findall(r"\{'(\w+)', '(\w+)'\}", body)) == dict(wire.ADAPTIVE_FIELDS)
