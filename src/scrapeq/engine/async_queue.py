@@ -17,10 +17,10 @@ from scrapeq.engine.connection import (
     AsyncClient,
     async_client,
 )
+from scrapeq.engine.facade import _QueueBase
 from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.listing import JobListing
 from scrapeq.engine.oputil import _op_host_group
-from scrapeq.engine.partitions import _PartitionedCore
 from scrapeq.engine.request import Request
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
 from scrapeq.engine.scripts import (
@@ -50,7 +50,7 @@ from scrapeq.engine.transport import (
 T = TypeVar("T")
 
 
-class AsyncQueue(_PartitionedCore):
+class AsyncQueue(_QueueBase):
     """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
 
     def __init__(
@@ -148,7 +148,7 @@ class AsyncQueue(_PartitionedCore):
 
     async def enqueue(self, url: str | Request, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
-        return (await self._drive(self._op_enqueue([self.prepare(url, **options)])))[0]
+        return (await self._drive(self._route._op_enqueue([self.prepare(url, **options)])))[0]
 
     async def enqueue_many(
         self, urls: Iterable[str | Request | EnqueueSpec], **options: Any
@@ -156,57 +156,63 @@ class AsyncQueue(_PartitionedCore):
         """Add many jobs (URLs or requests); every one is validated before anything is
         written."""
         specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
-        return await self._drive(self._op_enqueue(specs))
+        return await self._drive(self._route._op_enqueue(specs))
 
     async def claim(self, n: int = 1) -> Claimed:
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
-        return await self._drive(self._op_claim(n))
+        return await self._drive(self._route._op_claim(n))
 
     async def settle_many(self, items: Sequence[Settlement]) -> list[str]:
         """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
-        return await self._drive(self._op_settle(items))
+        return await self._drive(self._route._op_settle(items))
 
     async def ack(self, job: Job, *, domain_failed: bool = False) -> str:
         """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
-        return await self._drive(self._op_settle_one(self.done(job, domain_failed=domain_failed)))
+        return await self._drive(
+            self._route._op_settle_one(self.done(job, domain_failed=domain_failed))
+        )
 
     async def retry(self, job: Job, **options: Any) -> str:
         """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
-        return await self._drive(self._op_settle_one(self.retrying(job, **options)))
+        return await self._drive(self._route._op_settle_one(self.retrying(job, **options)))
 
     async def throttle(self, job: Job, retry_after: float | None, **options: Any) -> str:
         """Defer a throttled job without spending an attempt; the domain parks."""
-        return await self._drive(self._op_settle_one(self.throttling(job, retry_after, **options)))
+        return await self._drive(
+            self._route._op_settle_one(self.throttling(job, retry_after, **options))
+        )
 
     async def fail(self, job: Job, reason: str, message: str = "", **options: Any) -> str:
         """Dead-letter a claimed job at once."""
-        return await self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
+        return await self._drive(
+            self._route._op_settle_one(self.failing(job, reason, message, **options))
+        )
 
     async def release(self, job: Job, **options: Any) -> str:
         """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
         ``dead`` when past its release budget."""
-        return await self._drive(self._op_settle_one(self.releasing(job, **options)))
+        return await self._drive(self._route._op_settle_one(self.releasing(job, **options)))
 
     async def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
         """Renew leases; answers per job whether its token still owns it."""
-        return await self._drive(self._op_heartbeat(jobs, lease))
+        return await self._drive(self._route._op_heartbeat(jobs, lease))
 
     async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now, as
         :meth:`Queue.mark_handler_running`."""
-        return await self._drive(self._op_heartbeat(jobs, None, True))
+        return await self._drive(self._route._op_heartbeat(jobs, None, True))
 
     async def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
-        return await self._drive(self._op_reap())
+        return await self._drive(self._route._op_reap())
 
     async def status(self) -> dict[str, Any]:
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""
-        return await self._drive(self._op_status())
+        return await self._drive(self._route._op_status())
 
     async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""
-        return await self._drive(self._op_domains_info(domains))
+        return await self._drive(self._route._op_domains_info(domains))
 
     async def paused_until(self) -> str | None:
         """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
@@ -214,36 +220,36 @@ class AsyncQueue(_PartitionedCore):
 
     async def domain_known(self, domain: str) -> bool:
         """The asyncio twin of :meth:`Queue.domain_known`."""
-        return await self._drive(self._op_domain_known(domain))
+        return await self._drive(self._route._op_domain_known(domain))
 
     async def domain_names(self) -> list[str]:
         """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
-        return await self._drive(self._op_domain_names())
+        return await self._drive(self._route._op_domain_names())
 
     async def recent_errors(self, domain: str) -> list[dict[str, Any]]:
         """The last failures charged to ``domain``'s breaker, as :meth:`Queue.recent_errors`."""
-        return await self._drive(self._op_recent_errors(domain))
+        return await self._drive(self._route._op_recent_errors(domain))
 
     async def list_jobs(
         self, state: str, *, domain: str | None = None, limit: int = 20
     ) -> JobListing:
         """Jobs in ``state``, as :meth:`Queue.list_jobs`."""
-        return await self._drive(self._op_list_jobs(state, domain, limit))
+        return await self._drive(self._route._op_list_jobs(state, domain, limit))
 
     async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
-        return await self._drive(self._op_dead_letters(domain, limit))
+        return await self._drive(self._route._op_dead_letters(domain, limit))
 
     async def get_job(self, job_id: str) -> Job | None:
         """The stored job, or None when it does not exist (done jobs are deleted unless
         ``keep_done`` keeps them)."""
-        return await self._drive(self._op_get_job(job_id))
+        return await self._drive(self._route._op_get_job(job_id))
 
     async def job_info(self, job_id: str) -> JobInfo | None:
         """Where job ``job_id`` is (ready with its place in line, delayed until when, in
         flight until when, dead, done) and what it holds; None when there is no such job (a
         done job is deleted unless ``keep_done`` keeps it). One atomic look."""
-        return await self._drive(self._op_job_info(job_id))
+        return await self._drive(self._route._op_job_info(job_id))
 
     async def cancel(
         self,
@@ -266,15 +272,15 @@ class AsyncQueue(_PartitionedCore):
                 ``domain``.
             NotFound: ``domain`` was never seen by this queue.
         """
-        return await self._drive(self._op_cancel(ids, domain, force))
+        return await self._drive(self._route._op_cancel(ids, domain, force))
 
     async def counts(self) -> dict[str, int]:
         """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
-        return await self._drive(self._op_counts())
+        return await self._drive(self._route._op_counts())
 
     async def dead_count(self, domain: str | None = None) -> int:
         """How many dead letters the queue (or one domain) holds."""
-        return await self._drive(self._op_dead_count(domain))
+        return await self._drive(self._route._op_dead_count(domain))
 
     async def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
         """The queues on this Redis (found by their marker keys), with at most ``max_calls``
@@ -286,11 +292,11 @@ class AsyncQueue(_PartitionedCore):
         """Delete every key of this queue, in slices (SCAN and UNLINK of about
         ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
         they write meanwhile may be left."""
-        return await self._drive(self._op_clear())
+        return await self._drive(self._route._op_clear())
 
     async def new_crawl(self) -> scripts.Renewed:
         """Forget what this queue has seen (see :meth:`Queue.new_crawl`)."""
-        return await self._drive(self._op_renew())
+        return await self._drive(self._route._op_renew())
 
     async def replay(
         self,
@@ -301,25 +307,25 @@ class AsyncQueue(_PartitionedCore):
         reset_attempts: bool = False,
     ) -> ReplayResult:
         """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
-        return await self._drive(self._op_replay(ids, domain, all, reset_attempts))
+        return await self._drive(self._route._op_replay(ids, domain, all, reset_attempts))
 
     async def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
         """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
-        return await self._drive(self._op_purge(older_than, domain))
+        return await self._drive(self._route._op_purge(older_than, domain))
 
     async def breaker_reset(self, domain: str) -> str:
         """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
-        return await self._drive(self._op_breaker(domain, "reset", None))
+        return await self._drive(self._route._op_breaker(domain, "reset", None))
 
     async def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
         """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
-        return await self._drive(self._op_breaker(domain, "trip", cooldown))
+        return await self._drive(self._route._op_breaker(domain, "trip", cooldown))
 
     async def domain_set(
         self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
-        return await self._drive(self._op_domain_set(domain, delay, concurrency))
+        return await self._drive(self._route._op_domain_set(domain, delay, concurrency))
 
     async def host_group(self, host: str, address: str) -> str:
         """The asyncio twin of :meth:`Queue.host_group`."""
@@ -327,12 +333,12 @@ class AsyncQueue(_PartitionedCore):
 
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
-        return await self._drive(self._op_events(count))
+        return await self._drive(self._route._op_events(count))
 
     async def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
-        return await self._drive(self._op_events_after(after, count))
+        return await self._drive(self._route._op_events_after(after, count))
 
     async def history(self, minutes: int = 60) -> dict[str, Any]:
         """Per-minute counts of the last ``minutes`` minutes (see :meth:`Queue.history`)."""
@@ -346,7 +352,7 @@ class AsyncQueue(_PartitionedCore):
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
         ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
         with it. Reads every domain's breaker: O(domains)."""
-        return await self._drive(self._op_figures())
+        return await self._drive(self._route._op_figures())
 
     async def log_leader(
         self,
@@ -359,7 +365,7 @@ class AsyncQueue(_PartitionedCore):
     ) -> scripts.LeaderAnswer:
         """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
-        op = self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        op = self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
         return await self._drive(op)
 
     async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
@@ -375,13 +381,13 @@ class AsyncQueue(_PartitionedCore):
 
     async def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
-        return await self._drive(self._op_exists())
+        return await self._drive(self._route._op_exists())
 
     async def audit(self, *, repair: bool = False) -> AuditReport:
         """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
         what is safely fixable. Suspicions a moving job raised are checked again atomically:
         only problems that hold are reported."""
-        return await self._drive(self._op_audit(repair))
+        return await self._drive(self._route._op_audit(repair))
 
     async def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but

@@ -47,7 +47,6 @@ from scrapeq.engine.scripts import (
     Step,
 )
 from scrapeq.engine.seen import warn_if_resized
-from scrapeq.engine.settings import Settings
 from scrapeq.engine.status import (
     eviction_alarm,
     shape_counts,
@@ -62,23 +61,27 @@ from scrapeq.errors import (
 T = TypeVar("T")
 
 
-class _PartitionedCore(_QueueCore):
-    """The operations of a queue of ``partitions = P`` hash tags.
+class PartitionRouter:
+    """Routes a queue's operations over its ``partitions = P`` hash tags; wraps the core.
 
-    With P = 1 every operation is :class:`_QueueCore`'s, on the keys ``sq:{Q}:``. With P > 1
-    a domain lives in partition ``crc32(domain) % P`` (keys ``sq:{Q:i}:``) and a job's id ends
-    in ``.<i>``: an operation on a domain or a job runs the single-partition operation on its
-    partition (its steps moved there, :func:`_retarget`); one on the whole queue runs on
-    every partition (:class:`Many`: concurrently on the async queue) and sums or merges.
+    The router holds the queue's :class:`_QueueCore` (``core``: the settings, the job builders
+    and the single-partition operations) and adds the partitions: with P = 1 every operation
+    is the core's, on the keys ``sq:{Q}:``. With P > 1 a domain lives in partition
+    ``crc32(domain) % P`` (keys ``sq:{Q:i}:``) and a job's id ends in ``.<i>``: an operation
+    on a domain or a job runs the core's operation on its partition (its steps moved there,
+    :func:`_retarget`); one on the whole queue runs on every partition (:class:`Many`:
+    concurrently on the async queue) and sums or merges. The core's other operations (once
+    flags, history, stats, paused_until, known_queues, eviction_policy) read or write the
+    queue's home keys only, and the facades call them on the core directly.
     """
 
-    def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
-        super().__init__(name, settings=settings)
-        self.partitions = self.settings.partitions
+    def __init__(self, core: _QueueCore) -> None:
+        self.core = core
+        self.partitions = core.settings.partitions
         self.parts = (
-            [Keys(self.name, i) for i in range(self.partitions)]
+            [Keys(core.name, i) for i in range(self.partitions)]
             if self.partitions > 1
-            else [self.keys]
+            else [core.keys]
         )
         self._parts_checked = False
         self._seen_told = False  # whether the queue's seen-set bucket count was compared
@@ -98,7 +101,7 @@ class _PartitionedCore(_QueueCore):
 
     def _on_prefix(self, op: Op[T], prefix: str) -> Op[T]:
         """Run a single-partition operation on the keys under ``prefix``."""
-        base = self.keys.prefix
+        base = self.core.keys.prefix
         try:
             step = next(op)
             while True:
@@ -142,7 +145,7 @@ class _PartitionedCore(_QueueCore):
         the queue's jobs and show it empty."""
         if self._parts_checked:
             return
-        stored = yield Command(("HGET", self.keys.meta, "parts"))
+        stored = yield Command(("HGET", self.core.keys.meta, "parts"))
         if int(stored or 1) != self.partitions:
             raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
         self._parts_checked = True
@@ -158,10 +161,10 @@ class _PartitionedCore(_QueueCore):
     def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         yield from self._op_check_parts()
         if self.partitions == 1:
-            done = yield from super()._op_enqueue(specs)
+            done = yield from self.core._op_enqueue(specs)
             yield from self._op_tell_seen_buckets(specs)
             return done
-        self._check_payload_sizes(specs)
+        self.core._check_payload_sizes(specs)
         groups: dict[int, list[int]] = {}
         for index, spec in enumerate(specs):
             groups.setdefault(self._part(spec.domain), []).append(index)
@@ -169,7 +172,7 @@ class _PartitionedCore(_QueueCore):
         owners: list[list[int]] = []
         for part, indexes in sorted(groups.items()):
             chosen = [specs[i] for i in indexes]
-            if self._fingerprint_all:
+            if self.core._fingerprint_all:
                 chosen = [_with_fingerprint(s) for s in chosen]
             start = 0
             for chunk in _chunks(chosen, _spec_size):
@@ -180,7 +183,7 @@ class _PartitionedCore(_QueueCore):
         replies = yield from self._many(calls)
         self._wake(groups)
         # one partition that had a unique enqueue is enough for every job to carry its print
-        self._fingerprint_all = any(hold_all for _, hold_all in replies)
+        self.core._fingerprint_all = any(hold_all for _, hold_all in replies)
         for (answers, _), indexes in zip(replies, owners, strict=True):
             for index, answer in zip(indexes, answers, strict=True):
                 results[index] = _enqueue_result(answer)
@@ -196,12 +199,12 @@ class _PartitionedCore(_QueueCore):
             return
         self._seen_told = True
         keys = self.parts[self._part(spec.domain) if self.partitions > 1 else 0]
-        warn_if_resized(self._seen, (yield Command(("HGET", keys.meta, "seen"))))
+        warn_if_resized(self.core._seen, (yield Command(("HGET", keys.meta, "seen"))))
 
     def _op_claim(self, n: int) -> Op[Claimed]:
         yield from self._op_check_parts()
         if self.partitions == 1:
-            return (yield from super()._op_claim(n))
+            return (yield from self.core._op_claim(n))
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
             raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
         now = time.monotonic()
@@ -231,7 +234,7 @@ class _PartitionedCore(_QueueCore):
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
         if self.partitions == 1:
-            return (yield from super()._op_settle(items))
+            return (yield from self.core._op_settle(items))
         # Follow-ups to another partition's domains cannot be in that partition's settle call:
         # they are enqueued first (a settle found stale leaves them queued: at least once).
         elsewhere = [
@@ -264,7 +267,7 @@ class _PartitionedCore(_QueueCore):
 
     def _op_settle_one(self, item: Settlement) -> Op[str]:
         if self.partitions == 1:
-            return (yield from super()._op_settle_one(item))
+            return (yield from self.core._op_settle_one(item))
         (status,) = yield from self._op_settle([item])
         if status == "stale":
             raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
@@ -274,7 +277,7 @@ class _PartitionedCore(_QueueCore):
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False
     ) -> Op[list[bool]]:
         if self.partitions == 1:
-            return (yield from super()._op_heartbeat(jobs, lease, handling))
+            return (yield from self.core._op_heartbeat(jobs, lease, handling))
         lease_ms = _seconds_ms("lease", lease)
         groups: dict[int, list[int]] = {}
         for index, job in enumerate(jobs):
@@ -303,28 +306,28 @@ class _PartitionedCore(_QueueCore):
 
     def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
         return (
-            yield from self._on(super()._op_breaker(domain, action, cooldown), self._part(domain))
+            yield from self._on(self.core._op_breaker(domain, action, cooldown), self._part(domain))
         )
 
     def _op_domain_set(
         self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
-        op = super()._op_domain_set(domain, delay, concurrency)
+        op = self.core._op_domain_set(domain, delay, concurrency)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(
         self, ids: Sequence[str] | None, domain: str | None, force: bool
     ) -> Op[CancelResult]:
         if self.partitions == 1 or (ids is None) == (domain is None):
-            return (yield from super()._op_cancel(ids, domain, force))
+            return (yield from self.core._op_cancel(ids, domain, force))
         if domain is not None:
             return (
-                yield from self._on(super()._op_cancel(None, domain, force), self._part(domain))
+                yield from self._on(self.core._op_cancel(None, domain, force), self._part(domain))
             )
         assert ids is not None
         merged = CancelResult(0)
         for part, chosen in _by_part(ids, self._part_of_id):
-            got = yield from self._on(super()._op_cancel(chosen, None, force), part)
+            got = yield from self._on(self.core._op_cancel(chosen, None, force), part)
             merged = CancelResult(
                 merged.cancelled + got.cancelled,
                 merged.inflight + got.inflight,
@@ -340,19 +343,17 @@ class _PartitionedCore(_QueueCore):
     ) -> Op[ReplayResult]:
         chosen = [ids is not None, domain is not None, everything]
         if self.partitions == 1 or sum(chosen) != 1:
-            return (yield from super()._op_replay(ids, domain, everything, reset))
+            return (yield from self.core._op_replay(ids, domain, everything, reset))
         if domain is not None:
-            op = super()._op_replay(None, domain, False, reset)
+            op = self.core._op_replay(None, domain, False, reset)
             return (yield from self._on(op, self._part(domain)))
         results: list[ReplayResult] = []
         if ids is not None:
             for part, some in _by_part(ids, self._part_of_id):
-                op = super()._op_replay(some, None, False, reset)
+                op = self.core._op_replay(some, None, False, reset)
                 results.append((yield from self._on(op, part)))
         else:
-            results = yield from self._on_all(
-                lambda: _QueueCore._op_replay(self, None, None, True, reset)
-            )
+            results = yield from self._on_all(lambda: self.core._op_replay(None, None, True, reset))
         return ReplayResult(
             sum(r.moved for r in results),
             [i for r in results for i in r.missing],
@@ -361,53 +362,55 @@ class _PartitionedCore(_QueueCore):
 
     def _op_purge(self, older_than: float | None, domain: str | None) -> Op[int]:
         if domain is not None:
-            return (yield from self._on(super()._op_purge(older_than, domain), self._part(domain)))
+            return (
+                yield from self._on(self.core._op_purge(older_than, domain), self._part(domain))
+            )
         if self.partitions == 1:
-            return (yield from super()._op_purge(older_than, domain))
-        return sum((yield from self._on_all(lambda: _QueueCore._op_purge(self, older_than, None))))
+            return (yield from self.core._op_purge(older_than, domain))
+        return sum((yield from self._on_all(lambda: self.core._op_purge(older_than, None))))
 
     def _op_clear(self) -> Op[int]:
         # The partitions the queue has (its home says), whatever these settings say: a
         # clear with the wrong number would leave the others' keys behind.
-        stored = yield Command(("HGET", self.keys.meta, "parts"))
+        stored = yield Command(("HGET", self.core.keys.meta, "parts"))
         count = int(stored) if stored else 1
         if count == 1 and self.partitions == 1:
-            return (yield from super()._op_clear())
+            return (yield from self.core._op_clear())
         deleted = 0
         for part in range(count if count > 1 else 0):
-            prefix = Keys(self.name, part).prefix
-            deleted += yield from self._on_prefix(_QueueCore._op_clear(self), prefix)
+            prefix = Keys(self.core.name, part).prefix
+            deleted += yield from self._on_prefix(self.core._op_clear(), prefix)
         # the home last (its meta holds the number of partitions): a clear cut short leaves it
-        deleted += yield from _QueueCore._op_clear(self)
+        deleted += yield from self.core._op_clear()
         self._parts_checked = False
         return deleted
 
     def _op_renew(self) -> Op[scripts.Renewed]:
-        stored = yield Command(("HGET", self.keys.meta, "parts"))  # as _op_clear: all of them
+        stored = yield Command(("HGET", self.core.keys.meta, "parts"))  # as _op_clear: all of them
         count = int(stored) if stored else 1
         done = scripts.Renewed()
         for part in range(count if count > 1 else 0):
-            prefix = Keys(self.name, part).prefix
-            done += yield from self._on_prefix(_QueueCore._op_renew(self), prefix)
-        return done + (yield from _QueueCore._op_renew(self))
+            prefix = Keys(self.core.name, part).prefix
+            done += yield from self._on_prefix(self.core._op_renew(), prefix)
+        return done + (yield from self.core._op_renew())
 
     def _op_log_leader(
         self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
     ) -> Op[scripts.LeaderAnswer]:
-        op = super()._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        op = self.core._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
         return (yield from self._on(op, 0))
 
     # --- reads -----------------------------------------------------------------------------
 
     def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
-        return (yield from self._on(super()._op_job_info(job_id), self._part_of_id(job_id)))
+        return (yield from self._on(self.core._op_job_info(job_id), self._part_of_id(job_id)))
 
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
-        return (yield from self._on(super()._op_get_job(job_id), self._part_of_id(job_id)))
+        return (yield from self._on(self.core._op_get_job(job_id), self._part_of_id(job_id)))
 
     def _op_status_raw(self, top: int = 0) -> Op[dict[str, Any]]:
         yield from self._op_check_parts_read()
-        lanes = self.settings.lanes.names
+        lanes = self.core.settings.lanes.names
         if self.partitions == 1:
             raw: dict[str, Any] = yield scripts.status(lanes, top)
             return raw
@@ -417,12 +420,12 @@ class _PartitionedCore(_QueueCore):
     def _op_status(self) -> Op[dict[str, Any]]:
         if self.partitions == 1:
             yield from self._op_check_parts_read()
-            return (yield from super()._op_status())
-        top = self.settings.status_top
+            return (yield from self.core._op_status())
+        top = self.core.settings.status_top
         raw = yield from self._op_status_raw(top)
         domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))[:top]))
-        status = shape_status(self.name, raw, domains)
-        policy = yield from self._op_eviction_policy()
+        status = shape_status(self.core.name, raw, domains)
+        policy = yield from self.core._op_eviction_policy()
         if policy not in (None, "noeviction"):
             status["alarms"].append(eviction_alarm(policy))
         return status
@@ -430,23 +433,23 @@ class _PartitionedCore(_QueueCore):
     def _op_counts(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
             yield from self._op_check_parts_read()
-            return (yield from super()._op_counts())
+            return (yield from self.core._op_counts())
         return shape_counts((yield from self._op_status_raw()))
 
     def _op_figures(self) -> Op[dict[str, int]]:
         if self.partitions == 1:
             yield from self._op_check_parts_read()
-            return (yield from super()._op_figures())
+            return (yield from self.core._op_figures())
         return shape_figures((yield from self._op_status_raw()))
 
     def _op_domain_known(self, domain: str) -> Op[bool]:
         if self.partitions == 1:
-            return (yield from super()._op_domain_known(domain))
-        return (yield from self._on(super()._op_domain_known(domain), self._part(domain)))
+            return (yield from self.core._op_domain_known(domain))
+        return (yield from self._on(self.core._op_domain_known(domain), self._part(domain)))
 
     def _op_domain_names(self) -> Op[list[str]]:
         if self.partitions == 1:
-            return (yield from super()._op_domain_names())
+            return (yield from self.core._op_domain_names())
         names: set[str] = set()
         for part in range(self.partitions):
             names.update((yield from self._on(scripts.registry_names_op(), part)))
@@ -454,17 +457,17 @@ class _PartitionedCore(_QueueCore):
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if self.partitions == 1:
-            return (yield from super()._op_domains_info(domains))
+            return (yield from self.core._op_domains_info(domains))
         if domains is None:
             domains = yield from self._op_domain_names()
         found: dict[str, dict[str, Any]] = {}
         for part, chosen in _by_part(domains, self._part):
-            for info in (yield from self._on(super()._op_domains_info(chosen), part)):
+            for info in (yield from self._on(self.core._op_domains_info(chosen), part)):
                 found[str(info.get("domain"))] = info
         return [found[d] for d in domains if d in found]
 
     def _op_recent_errors(self, domain: str) -> Op[list[dict[str, Any]]]:
-        op = listing.op_recent_errors(self.keys, domain)
+        op = listing.op_recent_errors(self.core.keys, domain)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_list_jobs(self, state: str, domain: str | None, limit: int) -> Op[JobListing]:
@@ -473,8 +476,8 @@ class _PartitionedCore(_QueueCore):
         check_count("limit", limit)
 
         def make() -> Op[JobListing]:
-            offset = self.testing_clock_offset_ms
-            return listing.op_job_list(self.keys, state, domain, limit, offset)
+            offset = self.core.testing_clock_offset_ms
+            return listing.op_job_list(self.core.keys, state, domain, limit, offset)
 
         if domain is not None:
             return (yield from self._on(make(), self._part(domain)))
@@ -483,7 +486,7 @@ class _PartitionedCore(_QueueCore):
     def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
         if self.partitions == 1 or domain is not None:
             part = 0 if domain is None else self._part(domain)
-            return (yield from self._on(super()._op_dead_letters(domain, limit), part))
+            return (yield from self._on(self.core._op_dead_letters(domain, limit), part))
         top = max(limit, 1)
         pages = yield from self._many(
             [Command(("ZREVRANGE", k.dead, 0, top - 1, "WITHSCORES")) for k in self.parts]
@@ -508,14 +511,14 @@ class _PartitionedCore(_QueueCore):
     def _op_dead_count(self, domain: str | None) -> Op[int]:
         if self.partitions == 1 or domain is not None:
             part = 0 if domain is None else self._part(domain)
-            return (yield from self._on(super()._op_dead_count(domain), part))
+            return (yield from self._on(self.core._op_dead_count(domain), part))
         counts = yield from self._many([Command(("ZCARD", k.dead)) for k in self.parts])
         return sum(int(c) for c in counts)
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         if self.partitions == 1:
-            return (yield from super()._op_audit(repair))
-        s = self.settings
+            return (yield from self.core._op_audit(repair))
+        s = self.core.settings
         keep_ms = round(s.keep_done * 1000)
         reports: list[AuditReport] = []
         for keys in self.parts:  # the partition's own keys (the scan cuts ids off its keys)
@@ -526,12 +529,12 @@ class _PartitionedCore(_QueueCore):
             for name, value in r.checked.items():
                 checked[name] = checked.get(name, 0) + value
         problems = [p for r in reports for p in r.problems]
-        return AuditReport(self.name, problems, checked, sum(r.suspected for r in reports))
+        return AuditReport(self.core.name, problems, checked, sum(r.suspected for r in reports))
 
     def _op_exists(self) -> Op[bool]:
         if self.partitions == 1:
-            return (yield from super()._op_exists())
-        steps: list[Step] = [Command(("EXISTS", self.keys.meta))]
+            return (yield from self.core._op_exists())
+        steps: list[Step] = [Command(("EXISTS", self.core.keys.meta))]
         steps += [
             Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats)) for k in self.parts
         ]
@@ -539,7 +542,7 @@ class _PartitionedCore(_QueueCore):
 
     def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
         if self.partitions == 1:
-            return (yield from super()._op_events(count))
+            return (yield from self.core._op_events(count))
         pages = yield from self._many(
             [Command(("XREVRANGE", k.events, "+", "-", "COUNT", count)) for k in self.parts]
         )
@@ -551,7 +554,7 @@ class _PartitionedCore(_QueueCore):
         """Every partition's events after stream id ``after``, merged in id order. A page
         ends between two different ids only, so the last id is a cursor for every stream."""
         if self.partitions == 1:
-            return (yield from super()._op_events_after(after, count))
+            return (yield from self.core._op_events_after(after, count))
         replies = yield from self._many(
             [Command(("XREAD", "COUNT", count, "STREAMS", k.events, after)) for k in self.parts]
         )

@@ -11,9 +11,11 @@ This module is the stable import point; the code lives in focused modules:
 - :mod:`scrapeq.engine.core`: argument checks and the single-partition operations;
 - :mod:`scrapeq.engine.settlement`: the settlement builders (``done``, ``retrying``, ...);
 - :mod:`scrapeq.engine.oputil`: call chunking and reply shaping shared by the operations;
-- :mod:`scrapeq.engine.routing` and :mod:`scrapeq.engine.partitions`: partitioned queues;
+- :mod:`scrapeq.engine.routing` and :mod:`scrapeq.engine.partitions`: partitioned queues
+  (``PartitionRouter`` wraps the core and routes each operation to its partitions);
 - :mod:`scrapeq.engine.transport`: Redis error mapping and cluster command routing;
-- :mod:`scrapeq.engine.sync_queue` and :mod:`scrapeq.engine.async_queue`: the facades.
+- :mod:`scrapeq.engine.facade`, :mod:`scrapeq.engine.sync_queue` and
+  :mod:`scrapeq.engine.async_queue`: the facades.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from scrapeq.engine.core import CLEAR_COUNT as CLEAR_COUNT
 from scrapeq.engine.core import CLEAR_PASSES as CLEAR_PASSES
 from scrapeq.engine.core import MAX_CLAIM as MAX_CLAIM
 from scrapeq.engine.core import _QueueCore as _QueueCore
+from scrapeq.engine.facade import _QueueBase as _QueueBase
 from scrapeq.engine.oputil import CALL_BYTES as CALL_BYTES
 from scrapeq.engine.oputil import CALL_ITEMS as CALL_ITEMS
-from scrapeq.engine.partitions import _PartitionedCore as _PartitionedCore
+from scrapeq.engine.partitions import PartitionRouter as PartitionRouter
 from scrapeq.engine.results import CancelResult as CancelResult
 from scrapeq.engine.results import Claimed as Claimed
 from scrapeq.engine.results import EnqueueResult as EnqueueResult

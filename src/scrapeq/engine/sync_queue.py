@@ -17,10 +17,10 @@ from scrapeq.engine.connection import (
     close_client,
     sync_client,
 )
+from scrapeq.engine.facade import _QueueBase
 from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.listing import JobListing
 from scrapeq.engine.oputil import _op_host_group
-from scrapeq.engine.partitions import _PartitionedCore
 from scrapeq.engine.request import Request
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
 from scrapeq.engine.scripts import (
@@ -50,7 +50,7 @@ from scrapeq.engine.transport import (
 T = TypeVar("T")
 
 
-class Queue(_PartitionedCore):
+class Queue(_QueueBase):
     """A queue over a blocking redis-py client: for producers, admin tools and tests.
 
     Args:
@@ -155,7 +155,7 @@ class Queue(_PartitionedCore):
 
     def enqueue(self, url: str | Request, **options: Any) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
-        return self._drive(self._op_enqueue([self.prepare(url, **options)]))[0]
+        return self._drive(self._route._op_enqueue([self.prepare(url, **options)]))[0]
 
     def enqueue_many(
         self, urls: Iterable[str | Request | EnqueueSpec], **options: Any
@@ -163,40 +163,42 @@ class Queue(_PartitionedCore):
         """Add many jobs (URLs or requests); every one is validated before anything is
         written."""
         specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
-        return self._drive(self._op_enqueue(specs))
+        return self._drive(self._route._op_enqueue(specs))
 
     def claim(self, n: int = 1) -> Claimed:
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
-        return self._drive(self._op_claim(n))
+        return self._drive(self._route._op_claim(n))
 
     def settle_many(self, items: Sequence[Settlement]) -> list[str]:
         """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
-        return self._drive(self._op_settle(items))
+        return self._drive(self._route._op_settle(items))
 
     def ack(self, job: Job, *, domain_failed: bool = False) -> str:
         """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
-        return self._drive(self._op_settle_one(self.done(job, domain_failed=domain_failed)))
+        return self._drive(self._route._op_settle_one(self.done(job, domain_failed=domain_failed)))
 
     def retry(self, job: Job, **options: Any) -> str:
         """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
-        return self._drive(self._op_settle_one(self.retrying(job, **options)))
+        return self._drive(self._route._op_settle_one(self.retrying(job, **options)))
 
     def throttle(self, job: Job, retry_after: float | None, **options: Any) -> str:
         """Defer a throttled job without spending an attempt; the domain parks."""
-        return self._drive(self._op_settle_one(self.throttling(job, retry_after, **options)))
+        return self._drive(self._route._op_settle_one(self.throttling(job, retry_after, **options)))
 
     def fail(self, job: Job, reason: str, message: str = "", **options: Any) -> str:
         """Dead-letter a claimed job at once."""
-        return self._drive(self._op_settle_one(self.failing(job, reason, message, **options)))
+        return self._drive(
+            self._route._op_settle_one(self.failing(job, reason, message, **options))
+        )
 
     def release(self, job: Job, **options: Any) -> str:
         """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
         ``dead`` when past its release budget."""
-        return self._drive(self._op_settle_one(self.releasing(job, **options)))
+        return self._drive(self._route._op_settle_one(self.releasing(job, **options)))
 
     def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
         """Renew leases; answers per job whether its token still owns it."""
-        return self._drive(self._op_heartbeat(jobs, lease))
+        return self._drive(self._route._op_heartbeat(jobs, lease))
 
     def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
         """Record that the handlers of these claimed jobs run now: if a lease of theirs
@@ -206,19 +208,19 @@ class Queue(_PartitionedCore):
         worker marks the job it runs alone (one whose lease expired before) and a handler
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
-        return self._drive(self._op_heartbeat(jobs, None, True))
+        return self._drive(self._route._op_heartbeat(jobs, None, True))
 
     def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
-        return self._drive(self._op_reap())
+        return self._drive(self._route._op_reap())
 
     def status(self) -> dict[str, Any]:
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""
-        return self._drive(self._op_status())
+        return self._drive(self._route._op_status())
 
     def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""
-        return self._drive(self._op_domains_info(domains))
+        return self._drive(self._route._op_domains_info(domains))
 
     def paused_until(self) -> str | None:
         """When the global-fault guard's pause ends (ISO 8601), or None when not paused."""
@@ -226,38 +228,38 @@ class Queue(_PartitionedCore):
 
     def domain_names(self) -> list[str]:
         """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
-        return self._drive(self._op_domain_names())
+        return self._drive(self._route._op_domain_names())
 
     def domain_known(self, domain: str) -> bool:
         """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
-        return self._drive(self._op_domain_known(domain))
+        return self._drive(self._route._op_domain_known(domain))
 
     def recent_errors(self, domain: str) -> list[dict[str, Any]]:
         """The last failures charged to ``domain``'s breaker (at most 10), newest first:
         ``{"id", "at", "at_ms", "kind", "message"}``; a throttled or retried job's errors too,
         which are in no dead letter."""
-        return self._drive(self._op_recent_errors(domain))
+        return self._drive(self._route._op_recent_errors(domain))
 
     def list_jobs(self, state: str, *, domain: str | None = None, limit: int = 20) -> JobListing:
         """At most ``limit`` jobs in ``state`` (ready, delayed, inflight, dead), of ``domain``
         if given, in the order of :class:`~scrapeq.engine.listing.JobListing`. Bounded reads:
         see :mod:`scrapeq.engine.listing`."""
-        return self._drive(self._op_list_jobs(state, domain, limit))
+        return self._drive(self._route._op_list_jobs(state, domain, limit))
 
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
-        return self._drive(self._op_dead_letters(domain, limit))
+        return self._drive(self._route._op_dead_letters(domain, limit))
 
     def get_job(self, job_id: str) -> Job | None:
         """The stored job, or None when it does not exist (done jobs are deleted unless
         ``keep_done`` keeps them)."""
-        return self._drive(self._op_get_job(job_id))
+        return self._drive(self._route._op_get_job(job_id))
 
     def job_info(self, job_id: str) -> JobInfo | None:
         """Where job ``job_id`` is (ready with its place in line, delayed until when, in
         flight until when, dead, done) and what it holds; None when there is no such job (a
         done job is deleted unless ``keep_done`` keeps it). One atomic look."""
-        return self._drive(self._op_job_info(job_id))
+        return self._drive(self._route._op_job_info(job_id))
 
     def cancel(
         self,
@@ -280,15 +282,15 @@ class Queue(_PartitionedCore):
                 ``domain``.
             NotFound: ``domain`` was never seen by this queue.
         """
-        return self._drive(self._op_cancel(ids, domain, force))
+        return self._drive(self._route._op_cancel(ids, domain, force))
 
     def counts(self) -> dict[str, int]:
         """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
-        return self._drive(self._op_counts())
+        return self._drive(self._route._op_counts())
 
     def dead_count(self, domain: str | None = None) -> int:
         """How many dead letters the queue (or one domain) holds."""
-        return self._drive(self._op_dead_count(domain))
+        return self._drive(self._route._op_dead_count(domain))
 
     def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
         """The queues on this Redis (found by their marker keys), with at most ``max_calls``
@@ -300,13 +302,13 @@ class Queue(_PartitionedCore):
         """Delete every key of this queue, in slices (SCAN and UNLINK of about
         ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
         they write meanwhile may be left."""
-        return self._drive(self._op_clear())
+        return self._drive(self._route._op_clear())
 
     def new_crawl(self) -> scripts.Renewed:
         """Forget what this queue has seen, so a crawl of the same seeds starts again: its
         seen-set, once-per-crawl flags and domains' counts of jobs enqueued (``max_pages``),
         nothing else (``lua/renew-1.lua``). Stop its workers first."""
-        return self._drive(self._op_renew())
+        return self._drive(self._route._op_renew())
 
     def replay(
         self,
@@ -317,25 +319,25 @@ class Queue(_PartitionedCore):
         reset_attempts: bool = False,
     ) -> ReplayResult:
         """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
-        return self._drive(self._op_replay(ids, domain, all, reset_attempts))
+        return self._drive(self._route._op_replay(ids, domain, all, reset_attempts))
 
     def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
         """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
-        return self._drive(self._op_purge(older_than, domain))
+        return self._drive(self._route._op_purge(older_than, domain))
 
     def breaker_reset(self, domain: str) -> str:
         """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
-        return self._drive(self._op_breaker(domain, "reset", None))
+        return self._drive(self._route._op_breaker(domain, "reset", None))
 
     def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
         """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
-        return self._drive(self._op_breaker(domain, "trip", cooldown))
+        return self._drive(self._route._op_breaker(domain, "trip", cooldown))
 
     def domain_set(
         self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides; answers what is now in force."""
-        return self._drive(self._op_domain_set(domain, delay, concurrency))
+        return self._drive(self._route._op_domain_set(domain, delay, concurrency))
 
     def host_group(self, host: str, address: str) -> str:
         """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it
@@ -344,12 +346,12 @@ class Queue(_PartitionedCore):
 
     def events(self, count: int = 100) -> list[dict[str, Any]]:
         """Recent events (trips, recoveries, retirements, dead letters), newest first."""
-        return self._drive(self._op_events(count))
+        return self._drive(self._route._op_events(count))
 
     def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
         """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
         (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
-        return self._drive(self._op_events_after(after, count))
+        return self._drive(self._route._op_events_after(after, count))
 
     def history(self, minutes: int = 60) -> dict[str, Any]:
         """Per-minute counts of the last ``minutes`` minutes (1..1440, the current one last and
@@ -374,7 +376,7 @@ class Queue(_PartitionedCore):
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
         ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
         with it. Reads every domain's breaker: O(domains)."""
-        return self._drive(self._op_figures())
+        return self._drive(self._route._op_figures())
 
     def log_leader(
         self,
@@ -387,7 +389,9 @@ class Queue(_PartitionedCore):
     ) -> scripts.LeaderAnswer:
         """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
-        return self._drive(self._op_log_leader(worker_id, lease, cursor_ttl, cursor, release))
+        return self._drive(
+            self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        )
 
     def once(self, name: str, holder: str = "") -> tuple[bool, str]:
         """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
@@ -408,13 +412,13 @@ class Queue(_PartitionedCore):
 
     def exists(self) -> bool:
         """Whether anything was ever enqueued to (or configured on) this queue."""
-        return self._drive(self._op_exists())
+        return self._drive(self._route._op_exists())
 
     def audit(self, *, repair: bool = False) -> AuditReport:
         """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
         what is safely fixable. Suspicions a moving job raised are checked again atomically:
         only problems that hold are reported."""
-        return self._drive(self._op_audit(repair))
+        return self._drive(self._route._op_audit(repair))
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
