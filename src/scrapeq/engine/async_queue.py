@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import redis
 import redis.asyncio
@@ -20,6 +20,13 @@ from scrapeq.engine.connection import (
 from scrapeq.engine.facade import _QueueBase
 from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.listing import JobListing
+from scrapeq.engine.options import (
+    FailOptions,
+    JobOptions,
+    ReleaseOptions,
+    RetryOptions,
+    ThrottleOptions,
+)
 from scrapeq.engine.oputil import _op_host_group
 from scrapeq.engine.request import Request
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
@@ -146,12 +153,12 @@ class AsyncQueue(_QueueBase):
             found.extend(batch)
         return [_join_cursor(after), found]
 
-    async def enqueue(self, url: str | Request, **options: Any) -> EnqueueResult:
+    async def enqueue(self, url: str | Request, **options: Unpack[JobOptions]) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
         return (await self._drive(self._route._op_enqueue([self.prepare(url, **options)])))[0]
 
     async def enqueue_many(
-        self, urls: Iterable[str | Request | EnqueueSpec], **options: Any
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]
     ) -> list[EnqueueResult]:
         """Add many jobs (URLs or requests); every one is validated before anything is
         written."""
@@ -172,23 +179,27 @@ class AsyncQueue(_QueueBase):
             self._route._op_settle_one(self.done(job, domain_failed=domain_failed))
         )
 
-    async def retry(self, job: Job, **options: Any) -> str:
+    async def retry(self, job: Job, **options: Unpack[RetryOptions]) -> str:
         """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
         return await self._drive(self._route._op_settle_one(self.retrying(job, **options)))
 
-    async def throttle(self, job: Job, retry_after: float | None, **options: Any) -> str:
+    async def throttle(
+        self, job: Job, retry_after: float | None, **options: Unpack[ThrottleOptions]
+    ) -> str:
         """Defer a throttled job without spending an attempt; the domain parks."""
         return await self._drive(
             self._route._op_settle_one(self.throttling(job, retry_after, **options))
         )
 
-    async def fail(self, job: Job, reason: str, message: str = "", **options: Any) -> str:
+    async def fail(
+        self, job: Job, reason: str, message: str = "", **options: Unpack[FailOptions]
+    ) -> str:
         """Dead-letter a claimed job at once."""
         return await self._drive(
             self._route._op_settle_one(self.failing(job, reason, message, **options))
         )
 
-    async def release(self, job: Job, **options: Any) -> str:
+    async def release(self, job: Job, **options: Unpack[ReleaseOptions]) -> str:
         """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
         ``dead`` when past its release budget."""
         return await self._drive(self._route._op_settle_one(self.releasing(job, **options)))
