@@ -1,0 +1,406 @@
+"""The async queue: drives the operations with ``redis.asyncio``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar, Unpack
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from scrapeq.engine import scripts
+from scrapeq.engine.audit import AuditReport
+from scrapeq.engine.connection import (
+    AsyncClient,
+    async_client,
+)
+from scrapeq.engine.facade import _QueueBase
+from scrapeq.engine.job import Job, JobInfo
+from scrapeq.engine.listing import JobListing
+from scrapeq.engine.options import (
+    FailOptions,
+    JobOptions,
+    ReleaseOptions,
+    RetryOptions,
+    ThrottleOptions,
+)
+from scrapeq.engine.oputil import _op_host_group
+from scrapeq.engine.request import Request
+from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
+from scrapeq.engine.scripts import (
+    Command,
+    EnqueueSpec,
+    Many,
+    OnceFlag,
+    Op,
+    Settlement,
+    Step,
+)
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.transport import (
+    _BULK_LIMIT_QUERY,
+    _CLUSTER_TRANSIENT,
+    _cluster_target,
+    _cluster_unavailable,
+    _join_cursor,
+    _maybe_oversized,
+    _moved,
+    _oversized,
+    _split_cursor,
+    _url_or_embedded,
+    _wrap_connection_error,
+)
+
+T = TypeVar("T")
+
+
+class AsyncQueue(_QueueBase):
+    """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str | None = None,
+        *,
+        settings: Settings | None = None,
+    ) -> None:
+        super().__init__(name, settings=settings)
+        self.client = client
+        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
+        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
+
+    @classmethod
+    def from_url(
+        cls, url: str | None, name: str | None = None, *, settings: Settings | None = None
+    ) -> AsyncQueue:
+        """Connect to ``url``, with the options of :func:`.connection.async_client`; None: the
+        embedded Redis, as :meth:`Queue.from_url`."""
+        given = settings or Settings()
+        client = async_client(_url_or_embedded(url, given), given.cluster)
+        return cls(client, name, settings=settings)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _drive(self, op: Op[T]) -> T:
+        try:
+            step = next(op)
+            while True:
+                step = op.send(await self._step(step))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _step(self, step: Step) -> Any:
+        if isinstance(step, Many):  # to several partitions: concurrently
+            return list(await asyncio.gather(*(self._step(s) for s in step.steps)))
+        try:
+            if isinstance(step, Command):
+                if self._cluster:
+                    return await self._cluster_command(step.args)
+                return await self.client.execute_command(*step.args)
+            raw = await self._scripts[step.script](
+                keys=[step.prefix or self.keys.prefix],
+                args=[self.testing_clock_offset_ms, self._config_json, step.args],
+            )
+        except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
+            if isinstance(step, Command) and step.tolerant:
+                return None
+            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if _maybe_oversized(step):
+                limit = await self._step(Command(_BULK_LIMIT_QUERY, True))
+                too_large = _oversized(step, limit)
+                if too_large is not None:
+                    raise too_large from None
+            raise _wrap_connection_error(exc) from exc
+        return step.parse(raw)
+
+    async def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """The asyncio twin of :meth:`Queue._cluster_command`."""
+        client = self.client
+        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return await client.execute_command(*args)
+        if target != "all":
+            await client.initialize()
+            node = client.get_node_from_key(target)
+            reply = await client.execute_command(*args, target_nodes=node)
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        await client.initialize()
+        names = [n.name for n in client.get_primaries()]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)
+            if node is None:
+                continue
+            got, batch = await client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
+
+    async def enqueue(self, url: str | Request, **options: Unpack[JobOptions]) -> EnqueueResult:
+        """Add one job (options as :meth:`prepare`)."""
+        return (await self._drive(self._route._op_enqueue([self.prepare(url, **options)])))[0]
+
+    async def enqueue_many(
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]
+    ) -> list[EnqueueResult]:
+        """Add many jobs (URLs or requests); every one is validated before anything is
+        written."""
+        specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
+        return await self._drive(self._route._op_enqueue(specs))
+
+    async def claim(self, n: int = 1) -> Claimed:
+        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
+        return await self._drive(self._route._op_claim(n))
+
+    async def settle_many(self, items: Sequence[Settlement]) -> list[str]:
+        """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
+        return await self._drive(self._route._op_settle(items))
+
+    async def ack(self, job: Job, *, domain_failed: bool = False) -> str:
+        """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
+        return await self._drive(
+            self._route._op_settle_one(self.done(job, domain_failed=domain_failed))
+        )
+
+    async def retry(self, job: Job, **options: Unpack[RetryOptions]) -> str:
+        """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
+        return await self._drive(self._route._op_settle_one(self.retrying(job, **options)))
+
+    async def throttle(
+        self, job: Job, retry_after: float | None, **options: Unpack[ThrottleOptions]
+    ) -> str:
+        """Defer a throttled job without spending an attempt; the domain parks."""
+        return await self._drive(
+            self._route._op_settle_one(self.throttling(job, retry_after, **options))
+        )
+
+    async def fail(
+        self, job: Job, reason: str, message: str = "", **options: Unpack[FailOptions]
+    ) -> str:
+        """Dead-letter a claimed job at once."""
+        return await self._drive(
+            self._route._op_settle_one(self.failing(job, reason, message, **options))
+        )
+
+    async def release(self, job: Job, **options: Unpack[ReleaseOptions]) -> str:
+        """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
+        ``dead`` when past its release budget."""
+        return await self._drive(self._route._op_settle_one(self.releasing(job, **options)))
+
+    async def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
+        """Renew leases; answers per job whether its token still owns it."""
+        return await self._drive(self._route._op_heartbeat(jobs, lease))
+
+    async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
+        """Record that the handlers of these claimed jobs run now, as
+        :meth:`Queue.mark_handler_running`."""
+        return await self._drive(self._route._op_heartbeat(jobs, None, True))
+
+    async def reap(self) -> tuple[int, int, int]:
+        """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
+        return await self._drive(self._route._op_reap())
+
+    async def status(self) -> dict[str, Any]:
+        """Counts, lanes, domains and alarms in the ``status --json`` schema."""
+        return await self._drive(self._route._op_status())
+
+    async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Full per-domain figures (breaker state, politeness, counts)."""
+        return await self._drive(self._route._op_domains_info(domains))
+
+    async def paused_until(self) -> str | None:
+        """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
+        return await self._drive(self._op_paused_until())
+
+    async def domain_known(self, domain: str) -> bool:
+        """The asyncio twin of :meth:`Queue.domain_known`."""
+        return await self._drive(self._route._op_domain_known(domain))
+
+    async def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
+        return await self._drive(self._route._op_domain_names())
+
+    async def recent_errors(self, domain: str) -> list[dict[str, Any]]:
+        """The last failures charged to ``domain``'s breaker, as :meth:`Queue.recent_errors`."""
+        return await self._drive(self._route._op_recent_errors(domain))
+
+    async def list_jobs(
+        self, state: str, *, domain: str | None = None, limit: int = 20
+    ) -> JobListing:
+        """Jobs in ``state``, as :meth:`Queue.list_jobs`."""
+        return await self._drive(self._route._op_list_jobs(state, domain, limit))
+
+    async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
+        """Dead letters, newest first."""
+        return await self._drive(self._route._op_dead_letters(domain, limit))
+
+    async def get_job(self, job_id: str) -> Job | None:
+        """The stored job, or None when it does not exist (done jobs are deleted unless
+        ``keep_done`` keeps them)."""
+        return await self._drive(self._route._op_get_job(job_id))
+
+    async def job_info(self, job_id: str) -> JobInfo | None:
+        """Where job ``job_id`` is (ready with its place in line, delayed until when, in
+        flight until when, dead, done) and what it holds; None when there is no such job (a
+        done job is deleted unless ``keep_done`` keeps it). One atomic look."""
+        return await self._drive(self._route._op_job_info(job_id))
+
+    async def cancel(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        force: bool = False,
+    ) -> CancelResult:
+        """Remove pending jobs: ``ids``, or every pending job of ``domain``.
+
+        A cancelled job leaves every structure (counters fixed, fingerprint released) and is
+        counted in ``status`` as ``cancelled``. Jobs in flight are refused unless
+        ``force=True`` (ids only): the lease is dropped and the domain's slot freed; the
+        worker's later settle is stale. Dead letters and done jobs are not cancelled. A
+        domain is worked through in slices of ``CANCEL_SLICE`` jobs a call; its jobs in flight
+        are left to finish.
+
+        Raises:
+            ConfigError: not exactly one of ``ids`` and ``domain``, or ``force`` with
+                ``domain``.
+            NotFound: ``domain`` was never seen by this queue.
+        """
+        return await self._drive(self._route._op_cancel(ids, domain, force))
+
+    async def counts(self) -> dict[str, int]:
+        """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
+        return await self._drive(self._route._op_counts())
+
+    async def dead_count(self, domain: str | None = None) -> int:
+        """How many dead letters the queue (or one domain) holds."""
+        return await self._drive(self._route._op_dead_count(domain))
+
+    async def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
+        """The queues on this Redis (found by their marker keys), with at most ``max_calls``
+        SCAN calls of COUNT 1000; ``complete`` says whether every key was looked at. None when
+        the server refuses SCAN (an ACL user)."""
+        return await self._drive(self._op_known_queues(max_calls))
+
+    async def clear(self) -> int:
+        """Delete every key of this queue, in slices (SCAN and UNLINK of about
+        ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
+        they write meanwhile may be left."""
+        return await self._drive(self._route._op_clear())
+
+    async def new_crawl(self) -> scripts.Renewed:
+        """Forget what this queue has seen (see :meth:`Queue.new_crawl`)."""
+        return await self._drive(self._route._op_renew())
+
+    async def replay(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        all: bool = False,
+        reset_attempts: bool = False,
+    ) -> ReplayResult:
+        """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
+        return await self._drive(self._route._op_replay(ids, domain, all, reset_attempts))
+
+    async def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
+        """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
+        return await self._drive(self._route._op_purge(older_than, domain))
+
+    async def breaker_reset(self, domain: str) -> str:
+        """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
+        return await self._drive(self._route._op_breaker(domain, "reset", None))
+
+    async def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
+        """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
+        return await self._drive(self._route._op_breaker(domain, "trip", cooldown))
+
+    async def domain_set(
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
+    ) -> dict[str, Any]:
+        """Set a domain's politeness overrides; answers what is now in force."""
+        return await self._drive(self._route._op_domain_set(domain, delay, concurrency))
+
+    async def host_group(self, host: str, address: str) -> str:
+        """The asyncio twin of :meth:`Queue.host_group`."""
+        return await self._drive(_op_host_group(host, address))
+
+    async def events(self, count: int = 100) -> list[dict[str, Any]]:
+        """Recent events (trips, recoveries, retirements, dead letters), newest first."""
+        return await self._drive(self._route._op_events(count))
+
+    async def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
+        """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
+        (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
+        return await self._drive(self._route._op_events_after(after, count))
+
+    async def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (see :meth:`Queue.history`)."""
+        return await self._drive(self._op_history(minutes))
+
+    async def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created (see :meth:`Queue.stats`)."""
+        return await self._drive(self._op_stats())
+
+    async def figures(self) -> dict[str, int]:
+        """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
+        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
+        with it. Reads every domain's breaker: O(domains)."""
+        return await self._drive(self._route._op_figures())
+
+    async def log_leader(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        cursor_ttl: float,
+        cursor: str | None = None,
+        release: bool = False,
+    ) -> scripts.LeaderAnswer:
+        """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
+        op = self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        return await self._drive(op)
+
+    async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """The async twin of :meth:`Queue.once`."""
+        flag = await self._drive(self._op_once(name, holder, "take", 0.0))
+        return flag.won, flag.holder
+
+    async def once_flag(
+        self, name: str, holder: str = "", *, op: str = "take", lease: float = 0.0
+    ) -> OnceFlag:
+        """The async twin of :meth:`Queue.once_flag`."""
+        return await self._drive(self._op_once(name, holder, op, lease))
+
+    async def exists(self) -> bool:
+        """Whether anything was ever enqueued to (or configured on) this queue."""
+        return await self._drive(self._route._op_exists())
+
+    async def audit(self, *, repair: bool = False) -> AuditReport:
+        """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
+        what is safely fixable. Suspicions a moving job raised are checked again atomically:
+        only problems that hold are reported."""
+        return await self._drive(self._route._op_audit(repair))
+
+    async def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
+        ``noeviction`` may delete job keys under memory pressure."""
+        return await self._drive(self._op_eviction_policy())

@@ -1,0 +1,541 @@
+"""The single-partition queue core: argument checks, operations (generators), result shaping.
+
+Each operation yields :class:`~scrapeq.engine.scripts.Call` or :class:`Command` steps and
+receives each answer; the facades (:mod:`scrapeq.engine.sync_queue`,
+:mod:`scrapeq.engine.async_queue`) drive them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from scrapeq.engine import scripts
+from scrapeq.engine.audit import AuditReport, audit_op
+from scrapeq.engine.job import Job, JobInfo, ms_to_iso
+from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
+from scrapeq.engine.limits import check_count
+from scrapeq.engine.oputil import (
+    CALL_BYTES,
+    CALL_ITEMS,
+    _audit_conc,
+    _chunks,
+    _dead_job,
+    _enqueue_result,
+    _event,
+    _expires_ms,
+    _job_info,
+    _names,
+    _payload_json,
+    _seconds_ms,
+    _settlement_size,
+    _spec_size,
+    _stream_entries,
+    _with_fingerprint,
+)
+from scrapeq.engine.request import Request, request_fingerprint64
+from scrapeq.engine.results import (
+    _REFUSALS,
+    CancelResult,
+    Claimed,
+    EnqueueResult,
+    KnownQueues,
+    ReplayResult,
+)
+from scrapeq.engine.scripts import (
+    ONCE_OPS,
+    SCAN_START,
+    Command,
+    EnqueueSpec,
+    JobPlace,
+    OnceFlag,
+    Op,
+    ScriptConfig,
+    Settlement,
+)
+from scrapeq.engine.seen import SeenLayout
+from scrapeq.engine.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.settlement import SettlementBuilders
+from scrapeq.engine.status import (
+    HISTORY_MINUTES,
+    eviction_alarm,
+    shape_counts,
+    shape_figures,
+    shape_history,
+    shape_status,
+)
+from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
+from scrapeq.errors import (
+    ConfigError,
+    InvalidURL,
+    PayloadTooLarge,
+    StaleLease,
+)
+
+T = TypeVar("T")
+
+#: Domains asked about per domain_info call, and dead letters read per page.
+_PAGE = 200
+#: Most jobs one claim may take: a script must not block Redis for long.
+MAX_CLAIM = 1000
+#: Jobs a ``cancel(domain=)`` call examines at most (ready ones, then delayed ones).
+CANCEL_SLICE = 500
+#: SCAN's COUNT for ``clear``: about the keys of the database one call looks at (and at most
+#: about that many deleted: one UNLINK).
+CLEAR_COUNT = 500
+#: Passes of ``clear`` at most: another when the queue's marker keys came back (a worker
+#: still running wrote while the first pass went).
+CLEAR_PASSES = 3
+#: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
+#: domain's delayed counter says some were missed (they moved while it paged).
+CANCEL_DELAYED_PASSES = 2
+#: What a ``once`` flag's name may be (it becomes part of a key).
+_ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+class _QueueCore(SettlementBuilders):
+    """Everything but the I/O: argument checks, operations, result shaping."""
+
+    def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        if name is not None and name != self.settings.queue:
+            self.settings = self.settings.replace(queue=name)
+        self.name = self.settings.queue
+        self.keys = Keys(self.name)
+        self._config_json = ScriptConfig.from_settings(self.settings).to_json()
+        self._seen = SeenLayout.from_settings(self.settings)
+        #: How URLs are compared for de-duplication (canonical_url's options).
+        self._canonical = {
+            "keep_fragments": self.settings.canonical_keep_fragments,
+            "keep_blank_values": self.settings.canonical_keep_blank_values,
+        }
+        #: Whether jobs without uniqueness should carry their fingerprint: the queue has had
+        #: a unique enqueue (or this client has not heard yet). Every enqueue answer says.
+        self._fingerprint_all = True
+        #: Testing switch: milliseconds added to the Redis clock in every script call.
+        self.testing_clock_offset_ms = 0
+
+    # --- building jobs ---------------------------------------------------------------------
+
+    def prepare(
+        self,
+        url: str | Request,
+        *,
+        lane: str | None = None,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        payload: Any = None,
+        unique: bool | str | None = None,
+        expires: float | None = None,
+    ) -> EnqueueSpec:
+        """Validate one job without touching Redis.
+
+        Args:
+            url: http(s) URL; refused when invalid or (without ``allow_private``) private.
+                Or a :class:`~scrapeq.engine.request.Request`: its URL, and what the job
+                sends (its stored form, its body and meta count towards ``max_payload``).
+            lane: lane name; default the settings' default lane (``normal``).
+            delay: seconds before the job is eligible.
+            max_attempts: attempt budget; default ``settings.max_attempts``.
+            payload: any JSON-serialisable value, handed to the handler.
+            unique: ``"pending"`` (or True): skip the job while a pending job has the same
+                URL; ``"seen"``: skip it too when the URL was ever enqueued with ``"seen"``
+                (or within ``recrawl_after``); ``"off"`` (or False): no de-duplication.
+                Default: the ``unique`` setting. URLs are the same up to
+                :func:`~scrapeq.engine.urls.canonical_url` (``canonical_*`` settings).
+            expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
+
+        Raises:
+            InvalidURL: the URL is refused.
+            ConfigError: another argument is bad (names it).
+        """
+        request = None
+        if isinstance(url, Request):
+            request, url = url, url.url
+        target = parse_target(url, allow_private=self.settings.allow_private)
+        lanes = self.settings.lanes
+        lane_name = lane if lane is not None else lanes.default_lane
+        off_ms = lanes.offset_ms(lane_name)
+        attempts = self._max_attempts(max_attempts)
+        payload_json = _payload_json(payload)
+        expires_ms = _expires_ms(expires)
+        request_json = None if request is None else request.to_text()
+        dedup = self._dedup_fields(url, request, unique, request_json is not None)
+        return EnqueueSpec(
+            url=target.url,
+            domain=self._politeness_domain(target.domain),
+            lane=lane_name,
+            off_ms=off_ms,
+            delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,
+            max_attempts=attempts,
+            payload_json=payload_json,
+            expires_ms=expires_ms,
+            request_json=request_json,
+            **dedup,
+        )
+
+    def _max_attempts(self, max_attempts: int | None) -> int:
+        attempts = self.settings.max_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("max_attempts", f"must be an integer >= 1, got {attempts!r}")
+        return attempts
+
+    def _politeness_domain(self, domain: str) -> str:
+        """The key a job's politeness is counted under: its host, or a coarser key."""
+        if self.settings.politeness != "host":
+            return politeness_key(domain, self.settings.politeness)
+        return domain
+
+    def _dedup_fields(
+        self, url: str, request: Request | None, unique: bool | str | None, stored: bool
+    ) -> dict[str, Any]:
+        """A spec's de-duplication fields: ``fingerprint``, ``unique`` and ``seen``
+        (``stored``: the job carries a request's stored form)."""
+        mode = self._unique_mode(unique)
+        # From the URL as given, not the job's: parse_target drops the fragment, which
+        # canonical_keep_fragments may keep.
+        fp64 = self._fp64(url, request) if mode == "seen" else None
+        return {
+            # a request's fingerprint is not its URL's: always carried (_with_fingerprint
+            # knows only URLs); the script takes it only when it would take a URL's
+            "fingerprint": self._fingerprint(url, fp64, request)
+            if mode != "off" or stored
+            else None,
+            "unique": None if mode == "off" else mode,
+            "seen": None if fp64 is None else self._seen.arg(fp64),
+        }
+
+    def _fp64(self, url: str, request: Request | None) -> int:
+        """The 64-bit fingerprint of what a job sends: its URL's for a plain GET."""
+        if request is None:
+            return fingerprint64(url, **self._canonical)
+        return request_fingerprint64(url, request.method, request.body, **self._canonical)
+
+    def _fingerprint(self, url: str, fp64: int | None, request: Request | None) -> str:
+        """The request's fingerprint; from its 64-bit form (the same 8 bytes in hex)."""
+        if fp64 is None:
+            if request is None or request.plain:
+                return fingerprint(url, **self._canonical)
+            fp64 = self._fp64(url, request)
+        return format(fp64 & 0xFFFF_FFFF_FFFF_FFFF, "016x")
+
+    def _unique_mode(self, unique: bool | str | None) -> str:
+        if unique is None:
+            return self.settings.unique
+        if isinstance(unique, bool):
+            return "pending" if unique else "off"
+        if unique not in UNIQUE_MODES:
+            raise ConfigError("unique", f"expected off, pending or seen, got {unique!r}")
+        return unique
+
+    def _check_payload_sizes(self, specs: Sequence[EnqueueSpec]) -> None:
+        limit = self.settings.max_payload
+        for spec in specs:
+            # the text is json.dumps' ASCII-only output: characters are bytes
+            size = len(spec.payload_json or "") + len(spec.request_json or "")
+            if size > limit:
+                what = "payload" if spec.request_json is None else "payload and request"
+                raise PayloadTooLarge(
+                    f"{spec.url}: {what} of {size:,} bytes is over max_payload ({limit:,} bytes)"
+                )
+
+    # --- operations --------------------------------------------------------------------------
+
+    def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
+        self._check_payload_sizes(specs)  # before anything is written
+        results: list[EnqueueResult] = []
+        for chunk in _chunks(specs, _spec_size):
+            if self._fingerprint_all:
+                chunk = [_with_fingerprint(s) for s in chunk]
+            answers, self._fingerprint_all = yield scripts.enqueue(chunk)
+            results.extend(_enqueue_result(a) for a in answers)
+        return results
+
+    def _op_claim(self, n: int) -> Op[Claimed]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
+            raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
+        next_ms, texts = yield scripts.claim(n)
+        jobs = [Job.from_json(t) for t in texts]
+        return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
+
+    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+        if len(items) <= CALL_ITEMS and sum(map(_settlement_size, items)) <= CALL_BYTES:
+            return (yield scripts.settle(items))  # type: ignore[no-any-return]
+        out: list[str] = []
+        for chunk in _chunks(items, _settlement_size):
+            out.extend((yield scripts.settle(chunk)))
+        return out
+
+    def _op_settle_one(self, item: Settlement) -> Op[str]:
+        (status,) = yield scripts.settle([item])
+        if status == "stale":
+            raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
+        return str(status)
+
+    def _op_heartbeat(
+        self, jobs: Sequence[Job], lease: float | None, handling: bool = False
+    ) -> Op[list[bool]]:
+        lease_ms = _seconds_ms("lease", lease)
+        if not jobs:
+            return []
+        pairs = [(j.id, j.token) for j in jobs]
+        renewed: list[bool] = yield scripts.heartbeat(pairs, lease_ms, handling=handling)
+        return renewed
+
+    def _op_status(self) -> Op[dict[str, Any]]:
+        # O(status_top) whatever the number of domains: counts come from counters the
+        # scripts keep, per-domain detail only for the domains the script picks
+        raw = yield scripts.status(self.settings.lanes.names, self.settings.status_top)
+        domains = yield from self._op_domains_info(sorted(_names(raw.get("top"))))
+        status = shape_status(self.name, raw, domains)
+        policy = yield from self._op_eviction_policy()
+        if policy not in (None, "noeviction"):
+            status["alarms"].append(eviction_alarm(policy))
+        return status
+
+    def _op_eviction_policy(self) -> Op[str | None]:
+        info = yield Command(("INFO", "memory"), tolerant=True)
+        if not isinstance(info, dict):
+            return None
+        policy = info.get("maxmemory_policy")
+        return None if policy is None else str(policy)
+
+    def _op_paused_until(self) -> Op[str | None]:
+        until = yield Command(("HGET", self.keys.meta, "paused_until"))
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
+        return ms_to_iso(int(until)) if until and int(until) > now_ms else None
+
+    def _op_domain_names(self) -> Op[list[str]]:
+        return (yield from scripts.registry_names_op())
+
+    def _op_domain_known(self, domain: str) -> Op[bool]:
+        k = self.keys
+        found = yield Command(("HEXISTS", k.registry(registry_bucket(domain)), domain))
+        if int(found):
+            return True
+        # a queue written before the registry had buckets, not migrated yet
+        return bool(int((yield Command(("SISMEMBER", k.domains, domain)))))
+
+    def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
+        if domains is None:
+            domains = yield from scripts.registry_names_op()
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(domains), _PAGE):
+            out.extend((yield scripts.domain_info(domains[start : start + _PAGE])))
+        return out
+
+    def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
+        key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
+        ids = yield Command(("ZREVRANGE", key, 0, max(limit, 1) - 1))
+        if not ids:
+            return []
+        texts = yield Command(("MGET", *[self.keys.job(i) for i in ids]))
+        return [_dead_job(i, t) for i, t in zip(ids, texts, strict=True) if t is not None]
+
+    def _op_dead_count(self, domain: str | None) -> Op[int]:
+        key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
+        return int((yield Command(("ZCARD", key))))
+
+    def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
+        place: JobPlace = yield scripts.job_info(job_id)
+        if place.place == "unknown" or place.text is None:
+            return None
+        return _job_info(job_id, place)
+
+    def _op_cancel(
+        self, ids: Sequence[str] | None, domain: str | None, force: bool
+    ) -> Op[CancelResult]:
+        if (ids is None) == (domain is None):
+            raise ConfigError("cancel", "choose exactly one of ids or domain")
+        if domain is not None:
+            if force:
+                why = "applies to ids only: a domain's jobs in flight are left to finish"
+                raise ConfigError("force", why)
+            return (yield from self._op_cancel_domain(domain))
+        assert ids is not None
+        cancelled = 0
+        refused: dict[str, list[str]] = {k: [] for k in _REFUSALS}
+        for start in range(0, len(ids), CALL_ITEMS):
+            chunk = ids[start : start + CALL_ITEMS]
+            answers = yield scripts.cancel_ids(chunk, force)
+            for job_id, answer in zip(chunk, answers, strict=True):
+                if answer == "cancelled":
+                    cancelled += 1
+                else:
+                    refused[answer].append(job_id)
+        r = refused
+        return CancelResult(
+            cancelled, r["inflight"], r["dead"], r["done"], r["unknown"], r["corrupt"]
+        )
+
+    def _op_cancel_domain(self, domain: str) -> Op[CancelResult]:
+        cancelled, cursor, passes = 0, SCAN_START, 1
+        while True:
+            got = yield scripts.cancel_domain(domain, cursor, CANCEL_SLICE)
+            cancelled += got.cancelled
+            cursor = got.cursor
+            if got.scan_end and got.ready_left == 0:
+                if got.delayed_left <= 0 or passes >= CANCEL_DELAYED_PASSES:
+                    return CancelResult(cancelled, left_inflight=got.inflight)
+                passes, cursor = passes + 1, SCAN_START
+
+    def _op_known_queues(self, max_calls: int) -> Op[KnownQueues | None]:
+        found: set[str] = set()
+        cursor: int | str = 0
+        for _ in range(max_calls):
+            scan = ("SCAN", cursor, "MATCH", QUEUE_SCAN_PATTERN, "COUNT", 1000)
+            reply = yield Command(scan, tolerant=True)
+            if reply is None:  # an ACL user without SCAN
+                return None
+            # On a cluster, the cursor is every primary's (see _cluster_scan_all): opaque.
+            cursor, batch = reply[0], reply[1]
+            found.update(n for n in map(queue_of_marker, map(str, batch)) if n is not None)
+            if str(cursor) == "0":
+                return KnownQueues(sorted(found), True)
+        return KnownQueues(sorted(found), False)
+
+    def _op_clear(self) -> Op[int]:
+        deleted = 0
+        for _ in range(CLEAR_PASSES):
+            cursor = "0"
+            while True:
+                cursor, n = yield scripts.clear(cursor, CLEAR_COUNT)
+                deleted += n
+                if cursor == "0":
+                    break
+            # the markers last: a clear cut short leaves the queue listed, to clear again
+            deleted += (yield scripts.clear(markers=True))[1]
+            if not (yield from self._op_exists()):
+                break
+        return deleted
+
+    def _op_renew(self) -> Op[scripts.Renewed]:
+        done, cursor = scripts.Renewed(), "0"
+        while True:
+            step: scripts.Renewed
+            cursor, step = yield scripts.renew(cursor, CLEAR_COUNT)
+            done = done + step
+            if cursor == "0":
+                return done
+
+    def _op_counts(self) -> Op[dict[str, int]]:
+        raw = yield scripts.status(self.settings.lanes.names)
+        return shape_counts(raw)
+
+    def _op_get_job(self, job_id: str) -> Op[Job | None]:
+        text = yield Command(("GET", self.keys.job(job_id)))
+        return None if text is None else _dead_job(job_id, text)
+
+    def _op_replay(
+        self, ids: Sequence[str] | None, domain: str | None, everything: bool, reset: bool
+    ) -> Op[ReplayResult]:
+        chosen = [ids is not None, domain is not None, everything]
+        if sum(chosen) != 1:
+            raise ConfigError("replay", "choose exactly one of ids, domain or all")
+        if ids is not None:
+            answer = yield scripts.replay("ids", ids=list(ids), reset=reset)
+            return ReplayResult(answer.moved, answer.missing, answer.duplicates)
+        mode = "domain" if domain is not None else "all"
+        moved, offset, duplicates = 0, 0, []
+        while True:
+            answer = yield scripts.replay(mode, domain=domain, reset=reset, offset=offset)
+            moved += answer.moved
+            offset += answer.skipped
+            duplicates += answer.duplicates
+            if answer.remaining <= 0 or (answer.moved == 0 and answer.skipped == 0):
+                return ReplayResult(moved, [], duplicates)
+
+    def _op_purge(self, older_than: float | None, domain: str | None) -> Op[int]:
+        older_ms = _seconds_ms("older_than", older_than)
+        total = 0
+        while True:
+            purged: int
+            remaining: int
+            purged, remaining = yield scripts.purge(older_ms, domain)
+            total += purged
+            if remaining <= 0 or purged == 0:
+                return total
+
+    def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
+        cool_ms = _seconds_ms("cooldown", cooldown)
+        return str((yield scripts.breaker(domain, action, cool_ms)))
+
+    def _op_domain_set(
+        self, domain: str, delay: float | None, concurrency: int | str | None
+    ) -> Op[dict[str, Any]]:
+        delay_ms = _seconds_ms("delay", delay)
+        if concurrency is not None and concurrency != "auto":
+            check_count("concurrency", concurrency)
+        got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
+        return {
+            "domain": domain,
+            "delay": got_delay / 1000,
+            "concurrency": got_conc,
+            "adaptive": adaptive,
+        }
+
+    def _op_audit(self, repair: bool) -> Op[AuditReport]:
+        s = self.settings
+        keep_ms = round(s.keep_done * 1000)
+        return audit_op(self.keys, list(s.lanes.names), _audit_conc(s), repair, keep_ms)
+
+    def _op_once(self, name: str, holder: str, op: str, lease: float) -> Op[OnceFlag]:
+        if not isinstance(name, str) or not _ONCE_NAME.fullmatch(name):
+            raise ConfigError("once", f"a flag name is letters, digits, _ - . or :, got {name!r}")
+        if op not in ONCE_OPS:
+            raise ConfigError("once", f"op is one of {', '.join(ONCE_OPS)}, got {op!r}")
+        lease_ms = _seconds_ms("lease", lease, allow_none=False) or 0
+        answer: OnceFlag = yield scripts.once(name, holder, op=op, lease_ms=lease_ms)
+        return answer
+
+    def _op_exists(self) -> Op[bool]:
+        k = self.keys
+        found = yield Command(("EXISTS", k.meta, k.domain_count, k.domains, k.stats))
+        return bool(found)
+
+    def _op_events(self, count: int) -> Op[list[dict[str, Any]]]:
+        entries = yield Command(("XREVRANGE", self.keys.events, "+", "-", "COUNT", count))
+        return [_event(entry_id, fields) for entry_id, fields in entries]
+
+    def _op_events_after(self, after: str, count: int) -> Op[list[dict[str, str]]]:
+        reply = yield Command(("XREAD", "COUNT", count, "STREAMS", self.keys.events, after))
+        return _stream_entries(reply)
+
+    def _op_history(self, minutes: int) -> Op[dict[str, Any]]:
+        if not 1 <= minutes <= HISTORY_MINUTES:
+            raise ConfigError("minutes", f"must be in 1..{HISTORY_MINUTES}, got {minutes}")
+        now_ms = yield from scripts.server_ms_op(self.testing_clock_offset_ms)
+        last = now_ms // 60_000
+        first = last - minutes + 1
+        hashes: dict[int, dict[str, str]] = {}
+        for hour in range(first // 60, last // 60 + 1):
+            hashes[hour] = dict((yield Command(("HGETALL", self.keys.history(hour)))))
+        return shape_history(hashes, first, minutes, now_ms)
+
+    def _op_stats(self) -> Op[dict[str, int]]:
+        flat = yield Command(("HGETALL", self.keys.stats))
+        return {str(k): int(v) for k, v in dict(flat).items()}
+
+    def _op_figures(self) -> Op[dict[str, int]]:
+        return shape_figures((yield scripts.status(self.settings.lanes.names)))
+
+    def _op_log_leader(
+        self, worker_id: str, lease: float, cursor_ttl: float, cursor: str | None, release: bool
+    ) -> Op[scripts.LeaderAnswer]:
+        ttl_ms, keep_ms = _seconds_ms("lease", lease), _seconds_ms("cursor_ttl", cursor_ttl)
+        call = scripts.log_leader(worker_id, ttl_ms or 1, keep_ms or 1, cursor=cursor,
+                                  release=release)  # fmt: skip
+        answer: scripts.LeaderAnswer = yield call
+        return answer
+
+    # --- settlements ---------------------------------------------------------------------------
+
+    def _final_spec(self, job: Job, url: str | None) -> EnqueueSpec | None:
+        """The spec that marks ``url`` seen (None: no URL, the job's own, or one refused)."""
+        if url is None or url == job.url or job.request_text is not None:
+            return None  # a request's target is not marked seen as a plain GET
+        try:
+            return self.prepare(url, unique="seen")
+        except (InvalidURL, ConfigError):
+            return None

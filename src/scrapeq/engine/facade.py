@@ -1,0 +1,37 @@
+"""What both facades share: each is the queue's core and routes its operations over partitions.
+
+:class:`~scrapeq.engine.sync_queue.Queue` and :class:`~scrapeq.engine.async_queue.AsyncQueue`
+differ only in their I/O. Both are a :class:`~scrapeq.engine.core._QueueCore` (the settings,
+``prepare``, the settlement builders, the single-partition operations) wrapped by a
+:class:`~scrapeq.engine.partitions.PartitionRouter`, through which every operation that
+depends on the partitions goes.
+"""
+
+from __future__ import annotations
+
+from scrapeq.engine.core import _QueueCore
+from scrapeq.engine.keys import Keys
+from scrapeq.engine.partitions import PartitionRouter
+from scrapeq.engine.settings import Settings
+
+
+class _QueueBase(_QueueCore):
+    """A queue's core with its partition router (``_route``)."""
+
+    def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
+        super().__init__(name, settings=settings)
+        self._route = PartitionRouter(self)
+
+    @property
+    def partitions(self) -> int:
+        """The number of partitions (hash tags) the queue is spread over."""
+        return self._route.partitions
+
+    @property
+    def parts(self) -> list[Keys]:
+        """The keys of each partition (the queue's own keys with one partition)."""
+        return self._route.parts
+
+    def urgent_arrived(self) -> None:
+        """Urgent work was enqueued (engine/wake.py): the next claim tries every partition."""
+        self._route.urgent_arrived()

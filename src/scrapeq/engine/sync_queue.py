@@ -1,0 +1,435 @@
+"""The sync queue: drives the operations with a blocking redis-py client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar, Unpack
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from scrapeq.engine import scripts
+from scrapeq.engine.audit import AuditReport
+from scrapeq.engine.connection import (
+    SyncClient,
+    close_client,
+    sync_client,
+)
+from scrapeq.engine.facade import _QueueBase
+from scrapeq.engine.job import Job, JobInfo
+from scrapeq.engine.listing import JobListing
+from scrapeq.engine.options import (
+    FailOptions,
+    JobOptions,
+    ReleaseOptions,
+    RetryOptions,
+    ThrottleOptions,
+)
+from scrapeq.engine.oputil import _op_host_group
+from scrapeq.engine.request import Request
+from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
+from scrapeq.engine.scripts import (
+    Command,
+    EnqueueSpec,
+    Many,
+    OnceFlag,
+    Op,
+    Settlement,
+    Step,
+)
+from scrapeq.engine.settings import Settings
+from scrapeq.engine.transport import (
+    _BULK_LIMIT_QUERY,
+    _CLUSTER_TRANSIENT,
+    _cluster_target,
+    _cluster_unavailable,
+    _join_cursor,
+    _maybe_oversized,
+    _moved,
+    _oversized,
+    _split_cursor,
+    _url_or_embedded,
+    _wrap_connection_error,
+)
+
+T = TypeVar("T")
+
+
+class Queue(_QueueBase):
+    """A queue over a blocking redis-py client: for producers, admin tools and tests.
+
+    Args:
+        client: a ``redis.Redis`` created with ``decode_responses=True``.
+        name: queue name (overrides ``settings.queue``).
+        settings: the settings in force; defaults to :class:`Settings` defaults.
+    """
+
+    def __init__(
+        self, client: SyncClient, name: str | None = None, *, settings: Settings | None = None
+    ) -> None:
+        super().__init__(name, settings=settings)
+        self.client = client
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
+
+    @classmethod
+    def from_url(
+        cls, url: str | None, name: str | None = None, *, settings: Settings | None = None
+    ) -> Queue:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``), or with None to the
+        embedded Redis of ``settings.data_dir``, started if it is not running: the server
+        the CLI uses when no ``redis_url`` is set (``scrapeq server stop`` stops it).
+
+        The client has scrapeq's options (:func:`scrapeq.engine.connection.sync_client`): a call
+        that gets no answer fails after a socket timeout instead of waiting forever.
+        """
+        given = settings or Settings()
+        return cls(
+            sync_client(_url_or_embedded(url, given), given.cluster), name, settings=settings
+        )
+
+    def close(self) -> None:
+        close_client(self.client)
+
+    def _drive(self, op: Op[T]) -> T:
+        try:
+            step = next(op)
+            while True:
+                step = op.send(self._step(step))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _step(self, step: Step) -> Any:
+        if isinstance(step, Many):
+            return [self._step(s) for s in step.steps]
+        try:
+            if isinstance(step, Command):
+                if self._cluster:
+                    return self._cluster_command(step.args)
+                return self.client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+            raw = self._scripts[step.script](
+                keys=[step.prefix or self.keys.prefix],
+                args=[self.testing_clock_offset_ms, self._config_json, step.args],
+            )
+        except redis.ResponseError as exc:
+            moved = _moved(exc)
+            if moved is not None:
+                raise moved from None
+            if isinstance(exc, _CLUSTER_TRANSIENT):
+                raise _cluster_unavailable(exc) from exc
+            if isinstance(step, Command) and step.tolerant:
+                return None
+            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
+        except _CLUSTER_TRANSIENT as exc:
+            raise _cluster_unavailable(exc) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if _maybe_oversized(step):
+                too_large = _oversized(step, self._step(Command(_BULK_LIMIT_QUERY, True)))
+                if too_large is not None:
+                    raise too_large from None
+            raise _wrap_connection_error(exc) from exc
+        return step.parse(raw)
+
+    def _cluster_command(self, args: tuple[Any, ...]) -> Any:
+        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
+        client = self.client
+        assert isinstance(client, redis.cluster.RedisCluster)
+        target = _cluster_target(args, self.keys.prefix)
+        if target is None:
+            return client.execute_command(*args)  # type: ignore[no-untyped-call]
+        if target != "all":
+            node = client.get_node_from_key(target)  # type: ignore[no-untyped-call]
+            reply = client.execute_command(*args, target_nodes=node)  # type: ignore[no-untyped-call]
+            if str(args[0]).upper() == "SCAN":
+                cursors, batch = reply
+                return [next(iter(cursors.values()), 0), batch]
+            return reply
+        names = [n.name for n in client.get_primaries()]  # type: ignore[no-untyped-call]
+        after: dict[str, int] = {}
+        found: list[str] = []
+        for name, cursor in _split_cursor(args[1], names).items():
+            node = client.get_node(node_name=name)  # type: ignore[no-untyped-call]
+            if node is None:  # gone since the last call (a failover): its keys moved
+                continue
+            got, batch = client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)  # type: ignore[no-untyped-call]
+            after[name] = int(next(iter(got.values()), 0))
+            found.extend(batch)
+        return [_join_cursor(after), found]
+
+    # --- public API (one line each: the operations above hold the logic) -----------------------
+
+    def enqueue(self, url: str | Request, **options: Unpack[JobOptions]) -> EnqueueResult:
+        """Add one job (options as :meth:`prepare`)."""
+        return self._drive(self._route._op_enqueue([self.prepare(url, **options)]))[0]
+
+    def enqueue_many(
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]
+    ) -> list[EnqueueResult]:
+        """Add many jobs (URLs or requests); every one is validated before anything is
+        written."""
+        specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
+        return self._drive(self._route._op_enqueue(specs))
+
+    def claim(self, n: int = 1) -> Claimed:
+        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
+        return self._drive(self._route._op_claim(n))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[str]:
+        """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
+        return self._drive(self._route._op_settle(items))
+
+    def ack(self, job: Job, *, domain_failed: bool = False) -> str:
+        """Mark a claimed job done. Raises StaleLease when the token no longer owns it."""
+        return self._drive(self._route._op_settle_one(self.done(job, domain_failed=domain_failed)))
+
+    def retry(self, job: Job, **options: Unpack[RetryOptions]) -> str:
+        """Retry a claimed job (options as :meth:`retrying`); ``dead`` when out of budget."""
+        return self._drive(self._route._op_settle_one(self.retrying(job, **options)))
+
+    def throttle(
+        self, job: Job, retry_after: float | None, **options: Unpack[ThrottleOptions]
+    ) -> str:
+        """Defer a throttled job without spending an attempt; the domain parks."""
+        return self._drive(self._route._op_settle_one(self.throttling(job, retry_after, **options)))
+
+    def fail(self, job: Job, reason: str, message: str = "", **options: Unpack[FailOptions]) -> str:
+        """Dead-letter a claimed job at once."""
+        return self._drive(
+            self._route._op_settle_one(self.failing(job, reason, message, **options))
+        )
+
+    def release(self, job: Job, **options: Unpack[ReleaseOptions]) -> str:
+        """Give a claimed job back without spending an attempt (options as :meth:`releasing`);
+        ``dead`` when past its release budget."""
+        return self._drive(self._route._op_settle_one(self.releasing(job, **options)))
+
+    def heartbeat(self, jobs: Sequence[Job], lease: float | None = None) -> list[bool]:
+        """Renew leases; answers per job whether its token still owns it."""
+        return self._drive(self._route._op_heartbeat(jobs, lease))
+
+    def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
+        """Record that the handlers of these claimed jobs run now: if a lease of theirs
+        expires (the worker died or stalled in the handler), the reap spends the attempt,
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times,
+        ``lua/includes/housekeeping.lua``). The
+        worker marks the job it runs alone (one whose lease expired before) and a handler
+        held past ``max_job_time``. Renews nothing; answers per job whether its token still
+        owns it."""
+        return self._drive(self._route._op_heartbeat(jobs, None, True))
+
+    def reap(self) -> tuple[int, int, int]:
+        """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""
+        return self._drive(self._route._op_reap())
+
+    def status(self) -> dict[str, Any]:
+        """Counts, lanes, domains and alarms in the ``status --json`` schema."""
+        return self._drive(self._route._op_status())
+
+    def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Full per-domain figures (breaker state, politeness, counts)."""
+        return self._drive(self._route._op_domains_info(domains))
+
+    def paused_until(self) -> str | None:
+        """When the global-fault guard's pause ends (ISO 8601), or None when not paused."""
+        return self._drive(self._op_paused_until())
+
+    def domain_names(self) -> list[str]:
+        """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
+        return self._drive(self._route._op_domain_names())
+
+    def domain_known(self, domain: str) -> bool:
+        """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
+        return self._drive(self._route._op_domain_known(domain))
+
+    def recent_errors(self, domain: str) -> list[dict[str, Any]]:
+        """The last failures charged to ``domain``'s breaker (at most 10), newest first:
+        ``{"id", "at", "at_ms", "kind", "message"}``; a throttled or retried job's errors too,
+        which are in no dead letter."""
+        return self._drive(self._route._op_recent_errors(domain))
+
+    def list_jobs(self, state: str, *, domain: str | None = None, limit: int = 20) -> JobListing:
+        """At most ``limit`` jobs in ``state`` (ready, delayed, inflight, dead), of ``domain``
+        if given, in the order of :class:`~scrapeq.engine.listing.JobListing`. Bounded reads:
+        see :mod:`scrapeq.engine.listing`."""
+        return self._drive(self._route._op_list_jobs(state, domain, limit))
+
+    def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
+        """Dead letters, newest first."""
+        return self._drive(self._route._op_dead_letters(domain, limit))
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The stored job, or None when it does not exist (done jobs are deleted unless
+        ``keep_done`` keeps them)."""
+        return self._drive(self._route._op_get_job(job_id))
+
+    def job_info(self, job_id: str) -> JobInfo | None:
+        """Where job ``job_id`` is (ready with its place in line, delayed until when, in
+        flight until when, dead, done) and what it holds; None when there is no such job (a
+        done job is deleted unless ``keep_done`` keeps it). One atomic look."""
+        return self._drive(self._route._op_job_info(job_id))
+
+    def cancel(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        force: bool = False,
+    ) -> CancelResult:
+        """Remove pending jobs: ``ids``, or every pending job of ``domain``.
+
+        A cancelled job leaves every structure (counters fixed, fingerprint released) and is
+        counted in ``status`` as ``cancelled``. Jobs in flight are refused unless
+        ``force=True`` (ids only): the lease is dropped and the domain's slot freed; the
+        worker's later settle is stale. Dead letters and done jobs are not cancelled. A
+        domain is worked through in slices of ``CANCEL_SLICE`` jobs a call; its jobs in flight
+        are left to finish.
+
+        Raises:
+            ConfigError: not exactly one of ``ids`` and ``domain``, or ``force`` with
+                ``domain``.
+            NotFound: ``domain`` was never seen by this queue.
+        """
+        return self._drive(self._route._op_cancel(ids, domain, force))
+
+    def counts(self) -> dict[str, int]:
+        """The ``counts`` of :meth:`status`, without the per-domain pages (cheap)."""
+        return self._drive(self._route._op_counts())
+
+    def dead_count(self, domain: str | None = None) -> int:
+        """How many dead letters the queue (or one domain) holds."""
+        return self._drive(self._route._op_dead_count(domain))
+
+    def known_queues(self, max_calls: int = 1000) -> KnownQueues | None:
+        """The queues on this Redis (found by their marker keys), with at most ``max_calls``
+        SCAN calls of COUNT 1000; ``complete`` says whether every key was looked at. None when
+        the server refuses SCAN (an ACL user)."""
+        return self._drive(self._op_known_queues(max_calls))
+
+    def clear(self) -> int:
+        """Delete every key of this queue, in slices (SCAN and UNLINK of about
+        ``CLEAR_COUNT`` keys a call); answers how many keys. Stop its workers first: keys
+        they write meanwhile may be left."""
+        return self._drive(self._route._op_clear())
+
+    def new_crawl(self) -> scripts.Renewed:
+        """Forget what this queue has seen, so a crawl of the same seeds starts again: its
+        seen-set, once-per-crawl flags and domains' counts of jobs enqueued (``max_pages``),
+        nothing else (``lua/renew-1.lua``). Stop its workers first."""
+        return self._drive(self._route._op_renew())
+
+    def replay(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        domain: str | None = None,
+        all: bool = False,
+        reset_attempts: bool = False,
+    ) -> ReplayResult:
+        """Move dead letters back to their lanes; answers (moved, missing, duplicates)."""
+        return self._drive(self._route._op_replay(ids, domain, all, reset_attempts))
+
+    def purge(self, older_than: float | None = None, domain: str | None = None) -> int:
+        """Delete dead letters (those that died at least ``older_than`` seconds ago)."""
+        return self._drive(self._route._op_purge(older_than, domain))
+
+    def breaker_reset(self, domain: str) -> str:
+        """Close a domain's breaker (un-retiring it). Raises NotFound for unknown domains."""
+        return self._drive(self._route._op_breaker(domain, "reset", None))
+
+    def breaker_trip(self, domain: str, cooldown: float | None = None) -> str:
+        """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
+        return self._drive(self._route._op_breaker(domain, "trip", cooldown))
+
+    def domain_set(
+        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
+    ) -> dict[str, Any]:
+        """Set a domain's politeness overrides; answers what is now in force."""
+        return self._drive(self._route._op_domain_set(domain, delay, concurrency))
+
+    def host_group(self, host: str, address: str) -> str:
+        """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it
+        has a group already; answers its group. Its later jobs are filed there."""
+        return self._drive(_op_host_group(host, address))
+
+    def events(self, count: int = 100) -> list[dict[str, Any]]:
+        """Recent events (trips, recoveries, retirements, dead letters), newest first."""
+        return self._drive(self._route._op_events(count))
+
+    def events_after(self, after: str = "0-0", count: int = 500) -> list[dict[str, str]]:
+        """Up to ``count`` events after id ``after``, oldest first: ``id`` and every field
+        (``kind``, ``domain``, ``message``, ``at`` in ms, and those some kinds add)."""
+        return self._drive(self._route._op_events_after(after, count))
+
+    def history(self, minutes: int = 60) -> dict[str, Any]:
+        """Per-minute counts of the last ``minutes`` minutes (1..1440, the current one last and
+        partial), kept in Redis by the scripts that settle (``lua/includes/history.lua``).
+
+        Answers ``{"start", "start_ms", "step": 60, "minutes", "now_ms", "outcomes": {outcome:
+        [n per minute]}, "lanes": {lane: {outcome: [...]}}, "events": {"trip"|"retired"|
+        "pause": [...]}}``; outcomes are done, retried, throttled, released and dead.
+
+        Raises:
+            ConfigError: ``minutes`` is out of range.
+        """
+        return self._drive(self._op_history(minutes))
+
+    def stats(self) -> dict[str, int]:
+        """The queue's counters since it was created: ``enqueued``, ``done``, ``done:<lane>``,
+        ``retried``, ``throttled``, ``released``, ``dead_total``, ``dead:<reason>``,
+        ``trips``, ``retirements``, ``global_pauses``, ``cancelled``... (zero: absent)."""
+        return self._drive(self._op_stats())
+
+    def figures(self) -> dict[str, int]:
+        """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
+        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
+        with it. Reads every domain's breaker: O(domains)."""
+        return self._drive(self._route._op_figures())
+
+    def log_leader(
+        self,
+        worker_id: str,
+        *,
+        lease: float,
+        cursor_ttl: float,
+        cursor: str | None = None,
+        release: bool = False,
+    ) -> scripts.LeaderAnswer:
+        """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
+        ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
+        return self._drive(
+            self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        )
+
+    def once(self, name: str, holder: str = "") -> tuple[bool, str]:
+        """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
+        its setter left). One atomic step, so of several processes asking together exactly
+        one wins; ``clear`` removes the flags with the queue."""
+        flag = self._drive(self._op_once(name, holder, "take", 0.0))
+        return flag.won, flag.holder
+
+    def once_flag(
+        self, name: str, holder: str = "", *, op: str = "take", lease: float = 0.0
+    ) -> OnceFlag:
+        """Take, renew, release or read (``op``) the queue's flag ``name`` as ``holder``.
+
+        ``take`` sets it unless it is set, for ``lease`` seconds (0: for good); ``renew``
+        makes the holder's flag last ``lease`` more seconds (0: for good); ``release``
+        removes the holder's flag; ``peek`` only reads (``lua/once-1.lua``)."""
+        return self._drive(self._op_once(name, holder, op, lease))
+
+    def exists(self) -> bool:
+        """Whether anything was ever enqueued to (or configured on) this queue."""
+        return self._drive(self._route._op_exists())
+
+    def audit(self, *, repair: bool = False) -> AuditReport:
+        """Check the queue's structures (see :mod:`scrapeq.engine.audit`); with ``repair``, fix
+        what is safely fixable. Suspicions a moving job raised are checked again atomically:
+        only problems that hold are reported."""
+        return self._drive(self._route._op_audit(repair))
+
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None when INFO is not allowed). Anything but
+        ``noeviction`` may delete job keys under memory pressure."""
+        return self._drive(self._op_eviction_policy())
