@@ -598,3 +598,45 @@ async def test_a_crawl_whose_every_request_is_refused_says_so(
     assert "every request of this crawl was refused" in log, log[-3000:]
     assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
     # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.
+
+
+def test_a_burst_enqueued_in_one_turn_costs_one_enqueue_call(redis_url: str) -> None:
+    """40 requests scheduled in one reactor turn (a spider's burst of critical re-crawls) are
+    written in one enqueue call, not 40 round trips before the first can be claimed."""
+    from scrapy.utils.test import get_crawler
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "burst",
+                "SCRAPEQ_SETTINGS": {"allow_private": True},
+                "DUPEFILTER_CLASS": "scrapeq.contrib.scrapy.DupeFilter"}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    frontier = scheduler.frontier
+    assert frontier is not None
+    calls: list[int] = []
+    enqueue_many = frontier.queue.enqueue_many
+
+    def counted(specs: list[Any], **options: Any) -> Any:
+        calls.append(len(specs))
+        return enqueue_many(specs, **options)
+
+    frontier.queue.enqueue_many = counted  # type: ignore[method-assign]
+    dropped: list[str] = []
+    crawler.signals.connect(lambda request, spider: dropped.append(request.url),
+                            signal=scrapy.signals.request_dropped, weak=False)  # fmt: skip
+    try:
+        urls = [f"http://127.0.0.1:9/c/{n}" for n in range(40)]
+        meta = {"scrapeq_lane": "critical"}
+        requests = [scrapy.Request(u, meta=meta, priority=100) for u in urls + urls[:2]]
+        scheduled = [scheduler.enqueue_request(r) for r in requests]
+        assert scheduler.has_pending_requests()
+        first = scheduler.next_request()
+        assert calls == [42]  # one call for the burst, written before the first claim
+        assert first is not None and first.url in urls
+        assert all(scheduled)  # Scrapy's answer before the seen-set's:
+        assert dropped == urls[:2]  # the repeats, dropped once the seen-set answered
+        assert crawler.stats.get_value("dupefilter/filtered") == 2
+    finally:
+        scheduler.close("finished")

@@ -12,6 +12,7 @@ import socket
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request, Spider
@@ -31,7 +32,7 @@ from scrapeq.engine.connection import resolve_url
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.errors import ConfigError, InvalidURL
+from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
 from scrapeq.runtime.classify import Classification, Outcome
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class Frontier:
         self.queue = Queue.from_url(url, settings=settings)
         self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
+        self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
+        self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
+        self._flush_call: DelayedCall | None = None
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.start = StartFlag(self.queue, self.holder)
         self.enqueued = self.refused = self.claimed = 0
@@ -134,8 +138,10 @@ class Frontier:
     def close(self, reason: str) -> None:
         if self._beat.running:
             self._beat.stop()
-        if self._wake_call is not None and self._wake_call.active():
-            self._wake_call.cancel()
+        for call in (self._wake_call, self._flush_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._flush_at_close()
         held = list(self.held.values())
         self.held.clear()
         self.ready.clear()
@@ -169,14 +175,62 @@ class Frontier:
             spec = dupefilter.key(request, spec, self.queue)
         return spec
 
-    def enqueue(self, spec: EnqueueSpec) -> str:
-        (result,) = self.queue.enqueue_many([spec])
-        if result.added:
-            self.enqueued += 1
-            self.stat("enqueued")
-            if not self.ready:
-                self._claim_after = 0.0  # a job may be ready now: the next request claims
-        return result.status
+    def add(self, request: Request, spec: EnqueueSpec) -> None:
+        """Schedule ``request`` as ``spec``: the requests of one reactor turn are written in
+        one enqueue call (:meth:`flush`, at the turn's end or at the next claim)."""
+        self.batch.append((request, spec))
+        if len(self.batch) == 1:
+            self._flush_call = _reactor().callLater(0, self.flush)
+
+    def flush(self) -> None:
+        """Write the scheduled requests in one enqueue call; those the seen-set drops, and
+        those refused as too large, go to :attr:`on_dropped`. Redis unreachable: they stay
+        scheduled, tried again in a second."""
+        batch, self.batch = self.batch, []
+        if not batch:
+            return
+        try:
+            statuses = self._enqueue(batch)
+        except Exception as exc:
+            self.batch[:0] = batch
+            log.warning("scrapeq: scheduling %d requests failed, trying again: %s", len(batch), exc)
+            self._flush_call = _reactor().callLater(1.0, self.flush)
+            return
+        for (request, _), status in zip(batch, statuses, strict=True):
+            if status in ("seen", "duplicate", "refused"):
+                self.on_dropped(request, status)
+
+    def _enqueue(self, batch: list[tuple[Request, EnqueueSpec]]) -> list[str]:
+        try:
+            results = self.queue.enqueue_many([spec for _, spec in batch])
+        except PayloadTooLarge:
+            if len(batch) == 1:
+                raise
+            return [self._enqueue_one(request, spec) for request, spec in batch]
+        added = sum(1 for r in results if r.added)
+        self.enqueued += added
+        self.stat("enqueued", added)
+        if added and not self.ready:
+            self._claim_after = 0.0  # a job may be ready now: the next request claims
+        return [r.status for r in results]
+
+    def _enqueue_one(self, request: Request, spec: EnqueueSpec) -> str:
+        try:
+            (status,) = self._enqueue([(request, spec)])
+        except PayloadTooLarge as exc:
+            self.refuse(request, exc)
+            return "refused"
+        return status
+
+    def _flush_at_close(self) -> None:
+        if not self.batch:
+            return
+        self.flush()
+        if self.batch:
+            log.error("scrapeq: %d requests could not be scheduled before the crawl stopped",
+                      len(self.batch))  # fmt: skip
+            self.stat("lost_at_close", len(self.batch))
+            self.batch.clear()
 
     def refuse(self, request: Request, exc: Exception) -> None:
         """Log (one error line) and count a request that is not scheduled."""
@@ -190,6 +244,7 @@ class Frontier:
         return self.refused > 0 and self.enqueued == 0 and self.claimed == 0
 
     def next_request(self) -> Request | None:
+        self.flush()
         if not self.ready and time.monotonic() >= self._claim_after:
             self._claim()
         return self.ready.popleft() if self.ready else None
@@ -222,7 +277,7 @@ class Frontier:
         """Whether the crawl has work: jobs ready, delayed or in flight (Scrapy asks once the
         spider's start is over: a process that joins a crawl first waits for the start
         requests to be scheduled, :meth:`StartFlag.wait_turn`)."""
-        if self.ready:
+        if self.ready or self.batch:
             return True
         at, pending = self._counts
         if time.monotonic() - at > COUNTS_TTL:
@@ -250,6 +305,9 @@ class Frontier:
         return settlement_for(self.queue, job, verdict)
 
     def settle(self, job: Job, settlement: Settlement) -> str:
+        """Write ``settlement``, after the requests scheduled before it (a page is done only
+        once the requests its callback made are stored)."""
+        self.flush()
         if self.held.pop(job.id, None) is None:
             return "not_held"  # released at close, or its lease was lost
         (status,) = self.queue.settle_many([settlement])
@@ -283,10 +341,7 @@ class Frontier:
             if self._wake_call.getTime() <= time.time() + seconds:
                 return
             self._wake_call.cancel()
-        from twisted.internet import reactor  # not at import: Scrapy installs its reactor
-
-        clock: Any = reactor
-        self._wake_call = clock.callLater(max(seconds, 0.0), self._wake)
+        self._wake_call = _reactor().callLater(max(seconds, 0.0), self._wake)
 
     def _wake(self) -> None:
         slot = getattr(self.crawler.engine, "_slot", None)
@@ -298,3 +353,9 @@ class Frontier:
         """Add ``count`` to the crawl's stat ``scrapeq/<name>``."""
         if self.crawler.stats is not None and count:
             self.crawler.stats.inc_value(f"scrapeq/{name}", count)
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor  # not at import: Scrapy installs its reactor
+
+    return reactor

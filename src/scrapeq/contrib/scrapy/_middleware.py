@@ -95,7 +95,11 @@ class ReportMiddleware:
             raise
         frontier = Frontier.of(self.crawler)
         if frontier is not None:
-            frontier.start.finish()
+            frontier.flush()  # kept only once every start request is written
+            if frontier.batch:
+                frontier.start.abandon()  # Redis unreachable: the next process takes them
+            else:
+                frontier.start.finish()
 
     def process_spider_output(
         self, response: Response, result: Any, spider: Spider | None = None

@@ -43,6 +43,7 @@ class Scheduler:
 
     def open(self, spider: Spider) -> None:
         self.frontier = Frontier(self.crawler, spider)
+        self.frontier.on_dropped = self._dropped
         self.frontier.open()
 
     def close(self, reason: str) -> None:
@@ -53,9 +54,14 @@ class Scheduler:
         return self.frontier is not None and self.frontier.has_pending()
 
     def enqueue_request(self, request: Request) -> bool:
-        """Store ``request`` as a job; False when it is dropped: seen before, a start request
-        another process of the crawl takes, or refused (logged: it cannot be stored as JSON,
-        its URL or lane is refused, its payload is too large)."""
+        """Schedule ``request`` as a job; False when it is dropped: a start request another
+        process of the crawl takes, or refused (logged: it cannot be stored as JSON, its URL
+        or lane is refused).
+
+        The requests of one reactor turn are written in one enqueue call at the turn's end
+        (a burst of 40 costs one round trip, not 40), so the seen-set's answer comes after
+        this returns True: a request seen before, or whose payload is too large (logged), is
+        then dropped with Scrapy's ``request_dropped`` signal."""
         frontier = self.frontier
         assert frontier is not None, "the scheduler is not open"
         parent = request.meta.get(JOB)
@@ -66,20 +72,31 @@ class Scheduler:
             if request.meta.get(SETTLED):
                 return False
             request.meta[SETTLED] = True
-            frontier.settle(parent, frontier.queue.done(parent))
         elif request.meta.get("is_start_request") and not frontier.start.mine:
             frontier.stat("start_requests_skipped")
             return False
+        scheduled = self._add(frontier, request)
+        if parent is not None:  # the new request is written first (settle flushes)
+            frontier.settle(parent, frontier.queue.done(parent))
+        return scheduled
+
+    def _add(self, frontier: Frontier, request: Request) -> bool:
         try:
-            status = frontier.enqueue(frontier.spec(request, self.df))
+            frontier.add(request, frontier.spec(request, self.df))
         except (UnstorableRequest, PayloadTooLarge) as exc:
             frontier.refuse(request, exc)
             return False
-        if status in ("seen", "duplicate"):
-            if self.df is not None:
-                self.df.log(request, frontier.spider)
-            return False
         return True
+
+    def _dropped(self, request: Request, status: str) -> None:
+        """A scheduled request the enqueue call dropped (seen before, or too large)."""
+        frontier = self.frontier
+        assert frontier is not None
+        if status != "refused" and self.df is not None:
+            self.df.log(request, frontier.spider)
+        self.crawler.signals.send_catch_log(
+            signals.request_dropped, request=request, spider=frontier.spider
+        )
 
     def next_request(self) -> Request | None:
         return None if self.frontier is None else self.frontier.next_request()
