@@ -227,9 +227,8 @@ def _lua_and_client_commands() -> set[str]:
     """Every command scrapeq sends: the scripts' redis.call, the queue's reads, the client's."""
     lua = "\n".join(p.read_text() for p in (ROOT / "src/scrapeq/engine/lua").rglob("*.lua"))
     needed = set(re.findall(r"(?:redis\.p?call|call_many)\('([A-Za-z]+)'", lua))
-    for module in ("queue.py", "audit.py"):  # the operations' reads
-        text = (ROOT / "src/scrapeq/engine" / module).read_text()
-        needed |= set(re.findall(r'Command\(\("([A-Z]+)"', text))
+    for module in (ROOT / "src/scrapeq/engine").rglob("*.py"):  # the operations' reads
+        needed |= set(re.findall(r'Command\(\("([A-Z]+)"', module.read_text()))
     # redis-py's handshake and script runner; the robots.txt cache (fetch.Robots) GETs and SETs.
     needed |= {"PING", "CLIENT|SETNAME", "EVALSHA", "SCRIPT|LOAD", "GET", "SET"}
     return {c.lower() for c in needed}

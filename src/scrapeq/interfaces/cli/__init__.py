@@ -30,7 +30,7 @@ from scrapeq.engine.settings import (
 )
 from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from scrapeq.interfaces.cli import enqueueing, jobs, per_domain, queues, services, workers
-from scrapeq.interfaces.cli.common import Context, _error_line, log, setup_logging
+from scrapeq.interfaces.cli.common import Context, _error_line, close_opened, log, setup_logging
 
 __all__ = ["app", "command", "main"]
 
@@ -196,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     from scrapeq.engine.embedded import started_servers
 
     before = len(started_servers())
-    code = _main(sys.argv[1:] if argv is None else list(argv))
+    try:
+        code = _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        close_opened()
     if code in (1, 2):
         _stop_started(started_servers()[before:])
     return code

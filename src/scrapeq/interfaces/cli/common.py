@@ -60,12 +60,26 @@ class Context:
         url = self.redis_url()
         client = sync_client(url, self.settings.cluster)
         check_reachable(client, url)
-        return Queue(client, settings=self.settings)
+        queue = Queue(client, settings=self.settings)
+        _OPENED.append(queue)
+        return queue
 
     def async_queue(self) -> AsyncQueue:
         return AsyncQueue(
             async_client(self.redis_url(), self.settings.cluster), settings=self.settings
         )
+
+
+#: The queues commands opened in this process, closed when the command returns
+#: (:func:`close_opened`): a CLI run in-process (tests, ``main([...])``) leaves no socket open.
+_OPENED: list[Queue] = []
+
+
+def close_opened() -> None:
+    """Close the queues the commands opened (idempotent; a close that fails is ignored)."""
+    while _OPENED:
+        with contextlib.suppress(Exception):
+            _OPENED.pop().close()
 
 
 def _settings(ctx: typer.Context, **flags: Any) -> Settings:
