@@ -598,3 +598,11 @@ async def test_a_crawl_whose_every_request_is_refused_says_so(
     assert "every request of this crawl was refused" in log, log[-3000:]
     assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
     # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.
+
+
+def test_scrapy_settles_with_the_workers_own_mapping() -> None:
+    """Classification to settlement has one home, shared by the worker and contrib/scrapy."""
+    from scrapeq.contrib import scrapy as contrib_scrapy
+    from scrapeq.runtime import outcomes
+
+    assert contrib_scrapy.settlement_for is outcomes.settlement_for

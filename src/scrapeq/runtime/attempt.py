@@ -23,6 +23,7 @@ from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
+from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
 from scrapeq.runtime.worker_core import WorkerCore
 
@@ -202,29 +203,20 @@ class Attempts(WorkerCore):
         exc: BaseException | None,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         message = verdict.message or (str(exc) if exc else verdict.reason)
-        counts = verdict.counts_against_domain
+        settlement = settlement_for(self.queue, job, verdict, message)
         if verdict.outcome is Outcome.FAIL:
-            return self._dead(job, verdict.reason, message, response, started, counts or None)
+            error = f"{verdict.reason}: {message}"
+            return settlement, _record(job, "dead", response, started, error, None)
         if verdict.outcome is Outcome.THROTTLED:
-            s = self.queue.throttling(
-                job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
-            )
-            return s, None
+            return settlement, None
         if verdict.outcome is Outcome.OURS:
             # Our proxy or network: pause claiming, and give the job back with a backoff over
             # its releases (spending a release, not an attempt; max_releases bounds them).
             self._claim_pause_until = time.monotonic() + OURS_PAUSE
-            s = self.queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
             if job.releases < self.settings.max_releases:
-                return s, None
-            return s, _record(job, "dead", response, started, f"max_releases: {message}", None)
-        settlement = self.queue.retrying(
-            job,
-            kind=verdict.reason,
-            message=message,
-            retry_after=verdict.retry_after,
-            domain_failed=counts,
-        )
+                return settlement, None
+            error = f"max_releases: {message}"
+            return settlement, _record(job, "dead", response, started, error, None)
         return self._maybe_dead(job, settlement, response, started, message)
 
     def _maybe_dead(
