@@ -640,3 +640,11 @@ def test_a_burst_enqueued_in_one_turn_costs_one_enqueue_call(redis_url: str) -> 
         assert crawler.stats.get_value("dupefilter/filtered") == 2
     finally:
         scheduler.close("finished")
+
+
+def test_scrapy_settles_with_the_workers_own_mapping() -> None:
+    """Classification to settlement has one home, shared by the worker and contrib/scrapy."""
+    from scrapeq.contrib import scrapy as contrib_scrapy
+    from scrapeq.runtime import outcomes
+
+    assert contrib_scrapy.settlement_for is outcomes.settlement_for

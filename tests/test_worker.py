@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Permanent, Retry, Settings
+from scrapeq.runtime import attempt as attempt_module
 from scrapeq.runtime import worker as worker_module
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink, JsonlSink
@@ -293,7 +294,7 @@ async def test_proxy_down_is_ours_no_attempt_spent_no_breaker_charge(
 async def test_our_faults_spend_the_release_budget_and_end_dead(
     make_queue: Callable[..., AsyncQueue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker_module, "OURS_PAUSE", 0.05)  # the worker's pause, not the point
+    monkeypatch.setattr(attempt_module, "OURS_PAUSE", 0.05)  # the worker's pause, not the point
     q = make_queue(proxy=(f"http://127.0.0.1:{free_port()}",), max_releases=2)
     records: list[dict[str, Any]] = []
     async with sites(ok) as (site,):

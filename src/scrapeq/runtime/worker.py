@@ -37,50 +37,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import json
 import logging
 import os
 import signal
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
-
-import orjson
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.engine.urls import parse_target, redact_text, redact_url
-from scrapeq.errors import InvalidURL, Permanent, RedisUnavailable, Retry, ScriptError
-from scrapeq.runtime import progress
-from scrapeq.runtime.classify import (
-    OVERLOAD_REASONS,
-    Classification,
-    Outcome,
-    classify_exception,
-    classify_response,
-)
+from scrapeq.errors import RedisUnavailable, ScriptError
+from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
+from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
+from scrapeq.runtime.attempt import Attempts
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
-from scrapeq.runtime.follow import BodyStore, Follow, FollowPolicy, Handled, adapt_handler
-from scrapeq.runtime.handlers import (
-    DaemonThreads,
-    Handler,
-    HandlerAborted,
-    HandlerTimeout,
-    handler_caller,
-)
+from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
+from scrapeq.runtime.gc_tuning import GC_THRESHOLD as GC_THRESHOLD
+from scrapeq.runtime.gc_tuning import tuned_gc
+from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
 from scrapeq.runtime.isolation import HandlerRunner
-from scrapeq.runtime.links import extract_counted
+from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.reporter import SEED_DEFERRED, RedisHealth, Reporter, log_seed_deferred
+from scrapeq.runtime.records import _may_be_excused
+from scrapeq.runtime.records import _record as _record
+from scrapeq.runtime.reporter import RedisHealth, Reporter
+from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
+from scrapeq.runtime.settler import SETTLE_MAX as SETTLE_MAX
+from scrapeq.runtime.shutdown import EXIT_MARGIN as EXIT_MARGIN
+from scrapeq.runtime.shutdown import HURRY_MARGIN as HURRY_MARGIN
+from scrapeq.runtime.shutdown import REPORT_MARGIN as REPORT_MARGIN
+from scrapeq.runtime.shutdown import Shutdown
 from scrapeq.runtime.sinks import Sink
 from scrapeq.runtime.wakeup import wake_on_urgent
+from scrapeq.runtime.worker_core import (
+    RECONNECT_MAX,
+    RECONNECT_MIN,
+    Flight,
+    Pending,
+    WorkerStats,
+)
 
 __all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
 
@@ -91,69 +87,11 @@ log = logging.getLogger("scrapeq.worker")
 BATCH = 256
 #: Longest sleep when idle: new enqueues are noticed at least this often.
 IDLE_MAX = 1.0
-#: Most settlements sent in one script call.
-SETTLE_MAX = 500
-#: Settle buffer flush period, seconds.
-SETTLE_EVERY = 0.005
-#: Back-off bounds while Redis is unreachable, seconds.
-RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
-#: Pause of claiming after our own network failed (proxy down), seconds.
-OURS_PAUSE = 2.0
-#: Longest pause of claiming while the sink keeps failing (a database gone away): the pause
-#: doubles from OURS_PAUSE with each failure in a row, and a write that works ends it.
-SINK_PAUSE_MAX = 60.0
-#: The collector's first threshold while a worker runs (CPython's default: 700).
-GC_THRESHOLD = 10_000
-#: Seconds past the grace period the last settlements and releases may take. A healthy Redis
-#: takes them in milliseconds; one that does not answer must not hold the exit (a supervisor or
-#: an orchestrator kills a worker that overstays), and what it never took is safe with the
-#: jobs' leases.
-EXIT_MARGIN = 3.0
-#: After a second signal, the seconds the releases get: enough for a healthy Redis to take the
-#: jobs back at once, short enough to be "now" when it does not answer.
-HURRY_MARGIN = 1.0
-#: Most seconds a stopping worker gives its reporter to log the last events and hand on the
-#: log leader's lease (within the exit deadline).
-REPORT_MARGIN = 1.0
 #: Most threads running sync handlers: the size of the executor the worker used before
 #: (asyncio's default, ``min(32, cpus + 4)``), as handlers are parsers held by the GIL: more
 #: threads add memory, not throughput. They start on demand, so they only add up when calls
 #: are stuck; then the calls that find none free time out like the stuck ones.
 HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
-
-_gc_users = 0  # workers of this process inside tuned_gc()
-_gc_before: tuple[int, ...] = ()
-
-
-@contextlib.contextmanager
-def tuned_gc() -> Iterator[None]:
-    """Tune the cyclic garbage collector for a worker's allocation pattern, then restore it.
-
-    On entry (the first of nested or concurrent uses): ``gc.freeze()`` moves every object alive
-    now (modules, settings, the caller's data) to the permanent generation, so collections
-    never walk them again, and the first threshold is raised to :data:`GC_THRESHOLD` (a
-    higher one is kept). Objects that die young are freed by reference counting anyway; what
-    the collector is for, garbage cycles, is still collected, every 10,000 net allocations
-    instead of 700. On exit (the last use): the thresholds are put back and the frozen
-    objects returned to the oldest generation. Nothing happens while the collector is
-    disabled.
-    """
-    global _gc_users, _gc_before
-    if not gc.isenabled() and _gc_users == 0:
-        yield
-        return
-    if _gc_users == 0:
-        _gc_before = gc.get_threshold()
-        gc.freeze()
-        gc.set_threshold(max(_gc_before[0], GC_THRESHOLD), *_gc_before[1:])
-    _gc_users += 1
-    try:
-        yield
-    finally:
-        _gc_users -= 1
-        if _gc_users == 0:
-            gc.set_threshold(*_gc_before)
-            gc.unfreeze()
 
 
 def default_handler(job: Job, response: Response) -> dict[str, Any]:
@@ -165,44 +103,7 @@ def default_handler(job: Job, response: Response) -> dict[str, Any]:
     }
 
 
-@dataclass
-class WorkerStats:
-    """Counters of one worker (this process only)."""
-
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    throttled: int = 0
-    dead: int = 0
-    released: int = 0
-    stale: int = 0
-    abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
-    started: float = field(default_factory=time.monotonic)
-
-    def count(self, status: str) -> None:
-        """Count one settle answer (done, retried, throttled, dead, released, stale)."""
-        if status == "done":  # the common case, first
-            self.done += 1
-        elif status in {"retried", "throttled", "dead", "released", "stale"}:
-            setattr(self, status, getattr(self, status) + 1)
-
-
-#: A buffered settlement: (settlement, job whose answer is counted, future awaiting it).
-_Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
-
-
-@dataclass
-class _Flight:
-    """One job this worker holds: its task, when it was claimed, whether it is settled."""
-
-    job: Job
-    started: float  # monotonic time of the claim
-    task: asyncio.Task[None] | None = None
-    submitted: bool = False
-    abandoned: bool = False
-
-
-class Worker:
+class Worker(Shutdown, Leases, Attempts):
     """Run jobs from a queue.
 
     Args:
@@ -283,10 +184,14 @@ class Worker:
         self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
         self.metrics = metrics
-        self._flights: dict[str, _Flight] = {}
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """The state the phases share while running (flights, the settle buffer, stops)."""
+        self._flights: dict[str, Flight] = {}
         # Settlements waiting for the next settle call: the job, when its answer is only
         # counted and logged; a future, when a caller awaits it.
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         self._flush_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -510,19 +415,15 @@ class Worker:
             idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
             await self._wait_for(self._slot_freed, max(idle, 0.001))
 
-    async def _wait_for(self, event: asyncio.Event, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
-
     def _start(self, job: Job, now: float) -> None:
         self.stats.claimed += 1
-        flight = _Flight(job, now)
+        flight = Flight(job, now)
         self._flights[job.id] = flight
         flight.task = asyncio.create_task(self._run_job(flight))
 
     # --- fetch, classify -------------------------------------------------------------------------
 
-    async def _run_job(self, flight: _Flight) -> None:
+    async def _run_job(self, flight: Flight) -> None:
         job = flight.job
         try:
             settlement, record = await self._attempt(job)
@@ -557,619 +458,3 @@ class Worker:
                 self._handlers.settled(job)
             self._flights.pop(job.id, None)
             self._slot_freed.set()
-
-    def _internal_error(self, job: Job, exc: Exception) -> Settlement:
-        """Settle a job whose attempt failed in our own code (a settlement that could not be
-        built, say): a retry with the reason kept. It keeps the attempt the claim spent, so a
-        job that always fails here ends dead (``max_attempts``) instead of going round."""
-        message = _traceback_summary(exc)
-        return self.queue.retrying(job, kind="internal_error", message=message, domain_failed=None)
-
-    async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
-        """Fetch, classify and handle one job; answers its settlement and result record."""
-        started = fetched = time.monotonic()
-        fetching = 0.0  # when the fetch started (0: not yet), for the metrics
-        try:
-            if self._robots is not None:
-                allowed, crawl_delay = await self._robots.allowed(job.url)
-                if not allowed:
-                    return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
-                await self._apply_crawl_delay(job.domain, crawl_delay)
-            assert self._fetcher is not None
-            fetched = fetching = time.monotonic()
-            response = await self._fetch(job)
-            if self.metrics is not None:
-                self.metrics.fetched(job.lane, time.monotonic() - fetching)
-            if self._grouped is not None and job.domain not in self._grouped:
-                await self._learn_group(job)
-        except Exception as exc:
-            if self.metrics is not None and fetching:
-                self.metrics.fetched(job.lane, time.monotonic() - fetching)
-            verdict = classify_exception(exc)
-            out = self._from_classification(job, verdict, None, started, exc)
-            if not verdict.counts_against_domain:  # no answer of the site's to learn from
-                return out
-            return _timed(out, verdict, time.monotonic() - fetched)
-        verdict = classify_response(
-            response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
-        )
-        if verdict.outcome is not Outcome.OK:
-            out = self._from_classification(job, verdict, response, started, None)
-            return _timed(out, verdict, response.elapsed)
-        return _timed(
-            await self._handle(job, response, verdict, started), verdict, response.elapsed
-        )
-
-    async def _fetch(self, job: Job) -> Response:
-        """Fetch a job's URL, sending its request when it has one (a plain GET is called
-        as before requests existed, so a fetcher subclass without ``request=`` still works)."""
-        assert self._fetcher is not None
-        if job.request_text is None:
-            return await self._fetcher.fetch(job.url, normalised=True)
-        return await self._fetcher.fetch(job.url, normalised=True, request=job.request)
-
-    async def _learn_group(self, job: Job) -> None:
-        """``politeness = ip``: after a host's first fetch in this process, file the host
-        under its address's group (``ip:<address>``, host_group-1.lua; the first worker's
-        stands): its jobs enqueued from then on share that group's limits and breaker."""
-        assert self._grouped is not None and self._fetcher is not None
-        self._grouped.add(job.domain)
-        if job.domain.startswith("ip:"):
-            return
-        name = urlsplit(job.url).hostname
-        address = await self._fetcher.address(name) if name else None
-        if address is None:
-            return
-        try:
-            await self.queue.host_group(job.domain, address)
-        except Exception as exc:  # learned again on the host's next fetch
-            self._grouped.discard(job.domain)
-            log.warning("could not file %s under ip:%s: %s", job.domain, address, exc)
-
-    async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
-        """Honour robots.txt's Crawl-delay.
-
-        The first time a process learns a domain's delay it raises the domain's politeness
-        delay in Redis (so every worker's later claims respect it); jobs of the domain this
-        worker already holds are spaced locally by the same delay before they start.
-        """
-        if crawl_delay is None or crawl_delay <= self.settings.domain_delay:
-            return
-        if domain not in self._crawl_delays:
-            self._crawl_delays[domain] = time.monotonic()
-            await self.queue.domain_set(domain, delay=crawl_delay)
-            log.info("crawl-delay domain=%s delay=%.1fs (robots.txt)", domain, crawl_delay)
-        slot = self._crawl_delays[domain]
-        now = time.monotonic()
-        self._crawl_delays[domain] = max(slot, now) + crawl_delay
-        if slot > now:
-            await asyncio.sleep(slot - now)
-
-    async def _handle(
-        self, job: Job, response: Response, verdict: Classification, started: float
-    ) -> tuple[Settlement, dict[str, Any] | None]:
-        try:
-            result = await self._call_handler(job, response)
-        except Retry as exc:
-            settlement = self.queue.retrying(
-                job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
-            )
-            return self._maybe_dead(job, settlement, response, started, exc.reason)
-        except Permanent as exc:
-            return self._dead(job, exc.reason, str(exc), response, started)
-        except HandlerTimeout as exc:
-            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
-            settlement = self.queue.retrying(
-                job, kind="handler_timeout", message=str(exc), domain_failed=None
-            )
-            return self._maybe_dead(job, settlement, response, started, str(exc))
-        except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
-            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
-            settlement = self.queue.retrying(
-                job, kind="handler_error", message=message, domain_failed=None
-            )
-            return self._maybe_dead(job, settlement, response, started, message)
-        follow: list[EnqueueSpec] = []
-        links = body_path = None
-        if isinstance(result, Handled):
-            result, follow, links, body_path = (
-                result.result, result.follow, result.links, result.body_path
-            )  # fmt: skip
-        settlement = self.queue.done(
-            job,
-            domain_failed=verdict.counts_against_domain,
-            follow=follow,
-            final_url=response.url if response.redirects else None,
-        )
-        if self.sink is None:
-            return settlement, None
-        problem = _not_json(result)
-        if problem is not None:
-            # The handler's error, not the sink's: a retry spending an attempt (so it ends
-            # dead), never a release of ours, and no str() of it written in its place.
-            settlement = self.queue.retrying(
-                job, kind="handler_result", message=problem, domain_failed=None
-            )
-            return self._maybe_dead(job, settlement, response, started, problem)
-        record = _record(job, "done", response, started, None, result)
-        if links is not None:
-            record["links"] = links.as_dict()
-        if body_path is not None:
-            record["body_path"] = body_path
-        return settlement, record
-
-    def _finish_page(
-        self, job: Job, response: Response, result: Any, follows: list[Follow]
-    ) -> Handled:
-        """After the handler, where it ran (a thread for a sync one): the job specs of the
-        page's follow-ups (the handler's; with ``follow_links`` every link of the page), and
-        the body stored when ``save_bodies`` is set."""
-        skipped: Mapping[str, int] = {}
-        if self.follow_links:
-            page = extract_counted(response, respect_nofollow=self.settings.respect_robots)
-            follows = follows + [Follow(url) for url in page.links]
-            skipped = page.skipped
-        specs, counts = self._follow.specs(job, response.url, follows, skipped)
-        body_path = self._bodies.put(response.body) if self._bodies is not None else None
-        return Handled(result, specs, counts, body_path)
-
-    def _from_classification(
-        self,
-        job: Job,
-        verdict: Classification,
-        response: Response | None,
-        started: float,
-        exc: BaseException | None,
-    ) -> tuple[Settlement, dict[str, Any] | None]:
-        message = verdict.message or (str(exc) if exc else verdict.reason)
-        counts = verdict.counts_against_domain
-        if verdict.outcome is Outcome.FAIL:
-            return self._dead(job, verdict.reason, message, response, started, counts or None)
-        if verdict.outcome is Outcome.THROTTLED:
-            s = self.queue.throttling(
-                job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
-            )
-            return s, None
-        if verdict.outcome is Outcome.OURS:
-            # Our proxy or network: pause claiming, and give the job back with a backoff over
-            # its releases (spending a release, not an attempt; max_releases bounds them).
-            self._claim_pause_until = time.monotonic() + OURS_PAUSE
-            s = self.queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
-            if job.releases < self.settings.max_releases:
-                return s, None
-            return s, _record(job, "dead", response, started, f"max_releases: {message}", None)
-        settlement = self.queue.retrying(
-            job,
-            kind=verdict.reason,
-            message=message,
-            retry_after=verdict.retry_after,
-            domain_failed=counts,
-        )
-        return self._maybe_dead(job, settlement, response, started, message)
-
-    def _maybe_dead(
-        self,
-        job: Job,
-        settlement: Settlement,
-        response: Response | None,
-        started: float,
-        message: str,
-    ) -> tuple[Settlement, dict[str, Any] | None]:
-        if job.attempts < job.max_attempts:
-            return settlement, None
-        return settlement, _record(job, "dead", response, started, message, None)
-
-    def _dead(
-        self,
-        job: Job,
-        reason: str,
-        message: str,
-        response: Response | None,
-        started: float | None = None,
-        domain_failed: bool | None = None,
-    ) -> tuple[Settlement, dict[str, Any] | None]:
-        settlement = self.queue.failing(job, reason, message, domain_failed=domain_failed)
-        begun = started if started is not None else time.monotonic()
-        return settlement, _record(job, "dead", response, begun, f"{reason}: {message}", None)
-
-    async def _write_result(
-        self, job: Job, settlement: Settlement, record: dict[str, Any]
-    ) -> Settlement:
-        assert self.sink is not None
-        try:
-            await self.sink.write(record)
-        except Exception as exc:
-            # Our fault, not the job's nor the site's: give the job back (no attempt spent)
-            # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
-            # that is down (a database gone away) does not fetch the queue through and back.
-            if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
-                self._sink_failures += 1
-            pause = min(OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8), SINK_PAUSE_MAX)
-            log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
-                        pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
-            self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
-            return self.queue.releasing(job, delay=pause)
-        self._sink_failures = 0
-        return settlement
-
-    def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
-        self.stats.count(status)
-        if self.metrics is not None:
-            self.metrics.settled(job.lane, status)
-        if status == "done":  # the common case: one cached level check
-            if log.isEnabledFor(logging.DEBUG):
-                where = {"job_id": job.id, "domain": job.domain}
-                log.debug("done job=%s domain=%s", job.id, job.domain, extra=where)
-        elif status == "dead":
-            reason = _dead_reason(settlement)
-            log.info(
-                "dead letter job=%s domain=%s reason=%s kind=%s",
-                job.id, job.domain, reason, settlement.kind,
-                extra={"job_id": job.id, "domain": job.domain, "kind": settlement.kind,
-                       "reason": reason},
-            )  # fmt: skip
-        elif status == "stale":
-            log.warning("job %s: lease lost before settling (stale token)", job.id,
-                        extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
-        elif self.follow_links and job.depth == 0 and status in SEED_DEFERRED:
-            log_seed_deferred(job, settlement, status)  # a crawl waits on it: say why
-        elif log.isEnabledFor(logging.DEBUG):
-            _log_deferred(job, settlement, status)
-
-    # --- settle ----------------------------------------------------------------------------------
-
-    async def _submit(self, settlement: Settlement, job: Job | None = None) -> str:
-        """Buffer a settlement and wait for its answer (counted and logged with ``job``)."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._pending.append((settlement, job, future))
-        return await future
-
-    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> None:
-        """The results line of a job already dead: a sink failure cannot give it back, and the
-        dead letter holds it (``scrapeq dead list``), so it is logged, not retried."""
-        assert self.sink is not None
-        try:
-            await self.sink.write(record)
-        except Exception as exc:
-            log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
-                        extra=_about(job, "sink_failed"))  # fmt: skip
-
-    def _answer(self, item: _Pending, status: str) -> None:
-        settlement, job, future = item
-        if job is not None:
-            self._log_outcome(job, settlement, status)
-        if future is not None and not future.done():
-            future.set_result(status)
-
-    async def _settle_loop(self) -> None:
-        while True:
-            await asyncio.sleep(SETTLE_EVERY)
-            await self._flush()
-
-    async def _flush(self) -> None:
-        # One flush at a time: the exit path's last flush waits for the settle loop's call in
-        # flight (its answers counted) before the loop is cancelled, never in mid-call.
-        async with self._flush_lock:
-            await self._flush_pending()
-
-    async def _flush_pending(self) -> None:
-        reconnect = RECONNECT_MIN
-        while self._pending:
-            batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
-            sent = time.monotonic()
-            try:
-                statuses = await self.queue.settle_many([item[0] for item in batch])
-            except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
-                self._pending = batch + self._pending
-                raise
-            except ScriptError as exc:  # a deterministic refusal: never let it block the rest
-                await self._settle_singly(batch, exc)
-                continue
-            except Exception as exc:  # keep the batch: this task must never die
-                self._pending = batch + self._pending
-                self._redis_failed(exc, "settling")
-                await asyncio.sleep(reconnect)
-                reconnect = min(reconnect * 2, RECONNECT_MAX)
-                continue
-            self._health.ok(sent)
-            progress.settled(len(batch))
-            for item, status in zip(batch, statuses, strict=True):
-                self._answer(item, status)
-            self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
-
-    async def _settle_singly(self, batch: list[_Pending], exc: Exception) -> None:
-        """Settle a refused batch item by item; an item refused alone is left to its lease."""
-        log.warning("settle batch refused (%s): settling its %d items one by one", exc, len(batch))
-        for item in batch:
-            settlement = item[0]
-            try:
-                (status,) = await self.queue.settle_many([settlement])
-            except ScriptError as one:
-                log.error("job %s: settlement refused, its lease will expire: %s",
-                          settlement.job_id, one)  # fmt: skip
-                status = "error"
-            except Exception:
-                self._pending.insert(0, item)
-                continue
-            progress.settled(1)
-            self._answer(item, status)
-
-    # --- heartbeat -------------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        period = max(self.settings.lease / 3, 0.05)
-        while True:
-            await asyncio.sleep(period)
-            flights = self._renewable()
-            if self._handlers is not None:
-                await self._handlers.mark_abandoned()
-            if not flights:
-                continue
-            sent = time.monotonic()
-            try:
-                renewed = await self.queue.heartbeat([f.job for f in flights])
-            except Exception as exc:  # this task must never die
-                self._redis_failed(exc, "renewing leases")
-                continue
-            self._health.ok(sent)
-            for flight, ok in zip(flights, renewed, strict=True):
-                if not ok and flight.task is not None and not flight.task.done():
-                    log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
-                                extra=_about(flight.job, "lease_lost"))  # fmt: skip
-                    self.stats.stale += 1
-                    flight.task.cancel()
-
-    def _renewable(self) -> list[_Flight]:
-        """The flights whose leases are renewed; those held past ``max_job_time`` are given up.
-
-        A given-up attempt is cancelled and its lease no longer renewed: it expires, and any
-        worker's claim reaps the job (which spends the attempt), as if this worker had crashed.
-        """
-        oldest = time.monotonic() - self.settings.max_job_time
-        renewable = []
-        for flight in self._flights.values():
-            if flight.started > oldest:
-                renewable.append(flight)
-            elif not flight.abandoned:
-                self._abandon(flight)
-        return renewable
-
-    def _abandon(self, flight: _Flight) -> None:
-        log.warning(
-            "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
-            flight.job.id,
-            self.settings.max_job_time,
-            extra=_about(flight.job, "max_job_time"),
-        )
-        flight.abandoned = True
-        self.stats.abandoned += 1
-        if self._handlers is not None:  # a handler still running is to blame: marked
-            self._handlers.abandoned(flight.job)
-        if flight.task is not None:
-            flight.task.cancel()
-
-    # --- shutdown --------------------------------------------------------------------------------
-
-    async def _drain(self, claimer: asyncio.Task[None]) -> None:
-        """Wait for in-flight jobs (and a claim in flight) up to the grace period.
-
-        A second stop ends the wait at once.
-        """
-        if self._stop_at is None:  # stopped by itself (burst, max runtime)
-            self._stop_at = time.monotonic()
-        grace = float(self.settings.shutdown_grace)
-        if self._flights:
-            log.info("draining %d in-flight jobs (grace %.0f s)", len(self._flights), grace)
-        deadline = self._stop_at + grace
-        while (self._flights or not claimer.done()) and not self._release_now.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._slot_freed.clear()
-            await self._wait_for(self._slot_freed, left)
-
-    def _exit_deadline(self) -> float:
-        """When the exit stops waiting for Redis (monotonic time)."""
-        if self._stop_at is None:  # the run itself was cancelled
-            self._stop_at = time.monotonic()
-        deadline = self._stop_at + float(self.settings.shutdown_grace) + EXIT_MARGIN
-        if self._hurry_at is not None:
-            deadline = min(deadline, self._hurry_at + HURRY_MARGIN)
-        return deadline
-
-    async def _finish(self) -> None:
-        """Release the jobs still held and send every settlement, until the exit deadline.
-
-        What Redis has not answered by then stays in the buffer, counted by
-        :meth:`_report_unsent`.
-        """
-        held = self._release_held()
-        final = asyncio.create_task(self._flush_releases(held))
-        hurried = asyncio.create_task(self._release_now.wait())
-        try:
-            while not final.done():
-                left = self._exit_deadline() - time.monotonic()
-                if left <= 0:
-                    break
-                waits = {final} if hurried.done() else {final, hurried}
-                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hurried.cancel()
-            final.cancel()
-            await asyncio.gather(final, return_exceptions=True)
-
-    async def _close_reporter(self, reporting: asyncio.Task[None] | None) -> None:
-        """Stop the reporter and hand the log leader's lease on, having logged the last
-        events: within the exit deadline, and at most :data:`REPORT_MARGIN` seconds (it is
-        only logs). What Redis does not answer by then is left to the lease's expiry."""
-        if self._reporter is None or reporting is None:
-            return
-        deadline = min(self._exit_deadline(), time.monotonic() + REPORT_MARGIN)
-        self._reporter.stop()  # a flag: see Reporter.run for why not a cancel
-        await asyncio.wait({reporting}, timeout=max(deadline - time.monotonic(), 0))
-        if not reporting.done():
-            reporting.cancel()
-            self._health.unanswered()
-            return
-        left = deadline - time.monotonic()
-        try:
-            await asyncio.wait_for(self._reporter.close(), max(left, 0))
-        except TimeoutError:
-            self._health.unanswered()
-
-    def _redis_failed(self, exc: Exception, doing: str) -> None:
-        """A call failed: Redis unreachable (or refusing writes for now) is one line per
-        outage (:class:`~scrapeq.runtime.reporter.RedisHealth`); anything else, a script refusing
-        the call or a bug, is a warning each time."""
-        if isinstance(exc, RedisUnavailable):
-            self._health.failed(exc, doing)
-        else:
-            kind = "redis error" if isinstance(exc, ScriptError) else type(exc).__name__
-            log.warning("%s while %s, retrying: %s", kind, doing, exc)
-
-    def _release_held(self) -> list[_Flight]:
-        """Cancel every attempt that has not reached the settle buffer; buffer its release."""
-        held = [f for f in self._flights.values() if not f.submitted]
-        for flight in held:
-            flight.submitted = True
-            if flight.task is not None:
-                flight.task.cancel()
-        # Stopping is nobody's fault: no release budget spent, no backoff.
-        self._pending.extend(
-            (self.queue.releasing(f.job, shutdown=True), f.job, None) for f in held
-        )
-        return held
-
-    async def _flush_releases(self, held: list[_Flight]) -> None:
-        await self._flush()
-        await asyncio.gather(*(f.task for f in held if f.task is not None), return_exceptions=True)
-        if held:
-            log.info("released %d jobs without spending an attempt", len(held))
-
-    def _report_unsent(self) -> None:
-        """Log the settlements Redis never answered: their jobs are left to their leases."""
-        if not self._pending:
-            return
-        self._health.unanswered()
-        log.warning(
-            "redis did not answer in time: %d settlements left to their leases "
-            "(the jobs come back when the leases expire)",
-            len(self._pending),
-        )
-
-
-def _timed(
-    out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
-) -> tuple[Settlement, dict[str, Any] | None]:
-    """The settlement with the fetch's latency and whether the site signalled overload, for
-    the domain's adaptive limit; an attempt that ended by our own fault teaches nothing."""
-    settlement, record = out
-    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
-        return out
-    timed = replace(
-        settlement,
-        latency_ms=max(round(seconds * 1000), 0),
-        overload=verdict.reason in OVERLOAD_REASONS,
-    )
-    return timed, record
-
-
-def _host_of(job: Job) -> str:
-    """The job's own host (``host[:port]``): its domain, unless ``politeness = domain`` filed
-    it under its registrable domain (a results line names the host it was fetched from)."""
-    d = job.domain
-    if job.url.startswith((f"http://{d}/", f"https://{d}/")):
-        return d  # job URLs are normalised: their host is the domain (politeness = host)
-    try:
-        target = parse_target(job.url, allow_private=True)
-    except InvalidURL:
-        return job.domain
-    return target.domain
-
-
-def _about(job: Job, kind: str) -> dict[str, str]:
-    """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
-    return {"job_id": job.id, "domain": job.domain, "kind": kind}
-
-
-def _dead_reason(settlement: Settlement) -> str:
-    """The dead-letter reason a settlement that answered ``dead`` was given (settle-1.lua)."""
-    if settlement.reason:
-        return settlement.reason
-    budgets = {"retry": "max_attempts", "throttle": "max_throttles", "release": "max_releases"}
-    return budgets.get(settlement.outcome, settlement.kind or "failed")
-
-
-def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
-    """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
-    delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
-    kind = settlement.kind or ("shutdown" if settlement.shutdown else status)
-    log.debug(
-        "%s job=%s domain=%s kind=%s delay=%.2fs attempt=%d/%d",
-        status, job.id, job.domain, kind, delay, job.attempts, job.max_attempts,
-        extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
-               "status": status},
-    )  # fmt: skip
-
-
-def _traceback_summary(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
-    text = f"{type(exc).__name__}: {exc}"
-    return f"{text} ({where})" if where else text
-
-
-def _not_json(result: Any) -> str | None:
-    """Why a handler's result cannot be a results record's ``result``; None when it can.
-
-    JSON is what orjson or ``json`` writes without a ``default`` (so datetimes and dataclasses
-    pass, as orjson writes them, and integers over 64 bits as ``json`` does); a set, an
-    arbitrary object, a dict with tuple keys or a cycle do not. orjson first: it answers in
-    about a microsecond for a small result, and most results are small dicts.
-    """
-    try:
-        orjson.dumps(result)
-        return None
-    except TypeError:
-        pass
-    try:
-        json.dumps(result)
-    except (TypeError, ValueError) as exc:
-        return f"handler result is not JSON: {type(exc).__name__}: {exc}"
-    return None
-
-
-def _may_be_excused(settlement: Settlement, record: dict[str, Any]) -> bool:
-    """A retry the worker judged the job's last (its line says dead) for an overload the
-    settle script may excuse on an adaptive domain (``includes/adaptive.lua``)."""
-    return settlement.outcome == "retry" and settlement.overload and record["outcome"] == "dead"
-
-
-def _record(
-    job: Job,
-    outcome: str,
-    response: Response | None,
-    started: float,
-    error: str | None,
-    result: Any,
-) -> dict[str, Any]:
-    """A results line in the docs/INTERFACE.md format."""
-    return {
-        "id": job.id,
-        "url": redact_url(job.url),
-        "final_url": redact_url(response.url) if response is not None else None,
-        "domain": _host_of(job),
-        "lane": job.lane,
-        "outcome": outcome,
-        "status": response.status if response is not None else None,
-        "attempts": job.attempts,
-        "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
-        "bytes": len(response.body) if response is not None else 0,
-        "finished_at": datetime.now(tz=UTC).isoformat(),
-        "error": None if error is None else redact_text(error),
-        "result": result,
-        "depth": job.depth,
-        "parent": job.parent,
-        "meta": job.meta,
-        "parent_url": redact_url(job.parent_url) if job.parent_url else None,
-    }

@@ -33,7 +33,8 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
-from scrapeq.runtime.classify import Classification, Outcome
+from scrapeq.runtime.classify import Classification
+from scrapeq.runtime.outcomes import settlement_for
 
 if TYPE_CHECKING:
     from scrapeq.contrib.scrapy._dupefilter import DupeFilter
@@ -53,29 +54,6 @@ JOB = f"{META_PREFIX}_job"
 STARTED = f"{META_PREFIX}_started"
 VERDICT = f"{META_PREFIX}_verdict"
 SETTLED = f"{META_PREFIX}_settled"
-
-
-def settlement_for(queue: Queue, job: Job, verdict: Classification) -> Settlement:
-    """The settlement scrapeq's worker makes of a verdict (``Worker._from_classification``)."""
-    message = verdict.message or verdict.reason
-    counts = verdict.counts_against_domain
-    if verdict.outcome is Outcome.OK:
-        return queue.done(job, domain_failed=counts)
-    if verdict.outcome is Outcome.FAIL:
-        return queue.failing(job, verdict.reason, message, domain_failed=counts or None)
-    if verdict.outcome is Outcome.THROTTLED:
-        return queue.throttling(
-            job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
-        )
-    if verdict.outcome is Outcome.OURS:
-        return queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
-    return queue.retrying(
-        job,
-        kind=verdict.reason,
-        message=message,
-        retry_after=verdict.retry_after,
-        domain_failed=counts,
-    )
 
 
 class Frontier:

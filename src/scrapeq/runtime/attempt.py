@@ -1,0 +1,265 @@
+"""The attempt phase: fetch one job, classify the answer (:mod:`.classify`), run the handler,
+and build the job's settlement and results line (:class:`Attempts`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.errors import Permanent, Retry
+from scrapeq.runtime.classify import (
+    Classification,
+    Outcome,
+    classify_exception,
+    classify_response,
+)
+from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.follow import Follow, Handled
+from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
+from scrapeq.runtime.links import extract_counted
+from scrapeq.runtime.outcomes import settlement_for
+from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
+from scrapeq.runtime.worker_core import WorkerCore
+
+log = logging.getLogger("scrapeq.worker")
+
+#: Pause of claiming after our own network failed (proxy down), seconds.
+OURS_PAUSE = 2.0
+#: Longest pause of claiming while the sink keeps failing (a database gone away): the pause
+#: doubles from OURS_PAUSE with each failure in a row, and a write that works ends it.
+SINK_PAUSE_MAX = 60.0
+
+
+class Attempts(WorkerCore):
+    """One attempt of a job: robots, fetch, classify, handle, results line."""
+
+    def _internal_error(self, job: Job, exc: Exception) -> Settlement:
+        """Settle a job whose attempt failed in our own code (a settlement that could not be
+        built, say): a retry with the reason kept. It keeps the attempt the claim spent, so a
+        job that always fails here ends dead (``max_attempts``) instead of going round."""
+        message = _traceback_summary(exc)
+        return self.queue.retrying(job, kind="internal_error", message=message, domain_failed=None)
+
+    async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
+        """Fetch, classify and handle one job; answers its settlement and result record."""
+        started = fetched = time.monotonic()
+        fetching = 0.0  # when the fetch started (0: not yet), for the metrics
+        try:
+            if self._robots is not None:
+                allowed, crawl_delay = await self._robots.allowed(job.url)
+                if not allowed:
+                    return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
+                await self._apply_crawl_delay(job.domain, crawl_delay)
+            assert self._fetcher is not None
+            fetched = fetching = time.monotonic()
+            response = await self._fetch(job)
+            if self.metrics is not None:
+                self.metrics.fetched(job.lane, time.monotonic() - fetching)
+            if self._grouped is not None and job.domain not in self._grouped:
+                await self._learn_group(job)
+        except Exception as exc:
+            if self.metrics is not None and fetching:
+                self.metrics.fetched(job.lane, time.monotonic() - fetching)
+            verdict = classify_exception(exc)
+            out = self._from_classification(job, verdict, None, started, exc)
+            if not verdict.counts_against_domain:  # no answer of the site's to learn from
+                return out
+            return _timed(out, verdict, time.monotonic() - fetched)
+        verdict = classify_response(
+            response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
+        )
+        if verdict.outcome is not Outcome.OK:
+            out = self._from_classification(job, verdict, response, started, None)
+            return _timed(out, verdict, response.elapsed)
+        return _timed(
+            await self._handle(job, response, verdict, started), verdict, response.elapsed
+        )
+
+    async def _fetch(self, job: Job) -> Response:
+        """Fetch a job's URL, sending its request when it has one (a plain GET is called
+        as before requests existed, so a fetcher subclass without ``request=`` still works)."""
+        assert self._fetcher is not None
+        if job.request_text is None:
+            return await self._fetcher.fetch(job.url, normalised=True)
+        return await self._fetcher.fetch(job.url, normalised=True, request=job.request)
+
+    async def _learn_group(self, job: Job) -> None:
+        """``politeness = ip``: after a host's first fetch in this process, file the host
+        under its address's group (``ip:<address>``, host_group-1.lua; the first worker's
+        stands): its jobs enqueued from then on share that group's limits and breaker."""
+        assert self._grouped is not None and self._fetcher is not None
+        self._grouped.add(job.domain)
+        if job.domain.startswith("ip:"):
+            return
+        name = urlsplit(job.url).hostname
+        address = await self._fetcher.address(name) if name else None
+        if address is None:
+            return
+        try:
+            await self.queue.host_group(job.domain, address)
+        except Exception as exc:  # learned again on the host's next fetch
+            self._grouped.discard(job.domain)
+            log.warning("could not file %s under ip:%s: %s", job.domain, address, exc)
+
+    async def _apply_crawl_delay(self, domain: str, crawl_delay: float | None) -> None:
+        """Honour robots.txt's Crawl-delay.
+
+        The first time a process learns a domain's delay it raises the domain's politeness
+        delay in Redis (so every worker's later claims respect it); jobs of the domain this
+        worker already holds are spaced locally by the same delay before they start.
+        """
+        if crawl_delay is None or crawl_delay <= self.settings.domain_delay:
+            return
+        if domain not in self._crawl_delays:
+            self._crawl_delays[domain] = time.monotonic()
+            await self.queue.domain_set(domain, delay=crawl_delay)
+            log.info("crawl-delay domain=%s delay=%.1fs (robots.txt)", domain, crawl_delay)
+        slot = self._crawl_delays[domain]
+        now = time.monotonic()
+        self._crawl_delays[domain] = max(slot, now) + crawl_delay
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+    async def _handle(
+        self, job: Job, response: Response, verdict: Classification, started: float
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        try:
+            result = await self._call_handler(job, response)
+        except Retry as exc:
+            settlement = self.queue.retrying(
+                job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, exc.reason)
+        except Permanent as exc:
+            return self._dead(job, exc.reason, str(exc), response, started)
+        except HandlerTimeout as exc:
+            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
+            settlement = self.queue.retrying(
+                job, kind="handler_timeout", message=str(exc), domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, str(exc))
+        except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
+            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
+            settlement = self.queue.retrying(
+                job, kind="handler_error", message=message, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, message)
+        follow: list[EnqueueSpec] = []
+        links = body_path = None
+        if isinstance(result, Handled):
+            result, follow, links, body_path = (
+                result.result, result.follow, result.links, result.body_path
+            )  # fmt: skip
+        settlement = self.queue.done(
+            job,
+            domain_failed=verdict.counts_against_domain,
+            follow=follow,
+            final_url=response.url if response.redirects else None,
+        )
+        if self.sink is None:
+            return settlement, None
+        problem = _not_json(result)
+        if problem is not None:
+            # The handler's error, not the sink's: a retry spending an attempt (so it ends
+            # dead), never a release of ours, and no str() of it written in its place.
+            settlement = self.queue.retrying(
+                job, kind="handler_result", message=problem, domain_failed=None
+            )
+            return self._maybe_dead(job, settlement, response, started, problem)
+        record = _record(job, "done", response, started, None, result)
+        if links is not None:
+            record["links"] = links.as_dict()
+        if body_path is not None:
+            record["body_path"] = body_path
+        return settlement, record
+
+    def _finish_page(
+        self, job: Job, response: Response, result: Any, follows: list[Follow]
+    ) -> Handled:
+        """After the handler, where it ran (a thread for a sync one): the job specs of the
+        page's follow-ups (the handler's; with ``follow_links`` every link of the page), and
+        the body stored when ``save_bodies`` is set."""
+        skipped: Mapping[str, int] = {}
+        if self.follow_links:
+            page = extract_counted(response, respect_nofollow=self.settings.respect_robots)
+            follows = follows + [Follow(url) for url in page.links]
+            skipped = page.skipped
+        specs, counts = self._follow.specs(job, response.url, follows, skipped)
+        body_path = self._bodies.put(response.body) if self._bodies is not None else None
+        return Handled(result, specs, counts, body_path)
+
+    def _from_classification(
+        self,
+        job: Job,
+        verdict: Classification,
+        response: Response | None,
+        started: float,
+        exc: BaseException | None,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        message = verdict.message or (str(exc) if exc else verdict.reason)
+        settlement = settlement_for(self.queue, job, verdict, message)
+        if verdict.outcome is Outcome.FAIL:
+            error = f"{verdict.reason}: {message}"
+            return settlement, _record(job, "dead", response, started, error, None)
+        if verdict.outcome is Outcome.THROTTLED:
+            return settlement, None
+        if verdict.outcome is Outcome.OURS:
+            # Our proxy or network: pause claiming, and give the job back with a backoff over
+            # its releases (spending a release, not an attempt; max_releases bounds them).
+            self._claim_pause_until = time.monotonic() + OURS_PAUSE
+            if job.releases < self.settings.max_releases:
+                return settlement, None
+            error = f"max_releases: {message}"
+            return settlement, _record(job, "dead", response, started, error, None)
+        return self._maybe_dead(job, settlement, response, started, message)
+
+    def _maybe_dead(
+        self,
+        job: Job,
+        settlement: Settlement,
+        response: Response | None,
+        started: float,
+        message: str,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        if job.attempts < job.max_attempts:
+            return settlement, None
+        return settlement, _record(job, "dead", response, started, message, None)
+
+    def _dead(
+        self,
+        job: Job,
+        reason: str,
+        message: str,
+        response: Response | None,
+        started: float | None = None,
+        domain_failed: bool | None = None,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        settlement = self.queue.failing(job, reason, message, domain_failed=domain_failed)
+        begun = started if started is not None else time.monotonic()
+        return settlement, _record(job, "dead", response, begun, f"{reason}: {message}", None)
+
+    async def _write_result(
+        self, job: Job, settlement: Settlement, record: dict[str, Any]
+    ) -> Settlement:
+        assert self.sink is not None
+        try:
+            await self.sink.write(record)
+        except Exception as exc:
+            # Our fault, not the job's nor the site's: give the job back (no attempt spent)
+            # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
+            # that is down (a database gone away) does not fetch the queue through and back.
+            if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
+                self._sink_failures += 1
+            pause = min(OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8), SINK_PAUSE_MAX)
+            log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
+                        pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+            self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
+            return self.queue.releasing(job, delay=pause)
+        self._sink_failures = 0
+        return settlement

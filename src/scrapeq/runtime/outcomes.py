@@ -1,0 +1,42 @@
+"""Classification to settlement, in one place: what becomes of a job whose attempt got a verdict
+(:mod:`.classify`). Used by the worker (:mod:`.attempt`) and by ``scrapeq.contrib.scrapy``.
+
+``ok`` is done, ``fail`` dead at once, ``throttled`` a throttle (no attempt spent), ``ours``
+(our proxy or network) a release spending a release, anything else a retry. Whether a retry
+or a release ends the job dead is the settle script's to decide (``includes/jobs.lua``).
+"""
+
+from __future__ import annotations
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue, Queue
+from scrapeq.engine.scripts import Settlement
+from scrapeq.runtime.classify import Classification, Outcome
+
+__all__ = ["settlement_for"]
+
+
+def settlement_for(
+    queue: Queue | AsyncQueue, job: Job, verdict: Classification, message: str | None = None
+) -> Settlement:
+    """The settlement of ``job`` for ``verdict`` (``message``: default the verdict's own, or
+    its reason)."""
+    message = message or verdict.message or verdict.reason
+    counts = verdict.counts_against_domain
+    if verdict.outcome is Outcome.OK:
+        return queue.done(job, domain_failed=counts)
+    if verdict.outcome is Outcome.FAIL:
+        return queue.failing(job, verdict.reason, message, domain_failed=counts or None)
+    if verdict.outcome is Outcome.THROTTLED:
+        return queue.throttling(
+            job, verdict.retry_after, kind=verdict.reason, message=message, domain_failed=counts
+        )
+    if verdict.outcome is Outcome.OURS:
+        return queue.releasing(job, kind=f"released:{verdict.reason}", message=message)
+    return queue.retrying(
+        job,
+        kind=verdict.reason,
+        message=message,
+        retry_after=verdict.retry_after,
+        domain_failed=counts,
+    )

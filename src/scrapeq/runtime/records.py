@@ -1,0 +1,140 @@
+"""What a worker writes and logs about one attempt: the results line (docs/INTERFACE.md),
+the attempt's timing for the adaptive limit, and the small helpers of its log lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.urls import parse_target, redact_text, redact_url
+from scrapeq.errors import InvalidURL
+from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
+from scrapeq.runtime.fetch import Response
+
+log = logging.getLogger("scrapeq.worker")
+
+
+def _timed(
+    out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
+) -> tuple[Settlement, dict[str, Any] | None]:
+    """The settlement with the fetch's latency and whether the site signalled overload, for
+    the domain's adaptive limit; an attempt that ended by our own fault teaches nothing."""
+    settlement, record = out
+    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
+        return out
+    timed = replace(
+        settlement,
+        latency_ms=max(round(seconds * 1000), 0),
+        overload=verdict.reason in OVERLOAD_REASONS,
+    )
+    return timed, record
+
+
+def _host_of(job: Job) -> str:
+    """The job's own host (``host[:port]``): its domain, unless ``politeness = domain`` filed
+    it under its registrable domain (a results line names the host it was fetched from)."""
+    d = job.domain
+    if job.url.startswith((f"http://{d}/", f"https://{d}/")):
+        return d  # job URLs are normalised: their host is the domain (politeness = host)
+    try:
+        target = parse_target(job.url, allow_private=True)
+    except InvalidURL:
+        return job.domain
+    return target.domain
+
+
+def _about(job: Job, kind: str) -> dict[str, str]:
+    """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
+    return {"job_id": job.id, "domain": job.domain, "kind": kind}
+
+
+def _dead_reason(settlement: Settlement) -> str:
+    """The dead-letter reason a settlement that answered ``dead`` was given (settle-1.lua)."""
+    if settlement.reason:
+        return settlement.reason
+    budgets = {"retry": "max_attempts", "throttle": "max_throttles", "release": "max_releases"}
+    return budgets.get(settlement.outcome, settlement.kind or "failed")
+
+
+def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
+    """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
+    delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
+    kind = settlement.kind or ("shutdown" if settlement.shutdown else status)
+    log.debug(
+        "%s job=%s domain=%s kind=%s delay=%.2fs attempt=%d/%d",
+        status, job.id, job.domain, kind, delay, job.attempts, job.max_attempts,
+        extra={"job_id": job.id, "domain": job.domain, "kind": kind, "delay": delay,
+               "status": status},
+    )  # fmt: skip
+
+
+def _traceback_summary(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
+    text = f"{type(exc).__name__}: {exc}"
+    return f"{text} ({where})" if where else text
+
+
+def _not_json(result: Any) -> str | None:
+    """Why a handler's result cannot be a results record's ``result``; None when it can.
+
+    JSON is what orjson or ``json`` writes without a ``default`` (so datetimes and dataclasses
+    pass, as orjson writes them, and integers over 64 bits as ``json`` does); a set, an
+    arbitrary object, a dict with tuple keys or a cycle do not. orjson first: it answers in
+    about a microsecond for a small result, and most results are small dicts.
+    """
+    try:
+        orjson.dumps(result)
+        return None
+    except TypeError:
+        pass
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        return f"handler result is not JSON: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _may_be_excused(settlement: Settlement, record: dict[str, Any]) -> bool:
+    """A retry the worker judged the job's last (its line says dead) for an overload the
+    settle script may excuse on an adaptive domain (``includes/adaptive.lua``)."""
+    return settlement.outcome == "retry" and settlement.overload and record["outcome"] == "dead"
+
+
+def _record(
+    job: Job,
+    outcome: str,
+    response: Response | None,
+    started: float,
+    error: str | None,
+    result: Any,
+) -> dict[str, Any]:
+    """A results line in the docs/INTERFACE.md format."""
+    return {
+        "id": job.id,
+        "url": redact_url(job.url),
+        "final_url": redact_url(response.url) if response is not None else None,
+        "domain": _host_of(job),
+        "lane": job.lane,
+        "outcome": outcome,
+        "status": response.status if response is not None else None,
+        "attempts": job.attempts,
+        "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
+        "bytes": len(response.body) if response is not None else 0,
+        "finished_at": datetime.now(tz=UTC).isoformat(),
+        "error": None if error is None else redact_text(error),
+        "result": result,
+        "depth": job.depth,
+        "parent": job.parent,
+        "meta": job.meta,
+        "parent_url": redact_url(job.parent_url) if job.parent_url else None,
+    }

@@ -1,0 +1,128 @@
+"""The settle phase: finished jobs are settled many per script call, flushed every few
+milliseconds; each answer is counted and logged (:class:`Settler`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.scripts import Settlement
+from scrapeq.errors import ScriptError
+from scrapeq.runtime import progress
+from scrapeq.runtime.records import _about, _dead_reason, _log_deferred
+from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
+from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
+
+log = logging.getLogger("scrapeq.worker")
+
+#: Most settlements sent in one script call.
+SETTLE_MAX = 500
+#: Settle buffer flush period, seconds.
+SETTLE_EVERY = 0.005
+
+
+class Settler(WorkerCore):
+    """The settle buffer of a worker: ``_pending`` sent by ``_flush``, answers counted."""
+
+    def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
+        self.stats.count(status)
+        if self.metrics is not None:
+            self.metrics.settled(job.lane, status)
+        if status == "done":  # the common case: one cached level check
+            if log.isEnabledFor(logging.DEBUG):
+                where = {"job_id": job.id, "domain": job.domain}
+                log.debug("done job=%s domain=%s", job.id, job.domain, extra=where)
+        elif status == "dead":
+            reason = _dead_reason(settlement)
+            log.info(
+                "dead letter job=%s domain=%s reason=%s kind=%s",
+                job.id, job.domain, reason, settlement.kind,
+                extra={"job_id": job.id, "domain": job.domain, "kind": settlement.kind,
+                       "reason": reason},
+            )  # fmt: skip
+        elif status == "stale":
+            log.warning("job %s: lease lost before settling (stale token)", job.id,
+                        extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
+        elif self.follow_links and job.depth == 0 and status in SEED_DEFERRED:
+            log_seed_deferred(job, settlement, status)  # a crawl waits on it: say why
+        elif log.isEnabledFor(logging.DEBUG):
+            _log_deferred(job, settlement, status)
+
+    async def _submit(self, settlement: Settlement, job: Job | None = None) -> str:
+        """Buffer a settlement and wait for its answer (counted and logged with ``job``)."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pending.append((settlement, job, future))
+        return await future
+
+    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> None:
+        """The results line of a job already dead: a sink failure cannot give it back, and the
+        dead letter holds it (``scrapeq dead list``), so it is logged, not retried."""
+        assert self.sink is not None
+        try:
+            await self.sink.write(record)
+        except Exception as exc:
+            log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
+                        extra=_about(job, "sink_failed"))  # fmt: skip
+
+    def _answer(self, item: Pending, status: str) -> None:
+        settlement, job, future = item
+        if job is not None:
+            self._log_outcome(job, settlement, status)
+        if future is not None and not future.done():
+            future.set_result(status)
+
+    async def _settle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SETTLE_EVERY)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        # One flush at a time: the exit path's last flush waits for the settle loop's call in
+        # flight (its answers counted) before the loop is cancelled, never in mid-call.
+        async with self._flush_lock:
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
+        reconnect = RECONNECT_MIN
+        while self._pending:
+            batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
+            sent = time.monotonic()
+            try:
+                statuses = await self.queue.settle_many([item[0] for item in batch])
+            except asyncio.CancelledError:  # unanswered: still ours (and counted at exit)
+                self._pending = batch + self._pending
+                raise
+            except ScriptError as exc:  # a deterministic refusal: never let it block the rest
+                await self._settle_singly(batch, exc)
+                continue
+            except Exception as exc:  # keep the batch: this task must never die
+                self._pending = batch + self._pending
+                self._redis_failed(exc, "settling")
+                await asyncio.sleep(reconnect)
+                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                continue
+            self._health.ok(sent)
+            progress.settled(len(batch))
+            for item, status in zip(batch, statuses, strict=True):
+                self._answer(item, status)
+            self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
+
+    async def _settle_singly(self, batch: list[Pending], exc: Exception) -> None:
+        """Settle a refused batch item by item; an item refused alone is left to its lease."""
+        log.warning("settle batch refused (%s): settling its %d items one by one", exc, len(batch))
+        for item in batch:
+            settlement = item[0]
+            try:
+                (status,) = await self.queue.settle_many([settlement])
+            except ScriptError as one:
+                log.error("job %s: settlement refused, its lease will expire: %s",
+                          settlement.job_id, one)  # fmt: skip
+                status = "error"
+            except Exception:
+                self._pending.insert(0, item)
+                continue
+            progress.settled(1)
+            self._answer(item, status)

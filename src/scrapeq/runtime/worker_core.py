@@ -1,0 +1,128 @@
+"""A worker's state, shared by the phases of its run path.
+
+:class:`WorkerCore` declares what a :class:`~scrapeq.runtime.worker.Worker` holds (set in its
+``__init__``); each phase is a mixin over it in its own module: :mod:`.attempt` (fetch,
+classify, handle), :mod:`.settler` (the settle buffer), :mod:`.leases` (heartbeats and
+``max_job_time``), :mod:`.shutdown` (drain, release, the bounded exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.settings import Settings
+from scrapeq.errors import RedisUnavailable, ScriptError
+from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.fetch import Fetcher, Response, Robots
+from scrapeq.runtime.follow import BodyStore, FollowPolicy
+from scrapeq.runtime.handlers import DaemonThreads, Handler
+from scrapeq.runtime.isolation import HandlerRunner
+from scrapeq.runtime.metrics import WorkerMetrics
+from scrapeq.runtime.reporter import RedisHealth, Reporter
+from scrapeq.runtime.sinks import Sink
+
+log = logging.getLogger("scrapeq.worker")
+
+#: Back-off bounds while Redis is unreachable, seconds.
+RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker (this process only)."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    throttled: int = 0
+    dead: int = 0
+    released: int = 0
+    stale: int = 0
+    abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
+    started: float = field(default_factory=time.monotonic)
+
+    def count(self, status: str) -> None:
+        """Count one settle answer (done, retried, throttled, dead, released, stale)."""
+        if status == "done":  # the common case, first
+            self.done += 1
+        elif status in {"retried", "throttled", "dead", "released", "stale"}:
+            setattr(self, status, getattr(self, status) + 1)
+
+
+#: A buffered settlement: (settlement, job whose answer is counted, future awaiting it).
+Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
+
+
+@dataclass
+class Flight:
+    """One job this worker holds: its task, when it was claimed, whether it is settled."""
+
+    job: Job
+    started: float  # monotonic time of the claim
+    task: asyncio.Task[None] | None = None
+    submitted: bool = False
+    abandoned: bool = False
+
+
+class WorkerCore:
+    """The attributes every phase reads (set by ``Worker.__init__``) and two shared helpers."""
+
+    queue: AsyncQueue
+    settings: Settings
+    handler: Handler
+    concurrency: int
+    sink: Sink | None
+    burst: bool
+    max_runtime: float | None
+    tune_gc: bool
+    follow_links: bool
+    stats: WorkerStats
+    metrics: WorkerMetrics | None
+    _fetcher: Fetcher | None
+    _own_fetcher: bool
+    _follow: FollowPolicy
+    _bodies: BodyStore | None
+    _adapted: bool
+    _health: RedisHealth
+    _reporter: Reporter | None
+    _in_thread: bool
+    _call_handler: Callable[[Job, Response], Awaitable[Any]]
+    _handlers: HandlerRunner | None
+    _handler_deadlines: Deadlines
+    _handler_threads: DaemonThreads
+    _flights: dict[str, Flight]
+    _pending: list[Pending]
+    _flush_lock: asyncio.Lock
+    _slot_freed: asyncio.Event
+    _stopping: asyncio.Event
+    _release_now: asyncio.Event
+    _stop_at: float | None
+    _hurry_at: float | None
+    _claim_pause_until: float
+    _sink_failures: int
+    _robots: Robots | None
+    _crawl_delays: dict[str, float]
+    _grouped: set[str] | None
+
+    async def _wait_for(self, event: asyncio.Event, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def _redis_failed(self, exc: Exception, doing: str) -> None:
+        """A call failed: Redis unreachable (or refusing writes for now) is one line per
+        outage (:class:`~scrapeq.runtime.reporter.RedisHealth`); anything else, a script refusing
+        the call or a bug, is a warning each time."""
+        if isinstance(exc, RedisUnavailable):
+            self._health.failed(exc, doing)
+        else:
+            kind = "redis error" if isinstance(exc, ScriptError) else type(exc).__name__
+            log.warning("%s while %s, retrying: %s", kind, doing, exc)
