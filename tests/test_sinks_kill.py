@@ -9,8 +9,10 @@ Real ``scrapeq worker`` processes (this checkout's code), a real loopback site, 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
+import threading
 import subprocess
 import sys
 import time
@@ -28,12 +30,30 @@ from tcpproxy import TcpProxy
 from test_worker_process import SiteThread, WorkerProc, clean_env, counts, wait_until
 
 JOBS = 300
+FREE = 100  # pages served at once; later ones wait at the gate until Redis is cut off
 SRC = str(Path(scrapeq.__file__).resolve().parents[1])  # the code under test, in children too
 
 
-async def page(request: web.Request) -> web.StreamResponse:
-    await __import__("asyncio").sleep(0.05)
-    return web.Response(text="<html><title>x</title></html>", content_type="text/html")
+class GatedSite:
+    """Serves FREE pages, then holds every later request until ``open()``: worker A is sure
+    to hold jobs in flight when its Redis stalls, whatever the machine's speed (with an
+    ungated site A could finish all 300 before its first batch of rows was visible)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.gate = threading.Event()
+
+    def open(self) -> None:
+        self.gate.set()
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        self.served += 1
+        if self.served > FREE:
+            deadline = time.monotonic() + 30
+            while not self.gate.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
+        return web.Response(text="<html><title>x</title></html>", content_type="text/html")
 
 
 @pytest.fixture
@@ -101,16 +121,19 @@ def test_kill_9_under_load_leaves_one_row_per_done_job(
         target = request.getfixturevalue("postgres_url")
         rows = _postgres_rows(target)
     site_thread = SiteThread()
+    gated = GatedSite()
     proxy = TcpProxy.for_redis_url(redis_url).start()
     q = Queue.from_url(redis_url, settings=Settings(allow_private=True))
     try:
-        site = site_thread.start(page)
+        site = site_thread.start(gated.page)
         ids = {r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(JOBS)])}
         a = workers("--results", target, redis=proxy.url(redis_url))
         wait_until(lambda: len(rows()) >= 60, 30, "worker A to write rows")
         # A's Redis stalls: the jobs it holds are fetched and written, but never acked
+        wait_until(lambda: gated.served > FREE, 30, "worker A to wait at the gate")
         proxy.blackhole()
         held = counts(q)["inflight"]
+        gated.open()  # A fetches what it holds and writes it, but cannot ack it
         time.sleep(0.5)
         a.signal(signal.SIGKILL)
         assert a.wait(5) == -signal.SIGKILL
