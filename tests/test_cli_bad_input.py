@@ -141,6 +141,7 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
     ("domains",): Spec(
         bad_values=(("--state", "ajar"), ("--sort", "colour"), ("--limit", "-3")),
     ),
+    ("proxies",): Spec(),
     ("demo",): Spec(("--duration", "1"), bad_values=(("--duration", "0"),)),
     ("dashboard",): Spec(
         ("--port", DASHBOARD_PORT),

@@ -8,6 +8,7 @@ EXPECTED = [
     "AsyncQueue",
     "AuditProblem",
     "AuditReport",
+    "Banned",
     "CallableSink",
     "CancelResult",
     "Claimed",

@@ -74,6 +74,15 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "domain_concurrency_max": 32,
     "politeness": "host",
     "domain_concurrency_urgent": 16,
+    "proxy_file": None,
+    "proxy_tiers": [],
+    "ban_statuses": "403,429",
+    "ban_markers": [],
+    "proxy_ban_cooldown": 300,
+    "proxy_ban_cooldown_max": 21600,
+    "proxy_cooldown": 60,
+    "proxy_cooldown_max": 3600,
+    "proxy_tier_quiet": 900,
 }
 
 

@@ -52,7 +52,12 @@ def test_a_duration_that_is_not_finite_is_a_bad_setting(name: str, raw: str) -> 
 
 
 #: Settings that must be at least another one (the cross-field checks).
-AT_LEAST = {"backoff_base": "backoff_cap", "breaker_cooldown": "breaker_cooldown_max"}
+AT_LEAST = {
+    "backoff_base": "backoff_cap",
+    "breaker_cooldown": "breaker_cooldown_max",
+    "proxy_ban_cooldown": "proxy_ban_cooldown_max",
+    "proxy_cooldown": "proxy_cooldown_max",
+}
 
 
 @pytest.mark.parametrize("name", DURATIONS)

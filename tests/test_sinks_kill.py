@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
-import threading
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path

@@ -32,7 +32,11 @@ def test_settle_checks_and_reads_exactly_the_wire_names() -> None:
     checked = re.findall(r"check_\w+\(it\.(\w+), '(\w+)'", check_item)
     assert all(field == path for field, path in checked), checked
     assert {field for field, _ in checked} == set(wire.SETTLE_ITEM.values())
-    read = set(re.findall(r"\bit\.(\w+)", settle + _lua("includes/adaptive.lua")))
+    read = set(
+        re.findall(
+            r"\bit\.(\w+)", settle + _lua("includes/adaptive.lua") + _lua("includes/exits.lua")
+        )
+    )
     assert read <= set(wire.SETTLE_ITEM.values()), read - set(wire.SETTLE_ITEM.values())
 
 
@@ -41,7 +45,7 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     full = Settlement(
         "a1", 3, "done", domain_failed=False, delay_ms=5, retry_after_ms=6, kind="k",
         message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7, overload=True,
-        final=spec,
+        final=spec, exit_result="ok", bytes_in=9,
     )  # fmt: skip
     assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}

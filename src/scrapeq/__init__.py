@@ -23,6 +23,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import Settings, load_settings
 from scrapeq.errors import (
+    Banned,
     ConfigError,
     InvalidURL,
     NotFound,
@@ -53,6 +54,7 @@ __all__ = [
     "AsyncQueue",
     "AuditProblem",
     "AuditReport",
+    "Banned",
     "CallableSink",
     "CancelResult",
     "Claimed",

@@ -13,7 +13,8 @@ Every exception the library raises on purpose derives from :class:`ScrapeqError`
     ├── NotFound               a job, dead letter or domain that does not exist
     └── HandlerSignal          control flow raised by a user handler
         ├── Retry              retry this job (optionally after ``delay`` seconds)
-        └── Permanent          fail this job now, no retry (``reason``)
+        ├── Permanent          fail this job now, no retry (``reason``)
+        └── Banned             the site banned the exit this job went through
 
 Control-flow signals live under the same root so ``except ScrapeqError`` in user code
 never swallows a plain bug, and a bug never masquerades as a signal.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 
 __all__ = [
+    "Banned",
     "ConfigError",
     "HandlerSignal",
     "InvalidRequest",
@@ -138,6 +140,23 @@ class Permanent(HandlerSignal):
     """
 
     def __init__(self, reason: str = "permanent") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Banned(HandlerSignal):
+    """The page is a ban: the site refuses the exit (proxy) this job went through.
+
+    With an exit pool (``proxy``, ``proxy_file``) the (exit, domain) pair is benched and the
+    job goes through another exit, spending a release, not an attempt; the domain's breaker
+    is charged only when no usable exit is left for it. Without a pool it is a retry charged
+    to the domain (the site refuses us).
+
+    Args:
+        reason: why (a block page's marker, say); kept in the job's error history.
+    """
+
+    def __init__(self, reason: str = "banned") -> None:
         self.reason = reason
         super().__init__(reason)
 

@@ -156,13 +156,18 @@ class _CountingFetcher(Fetcher):
         self._run = run
 
     async def fetch(
-        self, url: str, *, normalised: bool = False, request: Request | None = None
+        self,
+        url: str,
+        *,
+        normalised: bool = False,
+        request: Request | None = None,
+        exit: str | None = None,
     ) -> Response:
         site = _site(url)
         self._run.fetches[site] += 1
         self._run.hold(site, 1)
         try:
-            return await super().fetch(url, normalised=normalised, request=request)
+            return await super().fetch(url, normalised=normalised, request=request, exit=exit)
         finally:
             self._run.hold(site, -1)
 

@@ -221,6 +221,15 @@ class AsyncQueue(_QueueBase):
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""
         return await self._drive(self._route._op_status())
 
+    async def exits_info(self) -> list[dict[str, Any]]:
+        """Each exit of the pool (``proxy``, ``proxy_file``): state, tier, requests, bans,
+        success rate, latency, bytes (passwords redacted)."""
+        return await self._drive(self._route._op_exits_info())
+
+    async def domain_exits(self, domain: str) -> dict[str, Any]:
+        """A domain's tier, its benched exits and its requests and bytes per tier."""
+        return await self._drive(self._route._op_domain_exits(domain))
+
     async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""
         return await self._drive(self._route._op_domains_info(domains))

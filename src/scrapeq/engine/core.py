@@ -513,6 +513,19 @@ class _QueueCore(SettlementBuilders):
             hashes[hour] = dict((yield Command(("HGETALL", self.keys.history(hour)))))
         return shape_history(hashes, first, minutes, now_ms)
 
+    def _op_exits_raw(self, ids: Sequence[str]) -> Op[list[dict[str, str]]]:
+        """Each exit's hash (includes/exits.lua) on this partition, in order."""
+        out: list[dict[str, str]] = []
+        for exit_id in ids:
+            out.append(dict((yield Command(("HGETALL", self.keys.exit(exit_id))))))
+        return out
+
+    def _op_domain_exits_raw(self, domain: str) -> Op[dict[str, str]]:
+        return dict((yield Command(("HGETALL", self.keys.domain_exits(domain)))))
+
+    def _op_now_ms(self) -> Op[int]:
+        return (yield from scripts.server_ms_op(self.testing_clock_offset_ms))
+
     def _op_stats(self) -> Op[dict[str, int]]:
         flat = yield Command(("HGETALL", self.keys.stats))
         return {str(k): int(v) for k, v in dict(flat).items()}

@@ -32,7 +32,7 @@ _LONG = {
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
     "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
     "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
-    "un": "unused", "q": "request",
+    "un": "unused", "q": "request", "xi": "exit",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -160,6 +160,8 @@ class Job:
         request_text: the stored form of what the job sends (:mod:`scrapeq.engine.request`);
             None for a plain ``GET`` of its URL. Read it as :attr:`request`.
         parent_url: that job's URL (None for a seed).
+        exit: with an exit pool, the id of the exit its claim chose (engine/exits.py); None
+            otherwise.
     """
 
     id: str
@@ -185,6 +187,7 @@ class Job:
     unused: int = 0
     request_text: str | None = None
     parent_url: str | None = None
+    exit: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -236,6 +239,7 @@ class Job:
             get("unused", 0),
             get("request"),
             get("parent_url"),
+            get("exit"),
         )
 
     @property

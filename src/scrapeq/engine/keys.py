@@ -181,6 +181,19 @@ class Keys:
         """A stream of one entry, written when urgent work is enqueued (workers block on it)."""
         return f"{self.prefix}wake"
 
+    def exit(self, exit_id: str) -> str:
+        """Hash: an exit's state and counters (includes/exits.lua)."""
+        return f"{self.prefix}exit:{exit_id}"
+
+    @property
+    def exits_down(self) -> str:
+        """Hash: exit id -> when its cooldown ends, for the exits that are not closed."""
+        return f"{self.prefix}exits:down"
+
+    def domain_exits(self, domain: str) -> str:
+        """Hash: a domain's tier, its benched exits and its per-tier counts."""
+        return f"{self.prefix}dexit:{domain}"
+
     @property
     def meta(self) -> str:
         return f"{self.prefix}meta"

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
 from scrapeq.engine.wire import SETTLE_ITEM
@@ -236,6 +237,16 @@ class ScriptConfig:
     urgent_ms: int | None = None
     #: host | domain | ip: with ip, enqueue files a host under its learned group.
     politeness: str = "host"
+    #: The exit pool (engine/exits.py: ExitPool.wire): ``[[id, tier index], ...]``; empty: no
+    #: pool, jobs carry no exit (includes/exits.lua).
+    exits: tuple[tuple[str, int], ...] = ()
+    #: A banned (exit, domain) pair's first rest and its cap; a dead exit's first cooldown
+    #: and its cap; how long a domain stays up a tier before it tries the cheaper one.
+    ex_ban_ms: int = 300_000
+    ex_ban_max_ms: int = 21_600_000
+    ex_cool_ms: int = 60_000
+    ex_cool_max_ms: int = 3_600_000
+    ex_quiet_ms: int = 900_000
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -275,6 +286,12 @@ class ScriptConfig:
             urgent_conc=s.domain_concurrency_urgent,
             urgent_ms=s.lanes.lanes[0].offset_ms if len(s.lanes.lanes) > 1 else None,
             politeness=s.politeness,
+            exits=tuple((i, t) for i, t in ExitPool.from_settings(s).wire()),
+            ex_ban_ms=_ms(s.proxy_ban_cooldown),
+            ex_ban_max_ms=_ms(s.proxy_ban_cooldown_max),
+            ex_cool_ms=_ms(s.proxy_cooldown),
+            ex_cool_max_ms=_ms(s.proxy_cooldown_max),
+            ex_quiet_ms=_ms(s.proxy_tier_quiet),
         )
 
     def to_json(self) -> str:
@@ -461,6 +478,10 @@ class Settlement:
         latency_ms: how long the fetch took, when the site answered or failed by itself: an
             adaptive domain learns its limit from it (``includes/adaptive.lua``).
         overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
+        exit_result: with a job claimed through an exit (``Job.exit``), what became of the
+            attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
+            ``error``; None when no request was made (includes/exits.lua).
+        bytes_in: bytes downloaded, counted per exit and per tier.
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
             seen-set argument): it joins the seen-set in this call when the queue has one,
             so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
@@ -480,6 +501,8 @@ class Settlement:
     latency_ms: int | None = None
     overload: bool = False
     final: EnqueueSpec | None = None
+    exit_result: str | None = None
+    bytes_in: int | None = None
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
@@ -499,6 +522,8 @@ class Settlement:
             "final": self.final.seen if self.final is not None else None,
             "latency_ms": self.latency_ms,
             "overload": (self.overload and self.latency_ms is not None) or None,
+            "exit_result": self.exit_result,
+            "bytes_in": self.bytes_in,
         }
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 

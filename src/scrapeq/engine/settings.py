@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from scrapeq.engine.exits import parse_entry, parse_statuses, parse_tiers
 from scrapeq.engine.keys import validate_queue_name
 from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.limits import MAX_SCRIPT_INT, duration_error
@@ -318,20 +319,25 @@ def _check_redis_url(name: str, value: Any) -> None:
 
 
 def _check_proxy(name: str, value: Any) -> None:
-    for url in value:
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in _PROXY_SCHEMES:
+    # each entry: URL [tier=NAME] [cost=X] [cost_gb=Y], or direct (engine/exits.py)
+    for entry in value:
+        parse_entry(entry, setting=name)
+
+
+def _check_proxy_tiers(name: str, value: Any) -> None:
+    parse_tiers(value, name)
+
+
+def _check_ban_statuses(name: str, value: Any) -> None:
+    parse_statuses(value, name)
+
+
+def _check_markers(name: str, value: Any) -> None:
+    for marker in value:
+        if len(marker) > 200 or _CONTROL.search(marker):
             raise ConfigError(
-                name,
-                f"unsupported proxy scheme {parts.scheme!r}; "
-                "use http://, https://, socks4:// or socks5://",
+                name, f"a marker is at most 200 characters, no control ones: {marker!r}"
             )
-        try:
-            parts.port  # noqa: B018  (raises ValueError on a bad port)
-        except ValueError:
-            raise ConfigError(name, f"bad port in proxy {parts.scheme}://...") from None
-        if not parts.hostname:
-            raise ConfigError(name, f"proxy URL without a host: {_redact(parts)}")
 
 
 #: Largest ``max_payload``: Redis refuses an argument over ``proto-max-bulk-len`` (512 MiB by
@@ -512,6 +518,12 @@ def _cross_checks(s: Settings) -> None:
         raise ConfigError("breaker_min_calls", f"must be <= breaker_window ({s.breaker_window})")
     if s.seen_filter == "bloom":
         _check_bloom(s)
+    if s.proxy_ban_cooldown_max < s.proxy_ban_cooldown:
+        raise ConfigError(
+            "proxy_ban_cooldown_max", f"must be >= proxy_ban_cooldown ({s.proxy_ban_cooldown:g})"
+        )
+    if s.proxy_cooldown_max < s.proxy_cooldown:
+        raise ConfigError("proxy_cooldown_max", f"must be >= proxy_cooldown ({s.proxy_cooldown:g})")
     if s.domain_concurrency_max < s.domain_concurrency_min:
         raise ConfigError(
             "domain_concurrency_max",
@@ -629,6 +641,22 @@ class Settings:
     # auto: the limit a domain with no learned limit yet starts at when its most urgent ready
     # job is of the most urgent lane (a critical burst for a new site), within the bounds.
     domain_concurrency_urgent: int = _count(16)
+    # Exits (engine/exits.py): a file of proxies, one `URL [tier=NAME] [cost=X]` a line, added
+    # to `proxy`; the tiers' order, cheapest first (else as they first appear).
+    proxy_file: str | None = _setting("optional_str", None)
+    proxy_tiers: tuple[str, ...] = _setting("proxy", (), check=_check_proxy_tiers)
+    # What says "banned through this exit" with a pool: these statuses, or a marker (a text)
+    # in the first 64 KiB of the body; a handler may raise scrapeq.Banned.
+    ban_statuses: str = _setting("str", "403,429", check=_check_ban_statuses)
+    ban_markers: tuple[str, ...] = _setting("proxy", (), check=_check_markers)
+    # A banned (exit, domain) pair rests this long, doubling while bans repeat, up to the max.
+    proxy_ban_cooldown: float = _seconds(300.0)
+    proxy_ban_cooldown_max: float = _seconds(21600.0)
+    # A dead exit (failing for several domains) rests this long before one probe, doubling.
+    proxy_cooldown: float = _seconds(60.0)
+    proxy_cooldown_max: float = _seconds(3600.0)
+    # A domain moved up a tier tries the cheaper tier again after this long.
+    proxy_tier_quiet: float = _seconds(900.0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

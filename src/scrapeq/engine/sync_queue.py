@@ -227,6 +227,15 @@ class Queue(_QueueBase):
         """Counts, lanes, domains and alarms in the ``status --json`` schema."""
         return self._drive(self._route._op_status())
 
+    def exits_info(self) -> list[dict[str, Any]]:
+        """Each exit of the pool (``proxy``, ``proxy_file``): state, tier, requests, bans,
+        success rate, latency, bytes (passwords redacted)."""
+        return self._drive(self._route._op_exits_info())
+
+    def domain_exits(self, domain: str) -> dict[str, Any]:
+        """A domain's tier, its benched exits and its requests and bytes per tier."""
+        return self._drive(self._route._op_domain_exits(domain))
+
     def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""
         return self._drive(self._route._op_domains_info(domains))

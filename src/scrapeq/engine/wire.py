@@ -37,6 +37,8 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "final": "final_seen",  # seen-set argument of the URL after redirects
         "latency_ms": "latency",  # ms the fetch took
         "overload": "overload",  # the site signalled overload
+        "exit_result": "exit",  # ok | ban | down | timeout | error, through the job's exit
+        "bytes_in": "bytes",  # bytes downloaded
     }
 )
 

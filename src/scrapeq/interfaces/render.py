@@ -147,14 +147,48 @@ def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Tab
 def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
     """Domains in the order given: politeness and counts; ``total`` as for breakers."""
     table = Table(title=_shown("domains", len(infos), total), show_edge=False)
+    tiers = any("tier" in d for d in infos)  # with an exit pool
     for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead",
-                "latency"):  # fmt: skip
+                "latency", *(("tier",) if tiers else ())):  # fmt: skip
         table.add_column(col)
     for d in infos:
+        tier = (f"{d.get('tier', '-')}" + (f" ({d['benched_exits']} benched)"
+                if d.get("benched_exits") else ""),) if tiers else ()  # fmt: skip
         table.add_row(
             d["domain"], _state(d["state"]), _delay(d), _concurrency(d),
             str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]), _latency(d),
+            *tier,
         )  # fmt: skip
+    return table
+
+
+def exits_table(exits: list[dict[str, Any]]) -> Table:
+    """The exit pool: each exit's state, tier and counts (names are redacted already)."""
+    table = Table(title=f"exits ({len(exits)})", show_edge=False)
+    for col in ("exit", "id", "tier", "state", "requests", "ok", "bans", "failures",
+                "timeouts", "success", "latency", "bytes"):  # fmt: skip
+        table.add_column(col)
+    for e in exits:
+        rate = "-" if e["success_rate"] is None else f"{100 * e['success_rate']:.1f}%"
+        latency = "-" if e["latency_ms"] is None else f"{e['latency_ms']} ms"
+        table.add_row(
+            e["name"], e["id"], e["tier"], _state(e["state"]), str(e["requests"]), str(e["ok"]),
+            str(e["bans"]), str(e["failures"]), str(e["timeouts"]), rate, latency,
+            str(e["bytes"]),
+        )  # fmt: skip
+    return table
+
+
+def domain_exits_table(domain: str, info: dict[str, Any]) -> Table:
+    """A domain's tier, its benched exits and its requests and bytes per tier."""
+    table = Table(title=f"{domain}: tier {info['tier']}", show_edge=False)
+    for col in ("tier", "requests", "bytes", "benched exits"):
+        table.add_column(col)
+    for tier, counts in info["per_tier"].items():
+        benched = [b["name"] for b in info["benched"] if b["tier"] == tier]
+        table.add_row(
+            tier, str(counts["requests"]), str(counts["bytes"]), ", ".join(benched) or "-"
+        )
     return table
 
 

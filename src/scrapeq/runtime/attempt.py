@@ -4,22 +4,25 @@ and build the job's settlement and results line (:class:`Attempts`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapeq.engine.exits import DIRECT
 from scrapeq.engine.job import Job
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.errors import Permanent, Retry
+from scrapeq.errors import Banned, Permanent, Retry
+from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
     Classification,
     Outcome,
     classify_exception,
     classify_response,
 )
-from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.fetch import Response, UnknownExit
 from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
@@ -36,6 +39,16 @@ OURS_PAUSE = 2.0
 SINK_PAUSE_MAX = 60.0
 
 
+class _ExitSeen:
+    """What one attempt observed of its exit: the settle item's ``exit`` and ``bytes``."""
+
+    __slots__ = ("bytes", "result")
+
+    def __init__(self) -> None:
+        self.result: str | None = None  # None: no request was made
+        self.bytes = 0
+
+
 class Attempts(WorkerCore):
     """One attempt of a job: robots, fetch, classify, handle, results line."""
 
@@ -47,7 +60,21 @@ class Attempts(WorkerCore):
         return self.queue.retrying(job, kind="internal_error", message=message, domain_failed=None)
 
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
-        """Fetch, classify and handle one job; answers its settlement and result record."""
+        """Fetch, classify and handle one job; answers its settlement and result record.
+
+        A job claimed through an exit (``job.exit``) settles with what became of the attempt
+        there (``exit_result``, ``bytes_in``: includes/exits.lua decides what it does)."""
+        seen = _ExitSeen()
+        settlement, record = await self._attempt_seen(job, seen)
+        if job.exit is not None and seen.result is not None:
+            settlement = dataclasses.replace(
+                settlement, exit_result=seen.result, bytes_in=seen.bytes
+            )
+        return settlement, record
+
+    async def _attempt_seen(
+        self, job: Job, seen: _ExitSeen
+    ) -> tuple[Settlement, dict[str, Any] | None]:
         started = fetched = time.monotonic()
         fetching = 0.0  # when the fetch started (0: not yet), for the metrics
         try:
@@ -67,24 +94,57 @@ class Attempts(WorkerCore):
             if self.metrics is not None and fetching:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             verdict = classify_exception(exc)
-            out = self._from_classification(job, verdict, None, started, exc)
+            if fetching and not isinstance(exc, UnknownExit):
+                seen.result = exit_result(verdict)
+            out = self._from_classification(job, verdict, None, started, exc, seen)
             if not verdict.counts_against_domain:  # no answer of the site's to learn from
                 return out
             return _timed(out, verdict, time.monotonic() - fetched)
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
         )
+        seen.bytes = len(response.body)
+        if job.exit is not None:
+            why = self._bans.why(response)
+            if why is not None:
+                return self._banned(job, seen, f"{why} through exit {self._exit_name(job)}")
+        seen.result = exit_result(verdict)
         if verdict.outcome is not Outcome.OK:
-            out = self._from_classification(job, verdict, response, started, None)
+            out = self._from_classification(job, verdict, response, started, None, seen)
             return _timed(out, verdict, response.elapsed)
         return _timed(
-            await self._handle(job, response, verdict, started), verdict, response.elapsed
+            await self._handle(job, response, verdict, started, seen), verdict, response.elapsed
+        )
+
+    def _exit_name(self, job: Job) -> str:
+        pool = getattr(self._fetcher, "pool", None)
+        found = pool.by_id(job.exit) if pool is not None and job.exit else None
+        return found.name if found is not None else str(job.exit)
+
+    def _banned(
+        self, job: Job, seen: _ExitSeen, message: str
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """A ban of the job's exit by its site: the job goes through another exit at once,
+        spending a release (includes/exits.lua benches the pair; the domain is charged only
+        when no usable exit is left for it)."""
+        seen.result = "ban"
+        log.info("job %s: %s", job.id, message, extra=_about(job, "banned"))
+        if job.releases < self.settings.max_releases:
+            return self.queue.releasing(job, delay=0, kind="banned", message=message), None
+        settlement = self.queue.releasing(job, delay=0, kind="banned", message=message)
+        return settlement, _record(
+            job, "dead", None, time.monotonic(), f"max_releases: {message}", None
         )
 
     async def _fetch(self, job: Job) -> Response:
         """Fetch a job's URL, sending its request when it has one (a plain GET is called
         as before requests existed, so a fetcher subclass without ``request=`` still works)."""
         assert self._fetcher is not None
+        if job.exit is not None:  # only with a pool: a fetcher of the user's may not know exits
+            request = None if job.request_text is None else job.request
+            return await self._fetcher.fetch(
+                job.url, normalised=True, request=request, exit=job.exit
+            )
         if job.request_text is None:
             return await self._fetcher.fetch(job.url, normalised=True)
         return await self._fetcher.fetch(job.url, normalised=True, request=job.request)
@@ -127,10 +187,20 @@ class Attempts(WorkerCore):
             await asyncio.sleep(slot - now)
 
     async def _handle(
-        self, job: Job, response: Response, verdict: Classification, started: float
+        self,
+        job: Job,
+        response: Response,
+        verdict: Classification,
+        started: float,
+        seen: _ExitSeen,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         try:
             result = await self._call_handler(job, response)
+        except Banned as exc:
+            if job.exit is not None:
+                return self._banned(job, seen, f"{exc.reason} through exit {self._exit_name(job)}")
+            settlement = self.queue.retrying(job, kind="banned", message=exc.reason)
+            return self._maybe_dead(job, settlement, response, started, exc.reason)
         except Retry as exc:
             settlement = self.queue.retrying(
                 job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
@@ -201,6 +271,7 @@ class Attempts(WorkerCore):
         response: Response | None,
         started: float,
         exc: BaseException | None,
+        seen: _ExitSeen | None = None,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         message = verdict.message or (str(exc) if exc else verdict.reason)
         settlement = settlement_for(self.queue, job, verdict, message)
@@ -212,7 +283,10 @@ class Attempts(WorkerCore):
         if verdict.outcome is Outcome.OURS:
             # Our proxy or network: pause claiming, and give the job back with a backoff over
             # its releases (spending a release, not an attempt; max_releases bounds them).
-            self._claim_pause_until = time.monotonic() + OURS_PAUSE
+            # A proxy of a pool that failed is that exit's failure, not ours as a whole: its
+            # breaker rests it (includes/exits.lua) and claiming goes on through the others.
+            if not (seen is not None and seen.result == "down" and job.exit != DIRECT):
+                self._claim_pause_until = time.monotonic() + OURS_PAUSE
             if job.releases < self.settings.max_releases:
                 return settlement, None
             error = f"max_releases: {message}"
@@ -260,6 +334,10 @@ class Attempts(WorkerCore):
             log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
                         pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
             self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
-            return self.queue.releasing(job, delay=pause)
+            released = self.queue.releasing(job, delay=pause)
+            # the request through the job's exit was made all the same: counted there
+            return dataclasses.replace(
+                released, exit_result=settlement.exit_result, bytes_in=settlement.bytes_in
+            )
         self._sink_failures = 0
         return settlement

@@ -74,6 +74,7 @@ from protego import Protego
 from redis.exceptions import RedisError
 
 from scrapeq.engine.connection import AsyncClient
+from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.request import Request
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import is_private_address, is_private_host, parse_target
@@ -298,11 +299,13 @@ def _is_ip_literal(host: str) -> bool:
     return True
 
 
-def _check_proxies(proxies: tuple[str, ...]) -> frozenset[str]:
+def _check_proxies(pool: ExitPool) -> frozenset[str]:
     """The proxies' host names; refuse the schemes aiohttp cannot speak."""
     hosts: set[str] = set()
-    for proxy in proxies:
-        parts = urlsplit(proxy)
+    for e in pool.exits:
+        if e.url is None:
+            continue
+        parts = urlsplit(e.url)
         if parts.scheme.lower() not in ("http", "https"):
             raise ConfigError(
                 "proxy", f"{parts.scheme}:// proxies are not supported by the default fetcher"
@@ -310,6 +313,11 @@ def _check_proxies(proxies: tuple[str, ...]) -> frozenset[str]:
         if parts.hostname:
             hosts.add(parts.hostname.lower().rstrip("."))
     return frozenset(hosts)
+
+
+class UnknownExit(OurNetworkDown):
+    """A job's exit is not in this worker's pool (its claim was made with another pool): ours,
+    and no request was made through that exit."""
 
 
 class Fetcher:
@@ -333,9 +341,12 @@ class Fetcher:
         self, settings: Settings, *, resolver: aiohttp.abc.AbstractResolver | None = None
     ) -> None:
         self.settings = settings
-        self._proxy_hosts = _check_proxies(settings.proxy)
-        self._proxies: Iterator[str] | None = (
-            itertools.cycle(settings.proxy) if settings.proxy else None
+        self.pool = ExitPool.from_settings(settings)
+        self._proxy_hosts = _check_proxies(self.pool)
+        self._exit_urls = {e.id: e.url for e in self.pool.exits}
+        # a job claimed without an exit (by a client with no pool) rotates over the pool
+        self._proxies: Iterator[str | None] | None = (
+            itertools.cycle(list(self._exit_urls.values())) if self.pool else None
         )
         self._given_resolver = resolver
         self._inner: aiohttp.abc.AbstractResolver | None = None  # does the look-ups
@@ -419,7 +430,12 @@ class Fetcher:
         return self._session
 
     async def fetch(
-        self, url: str, *, normalised: bool = False, request: Request | None = None
+        self,
+        url: str,
+        *,
+        normalised: bool = False,
+        request: Request | None = None,
+        exit: str | None = None,
     ) -> Response:
         """GET ``url`` (or send ``request`` to it), following redirects; read the whole body.
 
@@ -429,6 +445,8 @@ class Fetcher:
                 form (a job's URL): its parsing is skipped, the private-address check is not.
             request: what to send (method, headers, body, cookies; its URL is not read);
                 None: a GET with the fetcher's default headers.
+            exit: the id of the exit (engine/exits.py) to go through, as the job's claim
+                chose it; None: the next of the pool in turn (none: direct).
 
         Raises:
             TimeoutError: the total deadline ``request_timeout`` passed.
@@ -440,7 +458,7 @@ class Fetcher:
                 errors, a broken payload ...), for ``classify_exception``.
         """
         session = self._ensure_session()
-        proxy = next(self._proxies) if self._proxies is not None else None
+        proxy = self._proxy_for(exit)
         out = Outgoing.of(request) if request is not None else None
         started = time.monotonic()
         with self._deadlines.start():
@@ -464,6 +482,15 @@ class Fetcher:
                 if out is not None:
                     out = after_redirect(out, status, same=same_origin(current, target))
                 current = target
+
+    def _proxy_for(self, exit: str | None) -> str | None:
+        """The proxy URL of exit ``exit`` (None: direct); without one, the pool's next."""
+        if exit is None:
+            return next(self._proxies) if self._proxies is not None else None
+        if exit not in self._exit_urls:
+            # a claim made with another pool than this worker's: not a fault of the site's
+            raise UnknownExit(f"exit {exit} is not in this worker's proxy pool")
+        return self._exit_urls[exit]
 
     async def _hop(
         self,

@@ -50,6 +50,7 @@ from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
 from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
+from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
@@ -204,6 +205,7 @@ class Worker(Shutdown, Leases, Attempts):
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
         self._grouped: set[str] | None = set() if self.settings.politeness == "ip" else None
+        self._bans = BanRules(self.settings)  # with an exit pool: what a ban looks like
 
     @property
     def redis_down(self) -> bool:

@@ -21,6 +21,7 @@ from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
+from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
@@ -112,6 +113,7 @@ class WorkerCore:
     _robots: Robots | None
     _crawl_delays: dict[str, float]
     _grouped: set[str] | None
+    _bans: BanRules
 
     async def _wait_for(self, event: asyncio.Event, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):

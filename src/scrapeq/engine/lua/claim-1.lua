@@ -13,6 +13,10 @@
     ARGV[1]  clock offset ms, ARGV[2] config JSON (conc, delay_ms, lease_ms, batch, ...)
     ARGV[3]  JSON {n = max jobs, seed = random seed}
 
+  With an exit pool (CFG.exits), each claimed job carries `exit`, the id of the exit it is
+  fetched through (includes/exits.lua); a domain with no usable exit waits; when every exit
+  of the pool is down nothing is claimed (next_ms: until the first may carry a request).
+
   Output: {next_ms, job_json_1, ..., job_json_k}
     next_ms  ms until the next known due time (delayed job, waiting domain or end of a
              global pause); -1 when nothing is scheduled. 0 when jobs are ready now.
@@ -24,6 +28,7 @@
 --@include domain
 --@include jobs
 --@include housekeeping
+--@include exits
 
 local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reserved n a call
 local refused = arg_refusal(function() check_int(ARG.n, 'n', 1, MAX_CLAIM) end)
@@ -69,8 +74,9 @@ end
 local CLAIMED_BYTES = 0
 local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
 
-local function lease(job, probe_domain)
+local function lease(job, probe_domain, plan)
   local l = LEASES
+  job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW
@@ -154,6 +160,22 @@ local function take_run(d, room, bound, out, head)
   local known = {f[1], f[5], f[4], f[6], f[2], f[7]}  -- inflight, next, state, open_until, conc, alim
   budget = math.floor(budget)
   if budget < 1 then return known end
+  -- With an exit pool, each job goes through an exit usable for d (includes/exits.lua); when
+  -- none is, d waits until the first may be usable again, at no cost to any other domain.
+  local plan, back = nil, nil
+  if #CFG.exits > 0 then
+    plan, back = EX.plan(d)
+    if not plan then
+      known[2] = back or (NOW + CFG.ex_ban_ms)
+      redis.call('HSET', dk, 'next', known[2])
+      return known
+    end
+    local probes_only = true
+    for _, e in ipairs(plan.list) do
+      if not e.probe then probes_only = false end
+    end
+    if probes_only then budget = math.min(budget, #plan.list) end
+  end
   local dq = k_dq(d)
   local popped = redis.call('ZPOPMIN', dq)
   if #popped == 0 then return known end
@@ -180,7 +202,7 @@ local function take_run(d, room, bound, out, head)
     if RUN then RUN.upto = i end
     local job = claimable(id, d, raws[i])
     if job then
-      out[#out + 1] = lease(job, state == 'half_open' and d or nil)
+      out[#out + 1] = lease(job, state == 'half_open' and d or nil, plan)
       leased = leased + 1
     end
   end
@@ -212,6 +234,12 @@ end
 local paused = paused_until()
 if paused then
   return {paused - NOW}
+end
+-- every exit of the pool down: the fault is ours (no site's), nothing is claimed until one
+-- may carry a request again
+local exits_back = EX.all_down()
+if exits_back then
+  return {exits_back - NOW}
 end
 housekeeping(CFG.batch)
 local ok, jobs = pcall(pick, tonumber(ARG.n) or 1)

@@ -49,6 +49,19 @@ for i, d in ipairs(ARG.domains) do
     failures_last_hour = last_hour(f[20], f[21], f[22]),
     failures_baseline = tonumber(f[23]) or 0,
   }
+  -- with an exit pool: the tier it fetches at (includes/exits.lua) and its benched exits
+  if #CFG.exits > 0 then
+    local x = redis.call('HGETALL', k_dexit(d))
+    local tier, benched = 0, 0
+    for j = 1, #x, 2 do
+      if x[j] == 'tier' then
+        tier = tonumber(x[j + 1]) or 0
+      elseif string.sub(x[j], 1, 2) == 'b:' and (tonumber(string.match(x[j + 1], '^(%d+)')) or 0) > NOW then
+        benched = benched + 1
+      end
+    end
+    out[i].tier, out[i].benched_exits = tier, benched
+  end
   local adaptive = adaptive_on(f[10])
   out[i].adaptive = adaptive
   if adaptive then

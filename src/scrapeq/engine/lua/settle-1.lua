@@ -19,6 +19,13 @@
       shutdown       true: a release because the worker is stopping (see below)
       latency ms the fetch took (adaptive domains learn from it: includes/adaptive.lua)
       overload       true: an overload signal (429, 503, timeout, reset); with latency
+      exit    with a job claimed through an exit (its `exit`): what became of the attempt
+              there: 'ok' an answer, 'ban' a ban of that exit by the site, 'down' the exit
+              itself failed, 'timeout', 'error' (another failure of the site's); absent: no
+              request was made (a shutdown, a sink failure). includes/exits.lua counts it,
+              moves the exit's breaker and benches the pair; after a ban that leaves the
+              domain no usable exit its breaker is charged (domain_failed = true).
+      bytes   bytes downloaded (through the exit: counted per exit and per tier)
       follow  with outcome = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
               (with depth and parent), enqueued by this call when the token owns the job:
               a crash never acks a parent without its children, and a stale settle adds
@@ -58,8 +65,10 @@
 --@include seen
 --@include enqueue
 --@include wire
+--@include exits
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
+local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
 
 local function check_item(it)
   check_table(it)
@@ -77,6 +86,8 @@ local function check_item(it)
   if it.reason ~= nil then check_str(it.reason, 'reason', true) end
   if it.shutdown ~= nil then check_bool(it.shutdown, 'shutdown') end
   if it.overload ~= nil then check_bool(it.overload, 'overload') end
+  if it.exit ~= nil then check_enum(it.exit, 'exit', EXIT_RESULTS) end
+  if it.bytes ~= nil then check_int(it.bytes, 'bytes', 0, MAX_INT) end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
   if it.final_seen ~= nil then check_in(it.final_seen, 'final_seen', check_seen_arg) end
 end
@@ -258,6 +269,7 @@ local function settle_one(i, it)
   local d = job.domain
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
+  if job.exit then EX.settle_job(job, it) end
   -- may excuse an overload (then `it` is a throttle)
   it.domain_failed = adaptive_outcome(d, job, it)
   if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then

@@ -29,7 +29,15 @@ from scrapeq.engine.settings import (
     load_settings,
 )
 from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
-from scrapeq.interfaces.cli import enqueueing, jobs, per_domain, queues, services, workers
+from scrapeq.interfaces.cli import (
+    enqueueing,
+    jobs,
+    per_domain,
+    proxies,
+    queues,
+    services,
+    workers,
+)
 from scrapeq.interfaces.cli.common import Context, _error_line, close_opened, log, setup_logging
 
 __all__ = ["app", "command", "main"]
@@ -163,6 +171,7 @@ def _register_commands() -> None:
         queues.audit,
         per_domain.breakers,
         per_domain.domains,
+        proxies.proxies,
         services.demo,
         services.dashboard,
     ):

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import ms_to_iso
 from scrapeq.engine.status import learned_timing
 from scrapeq.interfaces import render
@@ -132,6 +133,10 @@ def domains(
     _check_listing(state, sort)
     infos = _existing_queue(ctx).domains_info()
     rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
+    tiers = ExitPool.from_settings(_settings(ctx)).tiers
+    for d in rows:  # the scripts count tiers from 0, cheapest first: their names here
+        if "tier" in d and isinstance(d["tier"], int):
+            d["tier"] = tiers[d["tier"]] if d["tier"] < len(tiers) else str(d["tier"])
     if as_json:
         _emit_json([_domain_json(d) for d in rows])
         return
@@ -150,6 +155,9 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     limit = info["limit"]
     out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
     out.update(learned_timing(info))
+    if "tier" in info:  # with an exit pool (proxy, proxy_file)
+        out["tier"] = info["tier"]
+        out["benched_exits"] = info["benched_exits"]
     return out
 
 

@@ -208,6 +208,18 @@ local function check_config(c)
   if p ~= 'host' and p ~= 'domain' and p ~= 'ip' then
     check_enum(p, 'politeness', {'host', 'domain', 'ip'})
   end
+  -- the exit pool (scrapeq/engine/exits.py: at most 200 exits in 16 tiers)
+  if #c.exits > 200 then refuse('exits', 'at most 200 exits', #c.exits) end
+  check_list(c.exits, 'exits', function(e)
+    check_table(e)
+    check_match(e[1], 'id', '^[%w]+$', 'an exit id')
+    check_int(e[2], 'tier', 0, 15)
+  end)
+  ms(c.ex_ban_ms, 'ex_ban_ms')
+  ms(c.ex_ban_max_ms, 'ex_ban_max_ms')
+  ms(c.ex_cool_ms, 'ex_cool_ms')
+  ms(c.ex_cool_max_ms, 'ex_cool_max_ms')
+  ms(c.ex_quiet_ms, 'ex_quiet_ms')
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).

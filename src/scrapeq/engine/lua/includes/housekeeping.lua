@@ -239,7 +239,7 @@ local function forget_idle(budget)
     elseif f[4] or f[5] or redis.call('EXISTS', k_ddead(d)) == 1 then
       redis.call('ZADD', K.IDLE, NOW, d)
     else
-      redis.call('DEL', dk)
+      redis.call('DEL', dk, k_dexit(d))  -- its exits' benches and tier too (exits.lua)
       registry_del(d)
       redis.call('SREM', K.DOMAINS, d)
       redis.call('ZREM', K.IDLE, d)

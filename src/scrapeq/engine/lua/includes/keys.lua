@@ -30,9 +30,12 @@ K.RETIRED = P .. 'retired'
 K.IDLE = P .. 'idle'  -- zset: domain -> when it was last seen idle (domain.lua)
 K.OPEN = P .. 'open'  -- set: domains whose breaker is open or half-open (breaker.lua)
 K.WAKE = P .. 'wake'  -- stream (one entry): urgent work was enqueued (enqueue.lua)
+K.EXITS_DOWN = P .. 'exits:down'  -- hash: exit id -> cooldown end, exits not closed (exits.lua)
 
 local function k_job(id) return P .. 'job:' .. id end
 local function k_dq(d) return P .. 'dq:' .. d end
 local function k_dom(d) return P .. 'domain:' .. d end
 local function k_ddead(d) return P .. 'ddead:' .. d end
 local function k_lane(l) return P .. 'lane:' .. l end
+local function k_exit(id) return P .. 'exit:' .. id end
+local function k_dexit(d) return P .. 'dexit:' .. d end

@@ -1,0 +1,363 @@
+"""Exits: the proxies (and the direct route) a queue fetches through, as failure domains.
+
+A queue's **exit pool** comes from the ``proxy`` setting (a comma-separated list) and the
+``proxy_file`` setting (one exit a line), each entry ``URL [tier=NAME] [cost=X] [cost_gb=Y]``
+or the word ``direct`` (no proxy). Tiers are ordered cheapest first: by ``proxy_tiers`` when it
+is set, else in the order they first appear; an entry without a tier is in tier ``default``.
+
+Each exit has an **id**: ``direct``, or 12 hex digits of a BLAKE2b hash of its whole URL, so two
+proxies that differ only by their password are two exits, and the id never reveals the
+password (:attr:`Exit.name` is the URL with its password redacted, for every display).
+
+The scripts (``lua/includes/exits.lua``) hold the rules: which exit a claimed job goes
+through (per domain, least recently used among the usable exits of the domain's tier), when
+a (exit, domain) pair is benched after a ban, when an exit is dead, when a domain's tier goes
+up or back down. This module only describes the pool; :meth:`ExitPool.wire` is what the
+scripts receive (``ScriptConfig.exits``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from scrapeq.errors import ConfigError
+
+DIRECT: Final = "direct"
+"""The exit that is no proxy: the worker connects to the site itself."""
+
+DEFAULT_TIER: Final = "default"
+MAX_EXITS: Final = 200
+"""Exits in one pool at most: the pool travels with every script call (ScriptConfig)."""
+MAX_TIERS: Final = 16
+_TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+#: socks ones for a fetcher of the user's: the default fetcher refuses them (runtime/fetch.py).
+_PROXY_SCHEMES: Final = frozenset({"http", "https", "socks4", "socks5"})
+#: Statuses that mean "this exit is banned by this site" by default (``ban_statuses``).
+DEFAULT_BAN_STATUSES: Final = (403, 429)
+_MAX_FILE_BYTES: Final = 1_048_576
+_COMMENT = re.compile(r"\s+#.*$")  # a comment after an entry (a '#' inside a URL stays)
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """One exit of the pool.
+
+    Attributes:
+        id: ``direct`` or 12 hex digits of the URL's hash (credentials included).
+        url: the proxy URL with its credentials; None for ``direct``.
+        tier: the tier's name.
+        cost: cost per request (any currency; for reports), or None.
+        cost_gb: cost per GB downloaded, or None.
+    """
+
+    id: str
+    url: str | None
+    tier: str
+    cost: float | None = None
+    cost_gb: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The URL with its password replaced by ``***`` (``direct`` for the direct route)."""
+        if self.url is None:
+            return DIRECT
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+
+    @property
+    def host(self) -> str | None:
+        return urlsplit(self.url).hostname if self.url else None
+
+
+def exit_id(url: str | None) -> str:
+    """The id of the exit through ``url`` (None: direct)."""
+    if url is None:
+        return DIRECT
+    return hashlib.blake2b(url.encode(), digest_size=6).hexdigest()
+
+
+def _number(name: str, key: str, text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(name, f"{where}: {key} must be a number >= 0, got {text!r}")
+    return value
+
+
+def parse_entry(text: str, *, setting: str = "proxy", where: str = "") -> Exit:
+    """One pool entry: ``URL [tier=NAME] [cost=X] [cost_gb=Y]`` or ``direct [tier=...]``.
+
+    Raises:
+        ConfigError: a bad URL, scheme, tier name or cost (named ``setting``, the message
+            never shows a password).
+    """
+    words = text.split()
+    if not words:
+        raise ConfigError(setting, f"{where}empty proxy entry")
+    head, attrs = words[0], words[1:]
+    at = where or f"{_redacted(head)}: "
+    url: str | None
+    url = None if head.lower() == DIRECT else _check_url(setting, head, at)
+    tier, cost, cost_gb = DEFAULT_TIER, None, None
+    for attr in attrs:
+        key, eq, value = attr.partition("=")
+        key = key.lower()
+        if not eq or not value:
+            raise ConfigError(setting, f"{at}expected key=value after the URL, got {attr!r}")
+        if key == "tier":
+            tier = _check_tier(setting, value, at)
+        elif key == "cost":
+            cost = _number(setting, key, value, at.rstrip(": "))
+        elif key == "cost_gb":
+            cost_gb = _number(setting, key, value, at.rstrip(": "))
+        else:
+            raise ConfigError(setting, f"{at}unknown attribute {key!r} (tier, cost, cost_gb)")
+    return Exit(exit_id(url), url, tier, cost, cost_gb)
+
+
+def _redacted(url: str) -> str:
+    return Exit("", url, DEFAULT_TIER).name if "://" in url else url
+
+
+def _check_url(setting: str, url: str, at: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in _PROXY_SCHEMES:
+        raise ConfigError(
+            setting,
+            f"{at}unsupported proxy scheme {parts.scheme!r}; "
+            "use http://, https://, socks4:// or socks5://",
+        )
+    try:
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise ConfigError(setting, f"{at}bad port") from None
+    if not parts.hostname:
+        raise ConfigError(setting, f"{at}proxy URL without a host")
+    return url
+
+
+def _check_tier(setting: str, name: str, at: str = "") -> str:
+    name = name.strip().lower()
+    if not _TIER_NAME.match(name):
+        raise ConfigError(
+            setting, f"{at}bad tier name {name!r}: lowercase letters, digits, - and _, at most 32"
+        )
+    return name
+
+
+def parse_tiers(text: str | Sequence[str], setting: str = "proxy_tiers") -> tuple[str, ...]:
+    """``proxy_tiers``: tier names, cheapest first, no repeats."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    tiers = tuple(_check_tier(setting, t) for t in items if t.strip())
+    if len(set(tiers)) != len(tiers):
+        raise ConfigError(setting, f"a tier is named twice: {', '.join(tiers)}")
+    if len(tiers) > MAX_TIERS:
+        raise ConfigError(setting, f"at most {MAX_TIERS} tiers, got {len(tiers)}")
+    return tiers
+
+
+def parse_statuses(text: str | Iterable[int], setting: str = "ban_statuses") -> tuple[int, ...]:
+    """``ban_statuses``: HTTP statuses (400-599) that mean "banned through this exit"."""
+    items: list[Any] = text.split(",") if isinstance(text, str) else list(text)
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            continue
+        try:
+            status = int(str(item).strip())
+        except ValueError:
+            raise ConfigError(setting, f"expected HTTP statuses, got {item!r}") from None
+        if not 400 <= status <= 599:
+            raise ConfigError(setting, f"expected statuses in 400-599, got {status}")
+        out.append(status)
+    return tuple(sorted(set(out)))
+
+
+def read_pool_file(path: Path, setting: str = "proxy_file") -> list[tuple[str, str]]:
+    """The entries of a pool file with where each is (``file:line: ``); ``#`` comments."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(setting, f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_FILE_BYTES:
+        raise ConfigError(setting, f"{path} is over 1 MiB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(setting, f"{path} is not UTF-8") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = _COMMENT.sub("", line).strip()
+        if line and not line.startswith("#"):
+            out.append((line, f"{path}:{n}: "))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ExitPool:
+    """The exits a queue's workers fetch through, and their tiers (cheapest first)."""
+
+    exits: tuple[Exit, ...] = ()
+    tiers: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.exits)
+
+    def __len__(self) -> int:
+        return len(self.exits)
+
+    def by_id(self, exit_id: str) -> Exit | None:
+        for e in self.exits:
+            if e.id == exit_id:
+                return e
+        return None
+
+    def tier_index(self, tier: str) -> int:
+        return self.tiers.index(tier)
+
+    def wire(self) -> list[list[Any]]:
+        """What the scripts receive: ``[[id, tier index], ...]`` (``ScriptConfig.exits``)."""
+        return [[e.id, self.tiers.index(e.tier)] for e in self.exits]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each exit for display: id, name (redacted), tier, tier index, costs."""
+        return [
+            {"id": e.id, "name": e.name, "tier": e.tier, "tier_index": self.tiers.index(e.tier),
+             "cost": e.cost, "cost_gb": e.cost_gb}
+            for e in self.exits
+        ]  # fmt: skip
+
+    @classmethod
+    def build(
+        cls,
+        entries: Iterable[tuple[str, str]],
+        tiers: Sequence[str] = (),
+        *,
+        setting: str = "proxy",
+    ) -> ExitPool:
+        """A pool from ``(entry text, where)`` pairs; ``tiers`` orders them (else first seen).
+
+        Raises:
+            ConfigError: a bad entry, an exit named twice, a tier not in ``tiers``, too many
+                exits or tiers.
+        """
+        exits: list[Exit] = []
+        seen: set[str] = set()
+        for text, where in entries:
+            e = parse_entry(text, setting=setting, where=where)
+            if e.id in seen:
+                raise ConfigError(setting, f"{where or e.name + ': '}the same exit is listed twice")
+            seen.add(e.id)
+            exits.append(e)
+        if len(exits) > MAX_EXITS:
+            raise ConfigError(setting, f"at most {MAX_EXITS} exits, got {len(exits)}")
+        order = list(tiers)
+        for e in exits:
+            if e.tier not in order:
+                if tiers:
+                    raise ConfigError(
+                        setting,
+                        f"{e.name}: tier {e.tier!r} is not in proxy_tiers ({', '.join(tiers)})",
+                    )
+                order.append(e.tier)
+        if len(order) > MAX_TIERS:
+            raise ConfigError(setting, f"at most {MAX_TIERS} tiers, got {len(order)}")
+        used = [t for t in order if any(e.tier == t for e in exits)]
+        return cls(tuple(exits), tuple(used))
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ExitPool:
+        """The pool of ``proxy`` and ``proxy_file`` (the file read now), ordered by
+        ``proxy_tiers``.
+
+        Raises:
+            ConfigError: as :meth:`build`, or the file cannot be read.
+        """
+        entries = [(text, "") for text in settings.proxy]
+        path = settings.proxy_file
+        setting = "proxy"
+        if path is not None:
+            entries += read_pool_file(Path(path))
+            setting = "proxy_file" if not settings.proxy else "proxy"
+        return cls.build(entries, settings.proxy_tiers, setting=setting)
+
+
+#: An exit's counters (includes/exits.lua), summed over a queue's partitions.
+_COUNTERS: Final = ("req", "ok", "bans", "fails", "timeouts", "errors", "bytes", "lat")
+_STATE_RANK: Final = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def shape_exits(
+    pool: ExitPool, raws: Sequence[Sequence[dict[str, str]]], now_ms: int
+) -> list[dict[str, Any]]:
+    """Each exit of ``pool`` with its state and counts: ``raws[p][i]`` is exit ``i``'s hash
+    on partition ``p`` (each partition judges an exit on the domains it holds; the worst
+    state is shown, the counts are summed). Passwords never appear (names are redacted)."""
+    out: list[dict[str, Any]] = []
+    for i, e in enumerate(pool.exits):
+        counts = dict.fromkeys(_COUNTERS, 0)
+        state, open_until, trips, last_used = "closed", 0, 0, 0
+        for part in raws:
+            raw = part[i]
+            for name in _COUNTERS:
+                counts[name] += int(raw.get(name) or 0)
+            s = raw.get("state") or "closed"
+            if _STATE_RANK.get(s, 0) > _STATE_RANK[state]:
+                state = s
+            open_until = max(open_until, int(raw.get("open_until") or 0))
+            trips = max(trips, int(raw.get("trips") or 0))
+            last_used = max(last_used, int(raw.get("lu") or 0))
+        if state == "open" and open_until <= now_ms:
+            state = "half_open"  # cooldown over: the next claim sends a probe
+        answered = counts["req"] - counts["fails"]
+        out.append({
+            "id": e.id, "name": e.name, "tier": e.tier, "state": state,
+            "open_until_ms": open_until if state == "open" else None, "trips": trips,
+            "requests": counts["req"], "ok": counts["ok"], "bans": counts["bans"],
+            "failures": counts["fails"], "timeouts": counts["timeouts"],
+            "errors": counts["errors"], "bytes": counts["bytes"],
+            "success_rate": round(counts["ok"] / counts["req"], 4) if counts["req"] else None,
+            "latency_ms": round(counts["lat"] / answered) if answered > 0 else None,
+            "last_used_ms": last_used or None, "cost": e.cost, "cost_gb": e.cost_gb,
+        })  # fmt: skip
+    return out
+
+
+def shape_domain_exits(pool: ExitPool, raw: dict[str, str], now_ms: int) -> dict[str, Any]:
+    """A domain's exit state: its tier, its benched exits (id, name, until, bans in a row),
+    and requests and bytes per tier."""
+    tier = int(raw.get("tier") or 0)
+    benched = []
+    for e in pool.exits:
+        value = raw.get(f"b:{e.id}")
+        if not value:
+            continue
+        until, _, strikes = value.partition(":")
+        if int(until or 0) > now_ms:
+            benched.append({
+                "id": e.id, "name": e.name, "tier": e.tier, "until_ms": int(until),
+                "bans_in_a_row": int(strikes or 0),
+            })  # fmt: skip
+    per_tier = {
+        name: {"requests": int(raw.get(f"r:{t}") or 0), "bytes": int(raw.get(f"y:{t}") or 0)}
+        for t, name in enumerate(pool.tiers)
+    }
+    return {
+        "tier": pool.tiers[tier] if pool and tier < len(pool.tiers) else None,
+        "benched": benched,
+        "per_tier": per_tier,
+    }
