@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from cluster_proc import RedisCluster
+from proxy_proc import TinyproxySet, require_tinyproxy
 from scrapeq.engine.connection import close_client
 from scrapeq.engine.embedded import find_redis_server, stop_server
 from scrapeq.engine.queue import AsyncQueue, Queue
@@ -276,3 +277,15 @@ def postgres_url(postgres_server: str) -> str:
     import uuid
 
     return f"{postgres_server}?table=t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def tinyproxies() -> Iterator[TinyproxySet]:
+    """Start real tinyproxy exits: ``tinyproxies("127.0.0.2", auth=("u", "p"))`` answers a
+    started :class:`proxy_proc.Tinyproxy` whose connections come from that address; every one
+    is stopped after the test. Skipped without tinyproxy (a failure under ``CI=true``)."""
+    made = TinyproxySet(require_tinyproxy())
+    try:
+        yield made
+    finally:
+        made.close()
