@@ -61,11 +61,11 @@ import logging
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import IO, TYPE_CHECKING, Any, Final, Self
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -88,6 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ACCEPT",
+    "Download",
     "Fetcher",
     "GuardedResolver",
     "Response",
@@ -108,6 +109,8 @@ _PRECHECK_MAX: Final = 10_000
 _NUMERIC_FLAGS: Final = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: Reads a final response's body (as sent) for :meth:`Fetcher.download`.
+_BodyReader = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
 
 
 # --- the response ------------------------------------------------------------------------------
@@ -183,6 +186,21 @@ class Response:
     def json(self) -> Any:
         """The body parsed as JSON (UTF-8, -16 or -32, detected by :func:`json.loads`)."""
         return json.loads(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """What :meth:`Fetcher.download` wrote: the final URL, status and headers, the body's
+    size as sent (``size`` bytes written), whether it was cut at the limit, the seconds the
+    whole download took and the redirects followed."""
+
+    url: str
+    status: int
+    headers: Mapping[str, str]
+    size: int
+    truncated: bool
+    elapsed: float
+    redirects: int
 
 
 # --- resolvers ---------------------------------------------------------------------------------
@@ -457,6 +475,62 @@ class Fetcher:
             aiohttp.ClientError: other transport failures (connection refused, proxy
                 errors, a broken payload ...), for ``classify_exception``.
         """
+        status, headers, body, final_url, redirects, elapsed = await self._follow(
+            url, normalised, request, None
+        )
+        return Response(
+            url=final_url,
+            status=status,
+            headers=headers,
+            body=body,
+            elapsed=elapsed,
+            redirects=redirects,
+        )
+
+    async def download(
+        self, url: str, sink: IO[bytes], *, limit: int, request: Request | None = None
+    ) -> Download:
+        """GET ``url`` as :meth:`fetch` does (redirects, total deadline, SSRF guard, proxy),
+        but write the final body to ``sink`` *as sent* (no decompression of a
+        ``Content-Encoding``), at most ``limit`` bytes: a longer body is cut there and the
+        rest is never read (``truncated``). A body is written only for a 2xx answer.
+
+        Memory stays at one chunk whatever the body's size: what to do with the bytes is the
+        caller's (a sitemap reader spools them to a temporary file).
+
+        Raises:
+            As :meth:`fetch`, except :class:`.classify.BodyTooLarge` (the body is cut).
+        """
+        size = 0
+        truncated = False
+
+        async def write(resp: aiohttp.ClientResponse) -> bytes:
+            nonlocal size, truncated
+            if not 200 <= resp.status < 300:
+                return b""
+            async for chunk in resp.content.iter_chunked(_CHUNK):
+                room = limit - size
+                if len(chunk) > room:
+                    sink.write(chunk[:room])
+                    size = limit
+                    truncated = True
+                    resp.close()  # drop the connection: the rest of the body is never read
+                    break
+                sink.write(chunk)
+                size += len(chunk)
+            return b""
+
+        status, headers, _, final_url, redirects, elapsed = await self._follow(
+            url, False, request, write
+        )
+        return Download(final_url, status, headers, size, truncated, elapsed, redirects)
+
+    async def _follow(
+        self, url: str, normalised: bool, request: Request | None, read: _BodyReader | None
+    ) -> tuple[int, Mapping[str, str], bytes, str, int, float]:
+        """Send ``url`` (or ``request``), following redirects under one deadline:
+        (status, headers, body, final url, redirects, elapsed). ``read`` reads the final body
+        as sent (no decompression); None: :meth:`_read_body`, decompressed."""
         session = self._ensure_session()
         proxy = self._proxy_for(exit)
         out = Outgoing.of(request) if request is not None else None
@@ -466,17 +540,11 @@ class Fetcher:
             redirects = 0
             while True:
                 status, headers, body, final_url, location = await self._hop(
-                    session, current, proxy, redirects, out
+                    session, current, proxy, redirects, out, read
                 )
                 if location is None:
-                    return Response(
-                        url=final_url,
-                        status=status,
-                        headers=headers,
-                        body=body,
-                        elapsed=time.monotonic() - started,
-                        redirects=redirects,
-                    )
+                    elapsed = time.monotonic() - started
+                    return status, headers, body, final_url, redirects, elapsed
                 redirects += 1
                 target = self._validate(urljoin(current, location))
                 if out is not None:
@@ -499,6 +567,7 @@ class Fetcher:
         proxy: str | None,
         redirects: int,
         out: Outgoing | None,
+        read: _BodyReader | None = None,
     ) -> tuple[int, Mapping[str, str], bytes, str, str | None]:
         """One request: (status, headers, body, url, Location to follow or None)."""
         if proxy is not None and not self.settings.allow_private:
@@ -508,7 +577,13 @@ class Fetcher:
             method, headers, data = out.method, out.headers, out.body or None
         try:
             async with session.request(
-                method, url, headers=headers, data=data, allow_redirects=False, proxy=proxy
+                method,
+                url,
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                proxy=proxy,
+                auto_decompress=read is None,
             ) as resp:
                 location = resp.headers.get("Location")
                 if resp.status in _REDIRECT_STATUSES and location:
@@ -521,7 +596,7 @@ class Fetcher:
                             headers=resp.headers,
                         )
                     return resp.status, resp.headers, b"", str(resp.url), location
-                body = await self._read_body(resp)
+                body = await (self._read_body if read is None else read)(resp)
                 return resp.status, resp.headers, body, str(resp.url), None
         except aiohttp.ClientError as exc:
             blocked = _find_blocked(exc)
@@ -676,6 +751,12 @@ class Robots:
         if not allowed:
             raise RobotsDisallowed(f"robots.txt disallows {url}")
         return delay
+
+    async def sitemaps(self, url: str) -> list[str]:
+        """The ``Sitemap:`` URLs of the robots.txt of ``url``'s origin, in the file's order
+        (none when the file is missing or unreachable: the same policy as :meth:`allowed`)."""
+        rules = await self._rules(_origin(url))
+        return list(rules.sitemaps)
 
     def _delay(self, rules: Protego) -> float | None:
         delay = rules.crawl_delay(self._user_agent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -9,8 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import UNIQUE_MODES
-from scrapeq.errors import ConfigError
+from scrapeq.engine.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.urls import parse_target
+from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.interfaces.cli.common import (
     _COUNT,
     _SECONDS,
@@ -34,7 +36,16 @@ from scrapeq.interfaces.enqueue_file import (
     stdin_bytes,
 )
 from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
+from scrapeq.interfaces.enqueue_sitemaps import (
+    SitemapFailed,
+    SitemapRun,
+    exit_code,
+    read_sitemaps,
+    summary,
+    summary_line,
+)
 from scrapeq.interfaces.parsing import json_object
+from scrapeq.runtime.sitemaps import Problem, Source
 
 # The options of enqueue (typer reads them from its signature).
 Urls = Annotated[list[str] | None, typer.Argument(help="URLs to add.")]
@@ -91,6 +102,14 @@ Cookie = Annotated[
 Meta = Annotated[
     str | None, typer.Option(metavar="JSON", help="Meta for the handler and results line.")
 ]
+SitemapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--sitemap",
+        metavar="URL",
+        help="Enqueue the pages of a sitemap (urlset, index, gzip; repeatable).",
+    ),
+]
 Requests = Annotated[
     str | None,
     typer.Option(
@@ -108,7 +127,7 @@ def enqueue(
     no_allow_private: RefusePrivate = False, as_json: AsJson = False,
     resume_from: ResumeFrom = None, method: Method = None, header: Header = None,
     data: Data = None, json_body: JsonBody = None, form: Form = None, cookie: Cookie = None,
-    meta: Meta = None, requests: Requests = None,
+    meta: Meta = None, requests: Requests = None, sitemap: SitemapOpt = None,
 ) -> None:  # fmt: skip
     """Add jobs; invalid URLs are reported one per line on stderr and not added.
 
@@ -121,19 +140,29 @@ def enqueue(
       scrapeq enqueue --file urls.txt --unique --resume-from 7001
       scrapeq enqueue https://api.example.com/search --json-body '{"q": "shoes"}'
       scrapeq enqueue --requests requests.jsonl --unique
+      scrapeq enqueue --sitemap https://shop.example.com/sitemap.xml --unique
     """
     settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
     flags = RequestFlags(
         method, tuple(header or ()), data, json_body, tuple(form or ()), tuple(cookie or ()), meta
     )
+    if sitemap:
+        if urls or file is not None or requests is not None or flags.given or resume_from:
+            _die("--sitemap URL reads its pages from the sitemap: give it without URLs, "
+                 "--file, --requests, --resume-from or request flags", 2)  # fmt: skip
+        jobs: dict[str, Any] = dict(
+            lane=lane, delay=delay, max_attempts=max_attempts, payload=_payload_object(payload),
+            unique=_unique_mode(unique), expires=expires,
+        )  # fmt: skip
+        _enqueue_sitemaps(settings, sitemap, jobs, as_json)
+        return
     source = _enqueue_source(urls, file, requests, flags)
     problem = resume_problem(urls, source, resume_from)
     if problem is not None:
         _die(problem, 2)
     template = _template(flags)  # bad flags fail before anything connects
     payload_value = _payload_object(payload)
-    if unique is not None and unique not in UNIQUE_MODES:
-        _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
+    _unique_mode(unique)
     options: dict[str, Any] = dict(
         lane=lane, delay=delay, max_attempts=max_attempts, payload=payload_value, unique=unique,
         expires=expires,
@@ -146,6 +175,50 @@ def enqueue(
         except EnqueueFailed as failed:
             raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
     _report(run, mode, as_json)
+
+
+def _unique_mode(unique: str | None) -> str | None:
+    """``--unique``'s mode, checked (exit 2 for an unknown one)."""
+    if unique is not None and unique not in UNIQUE_MODES:
+        _die(f"--unique takes off, pending or seen (--unique=MODE), got {unique!r}", 2)
+    return unique
+
+
+def _enqueue_sitemaps(
+    settings: Settings, urls: list[str], options: dict[str, Any], as_json: bool
+) -> None:
+    """``--sitemap``: each sitemap's pages (and its index's sitemaps') into the queue; one
+    summary line, each refused or cut sitemap on a line of stderr."""
+    sources = []
+    for url in urls:
+        try:
+            parse_target(url, allow_private=True)  # the fetch checks private addresses
+        except InvalidURL as exc:
+            _die(f"--sitemap {exc}", 2)
+        sources.append(Source(url))
+    q = Context(settings).queue()
+    send_once(q.client)
+    q.prepare("https://example.com/", **options)  # bad options fail before any fetch
+    run = SitemapRun(q, options, _sitemap_refused, keep_ids=as_json)
+    try:
+        tally = asyncio.run(read_sitemaps(run, settings, sources, _sitemap_problem))
+    except SitemapFailed as exc:
+        _die(str(exc), 1)
+    if as_json:
+        _emit_json(summary(tally, run))
+    else:
+        typer.echo(summary_line(tally, run, options["unique"] or settings.unique))
+    code = exit_code(tally)
+    if code:
+        raise typer.Exit(code)
+
+
+def _sitemap_problem(problem: Problem) -> None:
+    _error_line(f"scrapeq: {problem.level}: {problem.line()}")
+
+
+def _sitemap_refused(line: str) -> None:
+    _error_line(f"scrapeq: invalid URL skipped: {line}")
 
 
 def _new_run(

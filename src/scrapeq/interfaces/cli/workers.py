@@ -24,6 +24,7 @@ from scrapeq.interfaces.cli.common import (
     _bind_problem,
     _confirm,
     _die,
+    _error_line,
     _private,
     _settings,
     log,
@@ -96,6 +97,12 @@ MaxPages = Annotated[int | None, typer.Option(parser=_COUNT, help="Pages per dom
 CrawlHandler = Annotated[str | None, typer.Option(help="Your handler, package.module:function.")]
 New = Annotated[bool, typer.Option("--new", "--fresh", help=NEW_HELP)]
 Yes = Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")]
+Sitemaps = Annotated[
+    bool,
+    typer.Option(
+        "--sitemaps", help="Also enqueue the pages of the sitemaps each seed's robots.txt lists."
+    ),
+]
 
 
 def worker(
@@ -145,7 +152,7 @@ def crawl(
     extract: Extract = None, concurrency: Concurrency = 100, processes: Processes = 1,
     save_bodies: SaveBodies = None, allow_private: AllowPrivate = False,
     no_allow_private: RefusePrivate = False, log_every: LogEvery = None, new: New = False,
-    yes: Yes = False,
+    yes: Yes = False, sitemaps: Sitemaps = False,
 ) -> None:  # fmt: skip
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -157,6 +164,7 @@ def crawl(
       scrapeq crawl https://shop.example.com/ --max-depth 3 --results p.jsonl
       scrapeq crawl https://example.com/ --scope domain --handler my.parse:page
       scrapeq crawl https://shop.example.com/ --new --yes  # from the start
+      scrapeq crawl https://shop.example.com/ --sitemaps
     """
     settings = _settings(
         ctx, allow_private=_private(allow_private, no_allow_private), handler=handler,
@@ -166,13 +174,14 @@ def crawl(
         settings, concurrency, True, None, results, save_bodies, follow_links=True,
         verbose=ctx.obj.verbose, extract=extract,
     )  # fmt: skip
-    _seed(settings, urls, new=new, yes=yes)
+    _seed(settings, urls, new=new, yes=yes, sitemaps=sitemaps)
     _run_workers(settings, options, processes)
 
 
-def _seed(settings: Settings, urls: list[str], *, new: bool, yes: bool) -> None:
-    """Enqueue the crawl's seeds (with ``--new``, after forgetting what was seen); exit 0 when
-    there is nothing to crawl."""
+def _seed(settings: Settings, urls: list[str], *, new: bool, yes: bool, sitemaps: bool) -> None:
+    """Enqueue the crawl's seeds (with ``--new``, after forgetting what was seen) and, with
+    ``--sitemaps``, the pages of their robots.txt's sitemaps; exit 0 when there is nothing to
+    crawl."""
     q = Context(settings).queue()
     if new:
         if not yes:
@@ -182,9 +191,37 @@ def _seed(settings: Settings, urls: list[str], *, new: bool, yes: bool) -> None:
     seeds = q.enqueue_many(urls, unique="seen")
     added = sum(r.added for r in seeds)
     typer.echo(f"crawl: {added} seeds enqueued ({len(seeds) - added} seen before)", err=True)
+    if sitemaps:
+        added += _seed_sitemaps(settings, q, urls)
     if not added and _nothing_to_do(settings, Context(settings).checked_url()):
         typer.echo(nothing_to_do_line(len(seeds), len(seeds) - added), err=True)
         raise typer.Exit(0)
+
+
+def _seed_sitemaps(settings: Settings, q: Queue, seeds: list[str]) -> int:
+    """``--sitemaps``: the pages of the sitemaps the seeds' robots.txt files list, enqueued as
+    seeds are (``unique=seen``); a sitemap that cannot be read is a warning, not the end of the
+    crawl. Answers the jobs added."""
+    from scrapeq.interfaces.enqueue_sitemaps import (
+        SitemapRun,
+        read_robots_sitemaps,
+        summary_line,
+    )
+    from scrapeq.runtime.sitemaps import Problem
+
+    def problem(p: Problem) -> None:
+        _error_line(f"crawl: warning: {p.line()}")
+
+    def refused(line: str) -> None:
+        _error_line(f"crawl: warning: invalid URL skipped: {line}")
+
+    run = SitemapRun(q, {"unique": "seen"}, refused)
+    tally = asyncio.run(read_robots_sitemaps(run, settings, seeds, problem))
+    if not tally.files and not tally.problems:
+        typer.echo("crawl: sitemaps: the seeds' robots.txt files list none", err=True)
+    else:
+        typer.echo(f"crawl: sitemaps: {summary_line(tally, run, 'seen')}", err=True)
+    return run.added
 
 
 def _worker_options(
