@@ -476,7 +476,7 @@ class Fetcher:
                 errors, a broken payload ...), for ``classify_exception``.
         """
         status, headers, body, final_url, redirects, elapsed = await self._follow(
-            url, normalised, request, None
+            url, normalised, request, None, exit
         )
         return Response(
             url=final_url,
@@ -521,12 +521,17 @@ class Fetcher:
             return b""
 
         status, headers, _, final_url, redirects, elapsed = await self._follow(
-            url, False, request, write
+            url, False, request, write, None
         )
         return Download(final_url, status, headers, size, truncated, elapsed, redirects)
 
     async def _follow(
-        self, url: str, normalised: bool, request: Request | None, read: _BodyReader | None
+        self,
+        url: str,
+        normalised: bool,
+        request: Request | None,
+        read: _BodyReader | None,
+        exit: str | None,
     ) -> tuple[int, Mapping[str, str], bytes, str, int, float]:
         """Send ``url`` (or ``request``), following redirects under one deadline:
         (status, headers, body, final url, redirects, elapsed). ``read`` reads the final body
