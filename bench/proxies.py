@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _redis import format_table
 from proxy_fleet import DomainSpec, Fleet, Hit
 from proxy_proc import Tinyproxy, find_tinyproxy
+from redis_proc import RedisProcess
 
 DATACENTER = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 RESIDENTIAL = ("127.0.0.6", "127.0.0.7")
@@ -362,6 +363,78 @@ def _child_rotating_proxies(spec: dict[str, Any]) -> None:
     save()
 
 
+# --- scrapeq: the exit pool in Lua (issue 23) ------------------------------------------------
+
+
+def run_scrapeq(sc: Scenario) -> dict[str, Any]:
+    """scrapeq's worker with the 6 exits as a pool in two tiers (datacenter, residential),
+    its defaults otherwise (proxy_ban_cooldown 300 s, proxy_cooldown 60 s), one process with
+    the same total concurrency, on a private redis-server."""
+    name = "scrapeq" if sc.bans else "scrapeq-noban"
+    with tempfile.TemporaryDirectory(prefix="scrapeq-bench-proxies-redis-") as folder:
+        server = RedisProcess(Path(folder)).start()
+        try:
+            spec = {
+                "redis": server.url,
+                "urls": sc.urls,
+                "proxies": [f"{e.url} tier={e.tier}" for e in sc.exits],
+                "concurrency": sc.args.concurrency,
+            }
+            out, seconds = run_child("scrapeq", spec, sc.args.duration)
+        finally:
+            server.stop()
+    hits = sc.fleet.snapshot()
+    dead_url = next((e.url for e in sc.exits if e.dead), None)
+    exits = {e["name"]: e for e in out.get("exits", [])}
+    dead = exits.get(dead_url or "", {})
+    notes = f"breaker trips {out.get('trips', '?')}, exit trips {out.get('exit_trips', '?')}"
+    if "log_tail" in out:
+        notes += " | child: " + out["log_tail"][-300:].replace("\n", " ")
+    live_trips = sum(e["trips"] for url, e in exits.items() if url != dead_url)
+    return result(
+        name, sc, hits, seconds,
+        dead_attempts=dead.get("failures", 0) + dead.get("timeouts", 0) if dead_url else 0,
+        false_bans=live_trips if out else None,
+        notes=notes,
+    )  # fmt: skip
+
+
+def _child_scrapeq(spec: dict[str, Any]) -> None:
+    """In the child: enqueue the pages and run one worker until they are all done."""
+    import asyncio
+
+    from scrapeq import AsyncQueue, Settings
+    from scrapeq.runtime.worker import Worker
+
+    async def main() -> None:
+        settings = Settings(
+            queue="bench", proxy=tuple(spec["proxies"]),
+            proxy_tiers=("datacenter", "residential"), allow_private=True,
+            request_timeout=5.0, log_every=0,
+        )  # fmt: skip
+        q = AsyncQueue.from_url(spec["redis"], settings=settings)
+        try:
+            await q.enqueue_many(spec["urls"])
+            worker = Worker(q, concurrency=spec["concurrency"])
+            task = asyncio.create_task(worker.run_async())
+            total = len(spec["urls"])
+            while not task.done():
+                counts = (await q.status())["counts"]
+                if counts["done"] + counts["dead"] >= total:
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+            stats = await q.stats()
+            out = {"exits": await q.exits_info(), "trips": stats.get("trips", 0),
+                   "exit_trips": stats.get("exit_trips", 0)}  # fmt: skip
+            Path(spec["out"]).write_text(json.dumps(out))
+        finally:
+            await q.close()
+
+    asyncio.run(main())
+
+
 # --- the table -------------------------------------------------------------------------------
 
 
@@ -374,10 +447,13 @@ class System:
 
 
 SYSTEMS: dict[str, System] = {
+    "scrapeq-noban": System(run_scrapeq, bans=False),
+    "scrapeq": System(run_scrapeq),
     "scrapy-rotating-proxies": System(run_rotating_proxies),
 }
 
 CHILDREN: dict[str, Callable[[dict[str, Any]], None]] = {
+    "scrapeq": _child_scrapeq,
     "scrapy-rotating-proxies": _child_rotating_proxies,
 }
 

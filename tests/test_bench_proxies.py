@@ -15,6 +15,8 @@ from proxy_proc import require_tinyproxy
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "proxies.py"
 PAGES = 2
+PEER = [sys.executable, str(BENCH), "--systems", "scrapy-rotating-proxies"]
+OURS = [sys.executable, str(BENCH), "--systems", "scrapeq"]
 
 
 def test_the_peer_runs_on_the_fleet_and_every_figure_adds_up(tmp_path: Path) -> None:
@@ -22,7 +24,7 @@ def test_the_peer_runs_on_the_fleet_and_every_figure_adds_up(tmp_path: Path) -> 
     require_tinyproxy()
     out = tmp_path / "proxies.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--pages", str(PAGES), "--duration", "60", "--json", str(out)],
+        [*PEER, "--pages", str(PAGES), "--duration", "60", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=100,
@@ -44,6 +46,26 @@ def test_the_peer_runs_on_the_fleet_and_every_figure_adds_up(tmp_path: Path) -> 
     assert r["wasted"] == r["banned"] + r["other_failures"] + r["repeats"] + r["dead_attempts"]
     assert 0 < r["seconds"] <= 60 and r["all_ok_s"] is not None
     assert "requests per exit" in proc.stdout and "scrapy-rotating-proxies" in proc.stdout
+
+
+def test_scrapeq_on_the_fleet_meets_the_issues_targets(tmp_path: Path) -> None:
+    """Issue 23's targets, on a small run: every page, no breaker trip, no live exit taken
+    out, the residential tier used by the domains that need it alone (at most 1.1x their
+    pages), the dead exit costing its three failures plus what was in flight."""
+    require_tinyproxy()
+    out = tmp_path / "proxies.json"
+    proc = subprocess.run(
+        [*OURS, "--pages", str(PAGES), "--duration", "60", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = json.loads(out.read_text())
+    assert r["ok"] == r["ok_total"], r
+    assert r["false_bans"] == 0 and "breaker trips 0" in r["notes"], r
+    assert r["residential_min"] <= r["residential_requests"] <= 1.1 * r["residential_min"], r
+    assert 3 <= r["dead_attempts"] <= 3 + 32, r
 
 
 def test_an_unknown_system_is_a_usage_error() -> None:

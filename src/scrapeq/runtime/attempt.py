@@ -285,7 +285,11 @@ class Attempts(WorkerCore):
             # its releases (spending a release, not an attempt; max_releases bounds them).
             # A proxy of a pool that failed is that exit's failure, not ours as a whole: its
             # breaker rests it (includes/exits.lua) and claiming goes on through the others.
-            if not (seen is not None and seen.result == "down" and job.exit != DIRECT):
+            if seen is not None and seen.result == "down" and job.exit != DIRECT:
+                # the job goes through another exit at once (an exit down rests, and with
+                # every exit down nothing is claimed: no loop)
+                settlement = dataclasses.replace(settlement, delay_ms=0)
+            else:
                 self._claim_pause_until = time.monotonic() + OURS_PAUSE
             if job.releases < self.settings.max_releases:
                 return settlement, None
