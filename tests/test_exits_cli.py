@@ -99,3 +99,40 @@ def test_a_bad_pool_line_is_one_line_naming_file_and_line(
     assert code == 2, (out, err)
     assert message in err and f"{path}:2" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_dashboard_proxies_page_data_domain_exits_and_metrics_series(
+    redis_url: str, pool_file: Path
+) -> None:
+    """/api/exits, a domain's exits on /api/domain/{d}, and per-exit /metrics series, with
+    no password anywhere."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from scrapeq import AsyncQueue
+    from scrapeq.interfaces.web import create_app
+
+    settings = Settings(queue="pxweb", proxy_file=str(pool_file), domain_concurrency=4)
+    q = AsyncQueue.from_url(redis_url, settings=settings)
+    try:
+        await q.enqueue_many([f"https://a.example/{i}" for i in range(2)])
+        jobs = (await q.claim(2)).jobs
+        ban = dataclasses.replace(q.releasing(jobs[0], delay=0, kind="banned"), exit_result="ban")
+        ok = dataclasses.replace(q.done(jobs[1]), exit_result="ok", bytes_in=512)
+        await q.settle_many([ban, ok])
+        async with TestClient(TestServer(create_app(q))) as client:
+            resp = await client.get("/api/exits")
+            assert resp.status == 200
+            text = await resp.text()
+            doc = json.loads(text)
+            assert [e["tier"] for e in doc["exits"]] == ["datacenter", "datacenter", "residential"]
+            assert "hunter2" not in text
+            one = await (await client.get("/api/domain/a.example")).json()
+            assert one["exits"]["tier"] == "datacenter"
+            assert [b["id"] for b in one["exits"]["benched"]] == [jobs[0].exit]
+            metrics = await (await client.get("/metrics")).text()
+    finally:
+        await q.close()
+    assert "hunter2" not in metrics and "bob" not in metrics
+    line = f'scrapeq_exit_requests_total{{exit="{jobs[0].exit}",queue="pxweb",result="ban",tier="datacenter"}} 1.0'
+    assert line in metrics, [m for m in metrics.splitlines() if "exit_requests" in m]
+    assert f'scrapeq_exit_bytes_total{{exit="{jobs[1].exit}"' in metrics

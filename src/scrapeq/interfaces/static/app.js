@@ -273,8 +273,27 @@ async function domainView(view, name) {
     el("h1", {}, d.domain, " ", ...breakerButtons(d.domain, d.state)),
     card("Figures", facts),
     card("Politeness", politeness(doc.info)),
+    ...(doc.exits ? [card("Exits (tier " + (doc.exits.tier ?? "-") + ")", domainExits(doc.exits))] : []),
     el("div", {class: "grid"}, card("Recent errors (failures and dead letters)", errors), card("Breaker history", events)),
     el("p", {}, link("#/dead?domain=" + encodeURIComponent(d.domain), "its dead letters →")));
+}
+
+function domainExits(x) {
+  const tiers = table([th("tier", "l"), "requests", "bytes", th("benched exits", "l")],
+    Object.entries(x.per_tier).map(([t, c]) => el("tr", {}, td(t, "l"), td(num(c.requests)), td(num(c.bytes)),
+      td(x.benched.filter((b) => b.tier === t).map((b) => b.name + " (until " + new Date(b.until_ms).toLocaleTimeString() + ", ban " + b.bans_in_a_row + ")").join(", ") || "-", "wrap"))));
+  return tiers;
+}
+
+async function proxies(view) {
+  const doc = await getJSON("api/exits");
+  const rows = doc.exits.map((e) => el("tr", {},
+    td(e.name, "l"), td(e.tier, "l"), el("td", {}, stateBadge(e.state)), td(num(e.requests)), td(num(e.ok)), td(num(e.bans)),
+    td(num(e.failures)), td(num(e.timeouts)), td(e.success_rate === null ? "" : (100 * e.success_rate).toFixed(1) + "%"),
+    td(e.latency_ms === null ? "" : e.latency_ms + " ms"), td(num(e.bytes)), td(e.open_until ? "in " + ago(e.open_until) : "")));
+  view.replaceChildren(el("h1", {}, "Proxies"), el("div", {class: "card"},
+    table([th("exit", "l"), th("tier", "l"), "state", "requests", "ok", "bans", "failures", "timeouts", "success", "latency", "bytes", "rests"], rows, "no proxies configured (settings proxy, proxy_file)"),
+    el("p", {class: "muted"}, "tiers, cheapest first: " + (doc.tiers.join(", ") || "-"))));
 }
 
 function deadToolbar() {
@@ -343,6 +362,7 @@ async function refresh() {
     if (r.name === "domains") await domains(view);
     else if (r.name === "domain") await domainView(view, r.arg);
     else if (r.name === "dead") await dead(view);
+    else if (r.name === "proxies") await proxies(view);
     else if (r.name === "events") await events(view);
     else await overview(view);
     if (mine !== generation) return;

@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.exits import ExitPool
+from scrapeq.engine.job import Job, ms_to_iso
 from scrapeq.engine.limits import check_json_depth
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.urls import redact_text, redact_url
@@ -124,14 +125,28 @@ async def domain(request: web.Request) -> web.Response:
         for e in await queue.events(MAX_LIST)
         if e["domain"] == domain
     ]
-    return web.json_response(
-        {
-            "domain": views.domain_row(infos[0], now_ms),
-            "info": infos[0],
-            "errors": errors[:50],
-            "events": events[:100],
-        }
-    )
+    doc: dict[str, Any] = {
+        "domain": views.domain_row(infos[0], now_ms),
+        "info": infos[0],
+        "errors": errors[:50],
+        "events": events[:100],
+    }
+    if ExitPool.from_settings(queue.settings):  # its tier, benched exits, use per tier
+        doc["exits"] = await queue.domain_exits(domain)
+    return web.json_response(doc)
+
+
+async def exits(request: web.Request) -> web.Response:
+    """The exit pool: each exit's state, tier and counts (passwords redacted)."""
+    queue = request.app[QUEUE_KEY]
+    pool = ExitPool.from_settings(queue.settings)
+    rows = [_exit_row(e) for e in await queue.exits_info()] if pool else []
+    return web.json_response({"tiers": list(pool.tiers), "exits": rows})
+
+
+def _exit_row(e: dict[str, Any]) -> dict[str, Any]:
+    until = e["open_until_ms"]
+    return {**e, "open_until": ms_to_iso(until) if until else None}
 
 
 def _recent_errors(failures: list[dict[str, Any]], dead: list[Job]) -> list[dict[str, Any]]:
@@ -240,5 +255,7 @@ async def dead_purge(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     queue = request.app[QUEUE_KEY]
     status, stats = await queue.status(), await queue.stats()
-    body = render_metrics(status, stats, queue.settings.metrics_top_domains)
+    pooled = ExitPool.from_settings(queue.settings)
+    exit_rows = await queue.exits_info() if pooled else []
+    body = render_metrics(status, stats, queue.settings.metrics_top_domains, exit_rows)
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})

@@ -96,6 +96,7 @@ def create_app(
     app.router.add_get("/api/domains", api.domains)
     app.router.add_get("/api/domain/{domain}", api.domain)
     app.router.add_get("/api/events", api.events)
+    app.router.add_get("/api/exits", api.exits)
     app.router.add_get("/api/dead", api.dead)
     app.router.add_post("/api/dead/replay", api.dead_replay)
     app.router.add_post("/api/dead/purge", api.dead_purge)

@@ -189,8 +189,34 @@ def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
     return metric
 
 
+def _exit_metrics(queue: str, exits: Iterable[Mapping[str, Any]]) -> list[Metric]:
+    """Series per exit of the pool (at most 200 exits: engine/exits.py), labelled by its id
+    and tier, never its URL (which may carry a user name)."""
+    labels = ["queue", "exit", "tier"]
+    state = _gauge("scrapeq_exit_state", "State of each exit (1 = current).", [*labels, "state"])
+    requests = _counter(
+        "scrapeq_exit_requests",
+        "Requests through each exit, by result (ok, ban, failure: the exit's own, timeout, "
+        "error: the site's).",
+        [*labels, "result"],
+    )
+    volume = _counter("scrapeq_exit_bytes", "Bytes downloaded through each exit.", labels)
+    for e in exits:
+        key = [queue, str(e["id"]), str(e["tier"])]
+        for s in ("closed", "half_open", "open"):
+            state.add_metric([*key, s], 1 if e["state"] == s else 0)
+        for result, field_name in (("ok", "ok"), ("ban", "bans"), ("failure", "failures"),
+                                   ("timeout", "timeouts"), ("error", "errors")):  # fmt: skip
+            requests.add_metric([*key, result], e[field_name])
+        volume.add_metric(key, e["bytes"])
+    return [state, requests, volume]
+
+
 def status_metrics(
-    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+    status: Mapping[str, Any],
+    stats: Mapping[str, int] | None = None,
+    top: int = 20,
+    exits: Iterable[Mapping[str, Any]] = (),
 ) -> list[Metric]:
     """The queue-wide metric families, from a ``status --json`` document.
 
@@ -199,6 +225,7 @@ def status_metrics(
         stats: the queue's counters (:meth:`AsyncQueue.stats`): settled by outcome, trips,
             retirements, global pauses; zeros when not given.
         top: how many domains get series of their own (``metrics_top_domains``).
+        exits: :meth:`AsyncQueue.exits_info` with an exit pool: per-exit series.
     """
     queue = str(status["queue"])
     return [
@@ -207,11 +234,15 @@ def status_metrics(
         _breaker_totals(queue, status["domains"], status.get("breakers") or {}),
         *_domain_metrics(queue, status["domains"], top),
         _alarm_metrics(queue, status["alarms"]),
+        *(_exit_metrics(queue, exits) if exits else ()),
     ]
 
 
 def render_metrics(
-    status: Mapping[str, Any], stats: Mapping[str, int] | None = None, top: int = 20
+    status: Mapping[str, Any],
+    stats: Mapping[str, int] | None = None,
+    top: int = 20,
+    exits: Iterable[Mapping[str, Any]] = (),
 ) -> bytes:
     """The ``/metrics`` body (Prometheus text format 0.0.4) of :func:`status_metrics`."""
-    return bytes(generate_latest(_Families(status_metrics(status, stats, top))))
+    return bytes(generate_latest(_Families(status_metrics(status, stats, top, list(exits)))))
