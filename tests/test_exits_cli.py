@@ -133,6 +133,7 @@ async def test_dashboard_proxies_page_data_domain_exits_and_metrics_series(
     finally:
         await q.close()
     assert "hunter2" not in metrics and "bob" not in metrics
-    line = f'scrapeq_exit_requests_total{{exit="{jobs[0].exit}",queue="pxweb",result="ban",tier="datacenter"}} 1.0'
+    labels = f'exit="{jobs[0].exit}",queue="pxweb",result="ban",tier="datacenter"'
+    line = f"scrapeq_exit_requests_total{{{labels}}} 1.0"
     assert line in metrics, [m for m in metrics.splitlines() if "exit_requests" in m]
     assert f'scrapeq_exit_bytes_total{{exit="{jobs[1].exit}"' in metrics
