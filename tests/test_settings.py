@@ -83,6 +83,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "proxy_cooldown": 60,
     "proxy_cooldown_max": 3600,
     "proxy_tier_quiet": 900,
+    "session": "none",
 }
 
 

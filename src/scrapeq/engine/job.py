@@ -33,6 +33,7 @@ _LONG = {
     "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
     "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
     "un": "unused", "q": "request", "xi": "exit",
+    "sj": "jar",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -162,6 +163,8 @@ class Job:
         parent_url: that job's URL (None for a seed).
         exit: with an exit pool, the id of the exit its claim chose (engine/exits.py); None
             otherwise.
+        jar: with ``session = sticky``, the domain's cookie jar as its claim found it (text;
+            :mod:`scrapeq.runtime.session_jar`); None otherwise.
     """
 
     id: str
@@ -188,6 +191,7 @@ class Job:
     request_text: str | None = None
     parent_url: str | None = None
     exit: str | None = None
+    jar: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -240,6 +244,7 @@ class Job:
             get("request"),
             get("parent_url"),
             get("exit"),
+            get("jar"),
         )
 
     @property

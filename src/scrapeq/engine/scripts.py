@@ -247,6 +247,8 @@ class ScriptConfig:
     ex_cool_ms: int = 60_000
     ex_cool_max_ms: int = 3_600_000
     ex_quiet_ms: int = 900_000
+    #: session = sticky: one exit and one cookie jar per domain (includes/exits.lua).
+    sticky: bool = False
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -292,6 +294,7 @@ class ScriptConfig:
             ex_cool_ms=_ms(s.proxy_cooldown),
             ex_cool_max_ms=_ms(s.proxy_cooldown_max),
             ex_quiet_ms=_ms(s.proxy_tier_quiet),
+            sticky=s.session == "sticky",
         )
 
     def to_json(self) -> str:
@@ -482,6 +485,8 @@ class Settlement:
             attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
             ``error``; None when no request was made (includes/exits.lua).
         bytes_in: bytes downloaded, counted per exit and per tier.
+        jar: with ``session = sticky``, the domain's cookie jar after this attempt (text, at
+            most 16 KiB), kept when the job's exit is still the domain's session exit.
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
             seen-set argument): it joins the seen-set in this call when the queue has one,
             so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
@@ -503,6 +508,7 @@ class Settlement:
     final: EnqueueSpec | None = None
     exit_result: str | None = None
     bytes_in: int | None = None
+    jar: str | None = None
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
@@ -524,6 +530,7 @@ class Settlement:
             "overload": (self.overload and self.latency_ms is not None) or None,
             "exit_result": self.exit_result,
             "bytes_in": self.bytes_in,
+            "jar": self.jar,
         }
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 

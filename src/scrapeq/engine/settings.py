@@ -332,6 +332,11 @@ def _check_ban_statuses(name: str, value: Any) -> None:
     parse_statuses(value, name)
 
 
+def _check_session(name: str, value: Any) -> None:
+    if value not in ("none", "sticky"):
+        raise ConfigError(name, f"expected none or sticky, got {value!r}")
+
+
 def _check_markers(name: str, value: Any) -> None:
     for marker in value:
         if len(marker) > 200 or _CONTROL.search(marker):
@@ -657,6 +662,9 @@ class Settings:
     proxy_cooldown_max: float = _seconds(3600.0)
     # A domain moved up a tier tries the cheaper tier again after this long.
     proxy_tier_quiet: float = _seconds(900.0)
+    # sticky: each domain keeps one exit and a cookie jar (in Redis, any worker continues
+    # it) until that exit is banned or down, then a new exit and a new jar.
+    session: str = _setting("str", "none", check=_check_session)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

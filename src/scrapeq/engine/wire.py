@@ -39,6 +39,7 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "overload": "overload",  # the site signalled overload
         "exit_result": "exit",  # ok | ban | down | timeout | error, through the job's exit
         "bytes_in": "bytes",  # bytes downloaded
+        "jar": "jar",  # session = sticky: the domain's cookie jar after the attempt
     }
 )
 

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from scrapeq.engine.exits import DIRECT
 from scrapeq.engine.job import Job
+from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import Banned, Permanent, Retry
 from scrapeq.runtime.bans import exit_result
@@ -28,6 +29,7 @@ from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
+from scrapeq.runtime.session_jar import absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -42,11 +44,12 @@ SINK_PAUSE_MAX = 60.0
 class _ExitSeen:
     """What one attempt observed of its exit: the settle item's ``exit`` and ``bytes``."""
 
-    __slots__ = ("bytes", "result")
+    __slots__ = ("bytes", "jar", "result")
 
     def __init__(self) -> None:
         self.result: str | None = None  # None: no request was made
         self.bytes = 0
+        self.jar: str | None = None  # session = sticky: the domain's jar after the answer
 
 
 class Attempts(WorkerCore):
@@ -68,7 +71,7 @@ class Attempts(WorkerCore):
         settlement, record = await self._attempt_seen(job, seen)
         if job.exit is not None and seen.result is not None:
             settlement = dataclasses.replace(
-                settlement, exit_result=seen.result, bytes_in=seen.bytes
+                settlement, exit_result=seen.result, bytes_in=seen.bytes, jar=seen.jar
             )
         return settlement, record
 
@@ -103,11 +106,9 @@ class Attempts(WorkerCore):
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
         )
-        seen.bytes = len(response.body)
-        if job.exit is not None:
-            why = self._bans.why(response)
-            if why is not None:
-                return self._banned(job, seen, f"{why} through exit {self._exit_name(job)}")
+        banned = self._observe(job, response, seen)
+        if banned is not None:
+            return self._banned(job, seen, banned)
         seen.result = exit_result(verdict)
         if verdict.outcome is not Outcome.OK:
             out = self._from_classification(job, verdict, response, started, None, seen)
@@ -115,6 +116,17 @@ class Attempts(WorkerCore):
         return _timed(
             await self._handle(job, response, verdict, started, seen), verdict, response.elapsed
         )
+
+    def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
+        """What the answer says of the job's exit: its bytes, the session's cookies
+        (``session = sticky``); a ban's message, or None."""
+        seen.bytes = len(response.body)
+        if job.exit is None:
+            return None
+        if job.jar is not None or self.settings.session == "sticky":
+            seen.jar = absorb(job.jar, response.set_cookies, job.url)
+        why = self._bans.why(response)
+        return None if why is None else f"{why} through exit {self._exit_name(job)}"
 
     def _exit_name(self, job: Job) -> str:
         pool = getattr(self._fetcher, "pool", None)
@@ -142,6 +154,8 @@ class Attempts(WorkerCore):
         assert self._fetcher is not None
         if job.exit is not None:  # only with a pool: a fetcher of the user's may not know exits
             request = None if job.request_text is None else job.request
+            if job.jar:  # session = sticky: the domain's cookies go with it
+                request = jar_request(request or Request(job.url), job.jar, job.url)
             return await self._fetcher.fetch(
                 job.url, normalised=True, request=request, exit=job.exit
             )

@@ -127,6 +127,9 @@ class Response:
         body: the (decompressed) body.
         elapsed: seconds the whole fetch took, redirects and body included.
         redirects: how many redirects were followed.
+        set_cookies: every ``Set-Cookie`` of every hop, with the URL of the hop that set it
+            (``session = sticky`` keeps them: :mod:`.session_jar`); the fetcher itself keeps
+            no cookies.
 
     :meth:`css` and :meth:`xpath` select as Scrapy's responses do (parsel, Scrapy's own
     selector library): the selector is built on first use and kept, so a handler that never
@@ -139,6 +142,7 @@ class Response:
     body: bytes
     elapsed: float
     redirects: int
+    set_cookies: tuple[tuple[str, str], ...] = ()
     _selector: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -475,8 +479,9 @@ class Fetcher:
             aiohttp.ClientError: other transport failures (connection refused, proxy
                 errors, a broken payload ...), for ``classify_exception``.
         """
+        cookies: list[tuple[str, str]] = []
         status, headers, body, final_url, redirects, elapsed = await self._follow(
-            url, normalised, request, None, exit
+            url, normalised, request, None, exit, cookies
         )
         return Response(
             url=final_url,
@@ -485,6 +490,7 @@ class Fetcher:
             body=body,
             elapsed=elapsed,
             redirects=redirects,
+            set_cookies=tuple(cookies),
         )
 
     async def download(
@@ -532,6 +538,7 @@ class Fetcher:
         request: Request | None,
         read: _BodyReader | None,
         exit: str | None,
+        cookies: list[tuple[str, str]] | None = None,
     ) -> tuple[int, Mapping[str, str], bytes, str, int, float]:
         """Send ``url`` (or ``request``), following redirects under one deadline:
         (status, headers, body, final url, redirects, elapsed). ``read`` reads the final body
@@ -547,6 +554,8 @@ class Fetcher:
                 status, headers, body, final_url, location = await self._hop(
                     session, current, proxy, redirects, out, read
                 )
+                if cookies is not None and hasattr(headers, "getall"):
+                    cookies.extend((current, v) for v in headers.getall("Set-Cookie", ()))
                 if location is None:
                     elapsed = time.monotonic() - started
                     return status, headers, body, final_url, redirects, elapsed

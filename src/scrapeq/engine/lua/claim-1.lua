@@ -77,6 +77,7 @@ local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
 local function lease(job, probe_domain, plan)
   local l = LEASES
   job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
+  job.jar = plan and plan.jar or nil  -- session = sticky: the domain's cookie jar
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW

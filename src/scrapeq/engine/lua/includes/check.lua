@@ -220,6 +220,7 @@ local function check_config(c)
   ms(c.ex_cool_ms, 'ex_cool_ms')
   ms(c.ex_cool_max_ms, 'ex_cool_max_ms')
   ms(c.ex_quiet_ms, 'ex_quiet_ms')
+  check_bool(c.sticky, 'sticky')
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).

@@ -26,7 +26,8 @@
     exit of its tier is usable for it, it moves to the nearest tier that has one (up first);
     after CFG.ex_quiet_ms at a higher tier it tries the cheaper one again when that one has
     a usable exit. Also u:<id> (ms the exit was last chosen for it: least recently used
-    first), r:<tier> requests and y:<tier> bytes per tier (cost, attributed).
+    first), r:<tier> requests and y:<tier> bytes per tier (cost, attributed); with session =
+    sticky, s (the session's exit) and sj (its cookie jar, the worker's text).
 ]]
 
 local EX = {FAILS = 3, MIN = 4, WINDOW = 10}
@@ -143,7 +144,28 @@ function EX.plan(d)
     if a.lu ~= b.lu then return a.lu < b.lu end
     return a.i < b.i
   end)
-  return {tier = tier, list = list, next = 1, key = dk}
+  local plan = {tier = tier, list = list, next = 1, key = dk}
+  if CFG.sticky then EX.session(plan, f) end
+  return plan
+end
+
+-- session = sticky: the domain's jobs all go through its session exit (field `s`) with its
+-- cookie jar (`sj`, sent back by the worker after each attempt: EX.settle_job). When that exit
+-- is not usable for it (banned, down, another tier now), the least recently used one starts a
+-- new session with an empty jar.
+function EX.session(plan, f)
+  local chosen = nil
+  for _, e in ipairs(plan.list) do
+    if e.id == f.s then chosen = e end
+  end
+  if chosen then
+    plan.jar = f.sj
+  else
+    chosen = plan.list[1]
+    redis.call('HSET', plan.key, 's', chosen.id)
+    redis.call('HDEL', plan.key, 'sj')
+  end
+  plan.list = {chosen}
 end
 
 -- Choose the exit of the next job of a plan (round robin over its list, least recently used
@@ -258,6 +280,7 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     if rest > CFG.ex_ban_max_ms then rest = CFG.ex_ban_max_ms end
     rest = math.floor(rest)
     redis.call('HSET', dk, field, (NOW + rest) .. ':' .. strikes)
+    if redis.call('HGET', dk, 's') == id then redis.call('HDEL', dk, 's', 'sj') end  -- rotate
     emit('exit_benched', d, string.format('exit %s banned; benched for %.1f s (ban %d)', id,
       rest / 1000, strikes), {'exit', id})
     stat('exit_bans')
@@ -275,7 +298,10 @@ end
 -- it.domain_failed (the breaker is charged: it is the site). The job forgets its exit.
 function EX.settle_job(job, it)
   local id = job.exit
-  job.exit = nil
+  job.exit, job.jar = nil, nil
+  if it.jar ~= nil and CFG.sticky and redis.call('HGET', k_dexit(job.domain), 's') == id then
+    redis.call('HSET', k_dexit(job.domain), 'sj', it.jar)
+  end
   if it.exit == nil then
     -- no request was made: a probe it carried is given back
     if redis.call('HGET', k_exit(id), 'probe') == job.id then
