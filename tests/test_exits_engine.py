@@ -289,6 +289,9 @@ def test_every_exit_down_claims_nothing_and_charges_no_domain(
     result = q.claim(5)
     assert result.jobs == []
     assert result.next_due is not None and 40 <= result.next_due <= 80, result.next_due
+    alarms = {a["kind"]: a for a in q.status()["alarms"]}
+    assert "exits_down" in alarms and "no site's" in alarms["exits_down"]["message"]
+    assert "global_pause" not in alarms
     assert all(i["state"] == "closed" for i in q.domains_info([f"d{i}.example" for i in range(5)]))
 
 

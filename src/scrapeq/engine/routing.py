@@ -68,6 +68,9 @@ def _merge_status(raws: list[dict[str, Any]]) -> dict[str, Any]:
     latest = max(paused, key=lambda r: int(r["paused_until"]), default=None)
     out["paused_until"] = None if latest is None else latest["paused_until"]
     out["pause_reason"] = None if latest is None else latest.get("pause_reason")
+    # every exit down in some partition: its domains claim nothing until the latest comes back
+    down = [int(r["exits_down_until"]) for r in raws if r.get("exits_down_until")]
+    out["exits_down_until"] = max(down) if down else None
     return out
 
 

@@ -152,6 +152,16 @@ def alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str,
         alarms.append(
             {"kind": "global_pause", "domain": "", "message": str(raw.get("pause_reason") or "")}
         )
+    if raw.get("exits_down_until"):
+        wait = max(int(raw["exits_down_until"]) - int(raw.get("now") or 0), 0) / 1000
+        alarms.append(
+            {
+                "kind": "exits_down",
+                "domain": "",
+                "message": f"every proxy of the pool is down (our fault, no site's): nothing "
+                f"is claimed for {wait:.0f} s, until the first may carry a probe",
+            }
+        )
     for info in domains:
         if info["state"] == "retired":
             alarms.append(

@@ -9,6 +9,7 @@
 
   Output: JSON text {now, stats = {field: n}, ready, delayed, inflight, dead, domains,
     lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired,
+    exits_down_until (ms: every exit of the pool is down until then; null otherwise),
     open_breakers, retired_domains, top}
     retired       at most 1,000 retired domains (retired_domains: how many there are)
     open_breakers domains whose breaker is open or half-open (the set sq:{Q}:open)
@@ -22,6 +23,7 @@
     whichever is later (0 when it has no ready job): how long it has waited to be served.
 ]]
 --@include common
+--@include exits
 
 local refused = arg_refusal(function()
   check_list(ARG.lanes, 'lanes', check_str)
@@ -99,6 +101,9 @@ else
   retired = redis.call('SRANDMEMBER', K.RETIRED, 1000)
 end
 
+-- every exit of the pool down (includes/exits.lua: claims take nothing until this time)
+local exits_back = EX.all_down()
+
 local meta = redis.call('HMGET', K.META, 'paused_until', 'pause_reason')
 local paused = tonumber(meta[1])
 if paused and paused <= NOW then paused = nil end
@@ -109,4 +114,5 @@ return cjson.encode({
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
   retired = retired, retired_domains = redis.call('SCARD', K.RETIRED),
   open_breakers = redis.call('SCARD', K.OPEN), top = top,
+  exits_down_until = exits_back or cjson.null,
 })
