@@ -333,8 +333,17 @@ def shape_exits(
             "success_rate": round(counts["ok"] / counts["req"], 4) if counts["req"] else None,
             "latency_ms": round(counts["lat"] / answered) if answered > 0 else None,
             "last_used_ms": last_used or None, "cost": e.cost, "cost_gb": e.cost_gb,
+            "spend": _spend(e, counts["req"], counts["bytes"]),
         })  # fmt: skip
     return out
+
+
+def _spend(e: Exit, requests: int, volume: int) -> float | None:
+    """What an exit cost so far by its ``cost`` (a request) and ``cost_gb`` (a GB: 10^9
+    bytes); None when it has neither."""
+    if e.cost is None and e.cost_gb is None:
+        return None
+    return round(requests * (e.cost or 0.0) + volume / 1e9 * (e.cost_gb or 0.0), 6)
 
 
 def shape_domain_exits(pool: ExitPool, raw: dict[str, str], now_ms: int) -> dict[str, Any]:

@@ -166,7 +166,7 @@ def exits_table(exits: list[dict[str, Any]]) -> Table:
     """The exit pool: each exit's state, tier and counts (names are redacted already)."""
     table = Table(title=f"exits ({len(exits)})", show_edge=False)
     for col in ("exit", "id", "tier", "state", "requests", "ok", "bans", "failures",
-                "timeouts", "success", "latency", "bytes"):  # fmt: skip
+                "timeouts", "success", "latency", "bytes", "spend"):  # fmt: skip
         table.add_column(col)
     for e in exits:
         rate = "-" if e["success_rate"] is None else f"{100 * e['success_rate']:.1f}%"
@@ -174,7 +174,7 @@ def exits_table(exits: list[dict[str, Any]]) -> Table:
         table.add_row(
             e["name"], e["id"], e["tier"], _state(e["state"]), str(e["requests"]), str(e["ok"]),
             str(e["bans"]), str(e["failures"]), str(e["timeouts"]), rate, latency,
-            str(e["bytes"]),
+            str(e["bytes"]), "-" if e["spend"] is None else f"{e['spend']:g}",
         )  # fmt: skip
     return table
 
