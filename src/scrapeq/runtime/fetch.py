@@ -52,39 +52,29 @@ per origin through the same :class:`Fetcher`, shared between workers through Red
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import ipaddress
 import itertools
-import json
 import logging
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from email.message import Message
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Final, Self
+from typing import IO, Final, Self
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import aiohttp.abc
-from protego import Protego
-from redis.exceptions import RedisError
 
-from scrapeq.engine.connection import AsyncClient
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.request import Request
 from scrapeq.engine.settings import Settings
-from scrapeq.engine.urls import is_private_address, is_private_host, parse_target
-from scrapeq.errors import ConfigError, InvalidURL
-from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown, RobotsDisallowed
+from scrapeq.engine.urls import is_private_host, parse_target
+from scrapeq.errors import ConfigError
+from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.outgoing import Outgoing, after_redirect, same_origin
-
-if TYPE_CHECKING:
-    import parsel
+from scrapeq.runtime.resolvers import GuardedResolver, StaticResolver, _refuse_private
+from scrapeq.runtime.response import Download, Response
 
 __all__ = [
     "DEFAULT_ACCEPT",
@@ -111,188 +101,6 @@ _NUMERIC_FLAGS: Final = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: Reads a final response's body (as sent) for :meth:`Fetcher.download`.
 _BodyReader = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
-
-
-# --- the response ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A fetched response, body read in full.
-
-    Attributes:
-        url: the final URL, after redirects.
-        status: the final HTTP status.
-        headers: the final response's headers (case-insensitive, read-only).
-        body: the (decompressed) body.
-        elapsed: seconds the whole fetch took, redirects and body included.
-        redirects: how many redirects were followed.
-        set_cookies: every ``Set-Cookie`` of every hop, with the URL of the hop that set it
-            (``session = sticky`` keeps them: :mod:`.session_jar`); the fetcher itself keeps
-            no cookies.
-
-    :meth:`css` and :meth:`xpath` select as Scrapy's responses do (parsel, Scrapy's own
-    selector library): the selector is built on first use and kept, so a handler that never
-    selects pays nothing (parsel is not even imported).
-    """
-
-    url: str
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-    elapsed: float
-    redirects: int
-    set_cookies: tuple[tuple[str, str], ...] = ()
-    _selector: Any = field(default=None, init=False, repr=False, compare=False)
-
-    @property
-    def selector(self) -> parsel.Selector:
-        """A :class:`parsel.Selector` of the body (as HTML, decoded as browsers do), built
-        once."""
-        if self._selector is None:
-            import parsel
-            from w3lib.encoding import html_to_unicode
-
-            _, text = html_to_unicode(self.headers.get("Content-Type"), self.body)
-            object.__setattr__(self, "_selector", parsel.Selector(text=text, base_url=self.url))
-        return self._selector  # type: ignore[no-any-return]
-
-    def css(self, query: str) -> parsel.SelectorList[parsel.Selector]:
-        """``response.css("h1::text").get()``, as in Scrapy."""
-        return self.selector.css(query)
-
-    def xpath(self, query: str, **variables: Any) -> parsel.SelectorList[parsel.Selector]:
-        """``response.xpath("//h1/text()").get()``, as in Scrapy (``$name`` variables)."""
-        return self.selector.xpath(query, **variables)
-
-    @property
-    def charset(self) -> str | None:
-        """The charset the Content-Type header names, or ``None``."""
-        content_type = self.headers.get("Content-Type")
-        if not content_type:
-            return None
-        message = Message()
-        message["Content-Type"] = content_type
-        charset = message.get_content_charset()
-        return charset or None
-
-    def text(self, encoding: str | None = None) -> str:
-        """The body as text: ``encoding``, else the header's charset, else UTF-8.
-
-        Undecodable bytes are replaced (U+FFFD); an unknown charset falls back to UTF-8.
-        """
-        chosen = encoding or self.charset or "utf-8"
-        try:
-            return self.body.decode(chosen, errors="replace")
-        except LookupError:
-            return self.body.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The body parsed as JSON (UTF-8, -16 or -32, detected by :func:`json.loads`)."""
-        return json.loads(self.body)
-
-
-@dataclass(frozen=True, slots=True)
-class Download:
-    """What :meth:`Fetcher.download` wrote: the final URL, status and headers, the body's
-    size as sent (``size`` bytes written), whether it was cut at the limit, the seconds the
-    whole download took and the redirects followed."""
-
-    url: str
-    status: int
-    headers: Mapping[str, str]
-    size: int
-    truncated: bool
-    elapsed: float
-    redirects: int
-
-
-# --- resolvers ---------------------------------------------------------------------------------
-
-
-def _parse_ip(text: str) -> _IPAddress:
-    """The address of a resolver result (an IPv6 zone id ``%eth0`` is dropped)."""
-    return ipaddress.ip_address(text.split("%", 1)[0])
-
-
-class StaticResolver(aiohttp.abc.AbstractResolver):
-    """Resolve some names to fixed addresses; every other name through a fallback resolver.
-
-    For tests and the demo, to give loopback servers public-looking names. It does *not*
-    bypass the SSRF guard: the :class:`Fetcher` checks what it returns like any answer.
-
-    Args:
-        mapping: host name (case-insensitive, no port) -> IP address text.
-        fallback: the resolver for other names; default aiohttp's ``DefaultResolver``,
-            created on first use. It is closed with this resolver.
-    """
-
-    def __init__(
-        self, mapping: Mapping[str, str], fallback: aiohttp.abc.AbstractResolver | None = None
-    ) -> None:
-        self._mapping = {name.lower().rstrip("."): _parse_ip(ip) for name, ip in mapping.items()}
-        self._fallback = fallback
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[aiohttp.abc.ResolveResult]:
-        ip = self._mapping.get(host.lower().rstrip("."))
-        if ip is None:
-            if self._fallback is None:
-                self._fallback = aiohttp.DefaultResolver()
-            return await self._fallback.resolve(host, port, family)
-        found = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-        if family not in (socket.AF_UNSPEC, found):
-            raise socket.gaierror(socket.EAI_NONAME, f"{host}: no address of family {family!r}")
-        return [
-            aiohttp.abc.ResolveResult(
-                hostname=host, host=str(ip), port=port, family=found, proto=0, flags=_NUMERIC_FLAGS
-            )
-        ]
-
-    async def close(self) -> None:
-        if self._fallback is not None:
-            await self._fallback.close()
-
-
-def _refuse_private(host: str, results: list[aiohttp.abc.ResolveResult]) -> None:
-    """Raise BlockedAddress when any resolved address of ``host`` is private."""
-    for result in results:
-        ip = _parse_ip(result["host"])
-        if is_private_address(ip):
-            raise BlockedAddress(
-                f"{host} resolves to {ip}, a private address "
-                "(set allow_private, or pass --allow-private)"
-            )
-
-
-class GuardedResolver(aiohttp.abc.AbstractResolver):
-    """Wrap a resolver; refuse a name when any address it resolves to is private.
-
-    Raises :class:`.classify.BlockedAddress` (not an ``OSError``, so aiohttp lets it
-    through un-wrapped). Names in ``exempt`` (the proxies' hosts) are not checked.
-
-    Args:
-        inner: the resolver that does the look-up; closed with this one.
-        exempt: host names resolved without the check.
-    """
-
-    def __init__(
-        self, inner: aiohttp.abc.AbstractResolver, *, exempt: frozenset[str] = frozenset()
-    ) -> None:
-        self._inner = inner
-        self._exempt = frozenset(name.lower().rstrip(".") for name in exempt)
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[aiohttp.abc.ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        if host.lower().rstrip(".") not in self._exempt:
-            _refuse_private(host, results)
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 # --- the fetcher -------------------------------------------------------------------------------
@@ -675,182 +483,5 @@ class Fetcher:
         return bytes(body)
 
 
-# --- robots.txt --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    rules: Protego
-    expires: float  # time.monotonic()
-
-
-def _origin(url: str) -> str:
-    """``scheme://host[:port]`` of a URL: robots.txt is per origin (RFC 9309)."""
-    target = parse_target(url, allow_private=True)
-    scheme = urlsplit(target.url).scheme
-    return f"{scheme}://{target.domain}"
-
-
-class Robots:
-    """robots.txt rules per origin, fetched once and shared by every worker through Redis.
-
-    Policy (RFC 9309, adapted to a queue that isolates failures):
-
-    * 2xx: the file is parsed (protego) and cached, in Redis for ``ttl`` seconds
-      (``SET key text EX ttl``) and in this process.
-    * 4xx (404, 403, 410 ...), or a redirect chain that never ends: "unavailable", allow all;
-      cached like a file (an empty file).
-    * 5xx, 429, a timeout, a connection error, a too-large file: "unreachable". RFC 9309 says
-      disallow all; here that would dead-letter jobs for a passing outage. Instead the fetch
-      is **allowed** (fail open: the page fetch itself will meet the outage and be retried and
-      charged to the domain), and nothing is written to Redis; this process remembers it for
-      ``unreachable_ttl`` seconds so it does not hammer a failing site's robots.txt.
-    * a :class:`.classify.BlockedAddress` or :class:`~scrapeq.errors.InvalidURL`
-      propagates: the page fetch would be refused the same way.
-    * Redis failures are logged and skipped: the cache is an optimisation.
-
-    Rules are matched against ``settings.user_agent`` (protego matches the product token,
-    e.g. ``scrapeq`` in ``scrapeq/0.1.0``). Concurrent questions about one origin share one
-    fetch.
-
-    Args:
-        fetcher: fetches robots.txt (with its timeouts, size limit and SSRF guard).
-        redis: an async Redis client (``decode_responses`` either way), or ``None`` for an
-            in-process cache only.
-        prefix: key prefix, e.g. ``sq:{Q}:robots:``; the key is prefix + origin.
-        ttl: seconds a fetched file is cached (Redis and in-process).
-        unreachable_ttl: seconds an unreachable robots.txt is taken as allow-all in-process.
-        user_agent: the name to match; default ``fetcher.settings.user_agent``.
-        max_entries: origins kept in the in-process cache (least recently used dropped).
-    """
-
-    def __init__(
-        self,
-        fetcher: Fetcher,
-        redis: AsyncClient | None,
-        prefix: str,
-        *,
-        ttl: float = 3600.0,
-        unreachable_ttl: float = 60.0,
-        user_agent: str | None = None,
-        max_entries: int = 10_000,
-    ) -> None:
-        self._fetcher = fetcher
-        self._redis = redis
-        self._prefix = prefix
-        self._ttl = ttl
-        self._unreachable_ttl = unreachable_ttl
-        self._user_agent = user_agent or fetcher.settings.user_agent
-        self._max_entries = max_entries
-        self._cache: OrderedDict[str, _Entry] = OrderedDict()
-        self._pending: dict[str, asyncio.Task[_Entry]] = {}
-
-    async def allowed(self, url: str) -> tuple[bool, float | None]:
-        """Whether ``url`` may be fetched, and the origin's crawl delay in seconds (or None).
-
-        The crawl delay is ``Crawl-delay``, else derived from ``Request-rate``
-        (seconds / requests).
-        """
-        rules = await self._rules(_origin(url))
-        allowed = rules.can_fetch(url, self._user_agent)
-        return allowed, self._delay(rules)
-
-    async def check(self, url: str) -> float | None:
-        """Like :meth:`allowed`, raising :class:`.classify.RobotsDisallowed`.
-
-        Returns:
-            The crawl delay in seconds, or ``None``.
-        """
-        allowed, delay = await self.allowed(url)
-        if not allowed:
-            raise RobotsDisallowed(f"robots.txt disallows {url}")
-        return delay
-
-    async def sitemaps(self, url: str) -> list[str]:
-        """The ``Sitemap:`` URLs of the robots.txt of ``url``'s origin, in the file's order
-        (none when the file is missing or unreachable: the same policy as :meth:`allowed`)."""
-        rules = await self._rules(_origin(url))
-        return list(rules.sitemaps)
-
-    def _delay(self, rules: Protego) -> float | None:
-        delay = rules.crawl_delay(self._user_agent)
-        if delay is not None:
-            return float(delay)
-        rate = rules.request_rate(self._user_agent)
-        if rate is not None and rate.requests > 0:
-            return float(rate.seconds) / rate.requests
-        return None
-
-    async def _rules(self, origin: str) -> Protego:
-        entry = self._cache.get(origin)
-        if entry is not None and entry.expires > time.monotonic():
-            self._cache.move_to_end(origin)
-            return entry.rules
-        task = self._pending.get(origin)
-        if task is None:
-            task = asyncio.create_task(self._load(origin))
-            self._pending[origin] = task
-            task.add_done_callback(functools.partial(self._loaded, origin))
-        entry = await asyncio.shield(task)
-        self._cache[origin] = entry
-        self._cache.move_to_end(origin)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
-        return entry.rules
-
-    def _loaded(self, origin: str, task: asyncio.Task[_Entry]) -> None:
-        self._pending.pop(origin, None)
-        if not task.cancelled():
-            task.exception()  # retrieved here too: every waiter may have been cancelled
-
-    async def _load(self, origin: str) -> _Entry:
-        key = self._prefix + origin
-        text = await self._redis_get(key)
-        if text is not None:
-            return _Entry(Protego.parse(text), time.monotonic() + self._ttl)
-        text = await self._download(origin)
-        if text is None:
-            return _Entry(Protego.parse(""), time.monotonic() + self._unreachable_ttl)
-        await self._redis_set(key, text)
-        return _Entry(Protego.parse(text), time.monotonic() + self._ttl)
-
-    async def _download(self, origin: str) -> str | None:
-        """The file's text, ``""`` for allow-all (4xx), ``None`` when unreachable."""
-        try:
-            response = await self._fetcher.fetch(origin + "/robots.txt")
-        except (BlockedAddress, InvalidURL):
-            raise
-        except aiohttp.TooManyRedirects:
-            return ""
-        except (TimeoutError, OSError, aiohttp.ClientError, BodyTooLarge) as exc:
-            log.info("robots.txt of %s unreachable (%s): allowing for now", origin, exc)
-            return None
-        status = response.status
-        if 200 <= status < 300:
-            return response.text()
-        if status == 429 or status >= 500:
-            log.info("robots.txt of %s answered HTTP %s: allowing for now", origin, status)
-            return None
-        return ""  # 3xx without Location, 4xx: unavailable, allow all
-
-    async def _redis_get(self, key: str) -> str | None:
-        if self._redis is None:
-            return None
-        try:
-            value = await self._redis.get(key)
-        except RedisError as exc:
-            log.warning("robots cache read failed: %s", exc)
-            return None
-        if value is None:
-            return None
-        if isinstance(value, bytes):
-            return value.decode("utf-8", errors="replace")
-        return str(value)
-
-    async def _redis_set(self, key: str, text: str) -> None:
-        if self._redis is None:
-            return
-        try:
-            await self._redis.set(key, text, ex=max(1, round(self._ttl)))
-        except RedisError as exc:
-            log.warning("robots cache write failed: %s", exc)
+# robots.txt lives in .robots (it uses the fetcher); re-exported here
+from scrapeq.runtime.robots import Robots  # noqa: E402
