@@ -22,12 +22,15 @@ its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and 
   name if *any* of its addresses is private. The check is on the resolved address the socket
   connects to, so a public-looking name that resolves to ``127.0.0.1`` is refused, after a
   redirect as well, and after a DNS change (results are cached by aiohttp only once checked).
-* proxies (``proxy``): rotated per fetch (every hop of one fetch uses the same proxy). A proxy
+* proxies (``proxy``, ``proxy_file``: the exit pool, :mod:`scrapeq.engine.exits`): a job's
+  fetch goes through the exit its claim chose (``exit=``; every hop of one fetch uses it); a
+  fetch without one takes the pool's next in turn. A proxy
   we cannot reach surfaces as :class:`aiohttp.ClientProxyConnectionError`, one whose name does
-  not resolve as :class:`.classify.OurNetworkDown` (both ``ours``); a proxy's refusal
-  of ``CONNECT`` for one target as :class:`aiohttp.ClientHttpProxyError` with its status (the
-  target's failure, except 407: ``ours``). Only ``http://`` and ``https://`` proxies are
-  supported (aiohttp has no SOCKS support built in).
+  not resolve as :class:`.classify.OurNetworkDown` (both ``ours``: the exit's own failure with
+  a pool); a proxy's refusal of ``CONNECT`` for one target as
+  :class:`aiohttp.ClientHttpProxyError` with its status (the target's failure, except 407:
+  ``ours``). Only ``http://`` and ``https://`` proxies are supported (aiohttp has no SOCKS
+  support built in).
 
 A private address in a URL is reported as ``BlockedAddress`` (``fail``, ``blocked_address``)
 whether it is literal or resolved; any other bad URL (a ``Location`` with a ``ftp:`` scheme,
@@ -42,7 +45,9 @@ Limitations:
       from the guard (a proxy is our own infrastructure and often lives on a private network).
     * Cookies are not kept (a :class:`aiohttp.DummyCookieJar`): jobs are independent and may
       run on any worker, so a process-wide jar would leak state between sites and jobs. A
-      job's request sends its own cookies; a ``Set-Cookie`` answer is not kept.
+      job's request sends its own cookies; a ``Set-Cookie`` answer is not kept by the fetcher
+      (each hop's are in :attr:`Response.set_cookies`; ``session = sticky`` keeps a domain's
+      jar in Redis: :mod:`.session_jar`).
     * Environment proxy variables (``HTTP_PROXY`` ...) are ignored (``trust_env=False``): the
       ``proxy`` setting is the one source of truth.
 
