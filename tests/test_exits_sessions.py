@@ -5,10 +5,8 @@ real tinyproxy exits to a site that hands out session cookies and bans by source
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +18,8 @@ from scrapeq import AsyncQueue, Queue
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.request import Request
 from scrapeq.runtime.session_jar import absorb, jar_request
-from scrapeq.runtime.worker import Worker
 from sites import Site
+from test_exits_worker import run_until_done
 
 POOL = tuple(f"http://127.0.0.1:{p}" for p in (9001, 9002, 9003))
 
@@ -103,19 +101,8 @@ class SessionSite:
         return resp
 
 
-async def run(q: AsyncQueue, total: int, timeout: float = 15.0) -> dict[str, Any]:
-    worker = Worker(q, concurrency=1)
-    task = asyncio.create_task(worker.run_async())
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not task.done():
-            if (await q.status())["counts"]["done"] >= total:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-    return dict((await q.status())["counts"])
+async def run(q: AsyncQueue, total: int) -> dict[str, Any]:
+    return await run_until_done(q, total, concurrency=1)
 
 
 async def test_a_session_continues_through_one_exit_and_rotates_when_it_is_banned(

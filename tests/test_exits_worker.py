@@ -21,8 +21,11 @@ from scrapeq import AsyncQueue
 from scrapeq.runtime.worker import Worker
 
 
-async def run_until_done(q: AsyncQueue, total: int, timeout: float = 15.0) -> dict[str, Any]:
-    worker = Worker(q, concurrency=16)
+async def run_until_done(
+    q: AsyncQueue, total: int, timeout: float = 15.0, concurrency: int = 16
+) -> dict[str, Any]:
+    """Run a worker until ``total`` jobs are done (or ``timeout``); the queue's counts."""
+    worker = Worker(q, concurrency=concurrency)
     task = asyncio.create_task(worker.run_async())
     deadline = time.monotonic() + timeout
     try:
