@@ -73,6 +73,8 @@ class Frontier:
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
         self._flush_call: DelayedCall | None = None
+        self._settle_call: DelayedCall | None = None
+        self.settling: list[Settlement] = []  # this turn's settlements (flush_settles)
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.start = StartFlag(self.queue, self.holder)
         self.enqueued = self.refused = self.claimed = 0
@@ -116,10 +118,15 @@ class Frontier:
     def close(self, reason: str) -> None:
         if self._beat.running:
             self._beat.stop()
-        for call in (self._wake_call, self._flush_call):
+        for call in (self._wake_call, self._flush_call, self._settle_call):
             if call is not None and call.active():
                 call.cancel()
         self._flush_at_close()
+        if self.settling:
+            try:
+                self.flush_settles()
+            finally:
+                self.settling.clear()  # not written: their leases end, the jobs come back
         held = list(self.held.values())
         self.held.clear()
         self.ready.clear()
@@ -231,6 +238,7 @@ class Frontier:
         free = self.config.concurrency - len(self.held)
         if free <= 0:
             return
+        self.flush_settles()  # the domain slots they free are claimable in this call
         claimed = self.queue.claim(min(free, self.config.claim_batch))
         for job in claimed.jobs:
             self.held[job.id] = job
@@ -282,17 +290,37 @@ class Frontier:
             return self.queue.releasing(job, shutdown=True)
         return settlement_for(self.queue, job, verdict)
 
-    def settle(self, job: Job, settlement: Settlement) -> str:
-        """Write ``settlement``, after the requests scheduled before it (a page is done only
-        once the requests its callback made are stored)."""
-        self.flush()
+    def settle(self, job: Job, settlement: Settlement) -> None:
+        """Write ``settlement`` with the others of this reactor turn, in one settle call at the
+        turn's end (or before the next claim: the slots it frees are claimed at once), after
+        the requests scheduled before it (a page is done only once the requests its callback
+        made are stored)."""
         if self.held.pop(job.id, None) is None:
-            return "not_held"  # released at close, or its lease was lost
-        (status,) = self.queue.settle_many([settlement])
-        self.stat(f"settled/{status}")
+            return  # released at close, or its lease was lost
+        self.settling.append(settlement)
+        if len(self.settling) == 1:
+            self._settle_call = _reactor().callLater(0, self.flush_settles)
         self._claim_after = 0.0  # a domain slot is free in Redis: claim again at once
         self._wake_in(0)
-        return status
+
+    def flush_settles(self) -> None:
+        """Write this turn's settlements in one call, after the requests scheduled before
+        them. Redis unreachable: they are tried again in a second (their leases are not
+        renewed meanwhile: a lease that ends first makes its settle stale, the job is
+        fetched again)."""
+        self.flush()
+        batch, self.settling = self.settling, []
+        if not batch:
+            return
+        try:
+            statuses = self.queue.settle_many(batch)
+        except Exception as exc:
+            self.settling[:0] = batch
+            log.warning("scrapeq: settling %d jobs failed, trying again: %s", len(batch), exc)
+            self._settle_call = _reactor().callLater(1.0, self.flush_settles)
+            return
+        for status in statuses:
+            self.stat(f"settled/{status}")
 
     def heartbeat(self) -> None:
         for renew in (self._renew_leases, self.start.renew):
