@@ -559,23 +559,34 @@ def run_demo(
     demo = settings.replace(queue=name, **DEMO_SETTINGS)
     naive_limit = min(duration, 30.0) if naive_duration is None else max(naive_duration, 0.0)
     try:
-        with _quieter("scrapeq.worker"), Fleet(seed=seed) as fleet:
-            sick = {s.name: str(s.mode) for s in fleet.sites if not s.healthy}
-            work = Workload.build(fleet, BASE_JOBS, scale=scale, seed=seed)
-            runs = [
-                _Run(n, limit, frozenset(sick))
-                for n, limit in (("scrapeq", duration), ("naive", naive_limit))
-            ]
-            ctx = _Ctx(demo, redis_url, fleet, work, _View(console), sick, *runs)
-            interrupted = False
-            try:
-                asyncio.run(_main(ctx))
-            except KeyboardInterrupt:
-                interrupted = True
-            _close_runs(ctx, interrupted)
-            shown = [k for k in DEMO_SETTINGS if k not in ("proxy", "lanes")]
-            return _build_report(ctx, scale, keep_queue, shown)
+        limits = (duration, naive_limit)
+        return _run_phases(demo, redis_url, limits, console, scale, keep_queue, seed)
     finally:
         if not keep_queue:
             with contextlib.suppress(redis.RedisError):  # Redis gone: nothing to clean
                 _drop_queue(redis_url, name)
+
+
+def _run_phases(
+    demo: Settings,
+    redis_url: str,
+    limits: tuple[float, float],
+    console: Console | None,
+    scale: float,
+    keep_queue: bool,
+    seed: int,
+) -> DemoReport:
+    """:func:`run_demo`'s two phases (scrapeq, then the naive loop) on a fresh fleet."""
+    with _quieter("scrapeq.worker"), Fleet(seed=seed) as fleet:
+        sick = {s.name: str(s.mode) for s in fleet.sites if not s.healthy}
+        work = Workload.build(fleet, BASE_JOBS, scale=scale, seed=seed)
+        runs = [_Run(n, limit, frozenset(sick)) for n, limit in zip(("scrapeq", "naive"), limits)]
+        ctx = _Ctx(demo, redis_url, fleet, work, _View(console), sick, *runs)
+        interrupted = False
+        try:
+            asyncio.run(_main(ctx))
+        except KeyboardInterrupt:
+            interrupted = True
+        _close_runs(ctx, interrupted)
+        shown = [k for k in DEMO_SETTINGS if k not in ("proxy", "lanes")]
+        return _build_report(ctx, scale, keep_queue, shown)
