@@ -580,7 +580,8 @@ def _run_phases(
     with _quieter("scrapeq.worker"), Fleet(seed=seed) as fleet:
         sick = {s.name: str(s.mode) for s in fleet.sites if not s.healthy}
         work = Workload.build(fleet, BASE_JOBS, scale=scale, seed=seed)
-        runs = [_Run(n, limit, frozenset(sick)) for n, limit in zip(("scrapeq", "naive"), limits)]
+        names = ("scrapeq", "naive")
+        runs = [_Run(n, lim, frozenset(sick)) for n, lim in zip(names, limits, strict=True)]
         ctx = _Ctx(demo, redis_url, fleet, work, _View(console), sick, *runs)
         interrupted = False
         try:
