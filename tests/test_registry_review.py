@@ -1,5 +1,5 @@
 """The domain registry, from a review of its first version (d09a965): an older queue's
-domains read as before until they move (enqueued counts, max_pages, status' count), a
+domains read as before once migrated (enqueued counts, max_pages, status' count), a
 status of a small partitioned queue reads only the buckets that hold domains, and a long
 name's bucket leaves the compact encoding, as docs/DESIGN.md says."""
 
@@ -16,48 +16,50 @@ from test_registry import as_written_before
 MakeQueue = Callable[..., Queue]
 
 
-def test_unmigrated_domain_keeps_its_enqueued_count(
+def test_a_migrated_domain_keeps_its_enqueued_count(
     make_queue: MakeQueue, redis_client: redis.Redis
 ) -> None:
-    """DESIGN: an older queue 'is read as before until the housekeeping of claims moves
-    it'; domain_info reads only the registry, so an unmigrated domain shows 0 enqueued."""
+    """DESIGN: an older queue is migrated when a client opens it; its domains keep their
+    counts of jobs enqueued (their `enq`)."""
     q = make_queue()
     q.enqueue_many([f"https://old.example.com/p/{i}" for i in range(4)])
     as_written_before(redis_client, q)
-    (info,) = q.domains_info(["old.example.com"])
+    (info,) = make_queue().domains_info(["old.example.com"])
     assert info["enqueued"] == 4
 
 
-def test_max_pages_holds_for_an_unmigrated_domain(
+def test_max_pages_holds_for_a_migrated_domain(
     make_queue: MakeQueue, redis_client: redis.Redis
 ) -> None:
-    """over_max_pages reads only the registry: a domain of an older queue that already has
-    max_pages jobs enqueued (its `enq`) takes max_pages more follow-ups before a claim's
-    housekeeping migrates it (settle does not migrate)."""
+    """over_max_pages reads the registry: a domain of an older queue that already has
+    max_pages jobs enqueued (its `enq`) takes no more follow-ups once opened (the review
+    found it took max_pages more while a claim's housekeeping had not moved it)."""
     q = make_queue(max_pages=3)
     q.enqueue_many([f"https://shop.example.com/p/{i}" for i in range(3)], unique="seen")
     parent = q.claim(1).jobs[0]
-    as_written_before(redis_client, q)  # enq = 3 = max_pages, not migrated yet
+    as_written_before(redis_client, q)  # enq = 3 = max_pages
+    opened = make_queue(max_pages=3)
     children = [
-        q.prepare(f"https://shop.example.com/c/{i}", unique="seen").child_of(parent.id, 1)
+        opened.prepare(f"https://shop.example.com/c/{i}", unique="seen").child_of(parent.id, 1)
         for i in range(5)
     ]
-    assert q.settle_many([q.done(parent, follow=children)]) == ["done"]
-    assert q.status()["counts"]["enqueued"] == 3, "every follow-up is over max_pages"
+    assert opened.settle_many([opened.done(parent, follow=children)]) == ["done"]
+    assert opened.status()["counts"]["enqueued"] == 3, "every follow-up is over max_pages"
 
 
-def test_status_counts_a_domain_once_while_migrating(
+def test_status_counts_a_migrated_domain_once(
     make_queue: MakeQueue, redis_client: redis.Redis
 ) -> None:
-    """status' domains = dcount + SCARD(domains): a domain of an older queue that gets an
-    enqueue (or a domain_set) before it is migrated is in both and counted twice."""
+    """status' domains is the registry's count: a domain of an older queue that gets an
+    enqueue (or a domain_set) is counted once (the review found it twice while migrating)."""
     q = make_queue()
     q.enqueue_many([f"https://shop-{i}.example.com/" for i in range(4)])
     as_written_before(redis_client, q)
-    assert sum(q.status()["breakers"].values()) == 4
-    q.enqueue("https://shop-0.example.com/again")
-    q.domain_set("shop-1.example.com", delay=1.0)
-    assert sum(q.status()["breakers"].values()) == 4
+    opened = make_queue()
+    assert sum(opened.status()["breakers"].values()) == 4
+    opened.enqueue("https://shop-0.example.com/again")
+    opened.domain_set("shop-1.example.com", delay=1.0)
+    assert sum(opened.status()["breakers"].values()) == 4
 
 
 def test_status_of_a_small_queue_does_not_read_every_bucket(

@@ -322,6 +322,15 @@ CASES: dict[str, Cases] = {
             ),
         ),
     ),
+    "migrate": Cases(
+        wrapped(lambda w: scripts.migrate(create=True)),
+        (
+            ("create not a boolean", lambda w: {"create": "yes", "budget": 10}),
+            ("no budget", lambda w: {"create": False}),
+            ("a budget of 0", lambda w: {"create": False, "budget": 0}),
+            ("a budget past 10,000", lambda w: {"create": False, "budget": 1e20}),
+        ),
+    ),
     "once": Cases(
         wrapped(lambda w: scripts.once("flag", "me")),
         (

@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,8 +31,8 @@ import redis
 import redis.asyncio
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.embedded import find_redis_server
 from scrapeq.engine.keys import Keys
+from scrapeq.engine.launcher import RedisProcess
 from scrapeq.errors import RedisUnavailable
 from scrapeq.runtime.worker import Worker
 from sites import Handler, Site, ok, sites, slow
@@ -869,63 +868,16 @@ def test_burst_on_empty_queue_exits_at_once(q: Queue, spawn: Callable[..., Worke
 # --- Redis connection loss -----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisProc:
+class RedisProc(RedisProcess):
     """A private redis-server with AOF (fsync always), restartable on the same port and dir."""
 
     def __init__(self) -> None:
-        self.binary = find_redis_server()
-        self.dir = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-loss-"))
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                str(self.binary),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                str(self.dir),
-                "--daemonize",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        try:
-            wait_until(lambda: self._ping(client), 10, "redis-server to answer")
-        finally:
-            client.close()
-
-    def _ping(self, client: redis.Redis) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
+        folder = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-loss-"))
+        super().__init__(folder, "--appendfsync", "always", aof=True)
+        self.dir = folder
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.stop(signal.SIGKILL)
 
     def close(self) -> None:
         self.kill()

@@ -130,10 +130,8 @@ class Snapshot:
     moves: dict[str, str] = field(default_factory=dict)
     still: bool = False
     keep_done_ms: int = 0
-    #: The registry's counter of domains, the names it holds, and the names still in the set
-    #: of a queue written before the registry had buckets (migrated by housekeeping).
+    #: The registry's counter of domains and the names it holds.
     domain_count: int = 0
-    unmigrated: int = 0
     registry_index: set[int] = field(default_factory=set)  # sq:{Q}:regb
     registry_names: list[str] = field(default_factory=list)
 
@@ -170,7 +168,6 @@ def scan_op(keys: Keys, lanes: list[str], default_conc: int, keep_done_ms: int =
     snap.domain_count = _int((yield Command(("GET", keys.domain_count))))
     snap.registry_names = domains
     snap.registry_index = {int(b) for b in (yield Command(("SMEMBERS", keys.registry_index)))}
-    snap.unmigrated = int((yield Command(("SCARD", keys.domains))))
     for d in domains:
         snap.queued[d] = yield from _zset(keys.domain_queue(d))
         snap.dead_by_domain[d] = yield from _zset(keys.domain_dead(d))
@@ -402,8 +399,6 @@ def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
 
 
 def _registry_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
-    if snap.unmigrated:
-        return  # an older queue's registry is still being moved (housekeeping.lua)
     used = {registry_bucket(d) for d in snap.registry_names}
     registered = len(snap.registry_names)
     if snap.domain_count != registered or used != snap.registry_index:

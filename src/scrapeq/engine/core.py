@@ -312,10 +312,7 @@ class _QueueCore(SettlementBuilders):
     def _op_domain_known(self, domain: str) -> Op[bool]:
         k = self.keys
         found = yield Command(("HEXISTS", k.registry(registry_bucket(domain)), domain))
-        if int(found):
-            return True
-        # a queue written before the registry had buckets, not migrated yet
-        return bool(int((yield Command(("SISMEMBER", k.domains, domain)))))
+        return bool(int(found))
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
         if domains is None:

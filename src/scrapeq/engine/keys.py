@@ -115,7 +115,8 @@ class Keys:
 
     @property
     def domains(self) -> str:
-        """The domain registry of a queue written before it had buckets (a set; migrated)."""
+        """The domain registry of a queue written before it had buckets (a set): only
+        ``lua/migrate-1.lua`` reads it, and the marker lists (``exists``, ``clear``)."""
         return f"{self.prefix}domains"
 
     def registry(self, bucket: int) -> str:

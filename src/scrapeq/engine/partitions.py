@@ -39,6 +39,7 @@ from scrapeq.engine.routing import (
     partition_of,
     partition_of_id,
 )
+from scrapeq.engine.schema import SchemaOpener
 from scrapeq.engine.scripts import (
     Command,
     EnqueueSpec,
@@ -85,6 +86,8 @@ class PartitionRouter:
             else [core.keys]
         )
         self._parts_checked = False
+        #: Opens the queue (its schema) once, before the first operation that reads its layout.
+        self._schema = SchemaOpener(core.keys.prefix, [k.prefix for k in self.parts])
         self._seen_told = False  # whether the queue's seen-set bucket count was compared
         now = 0.0
         #: Per partition: when (monotonic) to claim there next; whether it had nothing at all.
@@ -132,24 +135,27 @@ class PartitionRouter:
         """Urgent work was enqueued (engine/wake.py): the next claim tries every partition."""
         self._wake(range(self.partitions))
 
-    def _op_check_parts(self) -> Op[None]:
-        """Once per queue object, before its first write: the queue's stored number of
+    def _op_check_parts(self, create: bool = False) -> Op[None]:
+        """Once per queue object, before its first write: the queue migrated (the home first;
+        engine/schema.py: ``create`` stamps a fresh queue) and its stored number of
         partitions agrees with the settings (``lua/partitions-1.lua``)."""
-        if self._parts_checked:
-            return
-        yield scripts.partitions(self.partitions)
-        self._parts_checked = True
+        if not self._parts_checked:
+            yield from self._schema.op_home(create)
+            yield scripts.partitions(self.partitions)
+            self._parts_checked = True
+        yield from self._schema.op_all(create)
 
     def _op_check_parts_read(self) -> Op[None]:
         """The read-only twin of :meth:`_op_check_parts`, for the queue-wide reads (status,
         counts, figures): settings with another number of partitions would read none of
-        the queue's jobs and show it empty."""
-        if self._parts_checked:
-            return
-        stored = yield Command(("HGET", self.core.keys.meta, "parts"))
-        if int(stored or 1) != self.partitions:
-            raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
-        self._parts_checked = True
+        the queue's jobs and show it empty. (Migrating an older queue writes.)"""
+        if not self._parts_checked:
+            yield from self._schema.op_home(False)
+            stored = yield Command(("HGET", self.core.keys.meta, "parts"))
+            if int(stored or 1) != self.partitions:
+                raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
+            self._parts_checked = True
+        yield from self._schema.op_all()
 
     def _many(self, steps: Sequence[Step]) -> Op[list[Any]]:
         if not steps:
@@ -160,7 +166,7 @@ class PartitionRouter:
     # --- writes ----------------------------------------------------------------------------
 
     def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
-        yield from self._op_check_parts()
+        yield from self._op_check_parts(create=bool(specs))
         if self.partitions == 1:
             done = yield from self.core._op_enqueue(specs)
             yield from self._op_tell_seen_buckets(specs)
@@ -234,6 +240,7 @@ class PartitionRouter:
         return Claimed([], max(min(self._due) - now, 0.0))
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_settle(items))
         # Follow-ups to another partition's domains cannot be in that partition's settle call:
@@ -296,6 +303,7 @@ class PartitionRouter:
         return out
 
     def _op_reap(self) -> Op[tuple[int, int, int]]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield scripts.reap())  # type: ignore[no-any-return]
         answers = yield from self._many([scripts.reap().on(k.prefix) for k in self.parts])
@@ -306,6 +314,7 @@ class PartitionRouter:
         )
 
     def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
+        yield from self._schema.op_all()
         return (
             yield from self._on(self.core._op_breaker(domain, action, cooldown), self._part(domain))
         )
@@ -313,12 +322,14 @@ class PartitionRouter:
     def _op_domain_set(
         self, domain: str, delay: float | None, concurrency: int | str | None
     ) -> Op[dict[str, Any]]:
+        yield from self._schema.op_all()
         op = self.core._op_domain_set(domain, delay, concurrency)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(
         self, ids: Sequence[str] | None, domain: str | None, force: bool
     ) -> Op[CancelResult]:
+        yield from self._schema.op_all()
         if self.partitions == 1 or (ids is None) == (domain is None):
             return (yield from self.core._op_cancel(ids, domain, force))
         if domain is not None:
@@ -342,6 +353,7 @@ class PartitionRouter:
     def _op_replay(
         self, ids: Sequence[str] | None, domain: str | None, everything: bool, reset: bool
     ) -> Op[ReplayResult]:
+        yield from self._schema.op_all()
         chosen = [ids is not None, domain is not None, everything]
         if self.partitions == 1 or sum(chosen) != 1:
             return (yield from self.core._op_replay(ids, domain, everything, reset))
@@ -384,9 +396,11 @@ class PartitionRouter:
         # the home last (its meta holds the number of partitions): a clear cut short leaves it
         deleted += yield from self.core._op_clear()
         self._parts_checked = False
+        self._schema.reset()
         return deleted
 
     def _op_renew(self) -> Op[scripts.Renewed]:
+        yield from self._schema.op_all()
         stored = yield Command(("HGET", self.core.keys.meta, "parts"))  # as _op_clear: all of them
         count = int(stored) if stored else 1
         done = scripts.Renewed()
@@ -444,11 +458,13 @@ class PartitionRouter:
         return shape_figures((yield from self._op_status_raw()))
 
     def _op_domain_known(self, domain: str) -> Op[bool]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_domain_known(domain))
         return (yield from self._on(self.core._op_domain_known(domain), self._part(domain)))
 
     def _op_domain_names(self) -> Op[list[str]]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_domain_names())
         names: set[str] = set()
@@ -457,6 +473,7 @@ class PartitionRouter:
         return sorted(names)
 
     def _op_domains_info(self, domains: Sequence[str] | None) -> Op[list[dict[str, Any]]]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_domains_info(domains))
         if domains is None:
@@ -530,6 +547,7 @@ class PartitionRouter:
         return sum(int(c) for c in counts)
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
+        yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_audit(repair))
         s = self.core.settings

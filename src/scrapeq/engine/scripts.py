@@ -64,6 +64,7 @@ SCRIPTS: dict[str, str] = {
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
     "log_leader": "log_leader-1.lua",
+    "migrate": "migrate-1.lua",
     "once": "once-1.lua",
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
@@ -84,6 +85,7 @@ _ERROR_CODES: dict[str, Callable[[str, str], Exception]] = {
     "SQ_BAD_CONFIG": lambda detail, script: _config_error(detail, script),
     "SQ_SEEN_LAYOUT": lambda detail, script: _seen_layout_error(detail),
     "SQ_PARTITIONS": lambda detail, script: _partitions_error(detail),
+    "SQ_SCHEMA": lambda detail, script: _schema_error(detail),
 }
 
 
@@ -161,6 +163,14 @@ def _partitions_error(detail: str) -> ConfigError:
         f"this queue has {stored} partition(s) and these settings say {given}: changing "
         "partitions needs an empty queue (scrapeq queue clear), or set partitions to "
         f"{stored}",
+    )
+
+
+def _schema_error(detail: str) -> ScriptError:
+    stored, known = ([*detail.split(), "?", "?"])[:2]
+    return ScriptError(
+        f"this queue's data is at schema {stored}, which this scrapeq (schema {known}) does "
+        "not know: a newer scrapeq wrote it; upgrade scrapeq to use this queue"
     )
 
 
@@ -894,6 +904,22 @@ def partitions(given: int) -> Call[str]:
     """Record (on a queue's first partitioned use) or check the queue's number of partitions
     (``lua/partitions-1.lua``); refused with ``SQ_PARTITIONS`` when it differs."""
     return _call("partitions", str, parts=given)
+
+
+#: Items a migration moves at most in one call (``lua/migrate-1.lua``): a huge queue is
+#: migrated in slices, so no call blocks Redis for long.
+MIGRATE_BUDGET = 1000
+
+
+def migrate(*, create: bool, budget: int = MIGRATE_BUDGET) -> Call[tuple[int, bool]]:
+    """One slice of bringing a queue's key space to the current schema (``lua/migrate-1.lua``):
+    answers (its schema now, 0 when it has none; whether to call again). ``create`` stamps a
+    key space with no key yet. Refused with ``SQ_SCHEMA`` when the queue's schema is newer."""
+
+    def parse(raw: list[Any]) -> tuple[int, bool]:
+        return int(raw[0]), bool(int(raw[1]))
+
+    return _call("migrate", parse, create=create, budget=budget)
 
 
 def _str_list(raw: list[Any]) -> list[str]:

@@ -386,10 +386,8 @@ function CHECKS.stale_fingerprint(it)
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
 end
 
--- Counted again here (every bucket of the registry), unless a registry of an older queue
--- is still being migrated (housekeeping.lua).
+-- Counted again here (every bucket of the registry).
 function CHECKS.domain_count(it)
-  if redis.call('EXISTS', K.DOMAINS) == 1 then return false end
   local n, used, listed = 0, {}, registry_buckets()
   local index_ok = true
   for b = 0, REGISTRY_BUCKETS - 1 do

@@ -7,9 +7,7 @@
     ARGV[1]  clock offset ms, ARGV[2] config JSON
     ARGV[3]  JSON {from, to}  buckets from <= b < to (0 <= from < to <= 1,024)
 
-  Output: the names in those buckets, in no order; with from = 0 also the names still in the
-  set of a queue written before the registry had buckets (housekeeping.lua:
-  migrate_registry), which may repeat a registered name.
+  Output: the names in those buckets, in no order.
 
   Cost: O(to - from + the names returned): only the buckets sq:{Q}:regb says are not empty
   are read.
@@ -30,8 +28,5 @@ for b = from, to - 1 do
   if used[b] then
     for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do out[#out + 1] = d end
   end
-end
-if from == 0 then
-  for _, d in ipairs(redis.call('SMEMBERS', K.DOMAINS)) do out[#out + 1] = d end
 end
 return out

@@ -53,8 +53,8 @@ for _, l in ipairs(names) do
   lanes[l] = {ready = n, delayed = stats['delayed:' .. l] or 0, oldest_ready_ms = oldest}
   ready = ready + n
 end
--- Every domain the queue knows (the registry, and an older queue's set not moved yet).
-local KNOWN = (tonumber(redis.call('GET', K.DCOUNT)) or 0) + redis.call('SCARD', K.DOMAINS)
+-- Every domain the queue knows (the registry).
+local KNOWN = tonumber(redis.call('GET', K.DCOUNT)) or 0
 
 -- The domains worth showing (see the header), at most `top`.
 local function pick_top(top)
@@ -69,7 +69,6 @@ local function pick_top(top)
     for b in pairs(registry_buckets()) do
       for _, d in ipairs(redis.call('HKEYS', P .. 'reg:' .. b)) do add(d) end
     end
-    for _, d in ipairs(redis.call('SMEMBERS', K.DOMAINS)) do add(d) end  -- not migrated yet
     table.sort(picked)
     return picked
   end

@@ -17,7 +17,7 @@
                  'auto': an adaptive limit, see adaptive.lua for its fields)
     delayed      jobs of the domain in the delayed zset
     done         jobs done since the domain was first seen (its count of jobs enqueued is
-                 in the registry, registry.lua; `enq` here in queues written before it)
+                 in the registry, registry.lua)
     dcur, dc, dp, db  dead-letter rate: current hour bucket, its count, the previous
                  bucket's count, baseline (moving average of completed hours): count_hourly
     fcur, fc, fp, fb  the same for failures charged to the breaker (breaker.lua:

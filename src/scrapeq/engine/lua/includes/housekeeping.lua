@@ -241,7 +241,6 @@ local function forget_idle(budget)
     else
       redis.call('DEL', dk, k_dexit(d))  -- its exits' benches and tier too (exits.lua)
       registry_del(d)
-      redis.call('SREM', K.DOMAINS, d)
       redis.call('ZREM', K.IDLE, d)
       redis.call('ZREM', K.ACTIVE, d)
       stat('domains_forgotten')
@@ -250,16 +249,7 @@ local function forget_idle(budget)
   return #ds
 end
 
--- A queue written before the registry had buckets keeps its domains in the set
--- sq:{Q}:domains and their enqueue counts in their hashes (`enq`): move `budget` of them a
--- call into the registry (common.lua) until the set is gone.
-local function migrate_registry(budget)
-  if not legacy_registry() then return end
-  for _, d in ipairs(redis.call('SPOP', K.DOMAINS, budget)) do registry_adopt(d, true) end
-end
-
 local function housekeeping(budget)
-  migrate_registry(budget)
   announce_pause_end()
   reap_expired(budget)
   promote_due(budget)

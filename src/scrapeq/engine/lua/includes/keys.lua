@@ -10,7 +10,6 @@ local K = {}
 K.DELAYED = P .. 'delayed'
 K.READY = P .. 'domains:ready'
 K.WAIT = P .. 'domains:wait'
-K.DOMAINS = P .. 'domains'  -- the domain registry before it had buckets (registry_*)
 K.DCOUNT = P .. 'dcount'  -- the number of domains in the registry
 K.REGB = P .. 'regb'  -- the registry's buckets that are not empty
 K.INFLIGHT = P .. 'inflight'

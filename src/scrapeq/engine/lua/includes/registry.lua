@@ -1,6 +1,5 @@
 --[[
-  The domain registry (the hashes sq:{Q}:reg:<b>, the set sq:{Q}:regb, the count sq:{Q}:dcount)
-  and its reader of the layout before buckets (K.DOMAINS).
+  The domain registry (the hashes sq:{Q}:reg:<b>, the set sq:{Q}:regb, the count sq:{Q}:dcount).
 ]]
 --@include keys
 -- The domain registry: every domain the queue knows, with its count of jobs enqueued since it
@@ -12,10 +11,8 @@
 -- domains is listed without reading every bucket. scrapeq/engine/keys.py's registry_bucket is
 -- the same function.
 --
--- A queue written before the registry had buckets keeps its domains in the set K.DOMAINS and
--- their counts in their hashes (`enq`): a domain moves to the registry when a script first
--- registers or counts it (registry_adopt), and the housekeeping of claims moves the rest
--- (housekeeping.lua: migrate_registry). Until then the readers here look at both.
+-- A queue written before the registry had buckets is migrated when a client opens it
+-- (migrate-1.lua, migration 1): the scripts read this layout only.
 local REGISTRY_BUCKETS = 1024
 local REG_BUCKET = {}
 local function registry_bucket(d)
@@ -29,31 +26,8 @@ local function registry_bucket(d)
 end
 local function k_reg(d) return P .. 'reg:' .. registry_bucket(d) end
 
--- Whether the queue still has domains of the layout before the registry (once a call).
-local LEGACY = nil
-local function legacy_registry()
-  if LEGACY == nil then LEGACY = redis.call('EXISTS', K.DOMAINS) == 1 end
-  return LEGACY
-end
-
 local function registry_has(d)
   return redis.call('HEXISTS', k_reg(d), d) == 1
-    or (legacy_registry() and redis.call('SISMEMBER', K.DOMAINS, d) == 1)
-end
-
--- Put d in the registry (count 0) if it is not there; then, if `old`, move its `enq` there.
-local function registry_adopt(d, old)
-  if redis.call('HSETNX', k_reg(d), d, 0) == 1 then
-    redis.call('INCR', K.DCOUNT)
-    redis.call('SADD', K.REGB, registry_bucket(d))
-  end
-  if not old then return end
-  local dk = k_dom(d)
-  local enq = tonumber(redis.call('HGET', dk, 'enq'))
-  if enq then
-    redis.call('HINCRBY', k_reg(d), d, enq)
-    redis.call('HDEL', dk, 'enq')
-  end
 end
 
 -- Register d (its enq counter at 0) if it is new; once a call per domain.
@@ -61,16 +35,15 @@ local REG_KNOWN = {}
 local function registry_add(d)
   if REG_KNOWN[d] then return end
   REG_KNOWN[d] = true
-  registry_adopt(d, legacy_registry() and redis.call('SREM', K.DOMAINS, d) == 1)
+  if redis.call('HSETNX', k_reg(d), d, 0) == 1 then
+    redis.call('INCR', K.DCOUNT)
+    redis.call('SADD', K.REGB, registry_bucket(d))
+  end
 end
 
 -- Domain d's count of jobs enqueued (0 when unknown). Read only.
 local function registry_enq(d)
-  local n = tonumber(redis.call('HGET', k_reg(d), d)) or 0
-  if legacy_registry() and redis.call('SISMEMBER', K.DOMAINS, d) == 1 then
-    n = n + (tonumber(redis.call('HGET', k_dom(d), 'enq')) or 0)
-  end
-  return n
+  return tonumber(redis.call('HGET', k_reg(d), d)) or 0
 end
 
 -- Count one job enqueued for d, registering it when new.
