@@ -44,8 +44,8 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     spec = EnqueueSpec("https://e.com/a", "e.com", "normal", 0, 0, 5, seen={"b": 1, "f": "2"})
     full = Settlement(
         "a1", 3, "done", domain_failed=False, delay_ms=5, backoff=True, retry_after_ms=6,
-        kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7, overload=True,
-        final=spec, exit_result="ok", bytes_in=9,
+        kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7,
+        overload=True, final=spec, exit_result="ok", bytes_in=9,
     )  # fmt: skip
     assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}
