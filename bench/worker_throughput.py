@@ -78,11 +78,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, SupportsIndex
+from typing import Any
 
 import aiohttp
 import redis
@@ -102,7 +102,7 @@ from scrapeq.engine import scripts
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Command, Queue
 from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import Call, EnqueueSpec
+from scrapeq.engine.scripts import Call, EnqueueSpec, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.classify import classify_response
 from scrapeq.runtime.deadlines import Deadlines
@@ -619,16 +619,23 @@ class CountingQueue(AsyncQueue):
         if isinstance(step, Call):
             args = json.loads(step.args)
             t.asked += int(args.get("n", len(args.get("items", []))))
-            got = len(answer[1]) if name == "claim" else len(answer)
+            if name == "claim":
+                got = len(answer[1])
+            else:  # a list of answers per item; one answer otherwise (log_leader's)
+                got = len(answer) if isinstance(answer, list) else 1
             t.items += got
             t.sizes[got] += 1
         return answer
 
 
 class CountingFetcher(Fetcher):
-    """A Fetcher that counts the fetches in progress."""
+    """A Fetcher that counts the fetches in progress and notes when each ended (by URL)."""
 
     active = 0
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.ended: dict[str, float] = {}  # URL -> perf_counter() at the end of its fetch
 
     async def fetch(
         self, url: str, *, normalised: bool = False, request: Request | None = None
@@ -638,71 +645,60 @@ class CountingFetcher(Fetcher):
             return await super().fetch(url, normalised=normalised, request=request)
         finally:
             self.active -= 1
-
-
-class _HandOvers(list[Any]):
-    """A worker's settle buffer (``Worker._pending``) noting when each settlement arrives."""
-
-    def __init__(self, items: Iterable[Any], times: dict[str, float]) -> None:
-        super().__init__(items)
-        self.times = times
-
-    def append(self, item: Any) -> None:
-        self.times[item[0].job_id] = time.perf_counter()
-        super().append(item)
-
-    def insert(self, index: SupportsIndex, item: Any) -> None:  # a settlement put back
-        self.times.setdefault(item[0].job_id, time.perf_counter())
-        super().insert(index, item)
+            self.ended[url] = time.perf_counter()
 
 
 class TracedWorker(Worker):
     """The plain worker, plus a 2 ms sampler of what its 200 slots are doing.
 
-    Its settle buffer ``_pending`` is swapped (on every assignment, ``_flush`` slices it) for
-    a list that notes the hand-over time of each settlement by job id; ``_answer`` (the settle
-    loop counting and logging an answer) closes it: the time a job's settlement spends
-    buffered and in flight to Redis, after its slot was freed.
+    It watches through public means only: its fetcher (a :class:`CountingFetcher`, handed in)
+    notes when each fetch ended, by URL; the ``on_claimed`` and ``on_settled`` hooks count
+    the claims and answers, and close each job's settle wait: from the end of its fetch to its
+    answer, the time its settlement spends buffered and in flight to Redis once its slot was
+    freed (the built-in handler runs inline, in microseconds).
     """
 
     def __init__(self, queue: AsyncQueue, **options: Any) -> None:
-        self.handed: dict[str, float] = {}  # job id -> hand-over time, until answered
-        super().__init__(queue, **options)
-        self.counting = CountingFetcher(self.settings)
-        self._fetcher = self.counting  # still owned (closed) by the worker
+        self.counting = CountingFetcher(queue.settings)
+        self.claimed = self.answered = 0
+        super().__init__(
+            queue,
+            fetcher=self.counting,
+            on_claimed=self.note_claimed,
+            on_settled=self.note_settled,
+            **options,
+        )
         self.samples: list[tuple[int, int, int]] = []  # (held, fetching, awaiting answer)
         self.settle_waits: list[float] = []
         self.lags: list[float] = []  # event-loop lag: how late a 2 ms sleep wakes up
 
-    @property
-    def _pending(self) -> list[Any]:
-        return self._buffer
+    def note_claimed(self, jobs: Sequence[Job]) -> None:
+        self.claimed += len(jobs)
 
-    @_pending.setter
-    def _pending(self, items: list[Any]) -> None:
-        self._buffer = items if isinstance(items, _HandOvers) else _HandOvers(items, self.handed)
-
-    def _answer(self, item: Any, status: str) -> None:
-        super()._answer(item, status)
-        handed = self.handed.pop(item[0].job_id, None)
-        if handed is not None:
-            self.settle_waits.append(time.perf_counter() - handed)
+    def note_settled(self, job: Job, settlement: Settlement, answer: str) -> None:
+        self.answered += 1
+        ended = self.counting.ended.pop(job.url, None)
+        if ended is not None:
+            self.settle_waits.append(time.perf_counter() - ended)
 
     async def run_async(self) -> Any:
-        sampler = asyncio.create_task(self._sample())
+        sampler = asyncio.create_task(self.sample_slots())
         try:
             return await super().run_async()
         finally:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
+            await self.counting.close()  # handed in: not the worker's to close
 
-    async def _sample(self) -> None:
+    async def sample_slots(self) -> None:
         while True:
             asked = time.perf_counter()
             await asyncio.sleep(0.002)
             self.lags.append(time.perf_counter() - asked - 0.002)
-            self.samples.append((len(self._flights), self.counting.active, len(self.handed)))
+            awaiting = len(self.counting.ended)  # fetched, not answered yet
+            held = self.claimed - self.answered - awaiting
+            self.samples.append((held, self.counting.active, awaiting))
 
 
 #: Headers of the canned response (what the fleet's aiohttp server sends, roughly).
@@ -817,13 +813,13 @@ def print_slots(worker: TracedWorker, run: Run) -> None:
     waits = worker.settle_waits
     if waits:
         settle = (
-            f"settle wait per job (hand-over to the settle buffer until its answer is counted; "
+            f"settle wait per job (end of its fetch until its answer reached on_settled; "
             f"slot already free): p50 {pct(waits, 50) * 1e3:.1f} ms, p90 "
             f"{pct(waits, 90) * 1e3:.1f} ms over {len(waits):,} jobs; mean {awaiting:.0f} jobs "
             "handed over and not yet answered"
         )
     else:
-        settle = "settle wait per job: not measured (no answer passed Worker._answer)"
+        settle = "settle wait per job: not measured (no answer reached on_settled)"
     lags = worker.lags
     print(settle)
     print(

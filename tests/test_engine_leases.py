@@ -14,6 +14,7 @@ import redis
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
+from scrapeq.engine.scripts import Settled
 from scrapeq.errors import StaleLease
 
 pytestmark = pytest.mark.backends
@@ -350,11 +351,13 @@ def test_release_without_a_delay_backs_off_with_full_jitter(
     delays = []
     for j in jobs:
         before = redis_now_ms(redis_client, q)
-        assert q.release(j) == "released"
+        answer = q.release(j)  # the settle script draws the delay and answers it
         after = redis_now_ms(redis_client, q)
+        assert answer == "released" and isinstance(answer, Settled)
         score = redis_client.zscore(q.keys.delayed, j.id)
         assert score is not None, "a release without a delay waits"
         assert score - before >= 0 and score - after <= bound_ms
+        assert answer.delay_ms is not None and score - after <= answer.delay_ms <= score - before
         delays.append(score - before)
     # Full jitter spreads over [0, bound]: 30 draws all in one half has odds 2**-29.
     assert min(delays) < bound_ms / 2 < max(delays)
@@ -466,12 +469,14 @@ def test_retry_default_delay_is_full_jitter(
     delays = []
     for j in jobs:
         before = redis_now_ms(redis_client, q)
-        assert q.retry(j, domain_failed=None) == "retried"
+        answer = q.retry(j, domain_failed=None)  # the settle script draws the delay
         after = redis_now_ms(redis_client, q)
+        assert answer == "retried" and isinstance(answer, Settled)
         score = redis_client.zscore(q.keys.delayed, j.id)
         assert score is not None
         assert score - after <= bound_ms
         assert score - before >= 0
+        assert answer.delay_ms is not None and score - after <= answer.delay_ms <= score - before
         delays.append(score - before)
     # Full jitter spreads over [0, bound]: 30 draws all in one half has odds 2**-29.
     assert min(delays) < bound_ms / 2 < max(delays)

@@ -6,7 +6,7 @@ import re
 from importlib import resources
 
 from scrapeq.engine import wire
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.scripts import EnqueueSpec, Settled, Settlement
 
 LUA = resources.files("scrapeq.engine").joinpath("lua")
 
@@ -43,9 +43,9 @@ def test_settle_checks_and_reads_exactly_the_wire_names() -> None:
 def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     spec = EnqueueSpec("https://e.com/a", "e.com", "normal", 0, 0, 5, seen={"b": 1, "f": "2"})
     full = Settlement(
-        "a1", 3, "done", domain_failed=False, delay_ms=5, retry_after_ms=6, kind="k",
-        message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7, overload=True,
-        final=spec, exit_result="ok", bytes_in=9, jar="[]",
+        "a1", 3, "done", domain_failed=False, delay_ms=5, backoff=True, retry_after_ms=6,
+        kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7,
+        overload=True, final=spec, exit_result="ok", bytes_in=9, jar="[]",
     )  # fmt: skip
     assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}
@@ -54,3 +54,15 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
 def test_adaptive_state_fields_are_one_table_in_python_and_lua() -> None:
     body = _lua_table(_lua("includes/adaptive_rule.lua"), "ADAPTIVE_FIELDS")
     assert dict(re.findall(r"\{'(\w+)', '(\w+)'\}", body)) == dict(wire.ADAPTIVE_FIELDS)
+
+
+def test_settle_answers_carry_the_dead_reason_and_the_drawn_delay() -> None:
+    # settle-1.lua answers 'dead:<reason>' and, for a backoff item, '<status>:<delay ms>'
+    dead = Settled.parse("dead:max_throttles")
+    assert (dead, dead.reason, dead.delay_ms) == ("dead", "max_throttles", None)
+    assert Settled.parse("dead:http_404: odd").reason == "http_404: odd"  # first colon only
+    retried = Settled.parse("retried:1234")
+    assert (retried, retried.reason, retried.delay_ms) == ("retried", None, 1234)
+    done = Settled.parse("done")
+    assert (done, done.reason, done.delay_ms) == ("done", None, None)
+    assert isinstance(done, str) and {done: 1}["done"] == 1  # a status as before

@@ -9,7 +9,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from scrapeq import AsyncQueue, Permanent, Retry, Settings
+from scrapeq import AsyncQueue, Permanent, Queue, Retry, Settings
+from scrapeq.engine.job import Job
+from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.runtime import attempt as attempt_module
 from scrapeq.runtime import worker as worker_module
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
@@ -725,3 +727,171 @@ async def test_results_lines_redact_a_password_in_the_url(
     assert row["outcome"] == "done"
     assert row["url"] == url.replace("s3cret", "***")
     assert "s3cret" not in results.read_text()
+
+
+# --- the results line of a last attempt comes from the settle's answer (issue 22) ------------
+
+
+async def test_a_job_throttled_past_max_throttles_gets_its_dead_line(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    """Whether a settle ends a job dead is the settle script's alone: the worker predicted it
+    from max_attempts, so a job the script dead-lettered as max_throttles had no line."""
+    q = make_queue(max_throttles=2)
+    records: list[dict[str, Any]] = []
+    async with sites(status(429, **{"Retry-After": "0"})) as (site,):
+        await q.enqueue(site.url("/x"))
+        worker = Worker(q, burst=True, sink=CallableSink(records.append))
+        await asyncio.wait_for(worker.run_async(), 30)
+    (job,) = await q.dead_letters()
+    assert (job.dead_reason, site.total) == ("max_throttles", 3)
+    assert [(r["id"], r["outcome"], r["status"]) for r in records] == [(job.id, "dead", 429)]
+    assert records[0]["error"].startswith("max_throttles: ")
+    assert worker.stats.dead == 1
+
+
+async def test_a_last_retry_whose_lease_another_client_settled_writes_no_dead_line(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    """A retry on the job's last attempt (max_attempts = 1) whose lease another client took
+    meanwhile (here by releasing the job): the settle answers stale and the job lives on, so
+    no line may say it is dead. The worker wrote its predicted dead line before settling."""
+    q, other = make_queue(max_attempts=1), make_queue(max_attempts=1)
+    records: list[dict[str, Any]] = []
+
+    async def handler(job: Any, response: Any) -> Any:
+        assert await other.release(job, delay=3600) == "released"
+        raise Retry(reason="not rendered yet")
+
+    async with sites(ok) as (site,):
+        (enqueued,) = await q.enqueue_many([site.url("/x")])
+        worker = Worker(q, handler=handler, sink=CallableSink(records.append))
+
+        async def stale() -> bool:
+            return worker.stats.stale == 1
+
+        assert await run_for(worker, stale, timeout=15) is not None
+    assert records == []
+    job = await q.get_job(enqueued.id)
+    assert job is not None and job.dead_reason is None and job.releases == 1
+    assert (await q.status())["counts"]["delayed"] == 1
+
+
+async def test_done_lines_precede_the_ack_and_budget_dead_lines_follow_the_dead_letter(
+    make_queue: Callable[..., AsyncQueue], redis_url: str
+) -> None:
+    """docs/DESIGN.md, "Results lines": a line the worker's own verdict decides (done, a 404's
+    dead) is written while the job is still in flight, before its settle (at least once); a
+    line the settle script decides (max_attempts here) once the job is a dead letter."""
+    q = make_queue(max_attempts=1)
+    look = Queue.from_url(redis_url, settings=Settings(**FAST))
+    found: dict[str, tuple[str, str | None]] = {}
+
+    def sink(record: dict[str, Any]) -> None:  # on a thread: the sync queue looks
+        job = look.get_job(record["id"])
+        assert job is not None
+        found[record["url"].rsplit("/", 1)[-1]] = (record["outcome"], job.dead_reason)
+
+    try:
+        async with sites(ok, status(404), status(500)) as (good, gone, bad):
+            await q.enqueue_many([good.url("/done"), gone.url("/gone"), bad.url("/bad")])
+            await asyncio.wait_for(Worker(q, burst=True, sink=CallableSink(sink)).run_async(), 30)
+    finally:
+        look.close()
+    assert found == {
+        "done": ("done", None),  # its key is deleted by the ack: it was still there
+        "gone": ("dead", None),  # not dead yet: its line came first
+        "bad": ("dead", "max_attempts"),  # dead already: its line came from the answer
+    }
+
+
+async def test_a_404_whose_line_fails_is_released_and_written_later(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    """A dead line of the worker's own verdict keeps the at-least-once of a done line: the
+    sink failing releases the job (no attempt spent), and its line is written next time."""
+    q = make_queue()
+    written: list[dict[str, Any]] = []
+    failures = 0
+
+    def flaky(record: dict[str, Any]) -> None:
+        nonlocal failures
+        if failures < 1:
+            failures += 1
+            raise OSError("disk full")
+        written.append(record)
+
+    async with sites(status(404)) as (site,):
+        await q.enqueue(site.url("/x"))
+        await asyncio.wait_for(Worker(q, burst=True, sink=CallableSink(flaky)).run_async(), 30)
+    assert [(r["outcome"], r["error"]) for r in written] == [("dead", "http_404: HTTP 404")]
+    assert site.total == 2
+    (job,) = await q.dead_letters()
+    assert (job.dead_reason, job.attempts, job.releases) == ("http_404", 1, 1)
+
+
+async def test_a_budget_dead_line_that_fails_is_logged_and_the_dead_letter_kept(
+    make_queue: Callable[..., AsyncQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """At most once: a line written after the settle answered dead cannot give the job back;
+    the dead letter holds it (``scrapeq dead list``) and the failure is a warning."""
+    q = make_queue(max_attempts=1)
+
+    def broken(record: dict[str, Any]) -> None:
+        raise OSError("disk full")
+
+    async with sites(status(500)) as (site,):
+        await q.enqueue(site.url("/x"))
+        worker = Worker(q, burst=True, sink=CallableSink(broken))
+        await asyncio.wait_for(worker.run_async(), 30)
+    (job,) = await q.dead_letters()
+    assert (job.dead_reason, site.total, worker.stats.dead) == ("max_attempts", 1, 1)
+    assert "dead letter kept, but its results line failed: disk full" in caplog.text
+
+
+# --- hooks -----------------------------------------------------------------------------------
+
+
+async def test_hooks_observe_claims_and_the_settle_answers(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_queue(max_attempts=1)
+    claimed: list[str] = []
+    answers: dict[str, tuple[str, str, str | None]] = {}
+
+    def on_claimed(jobs: Sequence[Job]) -> None:
+        claimed.extend(job.id for job in jobs)
+
+    async def on_settled(job: Job, settlement: Settlement, answer: Settled) -> None:
+        await asyncio.sleep(0.01)  # an async hook runs as a task the run awaits
+        answers[job.url.rsplit("/", 1)[-1]] = (settlement.outcome, answer, answer.reason)
+
+    async with sites(ok, status(404), status(500)) as (good, gone, bad):
+        enqueued = await q.enqueue_many([good.url("/done"), gone.url("/gone"), bad.url("/bad")])
+        worker = Worker(q, burst=True, on_claimed=on_claimed, on_settled=on_settled)
+        await asyncio.wait_for(worker.run_async(), 30)
+    assert sorted(claimed) == sorted(r.id for r in enqueued)
+    assert answers == {
+        "done": ("done", "done", None),
+        "gone": ("fail", "dead", "http_404"),
+        "bad": ("retry", "dead", "max_attempts"),
+    }
+
+
+async def test_a_failing_hook_is_logged_and_the_worker_goes_on(
+    make_queue: Callable[..., AsyncQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    q = make_queue()
+
+    def on_claimed(jobs: Sequence[Job]) -> None:
+        raise RuntimeError("observer bug")
+
+    async def on_settled(job: Job, settlement: Settlement, answer: Settled) -> None:
+        raise RuntimeError("async observer bug")
+
+    async with sites(ok) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+        worker = Worker(q, burst=True, on_claimed=on_claimed, on_settled=on_settled)
+        await asyncio.wait_for(worker.run_async(), 30)
+    assert worker.stats.done == 3
+    assert "observer bug" in caplog.text and "async observer bug" in caplog.text

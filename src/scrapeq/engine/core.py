@@ -52,6 +52,7 @@ from scrapeq.engine.scripts import (
     OnceFlag,
     Op,
     ScriptConfig,
+    Settled,
     Settlement,
 )
 from scrapeq.engine.seen import SeenLayout
@@ -259,19 +260,20 @@ class _QueueCore(SettlementBuilders):
         jobs = [Job.from_json(t) for t in texts]
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
 
-    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         if len(items) <= CALL_ITEMS and sum(map(_settlement_size, items)) <= CALL_BYTES:
             return (yield scripts.settle(items))  # type: ignore[no-any-return]
-        out: list[str] = []
+        out: list[Settled] = []
         for chunk in _chunks(items, _settlement_size):
             out.extend((yield scripts.settle(chunk)))
         return out
 
-    def _op_settle_one(self, item: Settlement) -> Op[str]:
+    def _op_settle_one(self, item: Settlement) -> Op[Settled]:
+        status: Settled
         (status,) = yield scripts.settle([item])
         if status == "stale":
             raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
-        return str(status)
+        return status
 
     def _op_heartbeat(
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False

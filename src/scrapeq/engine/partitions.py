@@ -45,6 +45,7 @@ from scrapeq.engine.scripts import (
     EnqueueSpec,
     Many,
     Op,
+    Settled,
     Settlement,
     Step,
 )
@@ -239,7 +240,7 @@ class PartitionRouter:
             return Claimed([], None)
         return Claimed([], max(min(self._due) - now, 0.0))
 
-    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[str]]:
+    def _op_settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         yield from self._schema.op_all()
         if self.partitions == 1:
             return (yield from self.core._op_settle(items))
@@ -265,7 +266,7 @@ class PartitionRouter:
                 calls.append(scripts.settle(chunk, f".{part}").on(self.parts[part].prefix))
                 owners.append(indexes[start : start + len(chunk)])
                 start += len(chunk)
-        out = [""] * len(items)
+        out = [Settled("")] * len(items)
         replies = yield from self._many(calls)
         self._wake(groups)  # a settled job frees its domain's slot; a retry is due there
         for answers, indexes in zip(replies, owners, strict=True):
@@ -273,7 +274,7 @@ class PartitionRouter:
                 out[index] = answer
         return out
 
-    def _op_settle_one(self, item: Settlement) -> Op[str]:
+    def _op_settle_one(self, item: Settlement) -> Op[Settled]:
         if self.partitions == 1:
             return (yield from self.core._op_settle_one(item))
         (status,) = yield from self._op_settle([item])

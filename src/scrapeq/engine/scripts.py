@@ -39,6 +39,7 @@ __all__ = [
     "Op",
     "Renewed",
     "ScriptConfig",
+    "Settled",
     "Settlement",
     "Step",
     "expand_includes",
@@ -481,6 +482,9 @@ class Settlement:
         outcome: ``done``, ``retry``, ``throttle``, ``fail`` or ``release``.
         domain_failed: breaker input: True a failure, False a success, None no information.
         delay_ms: wait before the job is eligible again (retry, throttle, release).
+        backoff: no delay given (a retry, a release but a shutdown's): the settle script draws
+            the full-jitter backoff (``includes/jobs.lua``, ``backoff_ms``) and answers it
+            (:attr:`Settled.delay_ms`); ``delay_ms`` is then unused.
         retry_after_ms: park the whole domain this long (Retry-After).
         kind, message: the error recorded in the job's history.
         reason: the dead-letter reason for ``fail``.
@@ -507,6 +511,7 @@ class Settlement:
     outcome: str
     domain_failed: bool | None = None
     delay_ms: int = 0
+    backoff: bool = False
     retry_after_ms: int = 0
     kind: str | None = None
     message: str | None = None
@@ -529,6 +534,7 @@ class Settlement:
             "outcome": self.outcome,
             "domain_failed": self.domain_failed,
             "delay_ms": self.delay_ms or None,
+            "backoff": self.backoff or None,
             "retry_after_ms": self.retry_after_ms or None,
             "kind": self.kind,
             "message": self.message,
@@ -545,13 +551,48 @@ class Settlement:
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 
 
-def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[str]]:
-    """Settle many jobs; answers per item done/retried/throttled/released/dead/stale.
+class Settled(str):
+    """A settle answer: the status itself (``done``, ``retried``, ``throttled``,
+    ``released``, ``dead`` or ``stale``, this string), with what the settle script decided
+    beside it: ``reason``, the dead-letter reason of a ``dead`` job (``max_attempts``,
+    ``max_throttles``, ``max_releases``, or a fail's reason), and ``delay_ms``, the backoff it
+    drew for a :attr:`Settlement.backoff` item that was retried or released (else None)."""
+
+    reason: str | None
+    delay_ms: int | None
+
+    def __new__(
+        cls, status: str, reason: str | None = None, delay_ms: int | None = None
+    ) -> Settled:
+        answer = super().__new__(cls, status)
+        answer.reason = reason
+        answer.delay_ms = delay_ms
+        return answer
+
+    @classmethod
+    def parse(cls, raw: Any) -> Settled:
+        """settle-1.lua's answer for one item: ``status``, ``dead:<reason>`` or
+        ``<status>:<delay ms>``."""
+        status, _, detail = str(raw).partition(":")
+        if not detail:
+            return cls(status)
+        if status == "dead":
+            return cls(status, reason=detail)
+        return cls(status, delay_ms=int(detail))
+
+
+def _settled_list(raw: list[Any]) -> list[Settled]:
+    return [Settled.parse(x) for x in raw]
+
+
+def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[Settled]]:
+    """Settle many jobs; answers per item done/retried/throttled/released/dead/stale
+    (:class:`Settled`: with the dead-letter reason, or the backoff drawn).
     ``pid``: the suffix of the follow-ups' new ids (as :func:`enqueue`)."""
     if pid is not None:
         args = [i.as_arg() for i in items]
-        return _call("settle", _str_list, items=args, seed=_seed(), pid=pid)
-    return _call("settle", _str_list, items=[i.as_arg() for i in items], seed=_seed())
+        return _call("settle", _settled_list, items=args, seed=_seed(), pid=pid)
+    return _call("settle", _settled_list, items=[i.as_arg() for i in items], seed=_seed())
 
 
 def heartbeat(

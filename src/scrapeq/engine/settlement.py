@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scrapeq.engine.backoff import full_jitter
 from scrapeq.engine.job import Job
 from scrapeq.engine.oputil import _seconds_ms
 from scrapeq.engine.scripts import (
@@ -53,16 +52,16 @@ class SettlementBuilders:
         retry_after: float | None = None,
         domain_failed: bool | None = True,
     ) -> Settlement:
-        """A failed attempt to retry after ``delay`` seconds (default: full-jitter backoff)."""
-        if delay is None:
-            s = self.settings
-            delay = full_jitter(max(job.attempts - 1, 0), base=s.backoff_base, cap=s.backoff_cap)
+        """A failed attempt to retry after ``delay`` seconds; by default the settle script
+        draws a full-jitter backoff over the attempts spent,
+        ``uniform(0, min(backoff_cap, backoff_base * 2**(attempts - 1)))`` (``backoff``)."""
         return Settlement(
             job.id,
             job.token,
             "retry",
             domain_failed=domain_failed,
             delay_ms=_seconds_ms("delay", delay) or 0,
+            backoff=delay is None,
             retry_after_ms=_seconds_ms("retry_after", retry_after) or 0,
             kind=kind,
             message=message,
@@ -118,8 +117,8 @@ class SettlementBuilders:
         A release is for our own faults (proxy, sink, a bug of ours): it spends one of the
         job's ``max_releases`` and is kept in its error history as ``kind``/``message``; past
         the budget the job dies ``max_releases``. It waits ``delay`` seconds, by default a
-        full-jitter backoff over the releases already taken,
-        ``uniform(0, min(backoff_cap, backoff_base * 2**releases))``.
+        full-jitter backoff over the releases already taken, drawn by the settle script
+        (``backoff``): ``uniform(0, min(backoff_cap, backoff_base * 2**releases))``.
 
         ``shutdown=True`` (a worker stopping) spends and records nothing and, without a
         ``delay``, the job is ready again at once.
@@ -127,14 +126,12 @@ class SettlementBuilders:
         if shutdown:
             delay_ms = _seconds_ms("delay", delay) or 0
             return Settlement(job.id, job.token, "release", delay_ms=delay_ms, shutdown=True)
-        if delay is None:
-            s = self.settings
-            delay = full_jitter(job.releases, base=s.backoff_base, cap=s.backoff_cap)
         return Settlement(
             job.id,
             job.token,
             "release",
             delay_ms=_seconds_ms("delay", delay) or 0,
+            backoff=delay is None,
             kind=kind,
             message=message,
         )

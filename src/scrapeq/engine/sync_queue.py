@@ -36,6 +36,7 @@ from scrapeq.engine.scripts import (
     Many,
     OnceFlag,
     Op,
+    Settled,
     Settlement,
     Step,
 )
@@ -176,8 +177,10 @@ class Queue(_QueueBase):
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
         return self._drive(self._route._op_claim(n))
 
-    def settle_many(self, items: Sequence[Settlement]) -> list[str]:
-        """Settle many jobs in one call; a stale token answers ``stale`` for its item."""
+    def settle_many(self, items: Sequence[Settlement]) -> list[Settled]:
+        """Settle many jobs in one call; a stale token answers ``stale`` for its item (each
+        answer a :class:`~scrapeq.engine.scripts.Settled`: the status, with the dead-letter
+        reason or the backoff the script chose)."""
         return self._drive(self._route._op_settle(items))
 
     def ack(self, job: Job, *, domain_failed: bool = False) -> str:

@@ -28,6 +28,7 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "outcome": "outcome",  # done | retry | throttle | fail | release
         "domain_failed": "domain_failed",  # breaker input: true, false, absent
         "delay_ms": "delay",  # ms before the job is eligible again
+        "backoff": "backoff",  # no delay given: the script draws the full-jitter backoff
         "retry_after_ms": "retry_after",  # ms the whole domain is parked
         "kind": "kind",  # error kind kept in the history
         "message": "message",  # error message kept in the history

@@ -1,5 +1,10 @@
 """The attempt phase: fetch one job, classify the answer (:mod:`.classify`), run the handler,
-and build the job's settlement and results line (:class:`Attempts`)."""
+and build the job's settlement and results line (:class:`Attempts`).
+
+An attempt never predicts whether its settlement ends the job: a retry, throttle or release
+comes with the line the job ends with should the settle script answer ``dead`` (its budgets,
+the adaptive excuse: ``includes/jobs.lua``, ``includes/adaptive.lua``), and the worker writes
+it from that answer (:meth:`scrapeq.runtime.worker.Worker._run_job`)."""
 
 from __future__ import annotations
 
@@ -141,12 +146,8 @@ class Attempts(WorkerCore):
         when no usable exit is left for it)."""
         seen.result = "ban"
         log.info("job %s: %s", job.id, message, extra=_about(job, "banned"))
-        if job.releases < self.settings.max_releases:
-            return self.queue.releasing(job, delay=0, kind="banned", message=message), None
         settlement = self.queue.releasing(job, delay=0, kind="banned", message=message)
-        return settlement, _record(
-            job, "dead", None, time.monotonic(), f"max_releases: {message}", None
-        )
+        return self._if_dead(job, settlement, None, time.monotonic(), message)
 
     async def _fetch(self, job: Job) -> Response:
         """Fetch a job's URL, sending its request when it has one (a plain GET is called
@@ -214,12 +215,12 @@ class Attempts(WorkerCore):
             if job.exit is not None:
                 return self._banned(job, seen, f"{exc.reason} through exit {self._exit_name(job)}")
             settlement = self.queue.retrying(job, kind="banned", message=exc.reason)
-            return self._maybe_dead(job, settlement, response, started, exc.reason)
+            return self._if_dead(job, settlement, response, started, exc.reason)
         except Retry as exc:
             settlement = self.queue.retrying(
                 job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
             )
-            return self._maybe_dead(job, settlement, response, started, exc.reason)
+            return self._if_dead(job, settlement, response, started, exc.reason)
         except Permanent as exc:
             return self._dead(job, exc.reason, str(exc), response, started)
         except HandlerTimeout as exc:
@@ -227,13 +228,13 @@ class Attempts(WorkerCore):
             settlement = self.queue.retrying(
                 job, kind="handler_timeout", message=str(exc), domain_failed=None
             )
-            return self._maybe_dead(job, settlement, response, started, str(exc))
+            return self._if_dead(job, settlement, response, started, str(exc))
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
             message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
             settlement = self.queue.retrying(
                 job, kind="handler_error", message=message, domain_failed=None
             )
-            return self._maybe_dead(job, settlement, response, started, message)
+            return self._if_dead(job, settlement, response, started, message)
         follow: list[EnqueueSpec] = []
         links = body_path = None
         if isinstance(result, Handled):
@@ -255,7 +256,7 @@ class Attempts(WorkerCore):
             settlement = self.queue.retrying(
                 job, kind="handler_result", message=problem, domain_failed=None
             )
-            return self._maybe_dead(job, settlement, response, started, problem)
+            return self._if_dead(job, settlement, response, started, problem)
         record = _record(job, "done", response, started, None, result)
         if links is not None:
             record["links"] = links.as_dict()
@@ -292,8 +293,6 @@ class Attempts(WorkerCore):
         if verdict.outcome is Outcome.FAIL:
             error = f"{verdict.reason}: {message}"
             return settlement, _record(job, "dead", response, started, error, None)
-        if verdict.outcome is Outcome.THROTTLED:
-            return settlement, None
         if verdict.outcome is Outcome.OURS:
             # Our proxy or network: pause claiming, and give the job back with a backoff over
             # its releases (spending a release, not an attempt; max_releases bounds them).
@@ -302,16 +301,12 @@ class Attempts(WorkerCore):
             if seen is not None and seen.result == "down" and job.exit != DIRECT:
                 # the job goes through another exit at once (an exit down rests, and with
                 # every exit down nothing is claimed: no loop)
-                settlement = dataclasses.replace(settlement, delay_ms=0)
+                settlement = dataclasses.replace(settlement, delay_ms=0, backoff=False)
             else:
                 self._claim_pause_until = time.monotonic() + OURS_PAUSE
-            if job.releases < self.settings.max_releases:
-                return settlement, None
-            error = f"max_releases: {message}"
-            return settlement, _record(job, "dead", response, started, error, None)
-        return self._maybe_dead(job, settlement, response, started, message)
+        return self._if_dead(job, settlement, response, started, message)
 
-    def _maybe_dead(
+    def _if_dead(
         self,
         job: Job,
         settlement: Settlement,
@@ -319,7 +314,10 @@ class Attempts(WorkerCore):
         started: float,
         message: str,
     ) -> tuple[Settlement, dict[str, Any] | None]:
-        if job.attempts < job.max_attempts:
+        """A settlement the settle script may end dead (a retry past ``max_attempts``, a
+        throttle past ``max_throttles``, a release past ``max_releases``), with the line the
+        job then ends with: written only when the settle answers ``dead``."""
+        if self.sink is None:
             return settlement, None
         return settlement, _record(job, "dead", response, started, message, None)
 

@@ -57,14 +57,6 @@ def _about(job: Job, kind: str) -> dict[str, str]:
     return {"job_id": job.id, "domain": job.domain, "kind": kind}
 
 
-def _dead_reason(settlement: Settlement) -> str:
-    """The dead-letter reason a settlement that answered ``dead`` was given (settle-1.lua)."""
-    if settlement.reason:
-        return settlement.reason
-    budgets = {"retry": "max_attempts", "throttle": "max_throttles", "release": "max_releases"}
-    return budgets.get(settlement.outcome, settlement.kind or "failed")
-
-
 def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
     """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
     delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
@@ -104,10 +96,20 @@ def _not_json(result: Any) -> str | None:
     return None
 
 
-def _may_be_excused(settlement: Settlement, record: dict[str, Any]) -> bool:
-    """A retry the worker judged the job's last (its line says dead) for an overload the
-    settle script may excuse on an adaptive domain (``includes/adaptive.lua``)."""
-    return settlement.outcome == "retry" and settlement.overload and record["outcome"] == "dead"
+#: Settlement outcomes that end the job by the worker's own verdict: their results line is
+#: written before the settle (at least once, docs/DESIGN.md "Results lines"). The line of any
+#: other outcome is written only when the settle answers ``dead``, from that answer.
+ENDS_BY_VERDICT = frozenset({"done", "fail"})
+
+
+def _dead_line(record: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    """The results line of a job the settle script made dead with ``reason``: the attempt's
+    line, its error prefixed with the reason (``max_attempts`` alone keeps the bare error, the
+    results format since the first release)."""
+    error = record["error"]
+    if reason and reason != "max_attempts":
+        error = f"{reason}: {error}" if error else reason
+    return {**record, "outcome": "dead", "error": error}
 
 
 def _record(

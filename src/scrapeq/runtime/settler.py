@@ -1,18 +1,22 @@
 """The settle phase: finished jobs are settled many per script call, flushed every few
-milliseconds; each answer is counted and logged (:class:`Settler`)."""
+milliseconds; each answer is counted, logged and handed to the ``on_settled`` hook
+(:class:`Settler`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
-from scrapeq.runtime.records import _about, _dead_reason, _log_deferred
+from scrapeq.runtime.records import _about, _log_deferred
 from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
 
@@ -27,7 +31,7 @@ SETTLE_EVERY = 0.005
 class Settler(WorkerCore):
     """The settle buffer of a worker: ``_pending`` sent by ``_flush``, answers counted."""
 
-    def _log_outcome(self, job: Job, settlement: Settlement, status: str) -> None:
+    def _log_outcome(self, job: Job, settlement: Settlement, status: Settled) -> None:
         self.stats.count(status)
         if self.metrics is not None:
             self.metrics.settled(job.lane, status)
@@ -36,7 +40,7 @@ class Settler(WorkerCore):
                 where = {"job_id": job.id, "domain": job.domain}
                 log.debug("done job=%s domain=%s", job.id, job.domain, extra=where)
         elif status == "dead":
-            reason = _dead_reason(settlement)
+            reason = status.reason or settlement.reason or "failed"  # the script's reason
             log.info(
                 "dead letter job=%s domain=%s reason=%s kind=%s",
                 job.id, job.domain, reason, settlement.kind,
@@ -47,13 +51,31 @@ class Settler(WorkerCore):
             log.warning("job %s: lease lost before settling (stale token)", job.id,
                         extra={"job_id": job.id, "domain": job.domain})  # fmt: skip
         elif self.follow_links and job.depth == 0 and status in SEED_DEFERRED:
-            log_seed_deferred(job, settlement, status)  # a crawl waits on it: say why
+            log_seed_deferred(job, _as_drawn(settlement, status), status)  # say why it waits
         elif log.isEnabledFor(logging.DEBUG):
-            _log_deferred(job, settlement, status)
+            _log_deferred(job, _as_drawn(settlement, status), status)
 
-    async def _submit(self, settlement: Settlement, job: Job | None = None) -> str:
+    def _call_hook(self, hook: Callable[..., Any], *args: Any) -> None:
+        """Call a hook of the user's (``on_claimed``, ``on_settled``): a coroutine it returns
+        runs as a task of this run (awaited before it ends); an error is logged, never ours."""
+        try:
+            ran = hook(*args)
+        except Exception:
+            log.exception("hook %s failed", getattr(hook, "__name__", hook))
+            return
+        if inspect.isawaitable(ran):
+            task = asyncio.ensure_future(ran)
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_done)
+
+    def _hook_done(self, task: asyncio.Future[Any]) -> None:
+        self._hook_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("hook failed", exc_info=task.exception())
+
+    async def _submit(self, settlement: Settlement, job: Job | None = None) -> Settled:
         """Buffer a settlement and wait for its answer (counted and logged with ``job``)."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
         self._pending.append((settlement, job, future))
         return await future
 
@@ -67,10 +89,12 @@ class Settler(WorkerCore):
             log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
                         extra=_about(job, "sink_failed"))  # fmt: skip
 
-    def _answer(self, item: Pending, status: str) -> None:
+    def _answer(self, item: Pending, status: Settled) -> None:
         settlement, job, future = item
         if job is not None:
             self._log_outcome(job, settlement, status)
+            if self.on_settled is not None:
+                self._call_hook(self.on_settled, job, settlement, status)
         if future is not None and not future.done():
             future.set_result(status)
 
@@ -120,9 +144,16 @@ class Settler(WorkerCore):
             except ScriptError as one:
                 log.error("job %s: settlement refused, its lease will expire: %s",
                           settlement.job_id, one)  # fmt: skip
-                status = "error"
+                status = Settled("error")
             except Exception:
                 self._pending.insert(0, item)
                 continue
             progress.settled(1)
             self._answer(item, status)
+
+
+def _as_drawn(settlement: Settlement, status: Settled) -> Settlement:
+    """The settlement with the delay the settle script drew for it (a ``backoff`` item)."""
+    if status.delay_ms is None:
+        return settlement
+    return dataclasses.replace(settlement, delay_ms=status.delay_ms)

@@ -60,7 +60,7 @@ from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.records import _may_be_excused
+from scrapeq.runtime.records import ENDS_BY_VERDICT, _dead_line
 from scrapeq.runtime.records import _record as _record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
@@ -74,12 +74,22 @@ from scrapeq.runtime.wakeup import wake_on_urgent
 from scrapeq.runtime.worker_core import (
     RECONNECT_MAX,
     RECONNECT_MIN,
+    ClaimedHook,
     Flight,
     Pending,
+    SettledHook,
     WorkerStats,
 )
 
-__all__ = ["Handler", "Worker", "WorkerStats", "default_handler", "tuned_gc"]
+__all__ = [
+    "ClaimedHook",
+    "Handler",
+    "SettledHook",
+    "Worker",
+    "WorkerStats",
+    "default_handler",
+    "tuned_gc",
+]
 
 log = logging.getLogger("scrapeq.worker")
 
@@ -130,6 +140,18 @@ class Worker(Shutdown, Leases, Attempts):
         metrics: count settles by lane and outcome, fetch durations, claim sizes and
             durations into these :class:`~scrapeq.runtime.metrics.WorkerMetrics` (default:
             none; ``scrapeq worker --metrics-port`` serves them).
+        on_claimed: ``on_claimed(jobs)``, called with the jobs of each claim that brought
+            some, before their attempts start (:data:`ClaimedHook`).
+        on_settled: ``on_settled(job, settlement, answer)``, called once the queue answered
+            a job's settlement; ``answer`` is the status (``done``, ``retried``,
+            ``throttled``, ``released``, ``dead``, ``stale``), a
+            :class:`~scrapeq.engine.scripts.Settled` whose ``reason`` is a dead job's
+            dead-letter reason (:data:`SettledHook`).
+
+        A hook may be sync or async: a coroutine it returns runs as a task the worker awaits
+        before its run ends. It runs on the worker's event loop, so it should be quick; an
+        exception it raises is logged and the worker goes on. Hooks observe: the worker's
+        decisions do not wait for them.
     """
 
     def __init__(
@@ -148,6 +170,8 @@ class Worker(Shutdown, Leases, Attempts):
         save_bodies: str | os.PathLike[str] | None = None,
         report: bool = True,
         metrics: WorkerMetrics | None = None,
+        on_claimed: ClaimedHook | None = None,
+        on_settled: SettledHook | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -185,6 +209,8 @@ class Worker(Shutdown, Leases, Attempts):
         self._handler_threads: DaemonThreads
         self.stats = WorkerStats()
         self.metrics = metrics
+        self.on_claimed = on_claimed
+        self.on_settled = on_settled
         self._init_run_state()
 
     def _init_run_state(self) -> None:
@@ -194,6 +220,7 @@ class Worker(Shutdown, Leases, Attempts):
         # counted and logged; a future, when a caller awaits it.
         self._pending: list[Pending] = []
         self._flush_lock = asyncio.Lock()
+        self._hook_tasks: set[asyncio.Future[Any]] = set()  # async hooks' calls running
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._release_now = asyncio.Event()
@@ -265,6 +292,7 @@ class Worker(Shutdown, Leases, Attempts):
             for task in (settler, beater, waker):
                 task.cancel()
             await asyncio.gather(settler, beater, waker, return_exceptions=True)
+            await self._end_hooks()
             await self._close_reporter(reporting)
             self._report_unsent()
             await self._close_resources()
@@ -278,6 +306,17 @@ class Worker(Shutdown, Leases, Attempts):
             self.stats.released,
         )
         return self.stats
+
+    async def _end_hooks(self) -> None:
+        """Await the async hooks' calls still running, until the exit deadline."""
+        if not self._hook_tasks:
+            return
+        left = max(self._exit_deadline() - time.monotonic(), 0)
+        _, late = await asyncio.wait(set(self._hook_tasks), timeout=left)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("%d hook calls still running at exit: cancelled", len(late))
 
     async def _warn_eviction(self) -> None:
         """Warn when Redis may evict keys: an evicted job key is a lost job."""
@@ -407,6 +446,8 @@ class Worker(Shutdown, Leases, Attempts):
             now = time.monotonic()
             if self.metrics is not None:
                 self.metrics.claimed(len(claimed.jobs), now - sent)
+            if self.on_claimed is not None and claimed.jobs:
+                self._call_hook(self.on_claimed, claimed.jobs)
             for job in claimed.jobs:
                 self._start(job, now)
             if claimed.jobs:
@@ -429,15 +470,17 @@ class Worker(Shutdown, Leases, Attempts):
         job = flight.job
         try:
             settlement, record = await self._attempt(job)
-            if record is not None and self.sink is not None and _may_be_excused(settlement, record):
-                # An overload on the job's last attempt: the settle script may excuse it
-                # (adaptive politeness: a throttle, the job queued again), so its line is
-                # written once the queue says the job is dead, never for a job that goes on.
-                flight.submitted = True
-                if await self._submit(settlement, job) == "dead":
-                    await self._write_dead_line(job, record)
-                return
             if record is not None and self.sink is not None:
+                if settlement.outcome not in ENDS_BY_VERDICT:
+                    # Whether a retry, throttle or release ends the job is the settle
+                    # script's to say (its budgets, the adaptive excuse): the line is written
+                    # from its answer, only when it made the job dead (docs/DESIGN.md).
+                    flight.submitted = True
+                    answer = await self._submit(settlement, job)
+                    if answer == "dead":
+                        await self._write_dead_line(job, _dead_line(record, answer.reason))
+                    return
+                # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)
             # The fetch slot is free once the settlement is buffered: settling is batched,
             # and its answer is only counted and logged (by the settle loop), so the task

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.bans import BanRules
@@ -60,7 +60,15 @@ class WorkerStats:
 
 
 #: A buffered settlement: (settlement, job whose answer is counted, future awaiting it).
-Pending = tuple[Settlement, Job | None, "asyncio.Future[str] | None"]
+Pending = tuple[Settlement, Job | None, "asyncio.Future[Settled] | None"]
+
+#: ``Worker(on_claimed=...)``: called with the jobs of each claim that brought some, before
+#: their attempts start; sync, or async (then run as a task the worker awaits before it ends).
+ClaimedHook: TypeAlias = Callable[[Sequence[Job]], Awaitable[None] | None]
+#: ``Worker(on_settled=...)``: called with each job the worker settled, its settlement and the
+#: settle script's answer (:class:`~scrapeq.engine.scripts.Settled`: ``done``, ``retried``,
+#: ``throttled``, ``released``, ``dead`` with its ``reason``, ``stale``); sync or async.
+SettledHook: TypeAlias = Callable[[Job, Settlement, Settled], Awaitable[None] | None]
 
 
 @dataclass
@@ -88,6 +96,9 @@ class WorkerCore:
     follow_links: bool
     stats: WorkerStats
     metrics: WorkerMetrics | None
+    on_claimed: ClaimedHook | None
+    on_settled: SettledHook | None
+    _hook_tasks: set[asyncio.Future[Any]]
     _fetcher: Fetcher | None
     _own_fetcher: bool
     _follow: FollowPolicy

@@ -4,13 +4,17 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {seed, items = [{id, token, outcome, domain_failed?, delay?, retry_after?,
-             kind?, message?, reason?, shutdown?, follow?, final_seen?, latency?, overload?}]}
+    ARGV[3]  JSON {seed, items = [{id, token, outcome, domain_failed?, delay?, backoff?,
+             retry_after?, kind?, message?, reason?, shutdown?, follow?, final_seen?, latency?,
+             overload?}]}
              (the wire names: includes/wire.lua, scrapeq/engine/wire.py)
       outcome        'done' | 'retry' | 'throttle' | 'fail' | 'release'
       domain_failed  breaker input for the job's domain: true = a failure (timeout, 5xx, slow
               call), false = a success; absent = no information (released, our own fault, 404)
       delay   ms before the job is eligible again (retry, throttle, release)
+      backoff true: no delay given (retry, release but a shutdown's); this script draws it,
+              the full-jitter backoff of includes/jobs.lua (backoff_ms) over the attempts
+              spent (retry) or the releases taken (release), and answers it
       retry_after    ms the whole domain is parked (Retry-After); throttle and retry
       kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
       message error message kept in the history; with domain_failed = true both are also kept
@@ -44,12 +48,16 @@
 
   Release: no attempt spent. A release for our own fault (no shutdown) counts in job.releases and
   records kind (default 'released') and msg in the history; the release past CFG.max_releases
-  dead-letters the job as 'max_releases'. The caller chooses the delay (the client's default
-  is a full-jitter backoff over job.releases). A shutdown release (shutdown = true) counts and
-  records nothing.
+  dead-letters the job as 'max_releases'. The delay is the caller's, or with `backoff` a
+  full-jitter backoff over job.releases drawn here. A shutdown release (shutdown = true)
+  counts and records nothing.
 
   Output: one status per item, in order:
     'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
+    'dead' is answered 'dead:<reason>', the dead-letter reason this script gave (max_attempts,
+             max_throttles, max_releases, or a fail's reason): whether a job ends dead is
+             decided here alone, and the worker writes a results line from this answer.
+    'retried' and 'released' of an item with `backoff` are answered '<status>:<delay ms>'.
     'stale': the token does not own the job (lease reaped and re-claimed, or already settled);
              nothing was changed for that item.
 
@@ -81,6 +89,7 @@ local function check_item(it)
     check_bool(it.domain_failed, 'domain_failed')
   end
   if it.delay ~= nil then check_ms(it.delay, 'delay') end
+  if it.backoff ~= nil then check_bool(it.backoff, 'backoff') end
   if it.retry_after ~= nil then check_ms(it.retry_after, 'retry_after') end
   if it.latency ~= nil then check_ms(it.latency, 'latency') end
   if it.kind ~= nil then check_str(it.kind, 'kind', true) end
@@ -283,6 +292,13 @@ local function settle_one(i, it)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
     redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
   end
+  if it.backoff == true and it.shutdown ~= true then  -- the delay left to the queue
+    if it.outcome == 'retry' then
+      it.delay = backoff_ms(job.attempts)
+    elseif it.outcome == 'release' then
+      it.delay = backoff_ms((job.releases or 0) + 1)
+    end
+  end
   local status
   if it.outcome == 'done' then
     status = settle_done(job, it)
@@ -300,6 +316,10 @@ local function settle_one(i, it)
   end
   TOUCHED[d] = true
   history_settled(bump, status, job.lane, it.shutdown)
+  if status == 'dead' then return 'dead:' .. job.dead_reason end
+  if it.backoff == true and (status == 'retried' or status == 'released') then
+    return status .. ':' .. it.delay
+  end
   return status
 end
 

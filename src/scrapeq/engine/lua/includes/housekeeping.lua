@@ -52,14 +52,6 @@ local function expired(job)
   return type(job.expires) == 'number' and job.expires <= NOW
 end
 
--- Full-jitter backoff in ms after `attempts` spent: uniform(0, min(cap, base * 2^(attempts-1))).
-local function backoff_ms(attempts)
-  attempts = math.max(attempts - 1, 0)
-  local bound = CFG.backoff_base_ms * (2 ^ math.min(attempts, 60))
-  if bound > CFG.backoff_cap_ms then bound = CFG.backoff_cap_ms end
-  return math.floor(math.random() * bound)
-end
-
 -- A claimed job leaves inflight: lease removed and the domain's slot freed.
 local function leave_inflight(job)
   redis.call('ZREM', K.INFLIGHT, job.id)

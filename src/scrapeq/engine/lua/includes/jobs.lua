@@ -64,6 +64,17 @@ local function dead_letter(job, reason, message, quiet)
   if not quiet then emit('dead', job.domain, job.id .. ': ' .. reason) end
 end
 
+-- The one home of the retry delay a client leaves to the queue (a settle item's `backoff`, a
+-- reaped lease): full jitter in ms after `n` failures, uniform(0, min(cap, base * 2^(n-1))),
+-- drawn from the call's seeded random (prologue.lua). A retry passes the attempts spent, a
+-- release the releases taken (this one included), a give-back the give-backs.
+local function backoff_ms(n)
+  n = math.max(n - 1, 0)
+  local bound = CFG.backoff_base_ms * (2 ^ math.min(n, 60))
+  if bound > CFG.backoff_cap_ms then bound = CFG.backoff_cap_ms end
+  return math.floor(math.random() * bound)
+end
+
 -- Schedule a failed attempt again, or dead-letter it when its budget is spent.
 local function retry_or_dead(job, delay, kind, message)
   push_error(job, kind, message)

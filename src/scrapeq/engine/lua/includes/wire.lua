@@ -8,7 +8,7 @@
 ]]
 local SETTLE_ITEM = {
   job_id = 'id', token = 'token', outcome = 'outcome', domain_failed = 'domain_failed',
-  delay_ms = 'delay', retry_after_ms = 'retry_after', kind = 'kind', message = 'message',
-  reason = 'reason', shutdown = 'shutdown', follow = 'follow', final = 'final_seen',
-  latency_ms = 'latency', overload = 'overload', exit_result = 'exit', bytes_in = 'bytes',
-  jar = 'jar'}
+  delay_ms = 'delay', backoff = 'backoff', retry_after_ms = 'retry_after', kind = 'kind',
+  message = 'message', reason = 'reason', shutdown = 'shutdown', follow = 'follow',
+  final = 'final_seen', latency_ms = 'latency', overload = 'overload', exit_result = 'exit',
+  bytes_in = 'bytes', jar = 'jar'}
