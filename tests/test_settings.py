@@ -83,6 +83,11 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "proxy_cooldown": 60,
     "proxy_cooldown_max": 3600,
     "proxy_tier_quiet": 900,
+    "revisit": "off",
+    "revisit_budget": None,
+    "revisit_min_interval": 60,
+    "revisit_max_interval": 2592000,
+    "max_bytes": None,
 }
 
 

@@ -32,7 +32,8 @@ _LONG = {
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
     "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
     "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
-    "un": "unused", "q": "request", "xi": "exit",
+    "un": "unused", "q": "request", "xi": "exit", "wt": "weight", "ve": "etag",
+    "vm": "last_modified", "rd": "rv_due",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -162,6 +163,10 @@ class Job:
         parent_url: that job's URL (None for a seed).
         exit: with an exit pool, the id of the exit its claim chose (engine/exits.py); None
             otherwise.
+        weight: the page's weight for revisits (None: 1).
+        etag, last_modified: a revisit's validators (includes/revisit.lua): sent as
+            ``If-None-Match`` and ``If-Modified-Since``.
+        rv_due: a revisit's due time (s): which visit of its URL's chain it is.
     """
 
     id: str
@@ -188,6 +193,10 @@ class Job:
     request_text: str | None = None
     parent_url: str | None = None
     exit: str | None = None
+    weight: float | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    rv_due: int | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -240,6 +249,10 @@ class Job:
             get("request"),
             get("parent_url"),
             get("exit"),
+            get("weight"),
+            get("etag"),
+            get("last_modified"),
+            get("rv_due"),
         )
 
     @property

@@ -247,6 +247,15 @@ class ScriptConfig:
     ex_cool_ms: int = 60_000
     ex_cool_max_ms: int = 3_600_000
     ex_quiet_ms: int = 900_000
+    #: revisit = on: a done job's URL comes back by itself (includes/revisit.lua), within a
+    #: budget of rv_budget revisits per domain-hour, every rv_min_ms to rv_max_ms.
+    rv: bool = False
+    rv_budget: float = 360.0
+    rv_min_ms: int = 60_000
+    rv_max_ms: int = 30 * 86_400_000
+    #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
+    #: cap).
+    max_bytes: int | None = None
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -292,6 +301,11 @@ class ScriptConfig:
             ex_cool_ms=_ms(s.proxy_cooldown),
             ex_cool_max_ms=_ms(s.proxy_cooldown_max),
             ex_quiet_ms=_ms(s.proxy_tier_quiet),
+            rv=s.revisit == "on",
+            rv_budget=_revisit_budget(s),
+            rv_min_ms=_ms(s.revisit_min_interval),
+            rv_max_ms=max(_ms(s.revisit_max_interval), _ms(s.revisit_min_interval)),
+            max_bytes=s.max_bytes,
         )
 
     def to_json(self) -> str:
@@ -300,6 +314,16 @@ class ScriptConfig:
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+def _revisit_budget(s: Any) -> float:
+    """Revisits per domain-hour: ``revisit_budget``, else half of what the politeness delay
+    allows (``domain_delay``), else 360 (one every 10 s)."""
+    if s.revisit_budget is not None:
+        return float(s.revisit_budget)
+    if s.domain_delay > 0:
+        return min(1800.0 / s.domain_delay, 360.0)
+    return 360.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +407,10 @@ class EnqueueSpec:
             for the others once the queue has had a unique enqueue (they take it when free).
         seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
         request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
+        weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
+            default (0.5 its default: weight 1).
+        lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
+            visit makes it due now (the seen-set and a pending revisit do not hold it back).
     """
 
     url: str
@@ -400,6 +428,8 @@ class EnqueueSpec:
     parent: str | None = None
     request_json: str | None = None
     parent_url: str | None = None
+    weight: float | None = None
+    lastmod: int | None = None
 
     def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
@@ -433,6 +463,10 @@ class EnqueueSpec:
             arg["request"] = self.request_json
         if self.parent_url is not None:
             arg["parent_url"] = self.parent_url
+        if self.weight is not None:
+            arg["weight"] = self.weight
+        if self.lastmod is not None:
+            arg["lastmod"] = self.lastmod
         return arg
 
 
@@ -481,7 +515,12 @@ class Settlement:
         exit_result: with a job claimed through an exit (``Job.exit``), what became of the
             attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
             ``error``; None when no request was made (includes/exits.lua).
-        bytes_in: bytes downloaded, counted per exit and per tier.
+        bytes_in: bytes downloaded, counted per exit and per tier (and per domain with
+            ``max_bytes``).
+        not_modified, changed, signature, etag, last_modified: with ``done`` and revisit on,
+            what the fetch saw of the content (includes/revisit.lua decides from them): a 304,
+            the handler's "unchanged", the body's 64-bit signature (16 hex digits), the
+            answer's validators (at most 100 bytes each; longer ones are not sent).
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
             seen-set argument): it joins the seen-set in this call when the queue has one,
             so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
@@ -503,6 +542,11 @@ class Settlement:
     final: EnqueueSpec | None = None
     exit_result: str | None = None
     bytes_in: int | None = None
+    not_modified: bool = False
+    changed: bool | None = None
+    signature: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
@@ -524,6 +568,11 @@ class Settlement:
             "overload": (self.overload and self.latency_ms is not None) or None,
             "exit_result": self.exit_result,
             "bytes_in": self.bytes_in,
+            "not_modified": self.not_modified or None,
+            "changed": self.changed,
+            "signature": self.signature,
+            "etag": self.etag,
+            "last_modified": self.last_modified,
         }
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 

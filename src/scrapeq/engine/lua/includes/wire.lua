@@ -10,4 +10,6 @@ local SETTLE_ITEM = {
   job_id = 'id', token = 'token', outcome = 'outcome', domain_failed = 'domain_failed',
   delay_ms = 'delay', retry_after_ms = 'retry_after', kind = 'kind', message = 'message',
   reason = 'reason', shutdown = 'shutdown', follow = 'follow', final = 'final_seen',
-  latency_ms = 'latency', overload = 'overload', exit_result = 'exit', bytes_in = 'bytes'}
+  latency_ms = 'latency', overload = 'overload', exit_result = 'exit', bytes_in = 'bytes',
+  not_modified = 'not_modified', changed = 'changed', signature = 'signature', etag = 'etag',
+  last_modified = 'last_modified'}
