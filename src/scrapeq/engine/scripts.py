@@ -319,11 +319,11 @@ def _ms(seconds: float) -> int:
 def _revisit_budget(s: Any) -> float:
     """Revisits per domain-hour: ``revisit_budget``, else half of what the politeness delay
     allows (``domain_delay``), else 360 (one every 10 s)."""
-    if s.revisit_budget is not None:
-        return float(s.revisit_budget)
-    if s.domain_delay > 0:
-        return min(1800.0 / s.domain_delay, 360.0)
-    return 360.0
+    budget: float | None = s.revisit_budget
+    if budget is not None:
+        return float(budget)
+    delay: float = s.domain_delay
+    return min(1800.0 / delay, 360.0) if delay > 0 else 360.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@
     - the job belongs to a stale chain: it is a revisit (rv_due) but not the one the state
       last scheduled (another job of the URL was settled since: it took the chain over), or
     - its domain is past CFG.max_bytes (counted in rvskip).
+  The revisit job also carries the stored signature (signature, hex), only so the worker's
+  results line can say `changed` before this settle decides it.
   A scheduled revisit takes over the job's held fingerprint (unique), so a link or an enqueue
   of the URL meanwhile is answered as a duplicate of it; it bypasses the seen-set on purpose.
 
@@ -36,6 +38,10 @@ RV.NOSIG = string.rep('\0', 8)
 
 function RV.unhex(h)
   return (string.gsub(h, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
+end
+
+function RV.hex(raw)
+  return (string.gsub(raw, '.', function(c) return string.format('%02x', string.byte(c)) end))
 end
 
 function RV.where(url)
@@ -99,7 +105,7 @@ function RV.settle(job, it)
     max_attempts = job.max_attempts, throttles = 0, token = 0, created = NOW,
     payload = job.payload, depth = job.depth, parent = job.parent, request = job.request,
     parent_url = job.parent_url, weight = job.weight, etag = etag, last_modified = lm,
-    rv_due = p.due}
+    rv_due = p.due, signature = sig ~= RV.NOSIG and RV.hex(sig) or nil}
   if type(job.fp) == 'string' and redis.call('HGET', K.UNIQUE, job.fp) == job.id then
     redis.call('HSET', K.UNIQUE, job.fp, new.id)
     new.fp, new.fpw = job.fp, job.fpw
