@@ -117,6 +117,10 @@ function RV.step(page, dom, obs, cfg)
     d.n = d.n + 1
     p = {n = 0, x = 0, tc = 0, tu = 0}
   end
+  if p.n >= 60000 then  -- the counts are stored in 16 bits: halve them, the rate kept
+    p.n, p.x = math.floor(p.n / 2), math.floor(p.x / 2)
+    p.tc, p.tu = math.floor(p.tc / 2), math.floor(p.tu / 2)
+  end
   local f = RV.visits(RV.rate(p), d, cfg)
   local interval = math.max(math.floor(3600 / f + 0.5), 1)
   p.last, p.due = now, now + interval
