@@ -84,6 +84,11 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "proxy_cooldown_max": 3600,
     "proxy_tier_quiet": 900,
     "session": "none",
+    "revisit": "off",
+    "revisit_budget": None,
+    "revisit_min_interval": 60,
+    "revisit_max_interval": 2592000,
+    "max_bytes": None,
 }
 
 

@@ -34,7 +34,11 @@ def test_settle_checks_and_reads_exactly_the_wire_names() -> None:
     assert {field for field, _ in checked} == set(wire.SETTLE_ITEM.values())
     read = set(
         re.findall(
-            r"\bit\.(\w+)", settle + _lua("includes/adaptive.lua") + _lua("includes/exits.lua")
+            r"\bit\.(\w+)",
+            settle
+            + _lua("includes/adaptive.lua")
+            + _lua("includes/exits.lua")
+            + _lua("includes/revisit.lua"),
         )
     )
     assert read <= set(wire.SETTLE_ITEM.values()), read - set(wire.SETTLE_ITEM.values())
@@ -45,7 +49,9 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     full = Settlement(
         "a1", 3, "done", domain_failed=False, delay_ms=5, backoff=True, retry_after_ms=6,
         kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7,
-        overload=True, final=spec, exit_result="ok", bytes_in=9, jar="[]",
+        overload=True, final=spec, exit_result="ok", bytes_in=9, jar="[]", not_modified=True,
+        changed=False, signature="0123456789abcdef", etag='"e"',
+        last_modified="Wed, 01 Jan 2025 00:00:00 GMT",
     )  # fmt: skip
     assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}

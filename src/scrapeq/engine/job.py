@@ -32,8 +32,8 @@ _LONG = {
     "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
     "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
     "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
-    "un": "unused", "q": "request", "xi": "exit",
-    "sj": "jar",
+    "un": "unused", "q": "request", "xi": "exit", "wt": "weight", "ve": "etag",
+    "vm": "last_modified", "rd": "rv_due", "sg": "signature", "sj": "jar",
 }  # fmt: skip
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -165,6 +165,12 @@ class Job:
             otherwise.
         jar: with ``session = sticky``, the domain's cookie jar as its claim found it (text;
             :mod:`scrapeq.runtime.session_jar`); None otherwise.
+        weight: the page's weight for revisits (None: 1).
+        etag, last_modified: a revisit's validators (includes/revisit.lua): sent as
+            ``If-None-Match`` and ``If-Modified-Since``.
+        rv_due: a revisit's due time (s): which visit of its URL's chain it is.
+        signature: a revisit's copy of the signature stored at its last visit (16 hex
+            digits), so its results line can say ``changed`` before the settle decides.
     """
 
     id: str
@@ -192,6 +198,11 @@ class Job:
     parent_url: str | None = None
     exit: str | None = None
     jar: str | None = None
+    weight: float | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    rv_due: int | None = None
+    signature: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -245,6 +256,11 @@ class Job:
             get("parent_url"),
             get("exit"),
             get("jar"),
+            get("weight"),
+            get("etag"),
+            get("last_modified"),
+            get("rv_due"),
+            get("signature"),
         )
 
     @property

@@ -260,6 +260,15 @@ class ScriptConfig:
     ex_quiet_ms: int = 900_000
     #: session = sticky: one exit and one cookie jar per domain (includes/exits.lua).
     sticky: bool = False
+    #: revisit = on: a done job's URL comes back by itself (includes/revisit.lua), within a
+    #: budget of rv_budget revisits per domain-hour, every rv_min_ms to rv_max_ms.
+    rv: bool = False
+    rv_budget: float = 360.0
+    rv_min_ms: int = 60_000
+    rv_max_ms: int = 30 * 86_400_000
+    #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
+    #: cap).
+    max_bytes: int | None = None
 
     @classmethod
     def from_settings(cls, s: Any) -> ScriptConfig:
@@ -306,6 +315,11 @@ class ScriptConfig:
             ex_cool_max_ms=_ms(s.proxy_cooldown_max),
             ex_quiet_ms=_ms(s.proxy_tier_quiet),
             sticky=s.session == "sticky",
+            rv=s.revisit == "on",
+            rv_budget=_revisit_budget(s),
+            rv_min_ms=_ms(s.revisit_min_interval),
+            rv_max_ms=max(_ms(s.revisit_max_interval), _ms(s.revisit_min_interval)),
+            max_bytes=s.max_bytes,
         )
 
     def to_json(self) -> str:
@@ -314,6 +328,16 @@ class ScriptConfig:
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+def _revisit_budget(s: Any) -> float:
+    """Revisits per domain-hour: ``revisit_budget``, else half of what the politeness delay
+    allows (``domain_delay``), else 360 (one every 10 s)."""
+    budget: float | None = s.revisit_budget
+    if budget is not None:
+        return float(budget)
+    delay: float = s.domain_delay
+    return min(1800.0 / delay, 360.0) if delay > 0 else 360.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +421,10 @@ class EnqueueSpec:
             for the others once the queue has had a unique enqueue (they take it when free).
         seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
         request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
+        weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
+            default (0.5 its default: weight 1).
+        lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
+            visit makes it due now (the seen-set and a pending revisit do not hold it back).
     """
 
     url: str
@@ -414,6 +442,8 @@ class EnqueueSpec:
     parent: str | None = None
     request_json: str | None = None
     parent_url: str | None = None
+    weight: float | None = None
+    lastmod: int | None = None
 
     def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
@@ -447,6 +477,10 @@ class EnqueueSpec:
             arg["request"] = self.request_json
         if self.parent_url is not None:
             arg["parent_url"] = self.parent_url
+        if self.weight is not None:
+            arg["weight"] = self.weight
+        if self.lastmod is not None:
+            arg["lastmod"] = self.lastmod
         return arg
 
 
@@ -498,7 +532,12 @@ class Settlement:
         exit_result: with a job claimed through an exit (``Job.exit``), what became of the
             attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
             ``error``; None when no request was made (includes/exits.lua).
-        bytes_in: bytes downloaded, counted per exit and per tier.
+        bytes_in: bytes downloaded, counted per exit and per tier (and per domain with
+            ``max_bytes``).
+        not_modified, changed, signature, etag, last_modified: with ``done`` and revisit on,
+            what the fetch saw of the content (includes/revisit.lua decides from them): a 304,
+            the handler's "unchanged", the body's 64-bit signature (16 hex digits), the
+            answer's validators (at most 100 bytes each; longer ones are not sent).
         jar: with ``session = sticky``, the domain's cookie jar after this attempt (text, at
             most 16 KiB), kept when the job's exit is still the domain's session exit.
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
@@ -524,6 +563,11 @@ class Settlement:
     exit_result: str | None = None
     bytes_in: int | None = None
     jar: str | None = None
+    not_modified: bool = False
+    changed: bool | None = None
+    signature: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
@@ -547,6 +591,11 @@ class Settlement:
             "exit_result": self.exit_result,
             "bytes_in": self.bytes_in,
             "jar": self.jar,
+            "not_modified": self.not_modified or None,
+            "changed": self.changed,
+            "signature": self.signature,
+            "etag": self.etag,
+            "last_modified": self.last_modified,
         }
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
 

@@ -378,6 +378,11 @@ def _check_politeness(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected {' or '.join(POLITENESS)}, got {value!r}")
 
 
+def _check_revisit(name: str, value: Any) -> None:
+    if value not in ("off", "on"):
+        raise ConfigError(name, f"expected off or on, got {value!r}")
+
+
 def _at_least(low: int) -> _Check:
     def check(name: str, value: Any) -> None:
         if value is not None and value < low:
@@ -665,6 +670,16 @@ class Settings:
     # sticky: each domain keeps one exit and a cookie jar (in Redis, any worker continues
     # it) until that exit is banned or down, then a new exit and a new jar.
     session: str = _setting("str", "none", check=_check_session)
+    # on: a page fetched comes back by itself, when its estimated change rate, its weight and
+    # its domain's revisit budget say (docs/DESIGN.md, "Revisits").
+    revisit: str = _setting("str", "off", check=_check_revisit)
+    # Revisits per domain per hour (default: half what domain_delay allows, else 360).
+    revisit_budget: float | None = _setting("optional_float", None, gt=0.0, le=1e9)
+    # The shortest and the longest interval between two visits of a page.
+    revisit_min_interval: float = _seconds(60.0)
+    revisit_max_interval: float = _seconds(30 * 86400.0)
+    # Bytes a domain may download before its follow-ups and revisits are skipped.
+    max_bytes: int | None = _setting("optional_int", None, le=MAX_SCRIPT_INT, check=_at_least(1))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

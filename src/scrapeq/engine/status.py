@@ -32,6 +32,8 @@ LINK_FIGURES = {
     "links:queued": "links_queued",
     "links:seen": "links_seen",
     "links:max_pages": "links_over_max_pages",
+    "links:max_bytes": "links_over_max_bytes",
+    "revisits": "revisits_scheduled",
 }
 
 

@@ -41,6 +41,11 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "exit_result": "exit",  # ok | ban | down | timeout | error, through the job's exit
         "bytes_in": "bytes",  # bytes downloaded
         "jar": "jar",  # session = sticky: the domain's cookie jar after the attempt
+        "not_modified": "not_modified",  # revisit: a 304 answered the conditional request
+        "changed": "changed",  # revisit: False when the handler said unchanged
+        "signature": "signature",  # revisit: 64-bit signature of the content, 16 hex digits
+        "etag": "etag",  # revisit: the answer's ETag (at most 100 bytes)
+        "last_modified": "last_modified",  # revisit: the answer's Last-Modified
     }
 )
 

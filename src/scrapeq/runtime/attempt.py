@@ -34,6 +34,7 @@ from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
+from scrapeq.runtime.revisits import conditional, not_modified, observed, results_fields
 from scrapeq.runtime.session_jar import absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
@@ -78,6 +79,9 @@ class Attempts(WorkerCore):
             settlement = dataclasses.replace(
                 settlement, exit_result=seen.result, bytes_in=seen.bytes, jar=seen.jar
             )
+        elif seen.bytes and self.settings.max_bytes is not None:
+            # counted per domain by the settle script: what max_bytes caps
+            settlement = dataclasses.replace(settlement, bytes_in=seen.bytes)
         return settlement, record
 
     async def _attempt_seen(
@@ -119,7 +123,7 @@ class Attempts(WorkerCore):
             out = self._from_classification(job, verdict, response, started, None, seen)
             return _timed(out, verdict, response.elapsed)
         return _timed(
-            await self._handle(job, response, verdict, started, seen), verdict, response.elapsed
+            await self._answered(job, response, verdict, started, seen), verdict, response.elapsed
         )
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
@@ -132,6 +136,29 @@ class Attempts(WorkerCore):
             seen.jar = absorb(job.jar, response.set_cookies, job.url)
         why = self._bans.why(response)
         return None if why is None else f"{why} through exit {self._exit_name(job)}"
+
+    async def _answered(
+        self,
+        job: Job,
+        response: Response,
+        verdict: Classification,
+        started: float,
+        seen: _ExitSeen,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """A page answered: a 304 to a revisit's conditional request, or the handler's."""
+        if not_modified(job, response.status):
+            return self._not_modified(job, response, verdict, started)
+        return await self._handle(job, response, verdict, started, seen)
+
+    def _observe_content(self, job: Job, settlement: Settlement, response: Response) -> Settlement:
+        """revisit = on: the done settlement with what the fetch saw of the content."""
+        if self.settings.revisit != "on":
+            return settlement
+        return observed(job, settlement, response.headers, response.body)
+
+    def _revisit_fields(self, job: Job, settlement: Settlement) -> dict[str, Any]:
+        """revisit = on: the results line's ``changed`` (and ``not_modified``)."""
+        return results_fields(job, settlement) if self.settings.revisit == "on" else {}
 
     def _exit_name(self, job: Job) -> str:
         pool = getattr(self._fetcher, "pool", None)
@@ -149,10 +176,34 @@ class Attempts(WorkerCore):
         settlement = self.queue.releasing(job, delay=0, kind="banned", message=message)
         return self._if_dead(job, settlement, None, time.monotonic(), message)
 
+    def _not_modified(
+        self, job: Job, response: Response, verdict: Classification, started: float
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """A 304 to a revisit's conditional request: done, no handler (there is no body),
+        the page unchanged (includes/revisit.lua)."""
+        settlement = observed(
+            job, self.queue.done(job, domain_failed=verdict.counts_against_domain),
+            response.headers, None,
+        )  # fmt: skip
+        if self.sink is None:
+            return settlement, None
+        record = _record(job, "done", response, started, None, None)
+        record.update(results_fields(job, settlement))
+        return settlement, record
+
     async def _fetch(self, job: Job) -> Response:
         """Fetch a job's URL, sending its request when it has one (a plain GET is called
         as before requests existed, so a fetcher subclass without ``request=`` still works)."""
         assert self._fetcher is not None
+        revisit = conditional(job)
+        if revisit is not None:  # a revisit: If-None-Match / If-Modified-Since
+            if job.jar:  # session = sticky: the domain's cookies go with it
+                revisit = jar_request(revisit, job.jar, job.url)
+            if job.exit is not None:
+                return await self._fetcher.fetch(
+                    job.url, normalised=True, request=revisit, exit=job.exit
+                )
+            return await self._fetcher.fetch(job.url, normalised=True, request=revisit)
         if job.exit is not None:  # only with a pool: a fetcher of the user's may not know exits
             request = None if job.request_text is None else job.request
             if job.jar:  # session = sticky: the domain's cookies go with it
@@ -247,6 +298,7 @@ class Attempts(WorkerCore):
             follow=follow,
             final_url=response.url if response.redirects else None,
         )
+        settlement = self._observe_content(job, settlement, response)
         if self.sink is None:
             return settlement, None
         problem = _not_json(result)
@@ -258,6 +310,7 @@ class Attempts(WorkerCore):
             )
             return self._if_dead(job, settlement, response, started, problem)
         record = _record(job, "done", response, started, None, result)
+        record.update(self._revisit_fields(job, settlement))
         if links is not None:
             record["links"] = links.as_dict()
         if body_path is not None:

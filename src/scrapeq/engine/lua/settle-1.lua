@@ -39,6 +39,11 @@
               (a retried parent's repeats are dropped there), and past CFG.max_pages jobs
               enqueued for its domain it is skipped; what became of each is counted in
               the stats links:queued, links:seen, links:max_pages (includes/enqueue.lua).
+      not_modified, changed, signature, etag, last_modified   with outcome = 'done' and
+              CFG.rv (revisit = on): what the fetch saw of the page's content, for its next
+              visit (includes/revisit.lua): a 304 answer to the conditional request; the
+              handler said unchanged; a 64-bit signature of the body (16 hex digits); the
+              answer's validators (at most 100 bytes each)
       final_seen     with outcome = 'done': the seen-set argument of the URL the fetch ended
               at after redirects; it joins the seen-set (seen_mark: only when the queue has
               one) before the follow-ups are enqueued, so a link to it is skipped as seen.
@@ -76,6 +81,7 @@
 --@include enqueue
 --@include wire
 --@include exits
+--@include revisit
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
 local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
@@ -105,6 +111,20 @@ local function check_item(it)
   end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
   if it.final_seen ~= nil then check_in(it.final_seen, 'final_seen', check_seen_arg) end
+  if it.not_modified ~= nil then check_bool(it.not_modified, 'not_modified') end
+  if it.changed ~= nil then check_bool(it.changed, 'changed') end
+  if it.signature ~= nil then
+    check_match(it.signature, 'signature', '^' .. string.rep('%x', 16) .. '$', '16 hex digits')
+  end
+  -- validators: at most 100 bytes each (the worker sends none longer)
+  if it.etag ~= nil then check_match(it.etag, 'etag', '^[^%c]+$', 'a header value') end
+  if it.last_modified ~= nil then
+    check_match(it.last_modified, 'last_modified', '^[^%c]+$', 'a header value')
+  end
+  if #(it.etag or '') > 100 then refuse('etag', 'at most 100 bytes', it.etag) end
+  if #(it.last_modified or '') > 100 then
+    refuse('last_modified', 'at most 100 bytes', it.last_modified)
+  end
 end
 
 local refused = arg_refusal(function()
@@ -191,6 +211,7 @@ local function settle_done(job, it)
   if it.follow then
     for _, s in ipairs(it.follow) do enqueue_one(s) end
   end
+  if CFG.rv then RV.settle(job, it) end
   if KEEP_DONE_MS > 0 then
     job.done_at = NOW
     redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
@@ -285,6 +306,10 @@ local function settle_one(i, it)
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1
   if job.exit then EX.settle_job(job, it) end
+  -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
+  if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then
+    redis.call('HINCRBY', k_dom(d), 'bytes', it.bytes)
+  end
   -- may excuse an overload (then `it` is a throttle)
   it.domain_failed = adaptive_outcome(d, job, it)
   if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then

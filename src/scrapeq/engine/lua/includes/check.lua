@@ -221,6 +221,12 @@ local function check_config(c)
   ms(c.ex_cool_max_ms, 'ex_cool_max_ms')
   ms(c.ex_quiet_ms, 'ex_quiet_ms')
   check_bool(c.sticky, 'sticky')
+  -- revisits (includes/revisit.lua) and the per-domain byte budget
+  check_bool(c.rv, 'rv')
+  check_num(c.rv_budget, 'rv_budget', 0, 1e9)
+  ms(c.rv_min_ms, 'rv_min_ms', 1000)
+  ms(c.rv_max_ms, 'rv_max_ms', c.rv_min_ms)
+  if c.max_bytes ~= cjson.null then int(c.max_bytes, 'max_bytes', 1, MAX_INT) end
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).

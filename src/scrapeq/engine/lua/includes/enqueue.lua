@@ -1,7 +1,7 @@
 --[[
   Adding jobs: the body of enqueue-1.lua, shared with settle-1.lua (the follow-ups of a done
   job are enqueued by the call that settles it). Depends on common.lua, domain.lua, jobs.lua
-  and seen.lua. A job spec is documented in enqueue-1.lua's header.
+  seen.lua and revisit.lua. A job spec is documented in enqueue-1.lua's header.
 
   check_spec(s) raises the refusal of a bad job spec (check.lua): call it on every spec a
     script may add, in the script's arg_refusal (check_list(ARG.jobs, 'jobs', check_spec)),
@@ -14,13 +14,17 @@
     (domain.lua: is_urgent), adds the call's one entry to the wake stream (sq:{Q}:wake,
     capped at one entry: idle workers block on it). Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
-  A spec with `parent` (a follow-up) is skipped as 'limit' when its domain already has
+  A spec with `parent` (a follow-up) is skipped as 'limit' (counted links:max_pages) when its domain already has
   CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set, and
-  its URL is new (one the seen-set or a pending job has is answered as such).
+  its URL is new (one the seen-set or a pending job has is answered as such); as 'limit'
+  (counted links:max_bytes) when its domain downloaded CFG.max_bytes bytes (counted in the domain's `skipped`).
+  With CFG.rv, a spec whose `lastmod` is newer than its URL's last visit (revisit.lua) is
+  enqueued even when the seen-set or a pending job has the URL (it takes the fingerprint).
   What became of the follow-ups is counted here, where it is decided, and added to the
   queue's stats by enqueue_end: links:queued (a job was made), links:seen (the seen-set or a
   pending job had the URL), links:max_pages (a new URL cut by max_pages).
 ]]
+--@include revisit
 
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}, urgent = false}
 
@@ -43,6 +47,8 @@ local function check_spec(s)
   if s.parent ~= nil then check_str(s.parent, 'parent') end
   if s.parent_url ~= nil then check_str(s.parent_url, 'parent_url') end
   if s.request ~= nil then check_str(s.request, 'request') end  -- kept as text, never decoded
+  if s.weight ~= nil then check_num(s.weight, 'weight', 1e-6, 1e6) end
+  if s.lastmod ~= nil then check_int(s.lastmod, 'lastmod', 0, 4294967295) end
 end
 
 -- The suffix of new ids: '.<partition>'.
@@ -81,30 +87,44 @@ local function new_id()
   return string.char(96 + #hex) .. hex .. (ARG.pid or '')  -- pid: '.<partition>', or none
 end
 
+-- A follow-up past its domain's budget: 'max_pages' (jobs enqueued), 'max_bytes' (bytes
+-- downloaded, counted by settle-1.lua), or nil.
 local function over_max_pages(s)
+  if not s.parent then return nil end
   local cap = tonumber(CFG.max_pages)
-  if not s.parent or not cap then return false end
-  return registry_enq(s.domain) >= cap
+  if cap and registry_enq(s.domain) >= cap then return 'max_pages' end
+  cap = tonumber(CFG.max_bytes)
+  if cap and (tonumber(redis.call('HGET', k_dom(s.domain), 'bytes')) or 0) >= cap then
+    redis.call('HINCRBY', k_dom(s.domain), 'skipped', 1)
+    return 'max_bytes'
+  end
+  return nil
 end
 
 local function enqueue_spec(s)
   if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K.HOSTS, s.domain) or s.domain end
   local hold_all = ENQ.hold_all
   local holder = s.fp and hold_all and redis.call('HGET', K.UNIQUE, s.fp)
-  if over_max_pages(s) then
+  local over = over_max_pages(s)
+  if over then
     if holder and s.unique then return 'dup:' .. holder end
     if s.seen and seen_has(s.seen) then return 'seen' end
+    ENQ.cut = over
     return 'limit'
   end
   local new = true
   if s.seen then new = seen_add(s.seen) end
-  if holder and s.unique then return 'dup:' .. holder end
-  if not new then return 'seen' end
+  -- a sitemap's lastmod newer than the last visit: due now, whatever held it back
+  local fresher = s.lastmod and CFG.rv and RV.fresher(s.url, s.lastmod)
+  if holder and s.unique and not fresher then return 'dup:' .. holder end
+  if not new and not fresher then return 'seen' end
+  if fresher then holder = nil end
   local id = new_id()
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
     created = NOW, eligible = NOW + s.delay, payload = s.payload,
-    depth = s.depth, parent = s.parent, request = s.request, parent_url = s.parent_url}
+    depth = s.depth, parent = s.parent, request = s.request, parent_url = s.parent_url,
+    weight = s.weight}
   if s.expires then job.expires = NOW + s.expires end
   if s.fp and hold_all and not holder then
     redis.call('HSET', K.UNIQUE, s.fp, id)
@@ -137,7 +157,7 @@ local function enqueue_one(s)
     if out == 'seen' or string.sub(out, 1, 4) == 'dup:' then
       kind = 'seen'
     elseif out == 'limit' then
-      kind = 'max_pages'
+      kind = ENQ.cut
     end
     ENQ.links[kind] = (ENQ.links[kind] or 0) + 1
   end

@@ -11,4 +11,5 @@ local SETTLE_ITEM = {
   delay_ms = 'delay', backoff = 'backoff', retry_after_ms = 'retry_after', kind = 'kind',
   message = 'message', reason = 'reason', shutdown = 'shutdown', follow = 'follow',
   final = 'final_seen', latency_ms = 'latency', overload = 'overload', exit_result = 'exit',
-  bytes_in = 'bytes', jar = 'jar'}
+  bytes_in = 'bytes', jar = 'jar', not_modified = 'not_modified', changed = 'changed',
+  signature = 'signature', etag = 'etag', last_modified = 'last_modified'}

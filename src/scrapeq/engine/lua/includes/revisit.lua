@@ -1,0 +1,118 @@
+--[[
+  Revisits (CFG.rv: revisit = on), the reads and writes: the rule is revisit_rule.lua (RV.step,
+  pure), whose table RV this file extends. Depends on common.lua, domain.lua, jobs.lua.
+
+  Per-URL state: sq:{Q}:rv:<b>, a hash per bucket b (the first 4 hex digits of the URL's SHA-1:
+  65,536 buckets, so at a million URLs each holds ~15 and stays a listpack), field the next 8
+  bytes of the SHA-1 (raw), value 28 bytes packed big-endian (struct): last visit (s, u32),
+  next due (s), tc, tu (s, u32: the intervals that ended changed, unchanged), n, x (u16), then
+  the page's content signature (8 bytes; zeros: none yet). Validators (ETag, Last-Modified) are
+  not kept there: they travel in the next job (fields etag, last_modified), so the state stays
+  a fixed 28 bytes whatever the site sends. bench/revisit_state.py measures it.
+
+  Per-domain, in the domain's hash: rvmu (the price mu, hours), rvl (revisit load: visits per
+  hour its pages are scheduled at), rvn (pages tracked), rvfw and rvw (sums of weight x
+  estimated freshness and of weight), rvskip (revisits not scheduled: the domain was past
+  max_bytes), bytes (bytes downloaded, counted by settle).
+
+  RV.settle(job, it): the observation of a done job (it.not_modified, it.changed = false, or
+  it.signature compared with the stored one), the state written, and its next visit enqueued
+  as a delayed job (same URL, lane, request and payload; the validators the fetch reported,
+  or on a 304 those it sent; rv_due its due second), unless
+    - the job belongs to a stale chain: it is a revisit (rv_due) but not the one the state
+      last scheduled (another job of the URL was settled since: it took the chain over), or
+    - its domain is past CFG.max_bytes (counted in rvskip).
+  The revisit job also carries the stored signature (signature, hex), only so the worker's
+  results line can say `changed` before this settle decides it.
+  A scheduled revisit takes over the job's held fingerprint (unique), so a link or an enqueue
+  of the URL meanwhile is answered as a duplicate of it; it bypasses the seen-set on purpose.
+
+  RV.fresher(url, lastmod): whether a sitemap's lastmod (s) is newer than the URL's last visit
+  (enqueue.lua then lets the spec through the seen-set: the page is due now, and the pending
+  revisit it overtakes is left stale).
+]]
+--@include revisit_rule
+
+RV.FMT = '>IIIIHH'
+RV.NOSIG = string.rep('\0', 8)
+
+function RV.unhex(h)
+  return (string.gsub(h, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
+end
+
+function RV.hex(raw)
+  return (string.gsub(raw, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+
+function RV.where(url)
+  local h = redis.sha1hex(url)
+  return P .. 'rv:' .. tonumber(string.sub(h, 1, 4), 16), RV.unhex(string.sub(h, 5, 20))
+end
+
+-- (page, signature) of a URL: nil when not tracked.
+function RV.read(key, field)
+  local raw = redis.call('HGET', key, field)
+  if not raw or #raw ~= 28 then return nil, RV.NOSIG end
+  local last, due, tc, tu, n, x = struct.unpack(RV.FMT, raw)
+  return {last = last, due = due, tc = tc, tu = tu, n = n, x = x}, string.sub(raw, 21, 28)
+end
+
+function RV.fresher(url, lastmod)
+  local page = RV.read(RV.where(url))
+  return page ~= nil and lastmod > page.last
+end
+
+RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes'}
+
+function RV.settle(job, it)
+  local key, field = RV.where(job.url)
+  local page, sig = RV.read(key, field)
+  local changed = nil
+  if page then
+    if it.not_modified == true or it.changed == false then
+      changed = false
+    elseif it.signature and sig ~= RV.NOSIG then
+      changed = RV.unhex(it.signature) ~= sig
+    end
+  end
+  if it.signature then sig = RV.unhex(it.signature) end
+  local dk = k_dom(job.domain)
+  local got = redis.call('HMGET', dk, unpack(RV.DOM))
+  local dom = {mu = tonumber(got[1]), load = tonumber(got[2]), n = tonumber(got[3]),
+    fw = tonumber(got[4]), w = tonumber(got[5])}
+  local weight = tonumber(job.weight) or 1
+  local p, d, interval = RV.step(page, dom, {now = math.floor(NOW / 1000), changed = changed},
+    {budget = CFG.rv_budget, min = CFG.rv_min_ms / 1000, max = CFG.rv_max_ms / 1000,
+      w = weight})
+  local stale = job.rv_due ~= nil and (page == nil or job.rv_due ~= page.due)
+  local over = CFG.max_bytes ~= cjson.null and (tonumber(got[6]) or 0) >= CFG.max_bytes
+  if stale or over then
+    if over then redis.call('HINCRBY', dk, 'rvskip', 1) end
+    -- observed, the schedule kept: the chain's current revisit stays due when it is
+    if stale and page and page.due > p.last then p.due = page.due end
+  end
+  redis.call('HSET', key, field, struct.pack(RV.FMT, p.last, p.due, p.tc, p.tu, p.n, p.x) .. sig)
+  redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w)
+  if stale or over then return nil end
+  local etag, lm = it.etag, it.last_modified
+  if it.not_modified == true then
+    etag, lm = etag or job.etag, lm or job.last_modified
+  end
+  local n = fresh_numbers('seq', 1, 1000)
+  local hex = string.format('%x', n)
+  local new = {id = string.char(96 + #hex) .. hex .. (ARG.pid or ''), url = job.url,
+    domain = job.domain, lane = job.lane, off = job.off, attempts = 0,
+    max_attempts = job.max_attempts, throttles = 0, token = 0, created = NOW,
+    payload = job.payload, depth = job.depth, parent = job.parent, request = job.request,
+    parent_url = job.parent_url, weight = job.weight, etag = etag, last_modified = lm,
+    rv_due = p.due, signature = sig ~= RV.NOSIG and RV.hex(sig) or nil}
+  if type(job.fp) == 'string' and redis.call('HGET', K.UNIQUE, job.fp) == job.id then
+    redis.call('HSET', K.UNIQUE, job.fp, new.id)
+    new.fp, new.fpw = job.fp, job.fpw
+  end
+  registry_add(job.domain)
+  put_delayed(new, NOW + interval * 1000)
+  save_job(new)
+  stat('revisits')
+  return new.id
+end

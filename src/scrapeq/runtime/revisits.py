@@ -1,0 +1,83 @@
+"""What a worker does for revisits (``revisit = on``): the conditional request a revisit
+sends, and what its answer says of the content, for the settle item and the results line.
+
+What the fetch saw is reported; what it means for the page's schedule (changed or not, its
+rate, its next visit) is decided by the settle script (``lua/includes/revisit.lua``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.request import Request
+from scrapeq.engine.scripts import Settlement
+
+#: Validators longer than this are not stored (the settle script refuses them).
+MAX_VALIDATOR: Final = 100
+_PRINTABLE: Final = re.compile(r"^[\x20-\x7e\x80-\xff]+$")
+
+
+def conditional(job: Job) -> Request | None:
+    """The job's request with ``If-None-Match`` / ``If-Modified-Since`` from the validators
+    its revisit carries; None when it carries none."""
+    if job.etag is None and job.last_modified is None:
+        return None
+    base = job.request
+    extra = []
+    if job.etag is not None:
+        extra.append(("If-None-Match", job.etag))
+    if job.last_modified is not None:
+        extra.append(("If-Modified-Since", job.last_modified))
+    kept = [
+        (n, v) for n, v in base.headers if n.lower() not in ("if-none-match", "if-modified-since")
+    ]
+    return Request(
+        base.url, method=base.method, headers=kept + extra, body=base.body or None,
+        cookies=base.cookies, meta=base.meta,
+    )  # fmt: skip
+
+
+def not_modified(job: Job, status: int) -> bool:
+    """A 304 answering the job's conditional request."""
+    return status == 304 and (job.etag is not None or job.last_modified is not None)
+
+
+def signature(body: bytes) -> str:
+    """The body's 64-bit content signature, 16 hex digits (BLAKE2b)."""
+    return hashlib.blake2b(body, digest_size=8).hexdigest()
+
+
+def _validator(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None or len(value.encode()) > MAX_VALIDATOR or not _PRINTABLE.match(value):
+        return None
+    return value
+
+
+def observed(
+    job: Job, settlement: Settlement, headers: Mapping[str, str], body: bytes | None
+) -> Settlement:
+    """The done settlement with what the fetch saw: a 304 (``body`` None), or the body's
+    signature; the answer's validators (each at most 100 bytes)."""
+    if settlement.outcome != "done":
+        return settlement
+    etag, lm = _validator(headers, "ETag"), _validator(headers, "Last-Modified")
+    if body is None:
+        return replace(settlement, not_modified=True, etag=etag, last_modified=lm)
+    return replace(settlement, signature=signature(body), etag=etag, last_modified=lm)
+
+
+def results_fields(job: Job, settlement: Settlement) -> dict[str, Any]:
+    """The results line's ``changed`` (and ``not_modified`` for a 304): against the
+    signature the revisit carries (the one stored at its last visit); a first visit is
+    ``changed: true``."""
+    if settlement.not_modified:
+        return {"changed": False, "not_modified": True}
+    if settlement.changed is False:
+        return {"changed": False}
+    return {"changed": job.signature is None or job.signature != settlement.signature}

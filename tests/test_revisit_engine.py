@@ -1,0 +1,138 @@
+"""Revisits in the queue (revisit = on): settle schedules the next visit in the same call
+(includes/revisit.lua), with the validators, past the seen-set, one chain per URL; budgets."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from scrapeq.engine.job import Job
+from scrapeq.engine.queue import Queue
+from scrapeq.errors import ScriptError
+
+pytestmark = pytest.mark.backends
+
+URL = "http://site.test/page"
+SIG_A, SIG_B = "0123456789abcdef", "fedcba9876543210"
+
+
+def claim_one(q: Queue) -> Job:
+    jobs = q.claim(1).jobs
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+def settle(q: Queue, job: Job, **fields: Any) -> str:
+    return q.settle_many([dataclasses.replace(q.done(job), **fields)])[0]
+
+
+def due_now(q: Queue, seconds: float) -> None:
+    q.testing_clock_offset_ms += round(seconds * 1000)
+
+
+def revisit_state(redis_url: str, backend: str) -> list[bytes]:
+    """The packed states (raw bytes: a client that decodes nothing)."""
+    client: Any = (redis.RedisCluster if backend == "cluster" else redis.Redis).from_url(redis_url)
+    values: list[bytes] = []
+    for key in client.scan_iter("sq:{default}:rv:*"):
+        values.extend(client.hvals(key))
+    client.close()
+    return values
+
+
+def test_a_done_page_comes_back_with_its_validators(
+    make_queue: Callable[..., Queue], redis_client: redis.Redis, redis_url: str, backend: str
+) -> None:
+    q = make_queue(revisit="on", unique="seen", revisit_min_interval=1)
+    q.enqueue(URL)
+    first = claim_one(q)
+    assert settle(q, first, signature=SIG_A, etag='"v1"', last_modified="Wed, 01 Jan 2025 "
+                  "00:00:00 GMT") == "done"  # fmt: skip
+    # the revisit is a delayed job of the same URL, though the seen-set has it
+    assert q.enqueue(URL).status == "duplicate"
+    assert q.claim(1).jobs == []
+    [state] = revisit_state(redis_url, backend)
+    assert len(state) == 28
+    due_now(q, 3 * 86400)
+    again = claim_one(q)
+    assert again.url == URL and again.id != first.id
+    assert (again.etag, again.last_modified) == ('"v1"', "Wed, 01 Jan 2025 00:00:00 GMT")
+    assert again.rv_due is not None
+    # a 304: done, the validators carried on, the page counted unchanged
+    assert settle(q, again, not_modified=True) == "done"
+    due_now(q, 40 * 86400)
+    third = claim_one(q)
+    assert third.etag == '"v1"'
+    assert settle(q, third, signature=SIG_B) == "done"
+    dom = redis_client.hgetall("sq:{default}:domain:site.test")
+    assert int(dom["rvn"]) == 1 and float(dom["rvl"]) > 0
+    assert int(redis_client.hget("sq:{default}:stats", "revisits") or 0) == 3
+
+
+def test_a_second_job_of_the_url_takes_the_chain_over(
+    make_queue: Callable[..., Queue], redis_client: redis.Redis
+) -> None:
+    q = make_queue(revisit="on", revisit_min_interval=1)
+    q.enqueue(URL)
+    settle(q, claim_one(q), signature=SIG_A)
+    q.enqueue(URL)  # no de-duplication: a second job of the URL, now
+    settle(q, claim_one(q), signature=SIG_A)
+    due_now(q, 40 * 86400)
+    jobs = q.claim(10).jobs
+    assert len(jobs) == 2  # the first chain's revisit and the second's
+    for job in jobs:
+        settle(q, job, signature=SIG_A)
+    due_now(q, 80 * 86400)
+    # the overtaken chain ended: one revisit of the URL left
+    assert len(q.claim(10).jobs) == 1
+
+
+def test_max_bytes_stops_follow_ups_and_revisits(
+    make_queue: Callable[..., Queue], redis_client: redis.Redis
+) -> None:
+    q = make_queue(revisit="on", max_bytes=1000, revisit_min_interval=1)
+    q.enqueue("http://trap.test/cal?d=0")
+    fetched = 0
+    for day in range(1, 10):  # a calendar: each page links the next day
+        jobs = q.claim(1).jobs
+        if not jobs:
+            break
+        nxt = q.prepare(f"http://trap.test/cal?d={day}").child_of(jobs[0].id, day, jobs[0].url)
+        settle(q, jobs[0], bytes_in=400, signature=SIG_A, follow=(nxt,))
+        fetched += 1
+    assert fetched == 3
+    dom = redis_client.hgetall("sq:{default}:domain:trap.test")
+    assert int(dom["bytes"]) == 1200  # three pages of 400: the third reached the cap
+    assert int(dom["skipped"]) == 1 and int(dom["rvskip"]) == 1
+    figures = redis_client.hgetall("sq:{default}:stats")
+    assert int(figures["links:max_bytes"]) == 1
+
+
+def test_a_sitemap_lastmod_newer_than_the_last_visit_is_due_now(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue(revisit="on", unique="seen", revisit_min_interval=1)
+    q.enqueue(URL)
+    settle(q, claim_one(q), signature=SIG_A)
+    now_s = q.server_time() if hasattr(q, "server_time") else None
+    old = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=1)
+    assert q.enqueue_many([old])[0].status in ("duplicate", "seen")
+    new = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=4_000_000_000)
+    assert q.enqueue_many([new])[0].status == "added", now_s
+    assert claim_one(q).url == URL
+
+
+def test_bad_revisit_fields_are_refused_before_any_write(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue(revisit="on")
+    q.enqueue(URL)
+    job = claim_one(q)
+    for bad in ({"signature": "xyz"}, {"etag": "x" * 101}, {"last_modified": "a\nb"}):
+        with pytest.raises(ScriptError):
+            settle(q, job, **bad)
+    assert settle(q, job) == "done"
