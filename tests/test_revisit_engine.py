@@ -71,6 +71,10 @@ def test_a_done_page_comes_back_with_its_validators(
     dom = redis_client.hgetall("sq:{default}:domain:site.test")
     assert int(dom["rvn"]) == 1 and float(dom["rvl"]) > 0
     assert int(redis_client.hget("sq:{default}:stats", "revisits") or 0) == 3
+    # `domains` shows its revisit load and estimated freshness
+    (info,) = q.domains_info(["site.test"])
+    assert info["revisit_pages"] == 1 and abs(info["revisit_load"] - float(dom["rvl"])) < 1e-9
+    assert 0 <= info["freshness"] <= 1
 
 
 def test_a_second_job_of_the_url_takes_the_chain_over(
@@ -108,6 +112,8 @@ def test_max_bytes_stops_follow_ups_and_revisits(
     dom = redis_client.hgetall("sq:{default}:domain:trap.test")
     assert int(dom["bytes"]) == 1200  # three pages of 400: the third reached the cap
     assert int(dom["skipped"]) == 1 and int(dom["rvskip"]) == 1
+    (info,) = q.domains_info(["trap.test"])
+    assert (info["bytes"], info["skipped"], info["revisits_skipped"]) == (1200, 1, 1)
     figures = redis_client.hgetall("sq:{default}:stats")
     assert int(figures["links:max_bytes"]) == 1
 

@@ -62,6 +62,19 @@ for i, d in ipairs(ARG.domains) do
     end
     out[i].tier, out[i].benched_exits = tier, benched
   end
+  -- revisit = on (includes/revisit.lua): its revisit load, pages tracked, estimated
+  -- freshness (weighted), revisits not scheduled past max_bytes; bytes downloaded
+  if CFG.rv or CFG.max_bytes ~= cjson.null then
+    local r = redis.call('HMGET', k_dom(d), 'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes',
+      'skipped')
+    local w = tonumber(r[4]) or 0
+    out[i].revisit_load = tonumber(r[1]) or 0
+    out[i].revisit_pages = tonumber(r[2]) or 0
+    out[i].freshness = w > 0 and (tonumber(r[3]) or 0) / w or cjson.null
+    out[i].revisits_skipped = tonumber(r[5]) or 0
+    out[i].bytes = tonumber(r[6]) or 0
+    out[i].skipped = tonumber(r[7]) or 0
+  end
   local adaptive = adaptive_on(f[10])
   out[i].adaptive = adaptive
   if adaptive then

@@ -155,6 +155,10 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     limit = info["limit"]
     out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
     out.update(learned_timing(info))
+    for key in ("revisit_load", "revisit_pages", "freshness", "revisits_skipped", "bytes",
+                "skipped"):  # fmt: skip
+        if key in info:  # revisit = on, or max_bytes
+            out[key] = info[key]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]
