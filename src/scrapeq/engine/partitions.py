@@ -137,9 +137,8 @@ class PartitionRouter:
         self._wake(range(self.partitions))
 
     def _op_check_parts(self, create: bool = False) -> Op[None]:
-        """Once per queue object, before its first write: the queue migrated (the home first;
-        engine/schema.py: ``create`` stamps a fresh queue) and its stored number of
-        partitions agrees with the settings (``lua/partitions-1.lua``)."""
+        """Once per queue object, before its first write: migrated (engine/schema.py), and
+        its stored number of partitions agrees with the settings (partitions-1.lua)."""
         if not self._parts_checked:
             yield from self._schema.op_home(create)
             yield scripts.partitions(self.partitions)
@@ -147,9 +146,7 @@ class PartitionRouter:
         yield from self._schema.op_all(create)
 
     def _op_check_parts_read(self) -> Op[None]:
-        """The read-only twin of :meth:`_op_check_parts`, for the queue-wide reads (status,
-        counts, figures): settings with another number of partitions would read none of
-        the queue's jobs and show it empty. (Migrating an older queue writes.)"""
+        """:meth:`_op_check_parts` for the queue-wide reads, writing nothing (but a migration)."""
         if not self._parts_checked:
             yield from self._schema.op_home(False)
             stored = yield Command(("HGET", self.core.keys.meta, "parts"))
@@ -167,7 +164,13 @@ class PartitionRouter:
     # --- writes ----------------------------------------------------------------------------
 
     def _op_enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
-        yield from self._op_check_parts(create=bool(specs))
+        yield from self._op_check_parts()
+        done = yield from self._op_enqueue_checked(specs)
+        if specs:  # stamped once it holds something: a refused enqueue writes nothing at all
+            yield from self._schema.op_all(create=True)
+        return done
+
+    def _op_enqueue_checked(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         if self.partitions == 1:
             done = yield from self.core._op_enqueue(specs)
             yield from self._op_tell_seen_buckets(specs)
