@@ -11,7 +11,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from scrapeq.engine import scripts
+from scrapeq.engine import exit_ops, scripts
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.connection import (
     AsyncClient,
@@ -227,11 +227,11 @@ class AsyncQueue(_QueueBase):
     async def exits_info(self) -> list[dict[str, Any]]:
         """Each exit of the pool (``proxy``, ``proxy_file``): state, tier, requests, bans,
         success rate, latency, bytes (passwords redacted)."""
-        return await self._drive(self._route._op_exits_info())
+        return await self._drive(exit_ops.op_exits_info(self._route))
 
     async def domain_exits(self, domain: str) -> dict[str, Any]:
         """A domain's tier, its benched exits and its requests and bytes per tier."""
-        return await self._drive(self._route._op_domain_exits(domain))
+        return await self._drive(exit_ops.op_domain_exits(self._route, domain))
 
     async def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 from scrapeq.engine import listing, scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.core import MAX_CLAIM, _QueueCore
-from scrapeq.engine.exits import ExitPool, shape_domain_exits, shape_exits
 from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.limits import check_count
@@ -487,19 +486,6 @@ class PartitionRouter:
             for info in (yield from self._on(self.core._op_domains_info(chosen), part)):
                 found[str(info.get("domain"))] = info
         return [found[d] for d in domains if d in found]
-
-    def _op_exits_info(self) -> Op[list[dict[str, Any]]]:
-        pool = ExitPool.from_settings(self.core.settings)
-        ids = [e.id for e in pool.exits]
-        raws = yield from self._on_all(lambda: self.core._op_exits_raw(ids))
-        now_ms = yield from self.core._op_now_ms()
-        return shape_exits(pool, raws, now_ms)
-
-    def _op_domain_exits(self, domain: str) -> Op[dict[str, Any]]:
-        pool = ExitPool.from_settings(self.core.settings)
-        raw = yield from self._on(self.core._op_domain_exits_raw(domain), self._part(domain))
-        now_ms = yield from self.core._op_now_ms()
-        return shape_domain_exits(pool, raw, now_ms)
 
     def _op_recent_errors(self, domain: str) -> Op[list[dict[str, Any]]]:
         op = listing.op_recent_errors(self.core.keys, domain)

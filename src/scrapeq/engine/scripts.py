@@ -14,20 +14,41 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, Generic, TypeVar
 
 import orjson
 
-from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.keys import REGISTRY_BUCKETS
-from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
-from scrapeq.engine.wire import SETTLE_ITEM
-from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavailable, ScriptError
+from scrapeq.engine.script_args import (
+    EnqueueSpec as EnqueueSpec,
+)
+from scrapeq.engine.script_args import (
+    Settled as Settled,
+)
+from scrapeq.engine.script_args import (
+    Settlement as Settlement,
+)
+from scrapeq.engine.script_args import (
+    _settled_list,
+)
+from scrapeq.engine.script_config import (
+    ScriptConfig as ScriptConfig,
+)
+from scrapeq.engine.script_source import (
+    SCRIPTS as SCRIPTS,
+)
+from scrapeq.engine.script_source import (
+    expand_includes as expand_includes,
+)
+from scrapeq.engine.script_source import (
+    load_source as load_source,
+)
+from scrapeq.engine.script_source import (
+    map_error as map_error,
+)
+from scrapeq.errors import ScriptError
 
 __all__ = [
     "ONCE_OPS",
@@ -49,295 +70,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Every script: name -> file under ``lua/`` (``<action>-<numKeys>.lua``).
-SCRIPTS: dict[str, str] = {
-    "audit": "audit-1.lua",
-    "breaker": "breaker-1.lua",
-    "cancel": "cancel-1.lua",
-    "claim": "claim-1.lua",
-    "clear": "clear-1.lua",
-    "domain_info": "domain_info-1.lua",
-    "domains": "domains-1.lua",
-    "domain_set": "domain_set-1.lua",
-    "host_group": "host_group-1.lua",
-    "enqueue": "enqueue-1.lua",
-    "heartbeat": "heartbeat-1.lua",
-    "job_info": "job_info-1.lua",
-    "log_leader": "log_leader-1.lua",
-    "migrate": "migrate-1.lua",
-    "once": "once-1.lua",
-    "partitions": "partitions-1.lua",
-    "purge": "purge-1.lua",
-    "reap": "reap-1.lua",
-    "renew": "renew-1.lua",
-    "replay": "replay-1.lua",
-    "settle": "settle-1.lua",
-    "status": "status-1.lua",
-}
-
-_INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
-
-#: Error codes scripts raise with ``redis.error_reply('SQ_<CODE> detail')``, each before
-#: their first write (``lua/includes/check.lua``): a refusal changed nothing.
-_ERROR_CODES: dict[str, Callable[[str, str], Exception]] = {
-    "SQ_UNKNOWN_DOMAIN": lambda detail, script: NotFound(f"unknown domain {detail!r}"),
-    "SQ_BAD_ARG": lambda detail, script: ScriptError(f"{script} refused its arguments: {detail}"),
-    "SQ_BAD_CONFIG": lambda detail, script: _config_error(detail, script),
-    "SQ_SEEN_LAYOUT": lambda detail, script: _seen_layout_error(detail),
-    "SQ_PARTITIONS": lambda detail, script: _partitions_error(detail),
-    "SQ_SCHEMA": lambda detail, script: _schema_error(detail),
-}
-
-
-def _read(relative: str) -> str:
-    return resources.files("scrapeq.engine").joinpath("lua", relative).read_text(encoding="utf-8")
-
-
-@cache
-def load_source(name: str) -> str:
-    """Return the Lua source of script ``name`` with its ``--@include`` lines expanded.
-
-    Each include (``lua/includes/<name>.lua``) is inserted once, at its first mention.
-    """
-    return expand_includes(_read(SCRIPTS[name]))
-
-
-def expand_includes(source: str) -> str:
-    """Expand the ``--@include <name>`` lines of a Lua ``source`` (as :func:`load_source`
-    does), for a script outside the table: a benchmark's probe, a test's."""
-    seen: set[str] = set()
-
-    def expand(match: re.Match[str]) -> str:
-        include = match.group(1)
-        if include in seen:
-            return ""
-        seen.add(include)
-        return _INCLUDE.sub(expand, _read(f"includes/{include}.lua"))
-
-    return _INCLUDE.sub(expand, source)
-
-
-#: Error replies that say Redis cannot take writes for now (failover, disk, memory,
-#: replicas, loading): transient, so they map to RedisUnavailable and callers retry.
-_TRANSIENT = ("READONLY", "NOREPLICAS", "MISCONF", "OOM", "LOADING", "BUSY", "TRYAGAIN",
-              "CLUSTERDOWN", "MASTERDOWN")  # fmt: skip
-
-
-def map_error(message: str, script: str = "a script") -> Exception:
-    """Map a script's error reply to the library's exception for it.
-
-    Args:
-        message: the error reply's text.
-        script: the script's name (``SCRIPTS``), for the message of a refused argument.
-
-    Returns:
-        ``SQ_BAD_ARG`` (a call argument the script refused) a :class:`ScriptError`: the client
-        sent what its own checks should have refused; ``SQ_BAD_CONFIG`` a
-        :class:`ConfigError` naming the configuration field; the other codes as documented
-        in the scripts' headers; anything else a :class:`ScriptError`.
-    """
-    text = message.removeprefix("ERR ").strip()
-    if "invalid bulk length" in text:
-        return PayloadTooLarge(
-            f"payload too large: Redis refused a call over its proto-max-bulk-len ({text})"
-        )
-    if any(f"-{code} " in text or text.startswith(code) for code in _TRANSIENT):
-        return RedisUnavailable(f"Redis refused the call for now: {text}")
-    # the first code in the text: a refusal quotes the value it refused, which may hold one
-    found = sorted((text.find(code), code) for code in _ERROR_CODES if code in text)
-    if found:
-        at, code = found[0]
-        return _ERROR_CODES[code](text[at + len(code) :].strip(), script)
-    return ScriptError(text)
-
-
-def _config_error(detail: str, script: str) -> ConfigError:
-    field, _, why = detail.partition(": ")
-    return ConfigError(field, f"{script} refused this configuration field: {why}")
-
-
-def _partitions_error(detail: str) -> ConfigError:
-    stored, given = ([*detail.split(), "?", "?"])[:2]
-    return ConfigError(
-        "partitions",
-        f"this queue has {stored} partition(s) and these settings say {given}: changing "
-        "partitions needs an empty queue (scrapeq queue clear), or set partitions to "
-        f"{stored}",
-    )
-
-
-def _schema_error(detail: str) -> ScriptError:
-    stored, known = ([*detail.split(), "?", "?"])[:2]
-    return ScriptError(
-        f"this queue's data is at schema {stored}, which this scrapeq (schema {known}) does "
-        "not know: a newer scrapeq wrote it; upgrade scrapeq to use this queue"
-    )
-
-
-def _seen_layout_error(detail: str) -> ConfigError:
-    stored, given = ([*detail.split(), "?", "?"])[:2]
-    return ConfigError(
-        "seen_filter",
-        f"this queue's seen-set was built as {stored} and these settings make {given}: every "
-        "client of a queue must agree on seen_filter, recrawl_after and, for a Bloom filter, "
-        "seen_capacity and seen_error_rate (to change them, delete the queue's sq:{Q}:seen* "
-        "keys and the 'seen' field of sq:{Q}:meta)",
-    )
-
-
-#: The limit an adaptive domain starts at (within the bounds): the fixed default before
-#: adaptive limits existed.
-AUTO_START = 2
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptConfig:
-    """The settings scripts need, in script units (ms, counts).
-
-    Built from :class:`scrapeq.engine.settings.Settings` by :meth:`from_settings`; sent as
-    ``ARGV[2]`` with every call.
-    """
-
-    conc: int = 2
-    delay_ms: int = 0
-    lease_ms: int = 60_000
-    batch: int = 100
-    fails: int = 5
-    window: int = 20
-    rate: float = 0.5
-    min_calls: int = 10
-    cool_ms: int = 120_000
-    cool_max_ms: int = 3_600_000
-    max_trips: int = 8
-    g_share: float = 0.5
-    g_min: int = 5
-    g_window_ms: int = 60_000
-    max_throttles: int = 20
-    max_releases: int = 20
-    backoff_base_ms: int = 15_000
-    backoff_cap_ms: int = 3_600_000
-    #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
-    #: arrive well within the client's socket timeout.
-    claim_bytes: int = 8 * 1024 * 1024
-    #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
-    keep_done_ms: int = 0
-    #: Jobs a domain may have enqueued before follow-ups to it are skipped (None: no cap).
-    max_pages: int | None = None
-    #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
-    #: exact, the bucket count to record when the queue has none (seen_capacity's);
-    #: bloom, its size and its chunks' in bits.
-    seen_layout: str = "exact"
-    seen_slice_ms: int = 0
-    seen_buckets: int = DEFAULT_SEEN_BUCKETS
-    seen_bits: int = 0
-    seen_chunk_bits: int = 0
-    #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
-    #: housekeeping; 0: never.
-    domain_ttl_ms: int = 0
-    #: domain_concurrency = auto: adaptive limits (``conc`` is then the starting limit),
-    #: within conc_min and conc_max (includes/adaptive.lua).
-    auto: bool = False
-    conc_min: int = 1
-    conc_max: int = 32
-    #: auto: the limit a domain with no learned limit starts at when its head job is urgent
-    #: (includes/domain.lua: is_urgent, urgent_start).
-    urgent_conc: int = 16
-    #: The most urgent lane's offset (ms): a ready job of priority <= now + urgent_ms is
-    #: urgent (its enqueue wakes idle workers); None with a single lane.
-    urgent_ms: int | None = None
-    #: host | domain | ip: with ip, enqueue files a host under its learned group.
-    politeness: str = "host"
-    #: The exit pool (engine/exits.py: ExitPool.wire): ``[[id, tier index], ...]``; empty: no
-    #: pool, jobs carry no exit (includes/exits.lua).
-    exits: tuple[tuple[str, int], ...] = ()
-    #: A banned (exit, domain) pair's first rest and its cap; a dead exit's first cooldown
-    #: and its cap; how long a domain stays up a tier before it tries the cheaper one.
-    ex_ban_ms: int = 300_000
-    ex_ban_max_ms: int = 21_600_000
-    ex_cool_ms: int = 60_000
-    ex_cool_max_ms: int = 3_600_000
-    ex_quiet_ms: int = 900_000
-    #: session = sticky: one exit and one cookie jar per domain (includes/exits.lua).
-    sticky: bool = False
-    #: revisit = on: a done job's URL comes back by itself (includes/revisit.lua), within a
-    #: budget of rv_budget revisits per domain-hour, every rv_min_ms to rv_max_ms.
-    rv: bool = False
-    rv_budget: float = 360.0
-    rv_min_ms: int = 60_000
-    rv_max_ms: int = 30 * 86_400_000
-    #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
-    #: cap).
-    max_bytes: int | None = None
-
-    @classmethod
-    def from_settings(cls, s: Any) -> ScriptConfig:
-        """Convert a Settings object (seconds) to script units (milliseconds)."""
-        seen = SeenLayout.from_settings(s)
-        auto = s.domain_concurrency == "auto"
-        conc_min, conc_max = s.domain_concurrency_min, s.domain_concurrency_max
-        return cls(
-            conc=min(max(AUTO_START, conc_min), conc_max) if auto else s.domain_concurrency,
-            delay_ms=_ms(s.domain_delay),
-            lease_ms=_ms(s.lease),
-            fails=s.breaker_failures,
-            window=s.breaker_window,
-            rate=s.breaker_rate,
-            min_calls=s.breaker_min_calls,
-            cool_ms=_ms(s.breaker_cooldown),
-            cool_max_ms=_ms(s.breaker_cooldown_max),
-            max_trips=s.breaker_max_trips,
-            g_share=s.global_trip_share,
-            g_min=s.global_trip_min,
-            g_window_ms=_ms(s.global_trip_window),
-            max_throttles=s.max_throttles,
-            max_releases=s.max_releases,
-            backoff_base_ms=_ms(s.backoff_base),
-            backoff_cap_ms=_ms(s.backoff_cap),
-            keep_done_ms=_ms(s.keep_done),
-            max_pages=s.max_pages,
-            seen_layout=seen.stamp,
-            seen_slice_ms=seen.slice_ms,
-            seen_buckets=seen.buckets,
-            seen_bits=seen.bits,
-            seen_chunk_bits=seen.chunk_bits,
-            domain_ttl_ms=_ms(s.domain_ttl),
-            auto=auto,
-            conc_min=conc_min,
-            conc_max=conc_max,
-            urgent_conc=s.domain_concurrency_urgent,
-            urgent_ms=s.lanes.lanes[0].offset_ms if len(s.lanes.lanes) > 1 else None,
-            politeness=s.politeness,
-            exits=tuple((i, t) for i, t in ExitPool.from_settings(s).wire()),
-            ex_ban_ms=_ms(s.proxy_ban_cooldown),
-            ex_ban_max_ms=_ms(s.proxy_ban_cooldown_max),
-            ex_cool_ms=_ms(s.proxy_cooldown),
-            ex_cool_max_ms=_ms(s.proxy_cooldown_max),
-            ex_quiet_ms=_ms(s.proxy_tier_quiet),
-            sticky=s.session == "sticky",
-            rv=s.revisit == "on",
-            rv_budget=_revisit_budget(s),
-            rv_min_ms=_ms(s.revisit_min_interval),
-            rv_max_ms=max(_ms(s.revisit_max_interval), _ms(s.revisit_min_interval)),
-            max_bytes=s.max_bytes,
-        )
-
-    def to_json(self) -> str:
-        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__})
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-def _revisit_budget(s: Any) -> float:
-    """Revisits per domain-hour: ``revisit_budget``, else half of what the politeness delay
-    allows (``domain_delay``), else 360 (one every 10 s)."""
-    budget: float | None = s.revisit_budget
-    if budget is not None:
-        return float(budget)
-    delay: float = s.domain_delay
-    return min(1800.0 / delay, 360.0) if delay > 0 else 360.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,79 +143,6 @@ def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
 # --- wrappers, one per script ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueSpec:
-    """One job to enqueue, already validated (see ``Queue.prepare``).
-
-    Attributes:
-        unique: ``pending`` or ``seen`` (None: no de-duplication asked).
-        fingerprint: the URL's :func:`~scrapeq.engine.urls.fingerprint`; set for unique jobs, and
-            for the others once the queue has had a unique enqueue (they take it when free).
-        seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
-        request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
-        weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
-            default (0.5 its default: weight 1).
-        lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
-            visit makes it due now (the seen-set and a pending revisit do not hold it back).
-    """
-
-    url: str
-    domain: str
-    lane: str
-    off_ms: int
-    delay_ms: int
-    max_attempts: int
-    payload_json: str | None = None
-    expires_ms: int | None = None
-    fingerprint: str | None = None
-    unique: str | None = None
-    seen: dict[str, Any] | None = None
-    depth: int = 0
-    parent: str | None = None
-    request_json: str | None = None
-    parent_url: str | None = None
-    weight: float | None = None
-    lastmod: int | None = None
-
-    def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
-        """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
-        from a seed."""
-        return dataclasses.replace(self, parent=parent, depth=depth, parent_url=parent_url)
-
-    def as_arg(self) -> dict[str, Any]:
-        arg: dict[str, Any] = {
-            "url": self.url,
-            "domain": self.domain,
-            "lane": self.lane,
-            "off": self.off_ms,
-            "delay": self.delay_ms,
-            "max_attempts": self.max_attempts,
-        }
-        if self.payload_json is not None:
-            arg["payload"] = self.payload_json
-        if self.expires_ms is not None:
-            arg["expires"] = self.expires_ms
-        if self.fingerprint is not None:
-            arg["fp"] = self.fingerprint
-        if self.unique is not None:
-            arg["unique"] = self.unique
-        if self.seen is not None:
-            arg["seen"] = self.seen
-        if self.depth:
-            arg["depth"] = self.depth
-        if self.parent is not None:
-            arg["parent"] = self.parent
-        if self.request_json is not None:
-            arg["request"] = self.request_json
-        if self.parent_url is not None:
-            arg["parent_url"] = self.parent_url
-        if self.weight is not None:
-            arg["weight"] = self.weight
-        if self.lastmod is not None:
-            arg["lastmod"] = self.lastmod
-        return arg
-
-
 def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[list[str], bool]]:
     """Add jobs; answers (per job ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or ``"dead:<id>"``,
     whether the queue has had a unique enqueue: then every job should carry its fingerprint).
@@ -505,133 +164,6 @@ def claim(n: int) -> Call[tuple[int, list[str]]]:
         return int(raw[0]), [str(j) for j in raw[1:]]
 
     return _call("claim", parse, n=n, seed=_seed())
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """How one claimed job ends its attempt, for :func:`settle`.
-
-    Attributes:
-        job_id, token: the job and the lease token its claim returned.
-        outcome: ``done``, ``retry``, ``throttle``, ``fail`` or ``release``.
-        domain_failed: breaker input: True a failure, False a success, None no information.
-        delay_ms: wait before the job is eligible again (retry, throttle, release).
-        backoff: no delay given (a retry, a release but a shutdown's): the settle script draws
-            the full-jitter backoff (``includes/jobs.lua``, ``backoff_ms``) and answers it
-            (:attr:`Settled.delay_ms`); ``delay_ms`` is then unused.
-        retry_after_ms: park the whole domain this long (Retry-After).
-        kind, message: the error recorded in the job's history.
-        reason: the dead-letter reason for ``fail``.
-        shutdown: a ``release`` because the worker is stopping: the job's release budget
-            is not spent and nothing is recorded.
-        follow: follow-ups of a ``done`` job, enqueued by the same script call that settles
-            it (nothing is enqueued when the token no longer owns the job).
-        latency_ms: how long the fetch took, when the site answered or failed by itself: an
-            adaptive domain learns its limit from it (``includes/adaptive.lua``).
-        overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
-        exit_result: with a job claimed through an exit (``Job.exit``), what became of the
-            attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
-            ``error``; None when no request was made (includes/exits.lua).
-        bytes_in: bytes downloaded, counted per exit and per tier (and per domain with
-            ``max_bytes``).
-        not_modified, changed, signature, etag, last_modified: with ``done`` and revisit on,
-            what the fetch saw of the content (includes/revisit.lua decides from them): a 304,
-            the handler's "unchanged", the body's 64-bit signature (16 hex digits), the
-            answer's validators (at most 100 bytes each; longer ones are not sent).
-        jar: with ``session = sticky``, the domain's cookie jar after this attempt (text, at
-            most 16 KiB), kept when the job's exit is still the domain's session exit.
-        final: with ``done``, the spec of the URL the fetch ended at after redirects (its
-            seen-set argument): it joins the seen-set in this call when the queue has one,
-            so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
-    """
-
-    job_id: str
-    token: int
-    outcome: str
-    domain_failed: bool | None = None
-    delay_ms: int = 0
-    backoff: bool = False
-    retry_after_ms: int = 0
-    kind: str | None = None
-    message: str | None = None
-    reason: str | None = None
-    shutdown: bool = False
-    follow: tuple[EnqueueSpec, ...] = ()
-    latency_ms: int | None = None
-    overload: bool = False
-    final: EnqueueSpec | None = None
-    exit_result: str | None = None
-    bytes_in: int | None = None
-    jar: str | None = None
-    not_modified: bool = False
-    changed: bool | None = None
-    signature: str | None = None
-    etag: str | None = None
-    last_modified: str | None = None
-
-    def as_arg(self) -> dict[str, Any]:
-        """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
-        at its default left out."""
-        fields: dict[str, Any] = {
-            "job_id": self.job_id,
-            "token": self.token,
-            "outcome": self.outcome,
-            "domain_failed": self.domain_failed,
-            "delay_ms": self.delay_ms or None,
-            "backoff": self.backoff or None,
-            "retry_after_ms": self.retry_after_ms or None,
-            "kind": self.kind,
-            "message": self.message,
-            "reason": self.reason,
-            "shutdown": self.shutdown or None,
-            "follow": [spec.as_arg() for spec in self.follow] or None,
-            "final": self.final.seen if self.final is not None else None,
-            "latency_ms": self.latency_ms,
-            "overload": (self.overload and self.latency_ms is not None) or None,
-            "exit_result": self.exit_result,
-            "bytes_in": self.bytes_in,
-            "jar": self.jar,
-            "not_modified": self.not_modified or None,
-            "changed": self.changed,
-            "signature": self.signature,
-            "etag": self.etag,
-            "last_modified": self.last_modified,
-        }
-        return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
-
-
-class Settled(str):
-    """A settle answer: the status itself (``done``, ``retried``, ``throttled``,
-    ``released``, ``dead`` or ``stale``, this string), with what the settle script decided
-    beside it: ``reason``, the dead-letter reason of a ``dead`` job (``max_attempts``,
-    ``max_throttles``, ``max_releases``, or a fail's reason), and ``delay_ms``, the backoff it
-    drew for a :attr:`Settlement.backoff` item that was retried or released (else None)."""
-
-    reason: str | None
-    delay_ms: int | None
-
-    def __new__(
-        cls, status: str, reason: str | None = None, delay_ms: int | None = None
-    ) -> Settled:
-        answer = super().__new__(cls, status)
-        answer.reason = reason
-        answer.delay_ms = delay_ms
-        return answer
-
-    @classmethod
-    def parse(cls, raw: Any) -> Settled:
-        """settle-1.lua's answer for one item: ``status``, ``dead:<reason>`` or
-        ``<status>:<delay ms>``."""
-        status, _, detail = str(raw).partition(":")
-        if not detail:
-            return cls(status)
-        if status == "dead":
-            return cls(status, reason=detail)
-        return cls(status, delay_ms=int(detail))
-
-
-def _settled_list(raw: list[Any]) -> list[Settled]:
-    return [Settled.parse(x) for x in raw]
 
 
 def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[Settled]]:

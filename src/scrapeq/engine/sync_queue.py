@@ -10,7 +10,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from scrapeq.engine import scripts
+from scrapeq.engine import exit_ops, scripts
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.connection import (
     SyncClient,
@@ -233,11 +233,11 @@ class Queue(_QueueBase):
     def exits_info(self) -> list[dict[str, Any]]:
         """Each exit of the pool (``proxy``, ``proxy_file``): state, tier, requests, bans,
         success rate, latency, bytes (passwords redacted)."""
-        return self._drive(self._route._op_exits_info())
+        return self._drive(exit_ops.op_exits_info(self._route))
 
     def domain_exits(self, domain: str) -> dict[str, Any]:
         """A domain's tier, its benched exits and its requests and bytes per tier."""
-        return self._drive(self._route._op_domain_exits(domain))
+        return self._drive(exit_ops.op_domain_exits(self._route, domain))
 
     def domains_info(self, domains: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Full per-domain figures (breaker state, politeness, counts)."""

@@ -1,0 +1,33 @@
+"""The exit pool's reads over a queue's partitions (engine/exits.py shapes them): each exit's
+state summed over the partitions, and one domain's exit state on its partition."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapeq.engine.exits import ExitPool, shape_domain_exits, shape_exits
+from scrapeq.engine.scripts import Op
+
+if TYPE_CHECKING:
+    from scrapeq.engine.partitions import PartitionRouter
+
+__all__ = ["op_domain_exits", "op_exits_info"]
+
+
+def op_exits_info(route: PartitionRouter) -> Op[list[dict[str, Any]]]:
+    """Each exit of the pool with its state and counts (``Queue.exits_info``)."""
+    core = route.core
+    pool = ExitPool.from_settings(core.settings)
+    ids = [e.id for e in pool.exits]
+    raws = yield from route._on_all(lambda: core._op_exits_raw(ids))
+    now_ms = yield from core._op_now_ms()
+    return shape_exits(pool, raws, now_ms)
+
+
+def op_domain_exits(route: PartitionRouter, domain: str) -> Op[dict[str, Any]]:
+    """A domain's tier, benched exits and use per tier (``Queue.domain_exits``)."""
+    core = route.core
+    pool = ExitPool.from_settings(core.settings)
+    raw = yield from route._on(core._op_domain_exits_raw(domain), route._part(domain))
+    now_ms = yield from core._op_now_ms()
+    return shape_domain_exits(pool, raw, now_ms)

@@ -1,0 +1,211 @@
+"""The arguments of the enqueue and settle calls: :class:`EnqueueSpec` (a job to enqueue)
+and :class:`Settlement` (how a claimed job ends its attempt), and :class:`Settled`, a
+settle's answer. Split from :mod:`.scripts`, which re-exports them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from scrapeq.engine.wire import SETTLE_ITEM
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSpec:
+    """One job to enqueue, already validated (see ``Queue.prepare``).
+
+    Attributes:
+        unique: ``pending`` or ``seen`` (None: no de-duplication asked).
+        fingerprint: the URL's :func:`~scrapeq.engine.urls.fingerprint`; set for unique jobs, and
+            for the others once the queue has had a unique enqueue (they take it when free).
+        seen: the seen-set argument (``SeenLayout.arg``) when ``unique`` is ``seen``.
+        request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
+        weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
+            default (0.5 its default: weight 1).
+        lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
+            visit makes it due now (the seen-set and a pending revisit do not hold it back).
+    """
+
+    url: str
+    domain: str
+    lane: str
+    off_ms: int
+    delay_ms: int
+    max_attempts: int
+    payload_json: str | None = None
+    expires_ms: int | None = None
+    fingerprint: str | None = None
+    unique: str | None = None
+    seen: dict[str, Any] | None = None
+    depth: int = 0
+    parent: str | None = None
+    request_json: str | None = None
+    parent_url: str | None = None
+    weight: float | None = None
+    lastmod: int | None = None
+
+    def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
+        """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
+        from a seed."""
+        return dataclasses.replace(self, parent=parent, depth=depth, parent_url=parent_url)
+
+    def as_arg(self) -> dict[str, Any]:
+        arg: dict[str, Any] = {
+            "url": self.url,
+            "domain": self.domain,
+            "lane": self.lane,
+            "off": self.off_ms,
+            "delay": self.delay_ms,
+            "max_attempts": self.max_attempts,
+        }
+        if self.payload_json is not None:
+            arg["payload"] = self.payload_json
+        if self.expires_ms is not None:
+            arg["expires"] = self.expires_ms
+        if self.fingerprint is not None:
+            arg["fp"] = self.fingerprint
+        if self.unique is not None:
+            arg["unique"] = self.unique
+        if self.seen is not None:
+            arg["seen"] = self.seen
+        if self.depth:
+            arg["depth"] = self.depth
+        if self.parent is not None:
+            arg["parent"] = self.parent
+        if self.request_json is not None:
+            arg["request"] = self.request_json
+        if self.parent_url is not None:
+            arg["parent_url"] = self.parent_url
+        if self.weight is not None:
+            arg["weight"] = self.weight
+        if self.lastmod is not None:
+            arg["lastmod"] = self.lastmod
+        return arg
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one claimed job ends its attempt, for :func:`settle`.
+
+    Attributes:
+        job_id, token: the job and the lease token its claim returned.
+        outcome: ``done``, ``retry``, ``throttle``, ``fail`` or ``release``.
+        domain_failed: breaker input: True a failure, False a success, None no information.
+        delay_ms: wait before the job is eligible again (retry, throttle, release).
+        backoff: no delay given (a retry, a release but a shutdown's): the settle script draws
+            the full-jitter backoff (``includes/jobs.lua``, ``backoff_ms``) and answers it
+            (:attr:`Settled.delay_ms`); ``delay_ms`` is then unused.
+        retry_after_ms: park the whole domain this long (Retry-After).
+        kind, message: the error recorded in the job's history.
+        reason: the dead-letter reason for ``fail``.
+        shutdown: a ``release`` because the worker is stopping: the job's release budget
+            is not spent and nothing is recorded.
+        follow: follow-ups of a ``done`` job, enqueued by the same script call that settles
+            it (nothing is enqueued when the token no longer owns the job).
+        latency_ms: how long the fetch took, when the site answered or failed by itself: an
+            adaptive domain learns its limit from it (``includes/adaptive.lua``).
+        overload: the site signalled overload (429, 503, a timeout, a reset); with latency_ms.
+        exit_result: with a job claimed through an exit (``Job.exit``), what became of the
+            attempt there: ``ok``, ``ban``, ``down`` (the exit failed itself), ``timeout``,
+            ``error``; None when no request was made (includes/exits.lua).
+        bytes_in: bytes downloaded, counted per exit and per tier (and per domain with
+            ``max_bytes``).
+        not_modified, changed, signature, etag, last_modified: with ``done`` and revisit on,
+            what the fetch saw of the content (includes/revisit.lua decides from them): a 304,
+            the handler's "unchanged", the body's 64-bit signature (16 hex digits), the
+            answer's validators (at most 100 bytes each; longer ones are not sent).
+        jar: with ``session = sticky``, the domain's cookie jar after this attempt (text, at
+            most 16 KiB), kept when the job's exit is still the domain's session exit.
+        final: with ``done``, the spec of the URL the fetch ended at after redirects (its
+            seen-set argument): it joins the seen-set in this call when the queue has one,
+            so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
+    """
+
+    job_id: str
+    token: int
+    outcome: str
+    domain_failed: bool | None = None
+    delay_ms: int = 0
+    backoff: bool = False
+    retry_after_ms: int = 0
+    kind: str | None = None
+    message: str | None = None
+    reason: str | None = None
+    shutdown: bool = False
+    follow: tuple[EnqueueSpec, ...] = ()
+    latency_ms: int | None = None
+    overload: bool = False
+    final: EnqueueSpec | None = None
+    exit_result: str | None = None
+    bytes_in: int | None = None
+    jar: str | None = None
+    not_modified: bool = False
+    changed: bool | None = None
+    signature: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def as_arg(self) -> dict[str, Any]:
+        """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
+        at its default left out."""
+        fields: dict[str, Any] = {
+            "job_id": self.job_id,
+            "token": self.token,
+            "outcome": self.outcome,
+            "domain_failed": self.domain_failed,
+            "delay_ms": self.delay_ms or None,
+            "backoff": self.backoff or None,
+            "retry_after_ms": self.retry_after_ms or None,
+            "kind": self.kind,
+            "message": self.message,
+            "reason": self.reason,
+            "shutdown": self.shutdown or None,
+            "follow": [spec.as_arg() for spec in self.follow] or None,
+            "final": self.final.seen if self.final is not None else None,
+            "latency_ms": self.latency_ms,
+            "overload": (self.overload and self.latency_ms is not None) or None,
+            "exit_result": self.exit_result,
+            "bytes_in": self.bytes_in,
+            "jar": self.jar,
+            "not_modified": self.not_modified or None,
+            "changed": self.changed,
+            "signature": self.signature,
+            "etag": self.etag,
+            "last_modified": self.last_modified,
+        }
+        return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
+
+
+class Settled(str):
+    """A settle answer: the status itself (``done``, ``retried``, ``throttled``,
+    ``released``, ``dead`` or ``stale``, this string), with what the settle script decided
+    beside it: ``reason``, the dead-letter reason of a ``dead`` job (``max_attempts``,
+    ``max_throttles``, ``max_releases``, or a fail's reason), and ``delay_ms``, the backoff it
+    drew for a :attr:`Settlement.backoff` item that was retried or released (else None)."""
+
+    reason: str | None
+    delay_ms: int | None
+
+    def __new__(
+        cls, status: str, reason: str | None = None, delay_ms: int | None = None
+    ) -> Settled:
+        answer = super().__new__(cls, status)
+        answer.reason = reason
+        answer.delay_ms = delay_ms
+        return answer
+
+    @classmethod
+    def parse(cls, raw: Any) -> Settled:
+        """settle-1.lua's answer for one item: ``status``, ``dead:<reason>`` or
+        ``<status>:<delay ms>``."""
+        status, _, detail = str(raw).partition(":")
+        if not detail:
+            return cls(status)
+        if status == "dead":
+            return cls(status, reason=detail)
+        return cls(status, delay_ms=int(detail))
+
+
+def _settled_list(raw: list[Any]) -> list[Settled]:
+    return [Settled.parse(x) for x in raw]

@@ -1,0 +1,164 @@
+""":class:`ScriptConfig`: the settings the scripts need, in script units (ms, counts), sent
+as ``ARGV[2]`` with every call. Split from :mod:`.scripts`, which re-exports it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from scrapeq.engine.exits import ExitPool
+from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
+
+#: The limit an adaptive domain starts at (within the bounds): the fixed default before
+#: adaptive limits existed.
+AUTO_START = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptConfig:
+    """The settings scripts need, in script units (ms, counts).
+
+    Built from :class:`scrapeq.engine.settings.Settings` by :meth:`from_settings`; sent as
+    ``ARGV[2]`` with every call.
+    """
+
+    conc: int = 2
+    delay_ms: int = 0
+    lease_ms: int = 60_000
+    batch: int = 100
+    fails: int = 5
+    window: int = 20
+    rate: float = 0.5
+    min_calls: int = 10
+    cool_ms: int = 120_000
+    cool_max_ms: int = 3_600_000
+    max_trips: int = 8
+    g_share: float = 0.5
+    g_min: int = 5
+    g_window_ms: int = 60_000
+    max_throttles: int = 20
+    max_releases: int = 20
+    backoff_base_ms: int = 15_000
+    backoff_cap_ms: int = 3_600_000
+    #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
+    #: arrive well within the client's socket timeout.
+    claim_bytes: int = 8 * 1024 * 1024
+    #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
+    keep_done_ms: int = 0
+    #: Jobs a domain may have enqueued before follow-ups to it are skipped (None: no cap).
+    max_pages: int | None = None
+    #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
+    #: exact, the bucket count to record when the queue has none (seen_capacity's);
+    #: bloom, its size and its chunks' in bits.
+    seen_layout: str = "exact"
+    seen_slice_ms: int = 0
+    seen_buckets: int = DEFAULT_SEEN_BUCKETS
+    seen_bits: int = 0
+    seen_chunk_bits: int = 0
+    #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
+    #: housekeeping; 0: never.
+    domain_ttl_ms: int = 0
+    #: domain_concurrency = auto: adaptive limits (``conc`` is then the starting limit),
+    #: within conc_min and conc_max (includes/adaptive.lua).
+    auto: bool = False
+    conc_min: int = 1
+    conc_max: int = 32
+    #: auto: the limit a domain with no learned limit starts at when its head job is urgent
+    #: (includes/domain.lua: is_urgent, urgent_start).
+    urgent_conc: int = 16
+    #: The most urgent lane's offset (ms): a ready job of priority <= now + urgent_ms is
+    #: urgent (its enqueue wakes idle workers); None with a single lane.
+    urgent_ms: int | None = None
+    #: host | domain | ip: with ip, enqueue files a host under its learned group.
+    politeness: str = "host"
+    #: The exit pool (engine/exits.py: ExitPool.wire): ``[[id, tier index], ...]``; empty: no
+    #: pool, jobs carry no exit (includes/exits.lua).
+    exits: tuple[tuple[str, int], ...] = ()
+    #: A banned (exit, domain) pair's first rest and its cap; a dead exit's first cooldown
+    #: and its cap; how long a domain stays up a tier before it tries the cheaper one.
+    ex_ban_ms: int = 300_000
+    ex_ban_max_ms: int = 21_600_000
+    ex_cool_ms: int = 60_000
+    ex_cool_max_ms: int = 3_600_000
+    ex_quiet_ms: int = 900_000
+    #: session = sticky: one exit and one cookie jar per domain (includes/exits.lua).
+    sticky: bool = False
+    #: revisit = on: a done job's URL comes back by itself (includes/revisit.lua), within a
+    #: budget of rv_budget revisits per domain-hour, every rv_min_ms to rv_max_ms.
+    rv: bool = False
+    rv_budget: float = 360.0
+    rv_min_ms: int = 60_000
+    rv_max_ms: int = 30 * 86_400_000
+    #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
+    #: cap).
+    max_bytes: int | None = None
+
+    @classmethod
+    def from_settings(cls, s: Any) -> ScriptConfig:
+        """Convert a Settings object (seconds) to script units (milliseconds)."""
+        seen = SeenLayout.from_settings(s)
+        auto = s.domain_concurrency == "auto"
+        conc_min, conc_max = s.domain_concurrency_min, s.domain_concurrency_max
+        return cls(
+            conc=min(max(AUTO_START, conc_min), conc_max) if auto else s.domain_concurrency,
+            delay_ms=_ms(s.domain_delay),
+            lease_ms=_ms(s.lease),
+            fails=s.breaker_failures,
+            window=s.breaker_window,
+            rate=s.breaker_rate,
+            min_calls=s.breaker_min_calls,
+            cool_ms=_ms(s.breaker_cooldown),
+            cool_max_ms=_ms(s.breaker_cooldown_max),
+            max_trips=s.breaker_max_trips,
+            g_share=s.global_trip_share,
+            g_min=s.global_trip_min,
+            g_window_ms=_ms(s.global_trip_window),
+            max_throttles=s.max_throttles,
+            max_releases=s.max_releases,
+            backoff_base_ms=_ms(s.backoff_base),
+            backoff_cap_ms=_ms(s.backoff_cap),
+            keep_done_ms=_ms(s.keep_done),
+            max_pages=s.max_pages,
+            seen_layout=seen.stamp,
+            seen_slice_ms=seen.slice_ms,
+            seen_buckets=seen.buckets,
+            seen_bits=seen.bits,
+            seen_chunk_bits=seen.chunk_bits,
+            domain_ttl_ms=_ms(s.domain_ttl),
+            auto=auto,
+            conc_min=conc_min,
+            conc_max=conc_max,
+            urgent_conc=s.domain_concurrency_urgent,
+            urgent_ms=s.lanes.lanes[0].offset_ms if len(s.lanes.lanes) > 1 else None,
+            politeness=s.politeness,
+            exits=tuple((i, t) for i, t in ExitPool.from_settings(s).wire()),
+            ex_ban_ms=_ms(s.proxy_ban_cooldown),
+            ex_ban_max_ms=_ms(s.proxy_ban_cooldown_max),
+            ex_cool_ms=_ms(s.proxy_cooldown),
+            ex_cool_max_ms=_ms(s.proxy_cooldown_max),
+            ex_quiet_ms=_ms(s.proxy_tier_quiet),
+            sticky=s.session == "sticky",
+            rv=s.revisit == "on",
+            rv_budget=_revisit_budget(s),
+            rv_min_ms=_ms(s.revisit_min_interval),
+            rv_max_ms=max(_ms(s.revisit_max_interval), _ms(s.revisit_min_interval)),
+            max_bytes=s.max_bytes,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__})
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _revisit_budget(s: Any) -> float:
+    """Revisits per domain-hour: ``revisit_budget``, else half of what the politeness delay
+    allows (``domain_delay``), else 360 (one every 10 s)."""
+    budget: float | None = s.revisit_budget
+    if budget is not None:
+        return float(budget)
+    delay: float = s.domain_delay
+    return min(1800.0 / delay, 360.0) if delay > 0 else 360.0
