@@ -349,3 +349,38 @@ def test_pool_entries_parse_and_secrets_never_show() -> None:
     a = ExitPool.from_settings(Settings(proxy=("http://u:a@h:1",))).exits[0].id
     b = ExitPool.from_settings(Settings(proxy=("http://u:b@h:1",))).exits[0].id
     assert a != b
+
+
+def test_counts_of_one_settle_batch_add_up(
+    make: Callable[..., Queue], redis_client: redis.Redis
+) -> None:
+    """A batch's counters are added up per field and written once (EX.flush_counts): the
+    totals are those of the attempts, one by one."""
+    q = make(proxy=RES)
+    q.enqueue_many([f"https://a.example/{i}" for i in range(6)])
+    jobs = claim(q, 6)
+    assert len(jobs) == 6
+    items = [dataclasses.replace(q.done(j), exit_result="ok", bytes_in=100 + i)
+             for i, j in enumerate(jobs)]  # fmt: skip
+    items[0] = dataclasses.replace(items[0], latency_ms=40)
+    items[1] = dataclasses.replace(items[1], latency_ms=60)
+    q.settle_many(items)
+    res = ids(q, "residential")[0]
+    h = exit_hash(redis_client, q, res)
+    assert (h["req"], h["ok"], h["bytes"], h["lat"]) == ("6", "6", str(600 + 15), "100")
+    f = dexit(redis_client, q, "a.example")
+    assert (f["r:0"], f["y:0"]) == ("6", str(600 + 15))
+
+
+def test_the_pool_is_read_once_per_queue(make: Callable[..., Queue], tmp_path: Any) -> None:
+    """The listings show the exits the scripts hand out: a proxy_file edited after the queue
+    opened changes neither (a new process reads the new file)."""
+    path = tmp_path / "pool.txt"
+    path.write_text("\n".join(DC[:2]) + "\n")
+    q = make(proxy=[], proxy_file=str(path))
+    before = [e["id"] for e in q.exits_info()]
+    path.write_text(RES[0] + "\n")
+    assert [e["id"] for e in q.exits_info()] == before
+    q.enqueue("https://a.example/1")
+    (job,) = claim(q)
+    assert job.exit in before

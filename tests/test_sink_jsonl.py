@@ -9,6 +9,8 @@ root, mounts a tiny tmpfs, fills it, and runs two worker processes over it.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import os
 import subprocess
@@ -24,6 +26,7 @@ import scrapeq
 from proc_helpers import communicate, reap
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
+from scrapeq.runtime.sinks.csvfile import CSV_FIELDS, csv_line
 from sites import ok, sites
 
 #: The ``scrapeq`` package under test, for the child processes' import path.
@@ -36,13 +39,15 @@ JOBS = 120
 #: Prints the ids whose write returned (the records the sink kept).
 _CHILD = """
 import asyncio, json, resource, sys
-from scrapeq.runtime.sinks import JsonlSink
+from scrapeq.runtime.sinks import CsvSink, JsonlSink
 
 path, limit, start, free, total = sys.argv[1], *map(int, sys.argv[2:6])
 hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
 
 async def main() -> None:
-    sink = JsonlSink(path)
+    sink = CsvSink(path) if path.endswith(".csv") else JsonlSink(path)
+    if path.endswith(".csv"):
+        await sink.open()
     kept = []
     for i in range(total):
         if i == start:
@@ -50,7 +55,7 @@ async def main() -> None:
         if i == free:
             resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
         try:
-            await sink.write({"id": i, "pad": "x" * 100})
+            await sink.write({"id": i, "url": "x" * 100})
         except OSError:
             continue
         kept.append(i)
@@ -86,6 +91,26 @@ def test_a_write_past_the_size_limit_leaves_nothing_behind(tmp_path: Path) -> No
     assert kept == [0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14], "8 fit, 4 fail, the disk is freed"
     ids = [row["id"] for row in lines(out)]
     assert ids == kept, "exactly the records whose write returned, each once"
+
+
+def test_a_csv_write_past_the_size_limit_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The CSV sink appends as the JSONL one (sinks/_lines.py): a line cut short by a full
+    disk is cut back, and the file stays readable CSV."""
+    out = tmp_path / "res.csv"
+    header = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
+    line = csv_line({"id": 0, "url": "x" * 100})
+    limit = len(header) + 8 * len(line) + len(line) // 2  # 8 fit, the 9th is cut short
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(out), str(limit), "0", "12", "15"],
+        env=child_env(), capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    kept = json.loads(proc.stdout)
+    assert kept == [0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14], "8 fit, 4 fail, the disk is freed"
+    text = out.read_text(encoding="utf-8")
+    assert text.endswith("\n"), f"the file ends in a partial line: {text[-80:]!r}"
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [int(r["id"]) for r in rows] == kept, "exactly the records whose write returned"
 
 
 async def test_dev_full_fails_each_write_and_close_does_not_raise() -> None:

@@ -119,7 +119,9 @@ class Retry(HandlerSignal):
 
     Raises:
         ConfigError: (a :class:`ValueError`) ``delay`` is not a finite number ``>= 0``
-            (``inf``, ``nan``, negative, not a number): such a retry could never be scheduled.
+            (``inf``, ``nan``, negative, not a number) or is over 100 years
+            (:data:`scrapeq.engine.limits.MAX_DURATION_S`): such a retry could never be
+            scheduled.
     """
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
@@ -127,6 +129,13 @@ class Retry(HandlerSignal):
             raise ConfigError(
                 "delay", f"Retry delay must be a finite number of seconds >= 0, got {delay!r}"
             )
+        if delay is not None:
+            # the bound's one home (imported here: limits imports this module)
+            from scrapeq.engine.limits import duration_error
+
+            why = duration_error(delay)
+            if why is not None:
+                raise ConfigError("delay", f"Retry delay {why}")
         self.delay = delay
         self.reason = reason
         super().__init__(reason)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from scrapeq.engine import scripts
 from scrapeq.engine.audit import AuditReport, audit_op
+from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.limits import check_count
@@ -104,7 +105,10 @@ class _QueueCore(SettlementBuilders):
             self.settings = self.settings.replace(queue=name)
         self.name = self.settings.queue
         self.keys = Keys(self.name)
-        self._config_json = ScriptConfig.from_settings(self.settings).to_json()
+        #: The exit pool (``proxy``, ``proxy_file``), read once: the scripts' config, the
+        #: pool's listings and this process's fetcher all see the same exits.
+        self.exit_pool = ExitPool.from_settings(self.settings)
+        self._config_json = ScriptConfig.from_settings(self.settings, self.exit_pool).to_json()
         self._seen = SeenLayout.from_settings(self.settings)
         #: How URLs are compared for de-duplication (canonical_url's options).
         self._canonical = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scrapeq.engine.exits import ExitPool, shape_domain_exits, shape_exits
+from scrapeq.engine.exits import shape_domain_exits, shape_exits
 from scrapeq.engine.scripts import Op
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ __all__ = ["op_domain_exits", "op_exits_info"]
 def op_exits_info(route: PartitionRouter) -> Op[list[dict[str, Any]]]:
     """Each exit of the pool with its state and counts (``Queue.exits_info``)."""
     core = route.core
-    pool = ExitPool.from_settings(core.settings)
+    pool = core.exit_pool
     ids = [e.id for e in pool.exits]
     raws = yield from route._on_all(lambda: core._op_exits_raw(ids))
     now_ms = yield from core._op_now_ms()
@@ -27,7 +27,7 @@ def op_exits_info(route: PartitionRouter) -> Op[list[dict[str, Any]]]:
 def op_domain_exits(route: PartitionRouter, domain: str) -> Op[dict[str, Any]]:
     """A domain's tier, benched exits and use per tier (``Queue.domain_exits``)."""
     core = route.core
-    pool = ExitPool.from_settings(core.settings)
+    pool = core.exit_pool
     raw = yield from route._on(core._op_domain_exits_raw(domain), route._part(domain))
     now_ms = yield from core._op_now_ms()
     return shape_domain_exits(pool, raw, now_ms)

@@ -95,8 +95,11 @@ class ScriptConfig:
     max_bytes: int | None = None
 
     @classmethod
-    def from_settings(cls, s: Any) -> ScriptConfig:
-        """Convert a Settings object (seconds) to script units (milliseconds)."""
+    def from_settings(cls, s: Any, pool: ExitPool | None = None) -> ScriptConfig:
+        """Convert a Settings object (seconds) to script units (milliseconds); ``pool``: the
+        exit pool already read from ``s`` (else it is read now)."""
+        if pool is None:
+            pool = ExitPool.from_settings(s)
         seen = SeenLayout.from_settings(s)
         auto = s.domain_concurrency == "auto"
         conc_min, conc_max = s.domain_concurrency_min, s.domain_concurrency_max
@@ -132,7 +135,7 @@ class ScriptConfig:
             urgent_conc=s.domain_concurrency_urgent,
             urgent_ms=s.lanes.lanes[0].offset_ms if len(s.lanes.lanes) > 1 else None,
             politeness=s.politeness,
-            exits=tuple((i, t) for i, t in ExitPool.from_settings(s).wire()),
+            exits=tuple((i, t) for i, t in pool.wire()),
             ex_ban_ms=_ms(s.proxy_ban_cooldown),
             ex_ban_max_ms=_ms(s.proxy_ban_cooldown_max),
             ex_cool_ms=_ms(s.proxy_cooldown),

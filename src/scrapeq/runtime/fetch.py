@@ -167,16 +167,22 @@ class Fetcher:
         resolver: the DNS resolver (e.g. a :class:`StaticResolver`); default aiohttp's. The
             fetcher takes it over and closes it. With ``allow_private`` off it is wrapped in
             a :class:`GuardedResolver`, whatever it is.
+        pool: the exit pool (the queue's ``exit_pool``, so the fetcher knows the exits the
+            scripts hand out); default: read from ``settings`` now.
 
     Raises:
         ConfigError: a SOCKS proxy is configured (not supported).
     """
 
     def __init__(
-        self, settings: Settings, *, resolver: aiohttp.abc.AbstractResolver | None = None
+        self,
+        settings: Settings,
+        *,
+        resolver: aiohttp.abc.AbstractResolver | None = None,
+        pool: ExitPool | None = None,
     ) -> None:
         self.settings = settings
-        self.pool = ExitPool.from_settings(settings)
+        self.pool = ExitPool.from_settings(settings) if pool is None else pool
         self._proxy_hosts = _check_proxies(self.pool)
         self._exit_urls = {e.id: e.url for e in self.pool.exits}
         # a job claimed without an exit (by a client with no pool) rotates over the pool

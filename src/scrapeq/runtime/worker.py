@@ -350,7 +350,7 @@ class Worker(Shutdown, Leases, Attempts):
 
     def _open_resources(self) -> None:
         if self._fetcher is None:
-            self._fetcher = Fetcher(self.settings)
+            self._fetcher = Fetcher(self.settings, pool=self.queue.exit_pool)
         if self.settings.respect_robots:
             self._robots = Robots(
                 self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"

@@ -357,9 +357,10 @@ end
 local ok, out = pcall(settle_all)
 flush_items()
 enqueue_end()  -- the follow-ups of the items settled, even before an error
+flush_bumps()  -- and their counts
+EX.flush_counts()
 if not ok then
   error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end
-flush_bumps()
 for d in pairs(TOUCHED) do refile(d) end
 return out

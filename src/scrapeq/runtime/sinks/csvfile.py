@@ -6,10 +6,11 @@ import asyncio
 import csv
 import io
 import json
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from scrapeq.errors import ConfigError
+
+from ._lines import LineFile
 
 __all__ = ["CSV_FIELDS", "CsvSink"]
 
@@ -37,18 +38,14 @@ def csv_line(record: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-class CsvSink:
+class CsvSink(LineFile):
     """Append one CSV line per record to ``path``, under a header written when it is created.
 
-    Like the JSONL sink, each line is flushed to the operating system before ``write``
-    returns, and several processes may append to one file. An existing file must start with
-    the same header (:meth:`open` says so otherwise, before any job is claimed).
+    Lines are written as the JSONL sink's (sinks/_lines.py): whole or not at all, a write
+    that fails part-way (a full disk) cut back, several processes appending to one file
+    under ``flock``. An existing file must start with the same header (:meth:`open` says so
+    otherwise, before any job is claimed).
     """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._file: IO[str] | None = None
-        self._lock = asyncio.Lock()
 
     async def open(self) -> None:
         """Create the file with its header, or check the header of the one there."""
@@ -56,7 +53,7 @@ class CsvSink:
 
     def _prepare(self) -> None:
         header = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        super()._prepare()
         try:
             with open(self.path, "x", encoding="utf-8", newline="") as f:
                 f.write(header)
@@ -74,20 +71,5 @@ class CsvSink:
             with open(self.path, "a", encoding="utf-8", newline="") as f:
                 f.write(header)
 
-    def _append(self, line: str) -> None:
-        if self._file is None:
-            self._prepare()
-            self._file = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115
-        self._file.write(line)
-        self._file.flush()
-
     async def write(self, record: dict[str, Any]) -> None:
-        line = csv_line(record)
-        async with self._lock:
-            await asyncio.to_thread(self._append, line)
-
-    async def close(self) -> None:
-        async with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+        await self.append(csv_line(record).encode("utf-8"))
