@@ -1,23 +1,24 @@
-"""The async queue: drives the operations with ``redis.asyncio``."""
+"""The asyncio queue :class:`AsyncQueue`: it drives the operations with ``redis.asyncio``.
+
+:mod:`scrapeq.engine.sync_queue` is written from :mod:`scrapeq.engine.async_queue` by
+``scripts/unasync.py`` (``make fmt`` writes it, ``make lint`` checks it is current): edit
+``async_queue.py`` only. The script renames and drops ``async``/``await``; what a rename cannot
+express is a pair of helpers in :mod:`scrapeq.engine.flavours`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-import redis
 import redis.asyncio
 import redis.asyncio.cluster
-import redis.cluster
 
 from scrapeq.engine import exit_ops, scripts
 from scrapeq.engine.audit import AuditReport
-from scrapeq.engine.connection import (
-    AsyncClient,
-    async_client,
-)
+from scrapeq.engine.connection import AsyncClient, aclose_client, async_client
 from scrapeq.engine.facade import _QueueBase
+from scrapeq.engine.flavours import async_cluster, async_gather
 from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.listing import JobListing
 from scrapeq.engine.options import (
@@ -59,14 +60,17 @@ T = TypeVar("T")
 
 
 class AsyncQueue(_QueueBase):
-    """The asyncio twin of :class:`Queue` (same methods, awaited), for workers."""
+    """A queue over an asyncio redis-py client: for workers.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` created
+            with ``decode_responses=True``.
+        name: queue name (overrides ``settings.queue``).
+        settings: the settings in force; defaults to :class:`Settings` defaults.
+    """
 
     def __init__(
-        self,
-        client: AsyncClient,
-        name: str | None = None,
-        *,
-        settings: Settings | None = None,
+        self, client: AsyncClient, name: str | None = None, *, settings: Settings | None = None
     ) -> None:
         super().__init__(name, settings=settings)
         self.client = client
@@ -77,14 +81,20 @@ class AsyncQueue(_QueueBase):
     def from_url(
         cls, url: str | None, name: str | None = None, *, settings: Settings | None = None
     ) -> AsyncQueue:
-        """Connect to ``url``, with the options of :func:`.connection.async_client`; None: the
-        embedded Redis, as :meth:`Queue.from_url`."""
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``), or with None to the
+        embedded Redis of ``settings.data_dir``, started if it is not running: the server
+        the CLI uses when no ``redis_url`` is set (``scrapeq server stop`` stops it).
+
+        The client has scrapeq's options (:func:`scrapeq.engine.connection.async_client`): a
+        call that gets no answer fails after a socket timeout instead of waiting forever.
+        """
         given = settings or Settings()
         client = async_client(_url_or_embedded(url, given), given.cluster)
         return cls(client, name, settings=settings)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        """Close the client and its connections."""
+        await aclose_client(self.client)
 
     async def _drive(self, op: Op[T]) -> T:
         try:
@@ -95,8 +105,8 @@ class AsyncQueue(_QueueBase):
             return stop.value  # type: ignore[no-any-return]
 
     async def _step(self, step: Step) -> Any:
-        if isinstance(step, Many):  # to several partitions: concurrently
-            return list(await asyncio.gather(*(self._step(s) for s in step.steps)))
+        if isinstance(step, Many):  # to several partitions (see async_gather)
+            return await async_gather(self._step(s) for s in step.steps)
         try:
             if isinstance(step, Command):
                 if self._cluster:
@@ -127,36 +137,36 @@ class AsyncQueue(_QueueBase):
         return step.parse(raw)
 
     async def _cluster_command(self, args: tuple[Any, ...]) -> Any:
-        """The asyncio twin of :meth:`Queue._cluster_command`."""
-        client = self.client
-        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
         target = _cluster_target(args, self.keys.prefix)
         if target is None:
-            return await client.execute_command(*args)
+            return await self.client.execute_command(*args)
+        client = await async_cluster(self.client)
         if target != "all":
-            await client.initialize()
             node = client.get_node_from_key(target)
             reply = await client.execute_command(*args, target_nodes=node)
             if str(args[0]).upper() == "SCAN":
                 cursors, batch = reply
                 return [next(iter(cursors.values()), 0), batch]
             return reply
-        await client.initialize()
         names = [n.name for n in client.get_primaries()]
         after: dict[str, int] = {}
         found: list[str] = []
         for name, cursor in _split_cursor(args[1], names).items():
             node = client.get_node(node_name=name)
-            if node is None:
+            if node is None:  # gone since the last call (a failover): its keys moved
                 continue
             got, batch = await client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
             after[name] = int(next(iter(got.values()), 0))
             found.extend(batch)
         return [_join_cursor(after), found]
 
+    # --- public API (one line each: the operations above hold the logic) -----------------------
+
     async def enqueue(self, url: str | Request, **options: Unpack[JobOptions]) -> EnqueueResult:
         """Add one job (options as :meth:`prepare`)."""
-        return (await self._drive(self._route._op_enqueue([self.prepare(url, **options)])))[0]
+        results = await self._drive(self._route._op_enqueue([self.prepare(url, **options)]))
+        return results[0]
 
     async def enqueue_many(
         self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]
@@ -212,8 +222,13 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_heartbeat(jobs, lease))
 
     async def mark_handler_running(self, jobs: Sequence[Job]) -> list[bool]:
-        """Record that the handlers of these claimed jobs run now, as
-        :meth:`Queue.mark_handler_running`."""
+        """Record that the handlers of these claimed jobs run now: if a lease of theirs
+        expires (the worker died or stalled in the handler), the reap spends the attempt,
+        where an expired lease otherwise gives it back (at most 2 x ``max_attempts`` times,
+        ``lua/includes/housekeeping.lua``). The
+        worker marks the job it runs alone (one whose lease expired before) and a handler
+        held past ``max_job_time``. Renews nothing; answers per job whether its token still
+        owns it."""
         return await self._drive(self._route._op_heartbeat(jobs, None, True))
 
     async def reap(self) -> tuple[int, int, int]:
@@ -238,25 +253,29 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_domains_info(domains))
 
     async def paused_until(self) -> str | None:
-        """When the global pause ends (see :meth:`Queue.paused_until`), or None."""
+        """When the global-fault guard's pause ends (ISO 8601), or None when not paused."""
         return await self._drive(self._op_paused_until())
 
-    async def domain_known(self, domain: str) -> bool:
-        """The asyncio twin of :meth:`Queue.domain_known`."""
-        return await self._drive(self._route._op_domain_known(domain))
-
     async def domain_names(self) -> list[str]:
-        """Every domain the queue knows, sorted (see :meth:`Queue.domain_names`)."""
+        """Every domain the queue knows, sorted (its registry's names: no per-domain reads)."""
         return await self._drive(self._route._op_domain_names())
 
+    async def domain_known(self, domain: str) -> bool:
+        """Whether the queue knows ``domain`` (one or two reads, whatever the domain count)."""
+        return await self._drive(self._route._op_domain_known(domain))
+
     async def recent_errors(self, domain: str) -> list[dict[str, Any]]:
-        """The last failures charged to ``domain``'s breaker, as :meth:`Queue.recent_errors`."""
+        """The last failures charged to ``domain``'s breaker (at most 10), newest first:
+        ``{"id", "at", "at_ms", "kind", "message"}``; a throttled or retried job's errors too,
+        which are in no dead letter."""
         return await self._drive(self._route._op_recent_errors(domain))
 
     async def list_jobs(
         self, state: str, *, domain: str | None = None, limit: int = 20
     ) -> JobListing:
-        """Jobs in ``state``, as :meth:`Queue.list_jobs`."""
+        """At most ``limit`` jobs in ``state`` (ready, delayed, inflight, dead), of ``domain``
+        if given, in the order of :class:`~scrapeq.engine.listing.JobListing`. Bounded reads:
+        see :mod:`scrapeq.engine.listing`."""
         return await self._drive(self._route._op_list_jobs(state, domain, limit))
 
     async def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
@@ -318,7 +337,9 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_clear())
 
     async def new_crawl(self) -> scripts.Renewed:
-        """Forget what this queue has seen (see :meth:`Queue.new_crawl`)."""
+        """Forget what this queue has seen, so a crawl of the same seeds starts again: its
+        seen-set, once-per-crawl flags and domains' counts of jobs enqueued (``max_pages``),
+        nothing else (``lua/renew-1.lua``). Stop its workers first."""
         return await self._drive(self._route._op_renew())
 
     async def replay(
@@ -351,7 +372,8 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_domain_set(domain, delay, concurrency))
 
     async def host_group(self, host: str, address: str) -> str:
-        """The asyncio twin of :meth:`Queue.host_group`."""
+        """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it
+        has a group already; answers its group. Its later jobs are filed there."""
         return await self._drive(_op_host_group(host, address))
 
     async def events(self, count: int = 100) -> list[dict[str, Any]]:
@@ -364,11 +386,22 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_events_after(after, count))
 
     async def history(self, minutes: int = 60) -> dict[str, Any]:
-        """Per-minute counts of the last ``minutes`` minutes (see :meth:`Queue.history`)."""
+        """Per-minute counts of the last ``minutes`` minutes (1..1440, the current one last and
+        partial), kept in Redis by the scripts that settle (``lua/includes/history.lua``).
+
+        Answers ``{"start", "start_ms", "step": 60, "minutes", "now_ms", "outcomes": {outcome:
+        [n per minute]}, "lanes": {lane: {outcome: [...]}}, "events": {"trip"|"retired"|
+        "pause": [...]}}``; outcomes are done, retried, throttled, released and dead.
+
+        Raises:
+            ConfigError: ``minutes`` is out of range.
+        """
         return await self._drive(self._op_history(minutes))
 
     async def stats(self) -> dict[str, int]:
-        """The queue's counters since it was created (see :meth:`Queue.stats`)."""
+        """The queue's counters since it was created: ``enqueued``, ``done``, ``done:<lane>``,
+        ``retried``, ``throttled``, ``released``, ``dead_total``, ``dead:<reason>``,
+        ``trips``, ``retirements``, ``global_pauses``, ``cancelled``... (zero: absent)."""
         return await self._drive(self._op_stats())
 
     async def figures(self) -> dict[str, int]:
@@ -388,18 +421,25 @@ class AsyncQueue(_QueueBase):
     ) -> scripts.LeaderAnswer:
         """Take, renew (storing ``cursor``) or ``release`` the log leader's lease of
         ``lease`` seconds (``lua/log_leader-1.lua``; used by :mod:`scrapeq.runtime.reporter`)."""
-        op = self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
-        return await self._drive(op)
+        return await self._drive(
+            self._route._op_log_leader(worker_id, lease, cursor_ttl, cursor, release)
+        )
 
     async def once(self, name: str, holder: str = "") -> tuple[bool, str]:
-        """The async twin of :meth:`Queue.once`."""
+        """Set the queue's flag ``name`` if nobody has: (whether this call set it, the text
+        its setter left). One atomic step, so of several processes asking together exactly
+        one wins; ``clear`` removes the flags with the queue."""
         flag = await self._drive(self._op_once(name, holder, "take", 0.0))
         return flag.won, flag.holder
 
     async def once_flag(
         self, name: str, holder: str = "", *, op: str = "take", lease: float = 0.0
     ) -> OnceFlag:
-        """The async twin of :meth:`Queue.once_flag`."""
+        """Take, renew, release or read (``op``) the queue's flag ``name`` as ``holder``.
+
+        ``take`` sets it unless it is set, for ``lease`` seconds (0: for good); ``renew``
+        makes the holder's flag last ``lease`` more seconds (0: for good); ``release``
+        removes the holder's flag; ``peek`` only reads (``lua/once-1.lua``)."""
         return await self._drive(self._op_once(name, holder, op, lease))
 
     async def exists(self) -> bool:

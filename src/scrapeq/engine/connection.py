@@ -34,6 +34,7 @@ __all__ = [
     "AsyncClient",
     "SyncClient",
     "acheck_reachable",
+    "aclose_client",
     "async_client",
     "check_reachable",
     "close_client",
@@ -208,6 +209,11 @@ def close_client(client: SyncClient) -> None:
         for node in client.get_nodes():  # type: ignore[no-untyped-call]
             if node.redis_connection is not None:
                 node.redis_connection.connection_pool.disconnect()
+
+
+async def aclose_client(client: AsyncClient) -> None:
+    """The asyncio twin of :func:`close_client`: close ``client`` and its connections."""
+    await client.aclose()
 
 
 def _options(url: str) -> dict[str, Any]:
