@@ -238,3 +238,38 @@ async def test_a_done_line_the_sink_refused_after_the_settle_is_written_again(
     assert site.total == 1
     assert counts["done"] == 1 and counts["delayed"] == 1
     assert [(r["outcome"], r["changed"]) for r in written] == [("done", True)]
+
+
+async def test_the_readme_handler_runs_as_printed(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scrapeq.runtime.handlers import import_handler
+    from test_readme_snippets import snippets
+
+    first = "# shop.py: the handler of `scrapeq worker --handler shop:parse` (revisit = on)"
+    (tmp_path / "shop.py").write_text(snippets()[first], encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    parse = import_handler("shop:parse")
+    price = ["10"]
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        body = f"<p class='price'>{price[0]}</p><p>ad {time.time_ns()}</p>"
+        return web.Response(text=body, content_type="text/html")
+
+    results = tmp_path / "r.jsonl"
+    q = revisit_queue(redis_url)
+    try:
+        async with sites(page) as (site,):
+            await q.enqueue(site.url("/item"))
+            await visit(q, results, 1, parse)
+            for want, now in ((2, "10"), (3, "11")):
+                price[0] = now
+                q.testing_clock_offset_ms += 40 * DAY_MS
+                await visit(q, results, want, parse)
+    finally:
+        await q.close()
+    rows = lines(results)
+    assert [(r["result"], r["changed"]) for r in rows] == [
+        ({"price": "10"}, True), ({"price": "10"}, False), ({"price": "11"}, True)
+    ]  # fmt: skip
