@@ -13,6 +13,7 @@ EXPECTED = [
     "CancelResult",
     "Claimed",
     "ConfigError",
+    "Content",
     "CsvSink",
     "EnqueueResult",
     "Follow",

@@ -29,6 +29,9 @@ RUNNERS = {
     "# quickstart.py": "tests/test_readme_snippets.py",
     "# api.py: POST a search, then its page 2 (python api.py URL)": "tests/test_readme_snippets.py",
     "# results.py": "tests/test_readme_results.py",
+    "# shop.py: the handler of `scrapeq worker --handler shop:parse` (revisit = on)": (
+        "tests/test_revisit_lines.py"
+    ),
 }
 
 

@@ -16,13 +16,15 @@ def _lua(path: str) -> str:
 
 
 def _lua_table(text: str, name: str) -> str:
-    found = re.search(rf"^local {name} = \{{(.*?)\}}\n", text, re.S | re.M)
+    found = re.search(rf"^(?:local )?{re.escape(name)} = \{{(.*?)\}}\n", text, re.S | re.M)
     assert found is not None, name
     return found.group(1)
 
 
 def test_settle_item_names_are_one_table_in_python_and_lua() -> None:
-    lua = dict(re.findall(r"(\w+) = '(\w+)'", _lua_table(_lua("includes/wire.lua"), "SETTLE_ITEM")))
+    lua = dict(
+        re.findall(r"(\w+) = '(\w+)'", _lua_table(_lua("includes/wire.lua"), "WIRE.SETTLE_ITEM"))
+    )
     assert lua == dict(wire.SETTLE_ITEM)
 
 
@@ -72,3 +74,29 @@ def test_settle_answers_carry_the_dead_reason_and_the_drawn_delay() -> None:
     done = Settled.parse("done")
     assert (done, done.reason, done.delay_ms) == ("done", None, None)
     assert isinstance(done, str) and {done: 1}["done"] == 1  # a status as before
+
+
+def test_done_answer_notes_are_one_table_in_python_and_lua() -> None:
+    body = re.search(r"DONE = \{(.*?)\}", _lua("includes/wire.lua"), re.S)
+    assert body is not None
+    assert tuple(re.findall(r"'(\w+)'", body.group(1))) == wire.SETTLE_DONE
+    # the notes the scripts set are those names
+    set_by_lua = re.findall(
+        r"notes(?:\.(\w+)|\[ENQ\.cut\])", _lua("settle-1.lua") + _lua("includes/revisit.lua")
+    )
+    assert {n for n in set_by_lua if n} <= set(wire.SETTLE_DONE)
+
+
+def test_a_done_answer_carries_the_scripts_decisions() -> None:
+    plain = Settled.parse("done")
+    assert (plain.changed, plain.not_modified, plain.cut, plain.over_budget) == (
+        None,
+        False,
+        {},
+        False,
+    )
+    same = Settled.parse("done:changed=0,not_modified=1")
+    assert same == "done" and same.changed is False and same.not_modified is True
+    cut = Settled.parse("done:changed=1,max_pages=2,revisit_skipped=1")
+    assert cut.changed is True and cut.cut == {"max_pages": 2}
+    assert cut.revisit_skipped and cut.over_budget

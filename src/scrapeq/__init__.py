@@ -35,7 +35,7 @@ from scrapeq.errors import (
     StaleLease,
 )
 from scrapeq.runtime.fetch import Response
-from scrapeq.runtime.follow import Follow, HandlerContext
+from scrapeq.runtime.follow import Content, Follow, HandlerContext
 from scrapeq.runtime.sinks import (
     CallableSink,
     CsvSink,
@@ -59,6 +59,7 @@ __all__ = [
     "CancelResult",
     "Claimed",
     "ConfigError",
+    "Content",
     "CsvSink",
     "EnqueueResult",
     "Follow",

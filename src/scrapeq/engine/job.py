@@ -28,13 +28,38 @@ __all__ = [
 
 #: A stored job's compact field names (``lua/includes/common.lua``: compact_text) -> full.
 _LONG = {
-    "u": "url", "d": "domain", "l": "lane", "o": "off", "a": "attempts", "m": "max_attempts",
-    "t": "throttles", "k": "token", "c": "created", "e": "eligible", "p": "payload",
-    "dp": "depth", "pa": "parent", "pu": "parent_url", "x": "expires", "f": "fp", "w": "fpw",
-    "er": "errors", "dr": "dead_reason", "di": "died", "cl": "claimed", "r": "releases",
-    "un": "unused", "q": "request", "xi": "exit", "wt": "weight", "ve": "etag",
-    "vm": "last_modified", "rd": "rv_due", "sg": "signature", "sj": "jar",
-}  # fmt: skip
+    "u": "url",
+    "d": "domain",
+    "l": "lane",
+    "o": "off",
+    "a": "attempts",
+    "m": "max_attempts",
+    "t": "throttles",
+    "k": "token",
+    "c": "created",
+    "e": "eligible",
+    "p": "payload",
+    "dp": "depth",
+    "pa": "parent",
+    "pu": "parent_url",
+    "x": "expires",
+    "f": "fp",
+    "w": "fpw",
+    "er": "errors",
+    "dr": "dead_reason",
+    "di": "died",
+    "cl": "claimed",
+    "r": "releases",
+    "un": "unused",
+    "q": "request",
+    "xi": "exit",
+    "wt": "weight",
+    "ve": "etag",
+    "vm": "last_modified",
+    "rd": "rv_due",
+    "sg": "signature",
+    "sj": "jar",
+}  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
 #: ``domain`` that is the URL's host; its ``created`` is ms after the time its id was issued
@@ -169,8 +194,6 @@ class Job:
         etag, last_modified: a revisit's validators (includes/revisit.lua): sent as
             ``If-None-Match`` and ``If-Modified-Since``.
         rv_due: a revisit's due time (s): which visit of its URL's chain it is.
-        signature: a revisit's copy of the signature stored at its last visit (16 hex
-            digits), so its results line can say ``changed`` before the settle decides.
     """
 
     id: str
@@ -202,7 +225,6 @@ class Job:
     etag: str | None = None
     last_modified: str | None = None
     rv_due: int | None = None
-    signature: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -260,7 +282,6 @@ class Job:
             get("etag"),
             get("last_modified"),
             get("rv_due"),
-            get("signature"),
         )
 
     @property

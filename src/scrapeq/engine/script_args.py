@@ -180,12 +180,28 @@ class Settlement:
 class Settled(str):
     """A settle answer: the status itself (``done``, ``retried``, ``throttled``,
     ``released``, ``dead`` or ``stale``, this string), with what the settle script decided
-    beside it: ``reason``, the dead-letter reason of a ``dead`` job (``max_attempts``,
-    ``max_throttles``, ``max_releases``, or a fail's reason), and ``delay_ms``, the backoff it
-    drew for a :attr:`Settlement.backoff` item that was retried or released (else None)."""
+    beside it (the worker writes a results line from these, never predicting them):
+
+    Attributes:
+        reason: a ``dead`` job's dead-letter reason (``max_attempts``, ``max_throttles``,
+            ``max_releases``, or a fail's reason); else None.
+        delay_ms: the backoff drawn for a :attr:`Settlement.backoff` item that was retried or
+            released; else None.
+        changed: a ``done`` job with revisit on: whether its page changed since its last
+            visit (``includes/revisit.lua``; a first visit is a change); else None.
+        not_modified: a ``done`` revisit answered by a 304 (its conditional request).
+        cut: a ``done`` job's follow-ups cut at their domain's budget, by budget
+            (``max_pages``, ``max_bytes``: how many); empty when none was.
+        revisit_skipped: a ``done`` job whose next visit was not scheduled, its domain past
+            ``max_bytes``.
+    """
 
     reason: str | None
     delay_ms: int | None
+    changed: bool | None
+    not_modified: bool
+    cut: dict[str, int]
+    revisit_skipped: bool
 
     def __new__(
         cls, status: str, reason: str | None = None, delay_ms: int | None = None
@@ -193,18 +209,44 @@ class Settled(str):
         answer = super().__new__(cls, status)
         answer.reason = reason
         answer.delay_ms = delay_ms
+        answer.changed = None
+        answer.not_modified = False
+        answer.cut = {}
+        answer.revisit_skipped = False
         return answer
+
+    @property
+    def over_budget(self) -> bool:
+        """A per-domain budget stopped something of this done job: a follow-up or its next
+        visit (its results line says ``skipped: budget``)."""
+        return bool(self.cut) or self.revisit_skipped
 
     @classmethod
     def parse(cls, raw: Any) -> Settled:
-        """settle-1.lua's answer for one item: ``status``, ``dead:<reason>`` or
-        ``<status>:<delay ms>``."""
+        """settle-1.lua's answer for one item: ``status``, ``dead:<reason>``,
+        ``<status>:<delay ms>`` or ``done:<name>=<n>,...`` (names: ``wire.SETTLE_DONE``)."""
         status, _, detail = str(raw).partition(":")
         if not detail:
             return cls(status)
         if status == "dead":
             return cls(status, reason=detail)
+        if status == "done":
+            return cls._done(detail)
         return cls(status, delay_ms=int(detail))
+
+    @classmethod
+    def _done(cls, detail: str) -> Settled:
+        notes = {}
+        for part in detail.split(","):
+            name, _, n = part.partition("=")
+            notes[name] = int(n)
+        answer = cls("done")
+        if "changed" in notes:
+            answer.changed = bool(notes["changed"])
+        answer.not_modified = bool(notes.get("not_modified"))
+        answer.cut = {k: notes[k] for k in ("max_pages", "max_bytes") if notes.get(k)}
+        answer.revisit_skipped = bool(notes.get("revisit_skipped"))
+        return answer
 
 
 def _settled_list(raw: list[Any]) -> list[Settled]:

@@ -12,6 +12,7 @@ __all__ = [
     "HISTORY_MINUTES",
     "HISTORY_OUTCOMES",
     "LINK_FIGURES",
+    "REVISIT_FIELDS",
     "SPIKE_FACTOR",
     "SPIKE_MIN",
     "alarms",
@@ -22,6 +23,7 @@ __all__ = [
     "shape_domain",
     "shape_figures",
     "shape_history",
+    "shape_revisits",
     "shape_status",
 ]
 
@@ -122,7 +124,31 @@ def shape_domain(info: dict[str, Any]) -> dict[str, Any]:
         value = info.get(f)
         out[f] = round(value, 2) if isinstance(value, float) else value
     out.update(learned_timing(info))
+    for f in REVISIT_FIELDS:  # revisit = on (domain_info-1.lua)
+        if f in info:
+            out[f] = info[f]
     return out
+
+
+#: A domain's revisit figures that ``status`` shows beside its row (revisit = on): its revisit
+#: load (visits an hour its pages are scheduled at), pages tracked, estimated freshness.
+REVISIT_FIELDS = ("revisit_load", "revisit_pages", "freshness")
+
+
+def shape_revisits(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """The queue's revisit figures (revisit = on), from the sums of its domains' that the
+    settle script keeps (``includes/revisit.lua``, RV.total): pages tracked, revisit load
+    (visits an hour), estimated freshness (weighted; None before any rate is estimated);
+    None when no page was ever revisited."""
+    if "rv:pages" not in stats:
+        return None
+    weight = float(stats.get("rv:w", 0))
+    fresh = float(stats.get("rv:fw", 0)) / weight if weight > 0 else None
+    return {
+        "pages": round(float(stats["rv:pages"])),
+        "load": max(float(stats.get("rv:load", 0)), 0.0),
+        "freshness": None if fresh is None else round(min(max(fresh, 0.0), 1.0), 4),
+    }
 
 
 def learned_timing(info: dict[str, Any]) -> dict[str, Any]:
@@ -235,4 +261,11 @@ def shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) 
         "breakers": breaker_counts(raw),
         "paused_until": ms_to_iso(raw.get("paused_until")),
         "alarms": alarms(raw, domains),
+        **_revisits(raw),
     }
+
+
+def _revisits(raw: dict[str, Any]) -> dict[str, Any]:
+    """``status``'s ``revisits`` (added when the queue revisits pages), else nothing."""
+    figures = shape_revisits(raw.get("stats") or {})
+    return {} if figures is None else {"revisits": figures}

@@ -1,8 +1,9 @@
 """Wire names: the field names the client and the Lua scripts share, in one table each.
 
-A settle item (``settle-1.lua``'s ``ARGV[3].items``) is a transient argument, so its names are
-readable words; ``lua/includes/wire.lua`` holds the same table (``SETTLE_ITEM``) and
-``tests/test_wire_names.py`` keeps the two, and the fields settle-1.lua checks, equal.
+A settle item (``settle-1.lua``'s ``ARGV[3].items``) and a done answer's notes are transient,
+so their names are readable words; ``lua/includes/wire.lua`` holds the same tables
+(``WIRE.SETTLE_ITEM``, ``WIRE.DONE``) and ``tests/test_wire_names.py`` keeps them, and the
+fields settle-1.lua checks, equal.
 
 Stored names are kept short and never renamed (that would be a data migration); they are
 documented here and checked against the Lua the same way:
@@ -47,6 +48,17 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "etag": "etag",  # revisit: the answer's ETag (at most 100 bytes)
         "last_modified": "last_modified",  # revisit: the answer's Last-Modified
     }
+)
+
+#: What a ``done`` settle answer says beside its status (``done:<name>=<n>,...``, in this
+#: order; ``lua/includes/wire.lua``, ``WIRE.DONE``): the settle script's decisions about the
+#: page, which the worker's results line says (:class:`scrapeq.engine.scripts.Settled`).
+SETTLE_DONE: Final = (
+    "changed",  # 1 or 0: revisit = on, the page changed since its last visit (a first visit: 1)
+    "not_modified",  # 1: a 304 answered the revisit's conditional request
+    "max_pages",  # n: follow-ups cut at their domain's max_pages
+    "max_bytes",  # n: follow-ups cut at their domain's max_bytes
+    "revisit_skipped",  # 1: the page's next visit not scheduled, its domain past max_bytes
 )
 
 #: The adaptive state (stored in a domain's hash ``sq:{Q}:domain:<d>``): the name

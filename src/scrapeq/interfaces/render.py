@@ -91,15 +91,20 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
     domains = Table(
         title=f"domains worth a look ({len(shown)} of {len(data['domains'])})", show_edge=False
     )
-    for col in ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "fails", "open"):
+    revisits = any(d.get("revisit_pages") for d in shown)
+    for col in ("domain", "state", "ready", "delayed", "inflight", "done", "dead", "fails", "open",
+                *(_REVISIT_COLUMNS if revisits else ())):  # fmt: skip
         domains.add_column(col, justify="left" if col in ("domain", "state") else "right")
     for d in shown:
         domains.add_row(
             d["domain"], _state(d["state"]), str(d["ready"]), str(d["delayed"]),
             str(d["inflight"]), str(d["done"]), str(d["dead"]),
             str(d["consecutive_failures"]), human_until(d["open_until"]),
+            *(_revisit_cells(d) if revisits else ()),
         )  # fmt: skip
     parts: list[Any] = [totals, lanes, domains]
+    if data.get("revisits"):
+        parts.append(Text(revisits_line(data["revisits"])))
     if data.get("paused_until"):
         until = f"{data['paused_until']} ({human_until(data['paused_until'])})"
         parts.append(Text(f"dispatch paused until {until}", style="bold red"))
@@ -148,8 +153,11 @@ def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Tabl
     """Domains in the order given: politeness and counts; ``total`` as for breakers."""
     table = Table(title=_shown("domains", len(infos), total), show_edge=False)
     tiers = any("tier" in d for d in infos)  # with an exit pool
+    revisits = any(d.get("revisit_pages") for d in infos)  # pages revisited
+    budgets = any(views.budget_cuts(d) for d in infos)  # a per-domain budget cut something
     for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead",
-                "latency", *(("tier",) if tiers else ())):  # fmt: skip
+                "latency", *(("tier",) if tiers else ()), *(_REVISIT_COLUMNS if revisits else ()),
+                *(("budget",) if budgets else ())):  # fmt: skip
         table.add_column(col)
     for d in infos:
         tier = (f"{d.get('tier', '-')}" + (f" ({d['benched_exits']} benched)"
@@ -157,9 +165,31 @@ def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Tabl
         table.add_row(
             d["domain"], _state(d["state"]), _delay(d), _concurrency(d),
             str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]), _latency(d),
-            *tier,
+            *tier, *(_revisit_cells(d) if revisits else ()),
+            *((views.budget_cuts(d) or "-",) if budgets else ()),
         )  # fmt: skip
     return table
+
+
+#: The revisit columns of the domain tables (revisit = on).
+_REVISIT_COLUMNS = ("revisits/h", "fresh")
+
+
+def _revisit_cells(d: dict[str, Any]) -> tuple[str, str]:
+    """A domain's revisit load (visits an hour its pages are scheduled at) and estimated
+    freshness; ``-`` when it has none."""
+    if not d.get("revisit_pages"):
+        return "-", "-"
+    fresh = d.get("freshness")
+    return f"{d['revisit_load']:.1f}", "-" if fresh is None else f"{100 * fresh:.0f}%"
+
+
+def revisits_line(figures: dict[str, Any]) -> str:
+    """``status``'s queue-wide revisit figures in one line."""
+    fresh = figures["freshness"]
+    shown = "not estimated yet" if fresh is None else f"{100 * fresh:.1f}%"
+    return (f"revisits: {figures['pages']} pages tracked, {figures['load']:.1f} visits/h "
+            f"scheduled, estimated freshness {shown}")  # fmt: skip
 
 
 def exits_table(exits: list[dict[str, Any]]) -> Table:

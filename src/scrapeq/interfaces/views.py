@@ -21,6 +21,7 @@ __all__ = [
     "DOMAIN_STATES",
     "SORT_FIELDS",
     "STATE_RANK",
+    "budget_cuts",
     "domain_row",
     "order_for_listing",
     "order_for_table",
@@ -41,7 +42,8 @@ SORT_FIELDS = {
     "domain": "domain", "name": "domain", "state": "state", "ready": "ready",
     "delayed": "delayed", "inflight": "inflight", "done": "done", "dead": "dead",
     "failures": "consecutive_failures", "failure_rate": "failure_rate", "trips": "trips",
-    "open_until": "open_until", "delay": "delay_ms",
+    "open_until": "open_until", "delay": "delay_ms", "revisit_load": "revisit_load",
+    "freshness": "freshness",
 }  # fmt: skip
 
 #: ``--sort`` keys of ``domains`` and ``breakers``: counts and failures largest first,
@@ -54,7 +56,7 @@ CLI_SORTS = (
 #: Columns the dashboard's domains table sorts by (server side, ``order`` asc or desc).
 API_SORTS = (
     "domain", "state", "ready", "delayed", "inflight", "done", "dead", "failure_rate",
-    "open_until", "trips",
+    "open_until", "trips", "revisit_load", "freshness",
 )  # fmt: skip
 
 Row = Mapping[str, Any]
@@ -142,5 +144,27 @@ def domain_row(info: Row, now_ms: int) -> dict[str, Any]:
         delay_ms=info.get("delay_ms"),
         # an adaptive domain's learned limit (domain_concurrency = auto); None when fixed
         adaptive_limit=_learned_limit(info),
+        # revisit = on: its revisit load (visits an hour), pages tracked, estimated freshness
+        revisit_load=_rounded(info.get("revisit_load"), 9) if info.get("revisit_pages") else None,
+        revisit_pages=info.get("revisit_pages") or 0,
+        freshness=_rounded(info.get("freshness"), 4),
+        budget=budget_cuts(info) or None,
     )
     return row
+
+
+def _rounded(value: Any, digits: int) -> float | None:
+    return round(float(value), digits) if isinstance(value, int | float) else None
+
+
+def budget_cuts(d: Row) -> str:
+    """What a domain's per-domain budgets stopped, in words (``max_pages: 3 links``,
+    ``max_bytes: 2 links, 1 revisits``); empty when nothing (``domains``, the dashboard)."""
+    parts = []
+    if d.get("max_pages_skipped"):
+        parts.append(f"max_pages: {d['max_pages_skipped']} links")
+    cut = [f"{d[k]} {name}" for k, name in (("skipped", "links"), ("revisits_skipped",
+           "revisits")) if d.get(k)]  # fmt: skip
+    if cut:
+        parts.append("max_bytes: " + ", ".join(cut))
+    return "; ".join(parts)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from scrapeq.engine.exits import DIRECT
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.scripts import Settlement
 from scrapeq.errors import Banned, Permanent, Retry
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
@@ -34,7 +34,7 @@ from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
-from scrapeq.runtime.revisits import conditional, not_modified, observed, results_fields
+from scrapeq.runtime.revisits import conditional, not_modified, observed
 from scrapeq.runtime.session_jar import absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
@@ -122,9 +122,11 @@ class Attempts(WorkerCore):
         if verdict.outcome is not Outcome.OK:
             out = self._from_classification(job, verdict, response, started, None, seen)
             return _timed(out, verdict, response.elapsed)
-        return _timed(
-            await self._answered(job, response, verdict, started, seen), verdict, response.elapsed
-        )
+        if not_modified(job, response.status):  # a 304 to a revisit's conditional request
+            out = self._not_modified(job, response, verdict, started)
+        else:
+            out = await self._handle(job, response, verdict, started, seen)
+        return _timed(out, verdict, response.elapsed)
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
@@ -136,29 +138,6 @@ class Attempts(WorkerCore):
             seen.jar = absorb(job.jar, response.set_cookies, job.url)
         why = self._bans.why(response)
         return None if why is None else f"{why} through exit {self._exit_name(job)}"
-
-    async def _answered(
-        self,
-        job: Job,
-        response: Response,
-        verdict: Classification,
-        started: float,
-        seen: _ExitSeen,
-    ) -> tuple[Settlement, dict[str, Any] | None]:
-        """A page answered: a 304 to a revisit's conditional request, or the handler's."""
-        if not_modified(job, response.status):
-            return self._not_modified(job, response, verdict, started)
-        return await self._handle(job, response, verdict, started, seen)
-
-    def _observe_content(self, job: Job, settlement: Settlement, response: Response) -> Settlement:
-        """revisit = on: the done settlement with what the fetch saw of the content."""
-        if self.settings.revisit != "on":
-            return settlement
-        return observed(job, settlement, response.headers, response.body)
-
-    def _revisit_fields(self, job: Job, settlement: Settlement) -> dict[str, Any]:
-        """revisit = on: the results line's ``changed`` (and ``not_modified``)."""
-        return results_fields(job, settlement) if self.settings.revisit == "on" else {}
 
     def _exit_name(self, job: Job) -> str:
         pool = getattr(self._fetcher, "pool", None)
@@ -180,16 +159,12 @@ class Attempts(WorkerCore):
         self, job: Job, response: Response, verdict: Classification, started: float
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """A 304 to a revisit's conditional request: done, no handler (there is no body),
-        the page unchanged (includes/revisit.lua)."""
-        settlement = observed(
-            job, self.queue.done(job, domain_failed=verdict.counts_against_domain),
-            response.headers, None,
-        )  # fmt: skip
+        the page unchanged (includes/revisit.lua; its line says so from the settle's answer)."""
+        done = self.queue.done(job, domain_failed=verdict.counts_against_domain)
+        settlement = observed(done, response.headers, None)
         if self.sink is None:
             return settlement, None
-        record = _record(job, "done", response, started, None, None)
-        record.update(results_fields(job, settlement))
-        return settlement, record
+        return settlement, _record(job, "done", response, started, None, None)
 
     async def _fetch(self, job: Job) -> Response:
         """Fetch a job's URL, sending its request when it has one (a plain GET is called
@@ -260,48 +235,25 @@ class Attempts(WorkerCore):
         started: float,
         seen: _ExitSeen,
     ) -> tuple[Settlement, dict[str, Any] | None]:
+        """Run the handler on a page that answered: the job done with its follow-ups (and,
+        revisit = on, what the fetch and the handler said of the content), or what the
+        handler's error makes of it."""
         try:
             result = await self._call_handler(job, response)
-        except Banned as exc:
-            if job.exit is not None:
-                return self._banned(job, seen, f"{exc.reason} through exit {self._exit_name(job)}")
-            settlement = self.queue.retrying(job, kind="banned", message=exc.reason)
-            return self._if_dead(job, settlement, response, started, exc.reason)
-        except Retry as exc:
-            settlement = self.queue.retrying(
-                job, kind="retry_requested", message=exc.reason, delay=exc.delay, domain_failed=None
-            )
-            return self._if_dead(job, settlement, response, started, exc.reason)
-        except Permanent as exc:
-            return self._dead(job, exc.reason, str(exc), response, started)
-        except HandlerTimeout as exc:
-            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
-            settlement = self.queue.retrying(
-                job, kind="handler_timeout", message=str(exc), domain_failed=None
-            )
-            return self._if_dead(job, settlement, response, started, str(exc))
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
-            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
-            settlement = self.queue.retrying(
-                job, kind="handler_error", message=message, domain_failed=None
-            )
-            return self._if_dead(job, settlement, response, started, message)
-        follow: list[EnqueueSpec] = []
-        links = body_path = None
-        if isinstance(result, Handled):
-            result, follow, links, body_path = (
-                result.result, result.follow, result.links, result.body_path
-            )  # fmt: skip
+            return self._handler_failed(job, exc, response, started, seen)
+        handled = result if isinstance(result, Handled) else Handled(result, [])
         settlement = self.queue.done(
             job,
             domain_failed=verdict.counts_against_domain,
-            follow=follow,
+            follow=handled.follow,
             final_url=response.url if response.redirects else None,
         )
-        settlement = self._observe_content(job, settlement, response)
+        if self.settings.revisit == "on":
+            settlement = observed(settlement, response.headers, response.body, handled.content)
         if self.sink is None:
             return settlement, None
-        problem = _not_json(result)
+        problem = _not_json(handled.result)
         if problem is not None:
             # The handler's error, not the sink's: a retry spending an attempt (so it ends
             # dead), never a release of ours, and no str() of it written in its place.
@@ -309,13 +261,36 @@ class Attempts(WorkerCore):
                 job, kind="handler_result", message=problem, domain_failed=None
             )
             return self._if_dead(job, settlement, response, started, problem)
-        record = _record(job, "done", response, started, None, result)
-        record.update(self._revisit_fields(job, settlement))
-        if links is not None:
-            record["links"] = links.as_dict()
-        if body_path is not None:
-            record["body_path"] = body_path
+        record = _record(job, "done", response, started, None, handled.result)
+        if handled.links is not None:
+            record["links"] = handled.links.as_dict()
+        if handled.body_path is not None:
+            record["body_path"] = handled.body_path
         return settlement, record
+
+    def _handler_failed(
+        self, job: Job, exc: Exception, response: Response, started: float, seen: _ExitSeen
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """What the handler raised makes of the job: a ban of its exit, a retry it asked for,
+        a permanent failure, or a retry for its timeout or its error."""
+        if isinstance(exc, Banned) and job.exit is not None:
+            return self._banned(job, seen, f"{exc.reason} through exit {self._exit_name(job)}")
+        if isinstance(exc, Permanent):
+            return self._dead(job, exc.reason, str(exc), response, started)
+        if isinstance(exc, Banned):
+            kind, message, domain_failed, delay = "banned", exc.reason, True, None
+        elif isinstance(exc, Retry):
+            kind, message, domain_failed, delay = "retry_requested", exc.reason, None, exc.delay
+        elif isinstance(exc, HandlerTimeout):
+            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
+            kind, message, domain_failed, delay = "handler_timeout", str(exc), None, None
+        else:
+            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
+            kind, domain_failed, delay = "handler_error", None, None
+        settlement = self.queue.retrying(
+            job, kind=kind, message=message, delay=delay, domain_failed=domain_failed
+        )
+        return self._if_dead(job, settlement, response, started, message)
 
     def _finish_page(
         self, job: Job, response: Response, result: Any, follows: list[Follow]
@@ -397,12 +372,9 @@ class Attempts(WorkerCore):
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
             # that is down (a database gone away) does not fetch the queue through and back.
-            if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
-                self._sink_failures += 1
-            pause = min(OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8), SINK_PAUSE_MAX)
+            pause = self._sink_failed()
             log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
                         pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
-            self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
             released = self.queue.releasing(job, delay=pause)
             # the request through the job's exit was made all the same: counted there
             return dataclasses.replace(
@@ -410,3 +382,35 @@ class Attempts(WorkerCore):
             )
         self._sink_failures = 0
         return settlement
+
+    def _sink_failed(self) -> float:
+        """A results line failed: claims pause, longer with each failure in a row (2, 4 ...
+        60 s); answers the pause, seconds."""
+        if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
+            self._sink_failures += 1
+        doubled: float = OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8)
+        pause = min(doubled, SINK_PAUSE_MAX)
+        self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
+        return pause
+
+    async def _write_done_line(self, job: Job, record: dict[str, Any]) -> None:
+        """The results line of a job the settle script answered ``done`` (the line says what
+        it decided: ``changed``, ``skipped``). The job is settled: a sink failure cannot give
+        it back, so claims pause (as for any sink failure) and the line is written again
+        after the pause, until it is or the worker stops (then it is lost, and logged)."""
+        assert self.sink is not None
+        while True:
+            try:
+                await self.sink.write(record)
+            except Exception as exc:
+                if self._stopping.is_set():
+                    log.error("job %s: done, but its results line is lost (sink failed): %s",
+                              job.id, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+                    return
+                pause = self._sink_failed()
+                log.warning("job %s: done; sink failed, writing its line again in %.1f s: %s",
+                            job.id, pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+                await self._wait_for(self._stopping, pause)
+                continue
+            self._sink_failures = 0
+            return

@@ -1,7 +1,9 @@
 """Follow-ups: the links a handler (or a crawl's link extractor) asks to enqueue.
 
 A handler gets a :class:`HandlerContext` as its third argument, when it takes one, and calls
-``ctx.follow(url)``; it may also return or yield :class:`Follow` items beside its result.
+``ctx.follow(url)``; it may also return or yield :class:`Follow` items beside its result. With
+revisits, it may say what its page's content is the same two ways (``ctx.content(...)``, or a
+:class:`Content` item).
 :class:`FollowPolicy` turns them into job specs: each link is resolved against the page's
 final URL, validated, checked against the crawl's scope, URL patterns and depth, and given the
 parent's depth plus one. The specs travel in the parent's settlement and are enqueued by the
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BodyStore",
+    "Content",
     "Follow",
     "FollowPolicy",
     "Handled",
@@ -66,6 +69,33 @@ class Follow:
     max_attempts: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What a handler says of its page's content, for revisits (``revisit = on``): returned
+    or yielded beside its result (as :class:`Follow` is), or said with
+    :meth:`HandlerContext.content`. The settle script decides from it whether the page
+    changed since its last visit (``lua/includes/revisit.lua``), which its schedule learns
+    from and its results line says (``changed``).
+
+    Attributes:
+        signature: what stands for the page's content, text or bytes (say the price and the
+            stock, without the rotating ad or the timestamp): its 64-bit hash is compared
+            with the one stored at the page's last visit instead of the body's, so the page
+            changed only when this did. None: the body's hash.
+        changed: ``False``: unchanged, whatever the signature; ``True``: changed; None (the
+            default): decided by comparing the signatures.
+    """
+
+    signature: str | bytes | None = None
+    changed: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.signature, str | bytes | None):
+            raise TypeError(f"Content signature: text or bytes, not {type(self.signature)}")
+        if not isinstance(self.changed, bool | None):
+            raise TypeError(f"Content changed: True, False or None, not {self.changed!r}")
+
+
 class HandlerContext:
     """What a handler taking three arguments gets beside the job and the response.
 
@@ -73,14 +103,23 @@ class HandlerContext:
         job: the job being handled.
         response: its response.
         follows: the follow-ups asked for so far.
+        content_said: what :meth:`content` said of the page (None: nothing).
     """
 
-    __slots__ = ("follows", "job", "response")
+    __slots__ = ("content_said", "follows", "job", "response")
 
     def __init__(self, job: Job, response: Response) -> None:
         self.job = job
         self.response = response
         self.follows: list[Follow] = []
+        self.content_said: Content | None = None
+
+    def content(self, *, signature: str | bytes | None = None, changed: bool | None = None) -> None:
+        """Say what the page's content is, for revisits (see :class:`Content`): a
+        ``signature`` standing for it (say ``ctx.content(signature=price)``), or
+        ``changed=False`` for a page that did not change whatever its body. The last call
+        stands; a :class:`Content` the handler returns stands over it."""
+        self.content_said = Content(signature, changed)
 
     def follow(
         self,
@@ -95,21 +134,27 @@ class HandlerContext:
         self.follows.append(Follow(url, lane, payload, delay, max_attempts))
 
 
-def split_result(value: Any) -> tuple[Any, list[Follow]]:
-    """A handler's return value without its :class:`Follow` items, and those items.
+def split_result(value: Any) -> tuple[Any, list[Follow], Content | None]:
+    """A handler's return value without its :class:`Follow` and :class:`Content` items,
+    those Follow items, and the last Content.
 
-    A single Follow is a follow-up with no result; a list or tuple gives up its Follow items,
-    and what is left is the result (its only item when one is left, None when none).
+    A single Follow (or Content) is that with no result; a list or tuple gives up its Follow
+    and Content items, and what is left is the result (its only item when one is left, None
+    when none).
     """
     if isinstance(value, Follow):
-        return None, [value]
+        return None, [value], None
+    if isinstance(value, Content):
+        return None, [], value
     if not isinstance(value, list | tuple):
-        return value, []
-    follows = [v for v in value if isinstance(v, Follow)]
-    if not follows:
-        return value, []
-    rest = [v for v in value if not isinstance(v, Follow)]
-    return (rest[0] if len(rest) == 1 else rest or None), follows
+        return value, [], None
+    items = [v for v in value if isinstance(v, Follow | Content)]
+    if not items:
+        return value, [], None
+    rest = [v for v in value if not isinstance(v, Follow | Content)]
+    said = [v for v in items if isinstance(v, Content)]
+    follows = [v for v in items if isinstance(v, Follow)]
+    return (rest[0] if len(rest) == 1 else rest or None), follows, (said[-1] if said else None)
 
 
 @dataclass
@@ -209,13 +254,15 @@ class FollowPolicy:
 @dataclass(frozen=True, slots=True)
 class Handled:
     """What an adapted handler answers: its result, the job specs of its follow-ups, what
-    became of them (None when it asked for none), and where the body was stored (if it was).
+    became of them (None when it asked for none), where the body was stored (if it was), and
+    what the handler said of the page's content (:class:`Content`; None: nothing).
     """
 
     result: Any
     follow: list[EnqueueSpec]
     links: LinkCounts | None = None
     body_path: str | None = None
+    content: Content | None = None
 
 
 #: ``finish(job, response, result, follows) -> Handled``: the worker's part after the
@@ -278,8 +325,10 @@ def adapt_handler(handler: Callable[..., Any], finish: Finish) -> Callable[[Job,
 
 
 def _handled(ctx: HandlerContext, value: Any, finish: Finish) -> Handled:
-    result, follows = split_result(value)
-    return finish(ctx.job, ctx.response, result, ctx.follows + follows)
+    result, follows, said = split_result(value)
+    handled = finish(ctx.job, ctx.response, result, ctx.follows + follows)
+    content = said or ctx.content_said
+    return handled if content is None else dataclasses.replace(handled, content=content)
 
 
 class BodyStore:

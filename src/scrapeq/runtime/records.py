@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.scripts import Settled, Settlement
+from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
@@ -97,9 +98,48 @@ def _not_json(result: Any) -> str | None:
 
 
 #: Settlement outcomes that end the job by the worker's own verdict: their results line is
-#: written before the settle (at least once, docs/DESIGN.md "Results lines"). The line of any
-#: other outcome is written only when the settle answers ``dead``, from that answer.
+#: written before the settle (at least once, docs/DESIGN.md "Results lines"), unless the
+#: settle decides part of it (:func:`_line_before_settle`). The line of any other outcome is
+#: written only when the settle answers ``dead``, from that answer.
 ENDS_BY_VERDICT = frozenset({"done", "fail"})
+
+
+def _line_before_settle(settlement: Settlement, settings: Settings) -> bool:
+    """Whether the line of ``settlement`` is written before the settle: a ``done`` or
+    ``fail``, unless the settle script decides part of a done page's line, with revisit on
+    (``changed``) or with follow-ups under a per-domain budget (``max_pages``,
+    ``max_bytes``: ``skipped``). The others wait for its answer (:func:`_settled_line`)."""
+    if settlement.outcome not in ENDS_BY_VERDICT:
+        return False
+    if settlement.outcome != "done":
+        return True
+    if settings.revisit == "on":
+        return False
+    budget = settings.max_pages is not None or settings.max_bytes is not None
+    return not (budget and settlement.follow)
+
+
+def _settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:
+    """The line written from the settle's answer: a dead job's (:func:`_dead_line`), or a
+    done page's with what the script decided: ``changed`` and ``not_modified`` (revisit on),
+    ``skipped: "budget"`` when a per-domain budget cut a follow-up (counted in
+    ``links.skipped`` by budget) or its next visit. None for another answer (stale, retried:
+    the job lives on, and its line comes when it ends)."""
+    if answer == "dead":
+        return _dead_line(record, answer.reason)
+    if answer != "done":
+        return None
+    line = dict(record)
+    if answer.changed is not None:
+        line["changed"] = answer.changed
+    if answer.not_modified:
+        line["not_modified"] = True
+    if answer.over_budget:
+        line["skipped"] = "budget"
+    links = line.get("links")
+    if answer.cut and isinstance(links, dict):
+        line["links"] = {**links, "skipped": {**links.get("skipped", {}), **answer.cut}}
+    return line
 
 
 def _dead_line(record: dict[str, Any], reason: str | None) -> dict[str, Any]:

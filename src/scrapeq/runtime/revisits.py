@@ -1,8 +1,9 @@
 """What a worker does for revisits (``revisit = on``): the conditional request a revisit
-sends, and what its answer says of the content, for the settle item and the results line.
+sends, and what its answer says of the content, for the settle item.
 
-What the fetch saw is reported; what it means for the page's schedule (changed or not, its
-rate, its next visit) is decided by the settle script (``lua/includes/revisit.lua``).
+What the fetch saw is reported; what it means (changed or not, the page's rate, its next
+visit) is decided by the settle script (``lua/includes/revisit.lua``), whose answer the
+results line says (``changed``, ``not_modified``: :class:`~scrapeq.engine.scripts.Settled`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import Final
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
+from scrapeq.runtime.follow import Content
 
 #: Validators longer than this are not stored (the settle script refuses them).
 MAX_VALIDATOR: Final = 100
@@ -60,24 +62,24 @@ def _validator(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def observed(
-    job: Job, settlement: Settlement, headers: Mapping[str, str], body: bytes | None
+    settlement: Settlement,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    content: Content | None = None,
 ) -> Settlement:
-    """The done settlement with what the fetch saw: a 304 (``body`` None), or the body's
-    signature; the answer's validators (each at most 100 bytes)."""
+    """The done settlement with what the fetch saw: a 304 (``body`` None), or the content's
+    signature (the hash of what the handler said stands for it, else of the body) and what
+    the handler said of a change; the answer's validators (each at most 100 bytes)."""
     if settlement.outcome != "done":
         return settlement
     etag, lm = _validator(headers, "ETag"), _validator(headers, "Last-Modified")
     if body is None:
         return replace(settlement, not_modified=True, etag=etag, last_modified=lm)
-    return replace(settlement, signature=signature(body), etag=etag, last_modified=lm)
-
-
-def results_fields(job: Job, settlement: Settlement) -> dict[str, Any]:
-    """The results line's ``changed`` (and ``not_modified`` for a 304): against the
-    signature the revisit carries (the one stored at its last visit); a first visit is
-    ``changed: true``."""
-    if settlement.not_modified:
-        return {"changed": False, "not_modified": True}
-    if settlement.changed is False:
-        return {"changed": False}
-    return {"changed": job.signature is None or job.signature != settlement.signature}
+    said = None if content is None else content.signature
+    if isinstance(said, str):
+        said = said.encode()
+    changed = None if content is None else content.changed
+    return replace(
+        settlement, signature=signature(body if said is None else said), changed=changed,
+        etag=etag, last_modified=lm,
+    )  # fmt: skip

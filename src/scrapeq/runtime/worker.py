@@ -60,7 +60,7 @@ from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.records import ENDS_BY_VERDICT, _dead_line
+from scrapeq.runtime.records import _line_before_settle, _settled_line
 from scrapeq.runtime.records import _record as _record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
@@ -471,14 +471,16 @@ class Worker(Shutdown, Leases, Attempts):
         try:
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
-                if settlement.outcome not in ENDS_BY_VERDICT:
-                    # Whether a retry, throttle or release ends the job is the settle
-                    # script's to say (its budgets, the adaptive excuse): the line is written
-                    # from its answer, only when it made the job dead (docs/DESIGN.md).
+                if not _line_before_settle(settlement, self.settings):
+                    # Whether a retry, throttle or release ends the job, and what a done
+                    # page's line says of its content and its budgets, are the settle
+                    # script's to say: the line is written from its answer (docs/DESIGN.md).
                     flight.submitted = True
-                    answer = await self._submit(settlement, job)
-                    if answer == "dead":
-                        await self._write_dead_line(job, _dead_line(record, answer.reason))
+                    line = _settled_line(record, await self._submit(settlement, job))
+                    if line is not None and line["outcome"] == "dead":
+                        await self._write_dead_line(job, line)
+                    elif line is not None:
+                        await self._write_done_line(job, line)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)

@@ -10,6 +10,9 @@
     consecutive_failures, window, window_failures, window_calls, open_until, trips, delay_ms,
     concurrency, next_ms, dead_last_hour, dead_baseline, failures_last_hour,
     failures_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms}, ...]
+    with revisit on, max_bytes set or such figures kept: revisit_load, revisit_pages,
+    freshness, revisits_skipped, bytes, skipped; with max_pages set or a cut counted:
+    max_pages_skipped.
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -28,7 +31,8 @@ local out = {}
 for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
-    'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb')
+    'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb',
+    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
@@ -63,10 +67,12 @@ for i, d in ipairs(ARG.domains) do
     out[i].tier, out[i].benched_exits = tier, benched
   end
   -- revisit = on (includes/revisit.lua): its revisit load, pages tracked, estimated
-  -- freshness (weighted), revisits not scheduled past max_bytes; bytes downloaded
-  if CFG.rv or CFG.max_bytes ~= cjson.null then
-    local r = redis.call('HMGET', k_dom(d), 'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes',
-      'skipped')
+  -- freshness (weighted), revisits not scheduled past max_bytes; bytes downloaded; follow-ups
+  -- cut by max_bytes (skipped) and by max_pages (includes/enqueue.lua). Shown with revisit on
+  -- or a budget set, and whenever the domain has such figures (a crawl's own settings)
+  local r = {unpack(f, 24, 31)}
+  if CFG.max_pages ~= cjson.null or r[8] then out[i].max_pages_skipped = tonumber(r[8]) or 0 end
+  if CFG.rv or CFG.max_bytes ~= cjson.null or r[2] or r[6] or r[7] then
     local w = tonumber(r[4]) or 0
     out[i].revisit_load = tonumber(r[1]) or 0
     out[i].revisit_pages = tonumber(r[2]) or 0

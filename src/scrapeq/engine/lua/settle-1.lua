@@ -42,8 +42,9 @@
       not_modified, changed, signature, etag, last_modified   with outcome = 'done' and
               CFG.rv (revisit = on): what the fetch saw of the page's content, for its next
               visit (includes/revisit.lua): a 304 answer to the conditional request; the
-              handler said unchanged; a 64-bit signature of the body (16 hex digits); the
-              answer's validators (at most 100 bytes each)
+              handler said unchanged (false) or changed (true); a 64-bit signature of the
+              content (16 hex digits: of the body, or of what the handler said stands for
+              it); the answer's validators (at most 100 bytes each)
       final_seen     with outcome = 'done': the seen-set argument of the URL the fetch ended
               at after redirects; it joins the seen-set (seen_mark: only when the queue has
               one) before the follow-ups are enqueued, so a link to it is skipped as seen.
@@ -59,6 +60,11 @@
 
   Output: one status per item, in order:
     'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
+    'done' is answered 'done:<name>=<n>,...' when this script decided something of the page
+             the worker's results line says (includes/wire.lua, WIRE.DONE): with CFG.rv
+             whether it changed (changed=1|0, not_modified=1), follow-ups cut at a budget
+             (max_pages=n, max_bytes=n), its next visit not scheduled (revisit_skipped=1);
+             the worker then writes the page's line from this answer.
     'dead' is answered 'dead:<reason>', the dead-letter reason this script gave (max_attempts,
              max_throttles, max_releases, or a fail's reason): whether a job ends dead is
              decided here alone, and the worker writes a results line from this answer.
@@ -206,12 +212,17 @@ end
 -- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
 local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
 
+-- Answers 'done' and its notes (WIRE.DONE): the follow-ups cut at a budget, the revisit's.
 local function settle_done(job, it)
   if type(it.final_seen) == 'table' then seen_mark(it.final_seen) end
+  local notes = {}
   if it.follow then
-    for _, s in ipairs(it.follow) do enqueue_one(s) end
+    for _, s in ipairs(it.follow) do
+      -- cut at its domain's budget: ENQ.cut says which (max_pages, max_bytes)
+      if enqueue_one(s) == 'limit' then notes[ENQ.cut] = (notes[ENQ.cut] or 0) + 1 end
+    end
   end
-  if CFG.rv then RV.settle(job, it) end
+  if CFG.rv then RV.settle(job, it, notes) end
   if KEEP_DONE_MS > 0 then
     job.done_at = NOW
     redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
@@ -227,7 +238,7 @@ local function settle_done(job, it)
   bump(k_dom(job.domain), 'done')
   bump(K.STATS, 'done')
   bump(K.STATS, 'done:' .. job.lane)
-  return 'done'
+  return 'done', notes
 end
 
 local function settle_throttle(job, it)
@@ -324,9 +335,9 @@ local function settle_one(i, it)
       it.delay = backoff_ms((job.releases or 0) + 1)
     end
   end
-  local status
+  local status, notes
   if it.outcome == 'done' then
-    status = settle_done(job, it)
+    status, notes = settle_done(job, it)
   elseif it.outcome == 'retry' then
     park_domain(d, it.retry_after)
     local delay = math.max(it.delay or 0, it.retry_after or 0)
@@ -342,6 +353,7 @@ local function settle_one(i, it)
   TOUCHED[d] = true
   history_settled(bump, status, job.lane, it.shutdown)
   if status == 'dead' then return 'dead:' .. job.dead_reason end
+  if notes then return WIRE.done(notes) end
   if it.backoff == true and (status == 'retried' or status == 'released') then
     return status .. ':' .. it.delay
   end

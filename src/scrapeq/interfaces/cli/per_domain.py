@@ -156,8 +156,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
     out.update(learned_timing(info))
     for key in ("revisit_load", "revisit_pages", "freshness", "revisits_skipped", "bytes",
-                "skipped"):  # fmt: skip
-        if key in info:  # revisit = on, or max_bytes
+                "skipped", "max_pages_skipped"):  # fmt: skip
+        if key in info:  # revisit = on, or a per-domain budget (max_bytes, max_pages)
             out[key] = info[key]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]

@@ -197,8 +197,9 @@ async function overview(view) {
     .sort((a, b) => rank[a.state] - rank[b.state] || b.dead - a.dead || a.domain.localeCompare(b.domain)).slice(0, 8);
   const tripped = table([th("domain", "l"), th("state", "l"), "ready", "dead", "open"],
     worst.map((d) => el("tr", {}, el("td", {class: "l"}, domainLink(d.domain)), el("td", {class: "l"}, stateBadge(d.state)), td(num(d.ready)), td(num(d.dead)), td(d.open_until ? ago(d.open_until) : ""))), "every breaker is closed");
+  const rv = s.revisits ? [el("p", {id: "revisits"}, `revisits: ${num(s.revisits.pages)} pages tracked, ${Number(s.revisits.load).toFixed(1)} visits/h scheduled, estimated freshness ${freshness(s.revisits.freshness)}`)] : [];
   view.replaceChildren(
-    el("h1", {}, "Overview"), stats, alarms,
+    el("h1", {}, "Overview"), stats, alarms, ...rv,
     el("div", {class: "grid"},
       card("Throughput, jobs per minute (last hour)", chart(h.outcomes, ["done"], false, h.start_ms)),
       card("Outcomes per minute (last hour)", chart(h.outcomes, ["retried", "throttled", "released", "dead"], true, h.start_ms))),
@@ -234,18 +235,36 @@ function failureRate(d) {
   return el("td", {title: `${d.window_failures} of the last ${d.window_calls} calls failed`}, text);
 }
 
+// Revisits (revisit = on): a domain's revisit load, visits an hour its pages are scheduled at,
+// and the estimated share of its pages whose stored copy is fresh (weighted).
+function revisitLoad(d) { return d.revisit_pages ? Number(d.revisit_load).toFixed(1) : "–"; }
+
+function freshness(f) { return f === null || f === undefined ? "–" : (100 * f).toFixed(1) + " %"; }
+
+function revisitsCard(d) {
+  if (!d.revisit_pages && !d.budget) return [];
+  const row = el("tr", {}, td(num(d.revisit_pages)), td(revisitLoad(d)), td(freshness(d.freshness)), td(d.budget ?? "–", "l"));
+  return [card("Revisits and budgets", table(["pages tracked", "revisits/h", "freshness", th("budget stopped", "l")], [row]))];
+}
+
 async function domains(view) {
   const p = new URLSearchParams({page: domainsState.page, per_page: domainsState.per_page, sort: domainsState.sort, order: domainsState.order});
   if (domainsState.state) p.set("state", domainsState.state);
   if (domainsState.q) p.set("q", domainsState.q);
   const doc = await getJSON("api/domains?" + p);
   const hasLimit = doc.items.some((d) => d.adaptive_limit !== null && d.adaptive_limit !== undefined);
+  const hasRevisits = doc.items.some((d) => d.revisit_pages);
+  const hasBudget = doc.items.some((d) => d.budget);
   const head = [sortHeader("domain", "domain"), sortHeader("state", "state"), sortHeader("ready", "ready"), sortHeader("in flight", "inflight"), sortHeader("done", "done"), sortHeader("dead", "dead"), sortHeader("failure rate", "failure_rate"), sortHeader("open until", "open_until")];
   if (hasLimit) head.push(th("limit"));
+  if (hasRevisits) head.push(sortHeader("revisits/h", "revisit_load"), sortHeader("freshness", "freshness"));
+  if (hasBudget) head.push(th("budget", "l"));
   head.push(th(""));
   const rows = doc.items.map((d) => {
     const cells = [el("td", {class: "l"}, domainLink(d.domain)), el("td", {class: "l"}, stateBadge(d.state)), td(num(d.ready)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), failureRate(d), td(d.open_for !== null ? "in " + human(d.open_for) : "")];
     if (hasLimit) cells.push(td(d.adaptive_limit ?? ""));
+    if (hasRevisits) cells.push(td(revisitLoad(d)), td(freshness(d.freshness)));
+    if (hasBudget) cells.push(td(d.budget ?? "", "l"));
     cells.push(el("td", {}, ...breakerButtons(d.domain, d.state)));
     return el("tr", {"data-domain": d.domain, "data-state": d.state}, ...cells);
   });
@@ -273,6 +292,7 @@ async function domainView(view, name) {
     el("h1", {}, d.domain, " ", ...breakerButtons(d.domain, d.state)),
     card("Figures", facts),
     card("Politeness", politeness(doc.info)),
+    ...revisitsCard(d),
     ...(doc.exits ? [card("Exits (tier " + (doc.exits.tier ?? "-") + ")", domainExits(doc.exits))] : []),
     el("div", {class: "grid"}, card("Recent errors (failures and dead letters)", errors), card("Breaker history", events)),
     el("p", {}, link("#/dead?domain=" + encodeURIComponent(d.domain), "its dead letters →")));

@@ -10,6 +10,8 @@
 -- its id was issued (id_ms; left out when 0), eligible as ms after created (left out when
 -- 0), '/' not escaped. Scripts work
 -- on the full form (long names) that claims answer; a claimed job is stored in that form.
+-- 'sg' (signature) is no longer written: revisits scheduled by an earlier version carry it,
+-- and readers ignore it (a stored name is never given to another field).
 local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
   payload = 'p', depth = 'dp', parent = 'pa', parent_url = 'pu', expires = 'x', fp = 'f',

@@ -14,10 +14,12 @@
     (domain.lua: is_urgent), adds the call's one entry to the wake stream (sq:{Q}:wake,
     capped at one entry: idle workers block on it). Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
-  A spec with `parent` (a follow-up) is skipped as 'limit' (counted links:max_pages) when its domain already has
-  CFG.max_pages jobs enqueued (its count in the registry, common.lua), when that is set, and
-  its URL is new (one the seen-set or a pending job has is answered as such); as 'limit'
-  (counted links:max_bytes) when its domain downloaded CFG.max_bytes bytes (counted in the domain's `skipped`).
+  A spec with `parent` (a follow-up) is skipped as 'limit' (counted links:max_pages, and in
+  its domain's hash `pgskip`) when its domain already has CFG.max_pages jobs enqueued (its
+  count in the registry, common.lua), when that is set, and its URL is new (one the seen-set
+  or a pending job has is answered as such); as 'limit' (counted links:max_bytes, and in the
+  domain's `skipped`) when its domain downloaded CFG.max_bytes bytes. ENQ.cut then says
+  which budget cut it (settle-1.lua answers it to the worker, for the parent's results line).
   With CFG.rv, a spec whose `lastmod` is newer than its URL's last visit (revisit.lua) is
   enqueued even when the seen-set or a pending job has the URL (it takes the fingerprint).
   What became of the follow-ups is counted here, where it is decided, and added to the
@@ -95,7 +97,6 @@ local function over_max_pages(s)
   if cap and registry_enq(s.domain) >= cap then return 'max_pages' end
   cap = tonumber(CFG.max_bytes)
   if cap and (tonumber(redis.call('HGET', k_dom(s.domain), 'bytes')) or 0) >= cap then
-    redis.call('HINCRBY', k_dom(s.domain), 'skipped', 1)
     return 'max_bytes'
   end
   return nil
@@ -110,6 +111,8 @@ local function enqueue_spec(s)
     if holder and s.unique then return 'dup:' .. holder end
     if s.seen and seen_has(s.seen) then return 'seen' end
     ENQ.cut = over
+    -- the domain's count of new URLs cut, for `domains`: skipped (max_bytes), pgskip
+    redis.call('HINCRBY', k_dom(s.domain), over == 'max_bytes' and 'skipped' or 'pgskip', 1)
     return 'limit'
   end
   local new = true

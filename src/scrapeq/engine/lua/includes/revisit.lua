@@ -15,15 +15,17 @@
   estimated freshness and of weight), rvskip (revisits not scheduled: the domain was past
   max_bytes), bytes (bytes downloaded, counted by settle).
 
-  RV.settle(job, it): the observation of a done job (it.not_modified, it.changed = false, or
-  it.signature compared with the stored one), the state written, and its next visit enqueued
-  as a delayed job (same URL, lane, request and payload; the validators the fetch reported,
-  or on a 304 those it sent; rv_due its due second), unless
+  RV.settle(job, it, notes): the observation of a done job (it.not_modified, it.changed
+  (the handler's verdict), or it.signature compared with the stored one), the state written, and its next
+  visit enqueued as a delayed job (same URL, lane, request and payload; the validators the
+  fetch reported, or on a 304 those it sent; rv_due its due second), unless
     - the job belongs to a stale chain: it is a revisit (rv_due) but not the one the state
       last scheduled (another job of the URL was settled since: it took the chain over), or
-    - its domain is past CFG.max_bytes (counted in rvskip).
-  The revisit job also carries the stored signature (signature, hex), only so the worker's
-  results line can say `changed` before this settle decides it.
+    - its domain is past CFG.max_bytes (counted in rvskip; notes.revisit_skipped = 1).
+  What it decided goes in `notes`, which settle-1.lua answers (wire.lua, WIRE.DONE) and the
+  worker writes the page's results line from: notes.changed (1: changed, or a first visit;
+  0: not), notes.not_modified. The queue's sums of the domains' figures (K.STATS: rv:load,
+  rv:pages, rv:fw, rv:w) move with each domain's, for `status`.
   A scheduled revisit takes over the job's held fingerprint (unique), so a link or an enqueue
   of the URL meanwhile is answered as a duplicate of it; it bypasses the seen-set on purpose.
 
@@ -38,10 +40,6 @@ RV.NOSIG = string.rep('\0', 8)
 
 function RV.unhex(h)
   return (string.gsub(h, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
-end
-
-function RV.hex(raw)
-  return (string.gsub(raw, '.', function(c) return string.format('%02x', string.byte(c)) end))
 end
 
 function RV.where(url)
@@ -64,17 +62,32 @@ end
 
 RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes'}
 
-function RV.settle(job, it)
+-- The queue's sums of its domains' figures (K.STATS, for status): what a visit changed.
+RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'}}
+
+function RV.total(old, new)
+  for _, f in ipairs(RV.SUMS) do
+    local delta = new[f[1]] - (old[f[1]] or 0)
+    if delta ~= 0 then redis.call('HINCRBYFLOAT', K.STATS, f[2], delta) end
+  end
+end
+
+function RV.settle(job, it, notes)
   local key, field = RV.where(job.url)
   local page, sig = RV.read(key, field)
   local changed = nil
   if page then
     if it.not_modified == true or it.changed == false then
       changed = false
+    elseif it.changed == true then  -- the handler said so
+      changed = true
     elseif it.signature and sig ~= RV.NOSIG then
       changed = RV.unhex(it.signature) ~= sig
     end
   end
+  -- the results line's (settle-1.lua answers it): a first visit is a change
+  notes.changed = changed == false and 0 or 1
+  if it.not_modified == true then notes.not_modified = 1 end
   if it.signature then sig = RV.unhex(it.signature) end
   local dk = k_dom(job.domain)
   local got = redis.call('HMGET', dk, unpack(RV.DOM))
@@ -93,6 +106,8 @@ function RV.settle(job, it)
   end
   redis.call('HSET', key, field, struct.pack(RV.FMT, p.last, p.due, p.tc, p.tu, p.n, p.x) .. sig)
   redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w)
+  RV.total(dom, d)
+  if over then notes.revisit_skipped = 1 end
   if stale or over then return nil end
   local etag, lm = it.etag, it.last_modified
   if it.not_modified == true then
@@ -105,7 +120,7 @@ function RV.settle(job, it)
     max_attempts = job.max_attempts, throttles = 0, token = 0, created = NOW,
     payload = job.payload, depth = job.depth, parent = job.parent, request = job.request,
     parent_url = job.parent_url, weight = job.weight, etag = etag, last_modified = lm,
-    rv_due = p.due, signature = sig ~= RV.NOSIG and RV.hex(sig) or nil}
+    rv_due = p.due}
   if type(job.fp) == 'string' and redis.call('HGET', K.UNIQUE, job.fp) == job.id then
     redis.call('HSET', K.UNIQUE, job.fp, new.id)
     new.fp, new.fpw = job.fp, job.fpw
