@@ -40,9 +40,10 @@ class BatchSink(ABC, Generic[DB]):
     """A sink writing rows (:func:`~._rows.row_of`) in batches through :meth:`_store` on its
     own thread, over a database connection ``_db`` (None: not connected).
 
-    Subclasses implement :meth:`_prepare` (create or check the table; raise ConfigError for a
-    layout it cannot use) and :meth:`_store` (write rows in one transaction, connecting when
-    ``_db`` is None). Counters: ``batches`` and ``rows`` written.
+    Subclasses implement :meth:`_connect` (the connection, opened when there is none),
+    :meth:`_prepare` (create or check the table; raise ConfigError for a layout it cannot
+    use) and :meth:`_write` (rows in one transaction). Counters: ``batches`` and ``rows``
+    written.
     """
 
     def __init__(self) -> None:
@@ -121,11 +122,22 @@ class BatchSink(ABC, Generic[DB]):
         one by one, so the others are kept): a data error, not a lost connection."""
         return False
 
+    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        db = self._connect()
+        try:
+            self._write(db, rows)
+        except BaseException:
+            self._disconnect()  # rolls back; the next batch connects again
+            raise
+
+    @abstractmethod
+    def _connect(self) -> DB: ...
+
     @abstractmethod
     def _prepare(self) -> None: ...
 
     @abstractmethod
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def _write(self, db: DB, rows: Sequence[tuple[Any, ...]]) -> None: ...
 
     def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
         return row_of(record)

@@ -77,14 +77,9 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
             self._disconnect()
             raise ConfigError("results", f"postgresql: {_first_line(exc)}") from exc
 
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        db = self._connect()
-        try:
-            with db.transaction(), db.cursor() as cur:
-                cur.executemany(self._upsert, rows)
-        except BaseException:
-            self._disconnect()
-            raise
+    def _write(self, db: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        with db.transaction(), db.cursor() as cur:
+            cur.executemany(self._upsert, rows)
 
     def _row_error(self, exc: Exception) -> bool:
         import psycopg

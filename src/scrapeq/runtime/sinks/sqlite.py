@@ -62,15 +62,10 @@ class SqliteSink(BatchSink[sqlite3.Connection]):
             self._disconnect()
             raise ConfigError("results", f"sqlite {self.path}: {exc}") from exc
 
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(self._upsert, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            self._disconnect()  # rolls back; the next batch connects again
-            raise
+    def _write(self, db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(self._upsert, rows)
+        db.execute("COMMIT")
 
     def _row_error(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError)
