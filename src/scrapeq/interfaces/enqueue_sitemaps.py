@@ -24,6 +24,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import InvalidURL, ScrapeqError
+from scrapeq.interfaces.enqueue_file import count_added
 from scrapeq.runtime.fetch import Fetcher, Robots
 from scrapeq.runtime.sitemaps import Entry, Limits, Problem, SitemapReader, Source, Tally
 
@@ -113,13 +114,9 @@ class SitemapRun:
                 "was added is skipped)"
             ) from exc
         self._specs = []
-        for r in results:
-            if not r.added:
-                self.duplicates += 1
-                continue
-            self.added += 1
-            if self.keep_ids:
-                self.ids.append(r.id)
+        added = count_added(results, self.ids if self.keep_ids else None)
+        self.added += added
+        self.duplicates += len(results) - added
 
 
 async def read_sitemaps(
