@@ -96,6 +96,19 @@ CANCEL_DELAYED_PASSES = 2
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
+def check_claim_size(n: int) -> None:
+    """Refuse a claim size outside 1..``MAX_CLAIM`` (:class:`ConfigError`)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
+        raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
+
+
+def settled_one(item: Settlement, status: Settled) -> Settled:
+    """A single settle's answer, or :class:`StaleLease` when its token no longer held the job."""
+    if status == "stale":
+        raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
+    return status
+
+
 class _QueueCore(SettlementBuilders):
     """Everything but the I/O: argument checks, operations, result shaping."""
 
@@ -258,8 +271,7 @@ class _QueueCore(SettlementBuilders):
         return results
 
     def _op_claim(self, n: int) -> Op[Claimed]:
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLAIM:
-            raise ConfigError("n", f"claim size must be an integer in 1..{MAX_CLAIM}, got {n!r}")
+        check_claim_size(n)
         next_ms, texts = yield scripts.claim(n)
         jobs = [Job.from_json(t) for t in texts]
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
@@ -273,11 +285,8 @@ class _QueueCore(SettlementBuilders):
         return out
 
     def _op_settle_one(self, item: Settlement) -> Op[Settled]:
-        status: Settled
         (status,) = yield scripts.settle([item])
-        if status == "stale":
-            raise StaleLease(f"job {item.job_id}: token {item.token} no longer owns the lease")
-        return status
+        return settled_one(item, status)
 
     def _op_heartbeat(
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False

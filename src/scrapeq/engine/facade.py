@@ -4,14 +4,17 @@
 differ only in their I/O. Both are a :class:`~scrapeq.engine.core._QueueCore` (the settings,
 ``prepare``, the settlement builders, the single-partition operations) wrapped by a
 :class:`~scrapeq.engine.partitions.PartitionRouter`, through which every operation that
-depends on the partitions goes.
+depends on the partitions goes: the core's own with one partition
+(:class:`~scrapeq.engine.partitions.SinglePartitionRouter`), fanned out and merged with
+several (:class:`~scrapeq.engine.multi_partition.MultiPartitionRouter`), chosen here once.
 """
 
 from __future__ import annotations
 
 from scrapeq.engine.core import _QueueCore
 from scrapeq.engine.keys import Keys
-from scrapeq.engine.partitions import PartitionRouter
+from scrapeq.engine.multi_partition import MultiPartitionRouter
+from scrapeq.engine.partitions import PartitionRouter, SinglePartitionRouter
 from scrapeq.engine.settings import Settings
 
 
@@ -20,7 +23,11 @@ class _QueueBase(_QueueCore):
 
     def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
         super().__init__(name, settings=settings)
-        self._route = PartitionRouter(self)
+        self._route: PartitionRouter = (
+            MultiPartitionRouter(self)
+            if self.settings.partitions > 1
+            else SinglePartitionRouter(self)
+        )
 
     @property
     def partitions(self) -> int:

@@ -11,8 +11,9 @@ This module is the stable import point; the code lives in focused modules:
 - :mod:`scrapeq.engine.core`: argument checks and the single-partition operations;
 - :mod:`scrapeq.engine.settlement`: the settlement builders (``done``, ``retrying``, ...);
 - :mod:`scrapeq.engine.oputil`: call chunking and reply shaping shared by the operations;
-- :mod:`scrapeq.engine.routing` and :mod:`scrapeq.engine.partitions`: partitioned queues
-  (``PartitionRouter`` wraps the core and routes each operation to its partitions);
+- :mod:`scrapeq.engine.routing`, :mod:`scrapeq.engine.partitions` and
+  :mod:`scrapeq.engine.multi_partition`: partitioned queues (a ``PartitionRouter`` wraps the
+  core and routes each operation to its partitions: one, or several fanned out and merged);
 - :mod:`scrapeq.engine.transport`: Redis error mapping and cluster command routing;
 - :mod:`scrapeq.engine.facade`, :mod:`scrapeq.engine.sync_queue` and
   :mod:`scrapeq.engine.async_queue`: the facades.

@@ -118,8 +118,14 @@ def _config_error(detail: str, script: str) -> ConfigError:
     return ConfigError(field, f"{script} refused this configuration field: {why}")
 
 
+def _two_words(detail: str) -> tuple[str, str]:
+    """An error's two values (what the queue holds, what this client has); "?" for one missing."""
+    first, second = ([*detail.split(), "?", "?"])[:2]
+    return first, second
+
+
 def _partitions_error(detail: str) -> ConfigError:
-    stored, given = ([*detail.split(), "?", "?"])[:2]
+    stored, given = _two_words(detail)
     return ConfigError(
         "partitions",
         f"this queue has {stored} partition(s) and these settings say {given}: changing "
@@ -129,7 +135,7 @@ def _partitions_error(detail: str) -> ConfigError:
 
 
 def _schema_error(detail: str) -> ScriptError:
-    stored, known = ([*detail.split(), "?", "?"])[:2]
+    stored, known = _two_words(detail)
     return ScriptError(
         f"this queue's data is at schema {stored}, which this scrapeq (schema {known}) does "
         "not know: a newer scrapeq wrote it; upgrade scrapeq to use this queue"
@@ -137,7 +143,7 @@ def _schema_error(detail: str) -> ScriptError:
 
 
 def _seen_layout_error(detail: str) -> ConfigError:
-    stored, given = ([*detail.split(), "?", "?"])[:2]
+    stored, given = _two_words(detail)
     return ConfigError(
         "seen_filter",
         f"this queue's seen-set was built as {stored} and these settings make {given}: every "

@@ -140,6 +140,12 @@ def _call(script: str, parse: Callable[[Any], T], **args: Any) -> Call[T]:
     return Call(script, text, parse)
 
 
+def _given(**options: Any) -> dict[str, Any]:
+    """The optional arguments given (not None): a script reads an absent one as nil, while
+    JSON null would reach it as ``cjson.null``, which is not nil."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
 # --- wrappers, one per script ---------------------------------------------------------------
 
 
@@ -190,10 +196,8 @@ def heartbeat(
     if handling:
         marked = [{"id": i, "token": t, "h": True} for i, t in items]
         return _call("heartbeat", parse, items=marked)
-    args: dict[str, Any] = {"items": [{"id": i, "token": t} for i, t in items]}
-    if lease_ms is not None:
-        args["lease_ms"] = lease_ms
-    return _call("heartbeat", parse, **args)
+    pairs = [{"id": i, "token": t} for i, t in items]
+    return _call("heartbeat", parse, items=pairs, **_given(lease_ms=lease_ms))
 
 
 def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:
@@ -202,18 +206,13 @@ def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:
     def parse(raw: list[Any]) -> tuple[int, int, int]:
         return int(raw[0]), int(raw[1]), int(raw[2])
 
-    args: dict[str, Any] = {"seed": _seed()}
-    if budget is not None:
-        args["budget"] = budget
-    return _call("reap", parse, **args)
+    return _call("reap", parse, seed=_seed(), **_given(budget=budget))
 
 
 def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
     """Reset or trip a domain's breaker; answers its new state."""
-    args: dict[str, Any] = {"domain": domain, "action": action, "seed": _seed()}
-    if cool_ms is not None:
-        args["cool_ms"] = cool_ms
-    return _call("breaker", str, **args)
+    given = _given(cool_ms=cool_ms)
+    return _call("breaker", str, domain=domain, action=action, seed=_seed(), **given)
 
 
 def domain_set(
@@ -225,12 +224,7 @@ def domain_set(
     def parse(raw: list[Any]) -> tuple[int, int, bool]:
         return int(raw[0]), int(raw[1]), bool(int(raw[2]))
 
-    args: dict[str, Any] = {"domain": domain}
-    if delay_ms is not None:
-        args["delay_ms"] = delay_ms
-    if conc is not None:
-        args["conc"] = conc
-    return _call("domain_set", parse, **args)
+    return _call("domain_set", parse, domain=domain, **_given(delay_ms=delay_ms, conc=conc))
 
 
 def host_group(host: str, key: str) -> Call[str]:
@@ -290,12 +284,7 @@ def purge(
     def parse(raw: list[Any]) -> tuple[int, int]:
         return int(raw[0]), int(raw[1])
 
-    args: dict[str, Any] = {"limit": limit}
-    if older_ms is not None:
-        args["older_ms"] = older_ms
-    if domain is not None:
-        args["domain"] = domain
-    return _call("purge", parse, **args)
+    return _call("purge", parse, limit=limit, **_given(older_ms=older_ms, domain=domain))
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,12 +493,10 @@ def log_leader(
     def parse(raw: list[Any]) -> LeaderAnswer:
         return LeaderAnswer(int(raw[0]), str(raw[1]), bool(int(raw[2])))
 
-    args: dict[str, Any] = {"id": worker_id, "ttl_ms": ttl_ms, "cursor_ttl_ms": cursor_ttl_ms}
-    if cursor is not None:
-        args["cursor"] = cursor
-    if release:
-        args["release"] = True
-    return _call("log_leader", parse, **args)
+    given = _given(cursor=cursor, release=release or None)  # release: only when True
+    return _call(
+        "log_leader", parse, id=worker_id, ttl_ms=ttl_ms, cursor_ttl_ms=cursor_ttl_ms, **given
+    )
 
 
 def domain_info(domains: Sequence[str]) -> Call[list[dict[str, Any]]]:

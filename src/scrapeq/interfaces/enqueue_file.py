@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -28,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from scrapeq.engine.connection import SyncClient
-from scrapeq.engine.queue import Queue
+from scrapeq.engine.queue import EnqueueResult, Queue
 from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.errors import (
@@ -46,6 +46,7 @@ __all__ = [
     "EnqueueFailed",
     "EnqueueRun",
     "Item",
+    "count_added",
     "failure_lines",
     "read_items",
     "resume_problem",
@@ -101,6 +102,15 @@ def send_once(client: SyncClient) -> None:
     again (a plain client; a cluster client keeps its own retries across failovers)."""
     if isinstance(client, redis.Redis):
         client.set_retry(Retry(NoBackoff(), 0))
+
+
+def count_added(results: Sequence[EnqueueResult], ids: list[str] | None) -> int:
+    """How many of an ``enqueue_many``'s ``results`` were added (the others the queue
+    skipped: pending, or in the seen-set); their ids appended to ``ids`` (None: not kept)."""
+    added = [r.id for r in results if r.added]
+    if ids is not None:
+        ids.extend(added)
+    return len(added)
 
 
 @dataclass
@@ -188,13 +198,9 @@ class EnqueueRun:
         self._sent = True
         results = self.queue.enqueue_many(self._batch.specs)
         self._sent = False
-        for r in results:
-            if not r.added:
-                self.skipped += 1
-                continue
-            self.added += 1
-            if self.keep_ids:
-                self.ids.append(r.id)
+        added = count_added(results, self.ids if self.keep_ids else None)
+        self.added += added
+        self.skipped += len(results) - added
         last = self._batch.last_line
         self._resume = self.resume_from if last is None else last + 1
         self._answered += 1

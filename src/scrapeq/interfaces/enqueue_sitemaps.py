@@ -24,6 +24,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import InvalidURL, ScrapeqError
+from scrapeq.interfaces.enqueue_file import count_added
 from scrapeq.runtime.fetch import Fetcher, Robots
 from scrapeq.runtime.sitemaps import Entry, Limits, Problem, SitemapReader, Source, Tally
 
@@ -113,13 +114,9 @@ class SitemapRun:
                 "was added is skipped)"
             ) from exc
         self._specs = []
-        for r in results:
-            if not r.added:
-                self.duplicates += 1
-                continue
-            self.added += 1
-            if self.keep_ids:
-                self.ids.append(r.id)
+        added = count_added(results, self.ids if self.keep_ids else None)
+        self.added += added
+        self.duplicates += len(results) - added
 
 
 async def read_sitemaps(
@@ -132,11 +129,7 @@ async def read_sitemaps(
 ) -> Tally:
     """Read ``sources`` (and the sitemaps their indexes list) into ``run``."""
     async with Fetcher(settings) as fetcher:
-        reader = SitemapReader(fetcher, limits=limits, report=report)
-        async for batch in reader.read(sources):
-            run.add(batch)
-        run.flush()
-    return reader.tally
+        return await _read_into(run, fetcher, sources, report, limits)
 
 
 async def read_robots_sitemaps(
@@ -160,10 +153,22 @@ async def read_robots_sitemaps(
                 continue
             # the protocol wants absolute URLs; a relative one is read against the seed
             sources += [Source(urljoin(seed, url), site=seed) for url in found]
-        reader = SitemapReader(fetcher, limits=limits, report=report)
-        async for batch in reader.read(dict.fromkeys(sources)):
-            run.add(batch)
-        run.flush()
+        return await _read_into(run, fetcher, dict.fromkeys(sources), report, limits)
+
+
+async def _read_into(
+    run: SitemapRun,
+    fetcher: Fetcher,
+    sources: Iterable[Source],
+    report: Callable[[Problem], None],
+    limits: Limits | None,
+) -> Tally:
+    """Read ``sources`` (and the sitemaps their indexes list) into ``run``, then send what
+    it holds; what was read."""
+    reader = SitemapReader(fetcher, limits=limits, report=report)
+    async for batch in reader.read(sources):
+        run.add(batch)
+    run.flush()
     return reader.tally
 
 

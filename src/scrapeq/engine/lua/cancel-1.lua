@@ -99,25 +99,20 @@ end
 
 -- The domain's ready jobs, head first: at most `budget` examined. Returns how many were.
 local function cancel_ready(d, budget)
-  local ids = redis.call('ZRANGE', k_dq(d), 0, budget - 1)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', k_dq(d), id)
-    local job, raw = load_job(id)
-    if job and job.domain == d then
+  local taken = take_ready(d, budget, function(job, id)
+    if job.domain == d then
       cancel_pending(job, true)
-    elseif job then  -- filed under another domain: filed again under its own (as audit does)
+    else  -- filed under another domain: filed again under its own (as audit does)
       lane_ready(job.lane, -1)
       local placed = redis.call('ZSCORE', k_dq(job.domain), id)
         or redis.call('ZSCORE', K.DELAYED, id) or redis.call('ZSCORE', K.INFLIGHT, id)
         or redis.call('ZSCORE', K.DEAD, id)
       if not placed then put_ready(job) end
       TOUCHED[job.domain] = TOUCHED[job.domain] or 0
-    elseif job == false then
-      dead_corrupt(id, raw, d, 'ready')  -- as a claim would
-    end  -- else an id without its job: gone with the ZREM
-    TOUCHED[d] = TOUCHED[d] or 0
-  end
-  return #ids
+    end
+  end)
+  if taken > 0 then TOUCHED[d] = TOUCHED[d] or 0 end
+  return taken
 end
 
 local SCAN_BYTES = 8 * 1024 * 1024

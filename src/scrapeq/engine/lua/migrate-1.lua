@@ -1,7 +1,7 @@
 --[[
   Bring one key space of a queue to the schema this code writes, a slice a call (the client
-  calls it when it opens a queue, until it answers no more work: scrapeq/engine/partitions.py,
-  PartitionRouter._op_migrate).
+  calls it when it opens a queue, until it answers no more work: scrapeq/engine/schema.py,
+  SchemaOpener, called by the partition router).
 
   KEYS[1] is one prefix of the queue: its home sq:{Q}: or a partition's sq:{Q:i}:.
 

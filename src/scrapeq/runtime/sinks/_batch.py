@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from scrapeq.runtime.handlers import DaemonThreads
+
+from ._rows import row_of
 
 __all__ = ["BatchSink"]
 
@@ -27,12 +29,21 @@ WRITE_TIMEOUT = 60.0
 _Waiting = tuple[tuple[Any, ...], "asyncio.Future[None]"]
 
 
-class BatchSink(ABC):
-    """A sink writing rows in batches through :meth:`_store` on its own thread.
+class _Connection(Protocol):
+    def close(self) -> None: ...
 
-    Subclasses implement :meth:`_prepare` (create or check the table; raise ConfigError for a
-    layout it cannot use), :meth:`_store` (write rows in one transaction), :meth:`_row` and
-    :meth:`_disconnect`. Counters: ``batches`` and ``rows`` written.
+
+DB = TypeVar("DB", bound=_Connection)
+
+
+class BatchSink(ABC, Generic[DB]):
+    """A sink writing rows (:func:`~._rows.row_of`) in batches through :meth:`_store` on its
+    own thread, over a database connection ``_db`` (None: not connected).
+
+    Subclasses implement :meth:`_connect` (the connection, opened when there is none),
+    :meth:`_prepare` (create or check the table; raise ConfigError for a layout it cannot
+    use) and :meth:`_write` (rows in one transaction). Counters: ``batches`` and ``rows``
+    written.
     """
 
     def __init__(self) -> None:
@@ -40,6 +51,7 @@ class BatchSink(ABC):
         self._flusher: asyncio.Task[None] | None = None
         self._thread = DaemonThreads(1, f"scrapeq-{type(self).__name__}")
         self._prepared = False
+        self._db: DB | None = None
         self.batches = 0
         self.rows = 0
 
@@ -110,17 +122,32 @@ class BatchSink(ABC):
         one by one, so the others are kept): a data error, not a lost connection."""
         return False
 
+    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        db = self._connect()
+        try:
+            self._write(db, rows)
+        except BaseException:
+            self._disconnect()  # rolls back; the next batch connects again
+            raise
+
+    @abstractmethod
+    def _connect(self) -> DB: ...
+
     @abstractmethod
     def _prepare(self) -> None: ...
 
     @abstractmethod
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def _write(self, db: DB, rows: Sequence[tuple[Any, ...]]) -> None: ...
 
-    @abstractmethod
-    def _row(self, record: dict[str, Any]) -> tuple[Any, ...]: ...
+    def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
+        return row_of(record)
 
-    @abstractmethod
-    def _disconnect(self) -> None: ...
+    def _disconnect(self) -> None:
+        """Close the connection (a transaction not committed rolls back); the next batch
+        connects again."""
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
 
 
 def _answer(batch: list[_Waiting], error: Exception | None) -> None:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from scrapeq.errors import ConfigError
 
-__all__ = ["COLUMNS", "JSON_COLUMNS", "KEY", "row_of", "table_name"]
+__all__ = [
+    "COLUMNS",
+    "JSON_COLUMNS",
+    "KEY",
+    "check_layout",
+    "create_sql",
+    "row_of",
+    "table_name",
+    "upsert_sql",
+]
 
 #: Column -> the results record's field it holds (docs/INTERFACE.md, "Results").
 COLUMNS: dict[str, str] = {
@@ -67,3 +77,40 @@ def row_of(record: dict[str, Any]) -> tuple[Any, ...]:
         _json(record.get(field)) if column in JSON_COLUMNS else record.get(field)
         for column, field in COLUMNS.items()
     )
+
+
+def create_sql(table: str, types: Mapping[str, str], text: str, not_null: Collection[str]) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` of the layout: each column of type ``types[c]``
+    (else ``text``), keyed by :data:`KEY`, the columns ``not_null`` NOT NULL."""
+    columns = ",\n  ".join(
+        f"{c} {types.get(c, text)}" + (" PRIMARY KEY" if c == KEY else "")
+        + (" NOT NULL" if c in not_null else "")
+        for c in COLUMNS
+    )  # fmt: skip
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {columns}\n)"
+
+
+def upsert_sql(table: str, marks: Iterable[str]) -> str:
+    """The upsert of one row (``marks``: each column's placeholder, in :data:`COLUMNS` order):
+    a row whose :data:`KEY` is there already is updated."""
+    names = ", ".join(COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != KEY)
+    return (
+        f"INSERT INTO {table} ({names}) VALUES ({', '.join(marks)}) "
+        f"ON CONFLICT ({KEY}) DO UPDATE SET {updates}"
+    )
+
+
+def check_layout(table: str, have: Collection[str], keyed: Callable[[], bool]) -> None:
+    """Refuse (ConfigError) a table without every column (``have``: its columns) or, asked
+    then, not ``keyed`` by :data:`KEY` alone: an upsert needs one row per job."""
+    missing = [c for c in COLUMNS if c not in have]
+    if missing:
+        raise ConfigError(
+            "results",
+            f"table {table} has no column {', '.join(missing)}: "
+            "use another table (?table=NAME) or add them",
+        )
+    if not keyed():
+        message = f"table {table}: {KEY} must be its primary key (one row per job)"
+        raise ConfigError("results", message)

@@ -10,7 +10,7 @@ from scrapeq.engine.urls import redact_url
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, row_of, table_name
+from ._rows import COLUMNS, KEY, check_layout, create_sql, table_name, upsert_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -26,25 +26,6 @@ _TYPES = {"depth": "integer", "status": "integer", "attempts": "integer", "bytes
 _CASTS = {"finished_at": "::timestamptz", "result": "::jsonb", "links": "::jsonb"}
 
 
-def _create_sql(table: str) -> str:
-    columns = ",\n  ".join(
-        f"{c} {_TYPES.get(c, 'text')}" + (" PRIMARY KEY" if c == KEY else "")
-        + (" NOT NULL" if c in ("url", "outcome") else "")
-        for c in COLUMNS
-    )  # fmt: skip
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {columns}\n)"
-
-
-def _upsert_sql(table: str) -> str:
-    names = ", ".join(COLUMNS)
-    marks = ", ".join("%s" + _CASTS.get(c, "") for c in COLUMNS)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != KEY)
-    return (
-        f"INSERT INTO {table} ({names}) VALUES ({marks}) "
-        f"ON CONFLICT ({KEY}) DO UPDATE SET {updates}"
-    )
-
-
 def split_url(url: str) -> tuple[str, str]:
     """(the connection URL without ``table``, with a ``connect_timeout``; the table name)."""
     parts = urlsplit(url)
@@ -57,7 +38,7 @@ def split_url(url: str) -> tuple[str, str]:
     return conninfo, table_name(tables[-1] if tables else "results")
 
 
-class PostgresSink(BatchSink):
+class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
     """Upsert one row per job into a PostgreSQL table (``result`` and ``links`` as JSONB).
 
     The table (docs/INTERFACE.md, "Results in a database") is created on first use, or
@@ -75,8 +56,7 @@ class PostgresSink(BatchSink):
         super().__init__()
         self._conninfo, self.table = split_url(url)
         self.shown = redact_url(url)
-        self._db: psycopg.Connection[Any] | None = None
-        self._upsert = _upsert_sql(self.table)
+        self._upsert = upsert_sql(self.table, ("%s" + _CASTS.get(c, "") for c in COLUMNS))
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._db is None or self._db.closed:
@@ -91,33 +71,20 @@ class PostgresSink(BatchSink):
         try:
             db = self._connect()
             with db.transaction():
-                db.execute(_create_sql(self.table))
+                db.execute(create_sql(self.table, _TYPES, "text", ("url", "outcome")))
             _check_layout(db, self.table)
         except psycopg.Error as exc:
             self._disconnect()
             raise ConfigError("results", f"postgresql: {_first_line(exc)}") from exc
 
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        db = self._connect()
-        try:
-            with db.transaction(), db.cursor() as cur:
-                cur.executemany(self._upsert, rows)
-        except BaseException:
-            self._disconnect()
-            raise
-
-    def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
-        return row_of(record)
+    def _write(self, db: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        with db.transaction(), db.cursor() as cur:
+            cur.executemany(self._upsert, rows)
 
     def _row_error(self, exc: Exception) -> bool:
         import psycopg
 
         return isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
-
-    def _disconnect(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            db.close()
 
 
 def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
@@ -136,16 +103,7 @@ def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
             "AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = %s",
             (table, KEY),
         ).fetchone()
-    missing = [c for c in COLUMNS if c not in have]
-    if missing:
-        raise ConfigError(
-            "results",
-            f"table {table} has no column {', '.join(missing)}: "
-            "use another table (?table=NAME) or add them",
-        )
-    if keyed is None:
-        message = f"table {table}: {KEY} must be its primary key (one row per job)"
-        raise ConfigError("results", message)
+    check_layout(table, have, lambda: keyed is not None)
 
 
 def _first_line(exc: BaseException) -> str:

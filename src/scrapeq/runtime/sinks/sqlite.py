@@ -10,7 +10,7 @@ from typing import Any
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, row_of, table_name
+from ._rows import COLUMNS, KEY, check_layout, create_sql, table_name, upsert_sql
 
 __all__ = ["SqliteSink"]
 
@@ -21,25 +21,7 @@ _TYPES = {"depth": "INTEGER", "status": "INTEGER", "attempts": "INTEGER", "bytes
           "elapsed_ms": "REAL"}  # fmt: skip
 
 
-def _create_sql(table: str) -> str:
-    columns = ",\n  ".join(
-        f"{c} {_TYPES.get(c, 'TEXT')}" + (" PRIMARY KEY" if c == KEY else "")
-        + (" NOT NULL" if c in (KEY, "url", "outcome") else "")
-        for c in COLUMNS
-    )  # fmt: skip
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {columns}\n)"
-
-
-def _upsert_sql(table: str) -> str:
-    names = ", ".join(COLUMNS)
-    marks = ", ".join("?" for _ in COLUMNS)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c != KEY)
-    return (
-        f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT({KEY}) DO UPDATE SET {updates}"
-    )
-
-
-class SqliteSink(BatchSink):
+class SqliteSink(BatchSink[sqlite3.Connection]):
     """Upsert one row per job into ``table`` of the SQLite file ``path``.
 
     The table (docs/INTERFACE.md, "Results in a database") is created on first use, or
@@ -58,8 +40,7 @@ class SqliteSink(BatchSink):
         super().__init__()
         self.path = Path(path)
         self.table = table_name(table)
-        self._db: sqlite3.Connection | None = None
-        self._upsert = _upsert_sql(self.table)
+        self._upsert = upsert_sql(self.table, ["?"] * len(COLUMNS))
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -75,48 +56,27 @@ class SqliteSink(BatchSink):
     def _prepare(self) -> None:
         try:
             db = self._connect()
-            db.execute(_create_sql(self.table))
+            db.execute(create_sql(self.table, _TYPES, "TEXT", (KEY, "url", "outcome")))
             _check_layout(db, self.table)
         except sqlite3.Error as exc:
             self._disconnect()
             raise ConfigError("results", f"sqlite {self.path}: {exc}") from exc
 
-    def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(self._upsert, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            self._disconnect()  # rolls back; the next batch connects again
-            raise
-
-    def _row(self, record: dict[str, Any]) -> tuple[Any, ...]:
-        return row_of(record)
+    def _write(self, db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(self._upsert, rows)
+        db.execute("COMMIT")
 
     def _row_error(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError)
 
-    def _disconnect(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            db.close()
-
 
 def _check_layout(db: sqlite3.Connection, table: str) -> None:
     info = db.execute(f"PRAGMA table_info({table})").fetchall()
-    have = {row[1]: row for row in info}
-    missing = [c for c in COLUMNS if c not in have]
-    if missing:
-        raise ConfigError(
-            "results",
-            f"table {table} has no column {', '.join(missing)}: "
-            "use another table (?table=NAME) or add them",
-        )
     keys = [row[1] for row in info if row[5]]
-    if keys != [KEY] and not _unique_on_key(db, table):
-        message = f"table {table}: {KEY} must be its primary key (one row per job)"
-        raise ConfigError("results", message)
+    check_layout(
+        table, {row[1] for row in info}, lambda: keys == [KEY] or _unique_on_key(db, table)
+    )
 
 
 def _unique_on_key(db: sqlite3.Connection, table: str) -> bool:

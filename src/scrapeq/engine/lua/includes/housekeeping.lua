@@ -171,23 +171,33 @@ local function wake_due(budget)
   return #ds
 end
 
--- Retired domains' backlogs go to the dead letters, a bounded slice per call.
-local function drain_one(d, budget)
+-- The head of domain d's ready queue taken off it, at most `budget` ids: each job that
+-- loads handed to take(job, id), a corrupt one dead-lettered (as a claim would), an id
+-- without its job gone with the ZREM. Returns how many ids were taken.
+local function take_ready(d, budget, take)
   local ids = redis.call('ZRANGE', k_dq(d), 0, budget - 1)
   for _, id in ipairs(ids) do
     redis.call('ZREM', k_dq(d), id)
     local job, raw = load_job(id)
     if job then
-      lane_ready(job.lane, -1)
-      dead_letter(job, 'domain_unavailable', 'domain is retired', true)
+      take(job, id)
     elseif job == false then
       dead_corrupt(id, raw, d, 'ready')
     end
   end
-  if #ids == 0 or redis.call('ZCARD', k_dq(d)) == 0 then
+  return #ids
+end
+
+-- Retired domains' backlogs go to the dead letters, a bounded slice per call.
+local function drain_one(d, budget)
+  local taken = take_ready(d, budget, function(job)
+    lane_ready(job.lane, -1)
+    dead_letter(job, 'domain_unavailable', 'domain is retired', true)
+  end)
+  if taken == 0 or redis.call('ZCARD', k_dq(d)) == 0 then
     redis.call('SREM', K.RETIRING, d)
   end
-  return #ids
+  return taken
 end
 
 local function drain_retiring(budget)
