@@ -264,3 +264,18 @@ def test_audit_finds_and_repairs_the_domain_counter(
     assert [(p.kind, p.repaired) for p in repaired.problems] == [("domain_count", True)]
     assert redis_client.get(q.keys.domain_count) == "7"
     assert q.audit().ok
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_queue_cleared_and_filled_again_by_one_client_is_stamped(
+    make_queue: MakeQueue, redis_client: redis.Redis, partitions: int
+) -> None:
+    """A clear resets what the client knew of the queue's schema, with one partition as with
+    several: the enqueue after it stamps the queue again (it was left unstamped with one)."""
+    q = make_queue(partitions=partitions)
+    q.enqueue("https://a.example/1")
+    assert redis_client.hget(q.keys.meta, "schema") == str(SCHEMA)
+    q.clear()
+    assert redis_client.hget(q.keys.meta, "schema") is None
+    q.enqueue("https://a.example/2")
+    assert redis_client.hget(q.keys.meta, "schema") == str(SCHEMA)

@@ -391,11 +391,6 @@ class SinglePartitionRouter(PartitionRouter):
     ) -> Op[ReplayResult]:
         return self.core._op_replay(ids, domain, everything, reset)
 
-    def _clear(self, prefixes: list[str]) -> Op[int]:
-        if prefixes:  # the queue has partitions these settings do not know: clear them too
-            return (yield from super()._clear(prefixes))
-        return (yield from self.core._op_clear())
-
     def _status(self) -> Op[dict[str, Any]]:
         return self.core._op_status()
 
