@@ -18,16 +18,16 @@ scrapy = pytest.importorskip("scrapy")
 
 from aiohttp import web  # noqa: E402
 
-from proc_helpers import communicate  # noqa: E402
 from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
 from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
 from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
 from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
-from sites import Site, sites  # noqa: E402
+from support.proc_helpers import communicate  # noqa: E402
+from support.sites import Site, sites  # noqa: E402
 
-PROJECT = Path(__file__).resolve().parent.parent / "examples" / "scrapy_project"
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "scrapy_project"
 PAGES = 30
 
 
@@ -122,7 +122,7 @@ async def _hang(request: web.Request) -> web.StreamResponse:
 
 def _env(redis_url: str, queue: str) -> dict[str, str]:
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent / "src")
+    root = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env.update(SCRAPEQ_REDIS_URL=redis_url, SCRAPEQ_QUEUE=queue, SCRAPEQ_ALLOW_PRIVATE="1")
     return env

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "freshness.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "freshness.py"
 
 
 def test_quick_freshness_runs_every_policy_and_adds_up(tmp_path: Path) -> None:

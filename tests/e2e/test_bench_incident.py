@@ -19,7 +19,7 @@ from scrapeq.demo.scenario import BASE_JOBS
 
 pytest.importorskip("scrapy")
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "incident.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "incident.py"
 
 
 def _incident() -> ModuleType:

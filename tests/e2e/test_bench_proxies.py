@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy_proc import require_tinyproxy
+from support.proxy_proc import require_tinyproxy
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "proxies.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxies.py"
 PAGES = 2
 PEER = [sys.executable, str(BENCH), "--systems", "scrapy-rotating-proxies"]
 OURS = [sys.executable, str(BENCH), "--systems", "scrapeq"]

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cluster_proc import RedisCluster
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import partition_of_id
 from scrapeq.runtime.worker import Worker
-from sites import sites
+from support.cluster_proc import RedisCluster
+from support.sites import sites
 
 JOBS = 240
 DOMAINS = 12

@@ -14,7 +14,7 @@ from pathlib import Path
 import scrapeq
 from scrapeq.engine.embedded import stop_server
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_crawl_example_runs_end_to_end_on_the_clis_embedded_redis() -> None:

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from test_worker_process import SCRAPEQ, clean_env
+from support.workers import SCRAPEQ, clean_env
 
 LIMIT = 256
 URL = "https://shop-1.example.com/p/1"
@@ -28,8 +28,9 @@ def _compact_object(size: int) -> str:
     return head + "y" * (size - len(head) - 2) + '"}'
 
 
-# The CLI's --payload is a JSON object (a string is a usage error, tests/test_cli_ops.py);
-# payloads are measured as stored, compact, so a spaced object is measured without its spaces
+# The CLI's --payload is a JSON object (a string is a usage error,
+# tests/interfaces/test_cli_ops.py); payloads are measured as stored, compact, so a spaced
+# object is measured without its spaces
 SHAPES = {"compact_object": _compact_object}
 
 

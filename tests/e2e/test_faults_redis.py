@@ -29,19 +29,13 @@ import pytest
 import redis
 from aiohttp import web
 
-from redis_proc import RedisProcess
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.keys import Keys
 from scrapeq.runtime.worker import Worker
-from sites import sites, slow
-from test_worker_process import (
-    SCRAPEQ,
-    SiteThread,
-    WorkerProc,
-    clean_env,
-    results,
-    wait_until,
-)
+from support.processes import wait_until
+from support.redis_proc import RedisProcess
+from support.sites import SiteThread, sites, slow
+from support.workers import SCRAPEQ, WorkerProc, clean_env, results
 
 
 @pytest.fixture

@@ -26,14 +26,9 @@ import pytest
 
 from scrapeq import Queue, Settings
 from scrapeq.engine.keys import Keys
-from sites import slow, status
-from test_worker_process import (
-    SCRAPEQ,
-    SiteThread,
-    WorkerProc,
-    clean_env,
-    wait_until,
-)
+from support.processes import wait_until
+from support.sites import SiteThread, slow, status
+from support.workers import SCRAPEQ, WorkerProc, clean_env
 
 SEED = 20260110
 ROUNDS = 3

@@ -13,9 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from sites import sites
+from support.sites import sites
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def crawler_source() -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from test_crawl_words import threaded_site
+from support.sites import threaded_site
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def example_source() -> str:

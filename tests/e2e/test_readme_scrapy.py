@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from proc_helpers import communicate
-from sites import sites
+from support.proc_helpers import communicate
+from support.sites import sites
 
 pytest.importorskip("scrapy")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SRC = Path(__file__).resolve().parent.parent / "src"
+README = Path(__file__).resolve().parents[2] / "README.md"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def settings_source() -> str:

@@ -1,8 +1,8 @@
 """Every Python snippet of the README runs as printed (issue 21, item 15).
 
 Each ```python block opens with a ``# name`` line naming the test that runs it: the crawler
-(tests/test_readme_crawler.py), the Scrapy settings (tests/test_readme_scrapy.py) and the
-quick start here. A new snippet fails this file until a test runs it.
+(tests/e2e/test_readme_crawler.py), the Scrapy settings (tests/e2e/test_readme_scrapy.py)
+and the quick start here. A new snippet fails this file until a test runs it.
 """
 
 from __future__ import annotations
@@ -17,18 +17,20 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proc_helpers import communicate
-from sites import echo, sites
+from support.proc_helpers import communicate
+from support.sites import echo, sites
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 #: The first line of each snippet -> the test that runs it as printed.
 RUNNERS = {
-    "# crawler.py": "tests/test_readme_crawler.py",
-    "# settings.py (Scrapy)": "tests/test_readme_scrapy.py",
-    "# quickstart.py": "tests/test_readme_snippets.py",
-    "# api.py: POST a search, then its page 2 (python api.py URL)": "tests/test_readme_snippets.py",
-    "# results.py": "tests/test_readme_results.py",
+    "# crawler.py": "tests/e2e/test_readme_crawler.py",
+    "# settings.py (Scrapy)": "tests/e2e/test_readme_scrapy.py",
+    "# quickstart.py": "tests/e2e/test_readme_snippets.py",
+    "# api.py: POST a search, then its page 2 (python api.py URL)": (
+        "tests/e2e/test_readme_snippets.py"
+    ),
+    "# results.py": "tests/e2e/test_readme_results.py",
 }
 
 
@@ -41,6 +43,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
     found = snippets()
     assert len(found) == len(re.findall(r"```python\n", README.read_text(encoding="utf-8")))
     assert set(found) == set(RUNNERS), "a README snippet no test runs (or a runner lost it)"
+    assert all((README.parent / runner).is_file() for runner in RUNNERS.values())
 
 
 def test_every_python_snippet_is_a_valid_program() -> None:

@@ -26,8 +26,10 @@ from aiohttp import web
 
 import scrapeq
 from scrapeq import Queue, Settings
-from tcpproxy import TcpProxy
-from test_worker_process import SiteThread, WorkerProc, clean_env, counts, wait_until
+from support.processes import wait_until
+from support.sites import SiteThread
+from support.tcpproxy import TcpProxy
+from support.workers import WorkerProc, clean_env, counts
 
 JOBS = 300
 FREE = 100  # pages served at once; later ones wait at the gate until Redis is cut off

@@ -28,15 +28,10 @@ from scrapeq.errors import RedisUnavailable
 from scrapeq.runtime.logs import JsonFormatter, formatter
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.worker import Worker
-from sites import ok, slow, status
-from test_worker_process import (
-    SCRAPEQ,
-    RedisProc,
-    SiteThread,
-    WorkerProc,
-    clean_env,
-    wait_until,
-)
+from support.processes import wait_until
+from support.redis_proc import RedisProc
+from support.sites import SiteThread, ok, slow, status
+from support.workers import SCRAPEQ, WorkerProc, clean_env
 
 #: Quick retries; one site may take many jobs at once unless a test says otherwise.
 QUICK = {"backoff_base": 0.1, "backoff_cap": 0.3}

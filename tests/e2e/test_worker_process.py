@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -32,90 +27,15 @@ import redis.asyncio
 
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.keys import Keys
-from scrapeq.engine.launcher import RedisProcess
 from scrapeq.errors import RedisUnavailable
 from scrapeq.runtime.worker import Worker
-from sites import Handler, Site, ok, sites, slow
-from tcpproxy import TcpProxy
-
-T = TypeVar("T")
-
-_BIN = Path(sys.executable).parent / "scrapeq"
-SCRAPEQ = str(_BIN) if _BIN.exists() else (shutil.which("scrapeq") or "scrapeq")
-
-#: Settings every worker subprocess gets (as SCRAPEQ_* variables): quick retries, one site
-#: may take many jobs at once.
-BASE_ENV = {"backoff_base": 0.1, "backoff_cap": 0.5, "domain_concurrency": 50}
-
+from support.processes import alive, wait_until, worker_children
+from support.redis_proc import RedisProc
+from support.sites import SiteThread, ok, sites, slow
+from support.tcpproxy import TcpProxy
+from support.workers import SCRAPEQ, WorkerProc, clean_env, counts, results
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def wait_until(cond: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll ``cond`` until it answers something true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
-def clean_env(**settings: Any) -> dict[str, str]:
-    """PATH, HOME and PYTHONPATH of this process (a worktree's tests run its own code), plus
-    the given settings as SCRAPEQ_* variables."""
-    env = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
-    env.update({f"SCRAPEQ_{k.upper()}": str(v) for k, v in {**BASE_ENV, **settings}.items()})
-    return env
-
-
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name, or None when the pid is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def children(pid: int) -> list[int]:
-    """Live direct children of ``pid`` (scans /proc: no psutil, no /proc/.../children)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields is not None and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    for child in children(pid):
-        out += [child, *descendants(child)]
-    return out
-
-
-def worker_children(pid: int) -> list[int]:
-    """Children of a supervisor that are worker processes (not multiprocessing's helpers)."""
-    out = []
-    for child in children(pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"spawn_main" in cmdline:
-            out.append(child)
-    return out
 
 
 def wait_for_children(proc: WorkerProc, n: int, *, not_in: tuple[int, ...] = ()) -> list[int]:
@@ -128,105 +48,6 @@ def wait_for_children(proc: WorkerProc, n: int, *, not_in: tuple[int, ...] = ())
     kids = wait_until(ready, 15, f"{n} worker children")
     proc.known.update(kids)
     return kids
-
-
-def results(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-class SiteThread:
-    """Loopback sites served by an event loop in a background thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.sites: list[Site] = []
-
-    def start(self, handler: Handler) -> Site:
-        site = Site(handler)
-        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
-        self.sites.append(site)
-        return site
-
-    async def _shutdown(self) -> None:
-        await asyncio.gather(*(s.stop() for s in self.sites), return_exceptions=True)
-        me = asyncio.current_task()
-        rest = [t for t in asyncio.all_tasks() if t is not me]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-class WorkerProc:
-    """One ``scrapeq worker`` subprocess, its output in a log file."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], log: Path, out: IO[bytes]) -> None:
-        self.popen = popen
-        self.log = log
-        self._out = out
-        self.known: set[int] = set()  # descendants seen, killed in the finalizer
-
-    @classmethod
-    def start(cls, argv: list[str], log: Path, *, env: dict[str, str], cwd: Path) -> WorkerProc:
-        """Run ``argv`` in a session of its own, stdout and stderr into ``log``."""
-        out = open(log, "wb")  # noqa: SIM115 (closed by kill_all)
-        try:
-            popen = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except BaseException:
-            out.close()
-            raise
-        return cls(popen, log, out)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"worker pid {self.pid} still running after {timeout} s; log:\n{self.text()}"
-            ) from None
-
-    def signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)
-
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def text(self) -> str:
-        self._out.flush()
-        return self.log.read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        if self.running():
-            self.known.update(descendants(self.pid))
-        for pid in [self.pid, *self.known]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
-        self._out.close()
 
 
 @pytest.fixture
@@ -261,10 +82,6 @@ def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]
     yield start
     for proc in started:
         proc.kill_all()
-
-
-def counts(q: Queue) -> dict[str, int]:
-    return q.status()["counts"]  # type: ignore[no-any-return]
 
 
 def inflight_ids(q: Queue) -> list[str]:
@@ -866,22 +683,6 @@ def test_burst_on_empty_queue_exits_at_once(q: Queue, spawn: Callable[..., Worke
 
 
 # --- Redis connection loss -----------------------------------------------------------------------
-
-
-class RedisProc(RedisProcess):
-    """A private redis-server with AOF (fsync always), restartable on the same port and dir."""
-
-    def __init__(self) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-loss-"))
-        super().__init__(folder, "--appendfsync", "always", aof=True)
-        self.dir = folder
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

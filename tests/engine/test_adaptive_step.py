@@ -2,7 +2,7 @@
 
 The rule is pure (a state and one settled attempt's sample in, the new state and whether an
 overload is excused out), so a test gives it states and samples with no domain, queue or
-site. tests/data/adaptive_step_cases.json holds cases whose answers were captured from the
+site. tests/engine/data/adaptive_step_cases.json holds cases whose answers were captured from the
 rule as it was before it became pure (one function that read, decided and wrote through
 Redis): the refactor keeps every decision.
 """

@@ -14,11 +14,11 @@ import redis
 import redis.asyncio.cluster
 import redis.cluster
 
-from cluster_proc import RedisCluster
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.connection import async_client, sync_client
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli import main
+from support.cluster_proc import RedisCluster
 
 
 def test_any_node_of_a_cluster_gets_the_cluster_client(

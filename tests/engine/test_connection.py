@@ -23,7 +23,7 @@ from scrapeq.engine.connection import (
 )
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, RedisUnavailable
-from sites import NotRedis
+from support.sites import NotRedis
 
 SECRET = "hunter2"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from redis_proc import RedisProcess
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
+from support.redis_proc import RedisProcess
 
 
 @pytest.fixture

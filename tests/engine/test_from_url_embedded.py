@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq import AsyncQueue, Queue, Settings
+from support.cli_helpers import run, scrub_env
 
 
 @pytest.fixture

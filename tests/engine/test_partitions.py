@@ -18,7 +18,7 @@ from scrapeq.engine.keys import REGISTRY_BUCKETS
 from scrapeq.engine.queue import partition_of, partition_of_id
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.worker import Worker
-from sites import ok, sites
+from support.sites import ok, sites
 
 pytestmark = pytest.mark.backends
 
@@ -158,7 +158,7 @@ def test_the_audit_repairs_a_partition(make_queue: QueueFactory, redis_client: A
     keys = q.parts[partition_of_id(victim, 3)]
     redis_client.delete(keys.job(victim))  # evicted
     found = q.audit().problems
-    # the lane's ready counter still counts the evicted job (see tests/test_audit.py)
+    # the lane's ready counter still counts the evicted job (see tests/engine/test_audit.py)
     assert {(p.kind, p.subject) for p in found} == {
         ("id_without_job", victim),
         ("lane_ready_count", "normal"),

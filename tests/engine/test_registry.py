@@ -14,11 +14,12 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from cli_helpers import run
 from scrapeq.engine import scripts
 from scrapeq.engine.keys import REGISTRY_BUCKETS, registry_bucket
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import NotFound, ScriptError
+from support.cli_helpers import run
+from support.registry import as_written_before, registered
 
 MakeQueue = Callable[..., Queue]
 #: The schema this code writes (lua/migrate-1.lua: the number of its migrations).
@@ -32,13 +33,6 @@ NAMES = [
     "xn--bcher-kva.example",
     "x" * 63 + ".example.com",
 ]
-
-
-def registered(client: redis.Redis, q: Queue) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key in q.keys.registry_keys:
-        out.update({d: int(n) for d, n in client.hgetall(key).items()})
-    return out
 
 
 def test_python_and_lua_agree_on_each_domains_bucket(
@@ -97,19 +91,6 @@ def test_unknown_domains_are_still_refused(make_queue: MakeQueue) -> None:
     with pytest.raises(NotFound):
         q.breaker_reset("unknown.example.com")
     assert q.breaker_reset("known.example.com") == "closed"
-
-
-def as_written_before(client: redis.Redis, q: Queue) -> dict[str, int]:
-    """Turn the queue's registry into the layout of a queue written before it had buckets
-    (and before schemas: no ``schema`` in its meta). Only a queue object made after this
-    call opens it again (an object migrates once, when it first talks to the queue)."""
-    before = registered(client, q)
-    for d, enq in before.items():
-        client.sadd(q.keys.domains, d)
-        client.hset(q.keys.domain(d), "enq", enq)
-    client.delete(*q.keys.registry_keys, q.keys.domain_count, q.keys.registry_index)
-    client.hdel(q.keys.meta, "schema")
-    return before
 
 
 def test_a_queue_written_before_is_migrated_when_opened(

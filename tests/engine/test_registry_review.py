@@ -11,7 +11,7 @@ import redis
 
 from scrapeq.engine.keys import registry_bucket
 from scrapeq.engine.queue import Queue
-from test_registry import as_written_before
+from support.registry import as_written_before
 
 MakeQueue = Callable[..., Queue]
 

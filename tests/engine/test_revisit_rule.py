@@ -2,7 +2,7 @@
 
 The rule is pure (a page's and its domain's state and one visit in, the new states and the
 interval to the next visit out), so a test gives it states with no queue or site.
-tests/data/revisit_rule_cases.json holds the estimator's, the freshness function's and the
+tests/engine/data/revisit_rule_cases.json holds the estimator's, the freshness function's and the
 allocation's answers worked out independently (Cho & Garcia-Molina's closed form; the
 marginal equation solved to 200 bisection steps); the tests below check RV.step's
 bookkeeping.

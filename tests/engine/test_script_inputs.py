@@ -31,13 +31,13 @@ from typing import Any
 import pytest
 import redis
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.engine import scripts
 from scrapeq.engine.queue import MAX_CLAIM
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import SETTING_NAMES
 from scrapeq.errors import ConfigError, ScriptError
+from support.cli_helpers import run, scrub_env
 
 D = "a.example"
 NAN = float("nan")

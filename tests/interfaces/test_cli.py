@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
-from sites import NotRedis
+from support.cli_helpers import run, scrub_env
+from support.sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 

@@ -32,8 +32,8 @@ import typer
 from scrapeq import Queue, Settings
 from scrapeq.engine.embedded import find_redis_server
 from scrapeq.interfaces.cli import app, main
-from sites import NotRedis
-from test_redis_auth import PASSWORD, Server, _running
+from support.secured_redis import PASSWORD, Server, _running
+from support.sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 
@@ -219,7 +219,7 @@ def test_every_command_is_in_the_table() -> None:
 
 @pytest.fixture(scope="module")
 def passworded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A redis-server with ``requirepass`` (as tests/test_redis_auth.py starts them)."""
+    """A redis-server with ``requirepass`` (as tests/interfaces/test_redis_auth.py starts them)."""
     port = _free_port()
     admin_url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/0"
     args = ["--port", str(port), "--requirepass", PASSWORD]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import scrub_env
 from scrapeq.interfaces.cli import command, main
+from support.cli_helpers import scrub_env
 
 
 @pytest.fixture(autouse=True)

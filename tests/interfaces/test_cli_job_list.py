@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.engine import listing
+from support.cli_helpers import run, scrub_env
 
 ONE, TWO, BUSY = "shop-1.example.com", "shop-2.example.com", "busy.example.com"
 

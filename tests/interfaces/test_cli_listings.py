@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.interfaces.cli import main
+from support.cli_helpers import scrub_env
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 

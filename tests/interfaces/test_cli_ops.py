@@ -14,8 +14,8 @@ import redis
 
 import scrapeq.interfaces.cli.queues
 import scrapeq.interfaces.cli.workers
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
+from support.cli_helpers import run, scrub_env
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import redis
 
-from cli_helpers import run, scrub_env
 from scrapeq.engine.keys import Keys
-from test_crawl_words import threaded_site
-from test_sinks_sqlite import tree
+from support.cli_helpers import run, scrub_env
+from support.sites import threaded_site, tree
 
 
 def _seen_keys(client: redis.Redis, queue: str) -> int:

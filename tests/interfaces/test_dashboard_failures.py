@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from cli_helpers import run, scrub_env
 from scrapeq import AsyncQueue, Job, Queue, Settings
 from scrapeq.interfaces.web import create_app
+from support.cli_helpers import run, scrub_env
 
 THROTTLED = "throttled.example.com"  # 429s: tripped by 5 consecutive failures
 MISSING = "missing.example.com"  # 404s only: a permanent page fault says nothing of the site

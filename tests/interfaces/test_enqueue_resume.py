@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import redis
 
-from cli_helpers import run, scrub_env
-from redis_proc import RedisProcess
 from scrapeq import Queue
-from tcpproxy import TcpProxy
+from support.cli_helpers import run, scrub_env
+from support.redis_proc import RedisProcess
+from support.tcpproxy import TcpProxy
 
 
 @pytest.fixture(autouse=True)

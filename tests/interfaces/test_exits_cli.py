@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.engine.exits import ExitPool
+from support.cli_helpers import run, scrub_env
 
 POOL = (
     "http://127.0.0.1:9001 tier=datacenter\n"

@@ -22,13 +22,13 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from cli_helpers import run, scrub_env
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.job import ms_to_datetime, ms_to_iso
 from scrapeq.engine.limits import MAX_DURATION_S
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.render import human_until
 from scrapeq.interfaces.web import create_app
+from support.cli_helpers import run, scrub_env
 
 D = "far.example.com"
 #: 10^15 ms after the epoch: the year 33658, past datetime's year 9999.

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue, Settings
+from support.cli_helpers import run, scrub_env
 
 SECRET = "s3cret-pw"
 URL = f"https://bob:{SECRET}@shop-1.example.com/p/1"

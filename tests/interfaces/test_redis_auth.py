@@ -13,7 +13,6 @@ Commands run in-process through :func:`scrapeq.interfaces.cli.main`; the worker 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -21,9 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,18 +28,17 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from cli_helpers import run, scrub_env
-from proc_helpers import communicate
 from scrapeq import Queue, Settings
 from scrapeq.engine.connection import redact, sync_client
 from scrapeq.engine.embedded import find_redis_server
-from sites import ok, sites, status
+from support.cli_helpers import run, scrub_env
+from support.proc_helpers import communicate
+from support.secured_redis import PASSWORD, Server, _running
+from support.sites import ok, sites, status
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "shops"
-#: The default user's password; the '@' must be percent-encoded in a URL.
-PASSWORD = "s3cret@pw"
 ACL_USER, ACL_PASSWORD = "scrapeq", "acl-pw-7"
 
 
@@ -53,56 +49,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A redis-server the tests started; ``admin`` talks to it as the default user."""
-
-    port: int
-    scheme: str
-    query: str
-    admin: redis.Redis
-
-    def url(self, userinfo: str = "", query: str | None = None) -> str:
-        at = f"{userinfo}@" if userinfo else ""
-        tail = self.query if query is None else query
-        return f"{self.scheme}://{at}127.0.0.1:{self.port}/0" + (f"?{tail}" if tail else "")
-
-
-@contextlib.contextmanager
-def _running(
-    binary: Path, port: int, args: list[str], admin_url: str, workdir: Path
-) -> Iterator[Server]:
-    """Run ``binary`` with ``args`` until the block ends, once ``admin_url`` answers PING."""
-    proc = subprocess.Popen(
-        [str(binary), *args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--daemonize", "no"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    admin = redis.Redis.from_url(admin_url, decode_responses=True)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                admin.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    output = proc.communicate(timeout=5)[0].decode(errors="replace")
-                    raise RuntimeError(f"{binary} {args} did not start:\n{output}") from None
-                time.sleep(0.05)
-        scheme, _, rest = admin_url.partition("://")
-        yield Server(port, scheme, rest.partition("?")[2], admin)
-    finally:
-        admin.close()
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.fixture(scope="module")

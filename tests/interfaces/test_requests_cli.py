@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq import Queue
-from sites import Site, echo, sites
+from support.cli_helpers import run, scrub_env
+from support.sites import Site, echo, sites
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +170,7 @@ def test_end_to_end_cli_enqueue_and_worker_send_the_request(
                "--header", "X-Key: k", "--allow-private")[0] == 0  # fmt: skip
     results = tmp_path / "results.jsonl"
     code, _, err = run(capsys, *base, "worker", "--burst", "--allow-private", "--results",
-                       str(results), "--handler", "sites:echoed")  # fmt: skip
+                       str(results), "--handler", "support.sites:echoed")  # fmt: skip
     assert code == 0, err
     rows = {
         r["url"].rsplit("/", 1)[1]: r for r in map(json.loads, results.read_text().splitlines())

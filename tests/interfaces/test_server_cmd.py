@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import scrub_env
-from conftest import marked_processes, redis_servers_under
 from scrapeq.engine.embedded import ServerFiles, stop_server
 from scrapeq.interfaces.cli import main
+from support.cli_helpers import scrub_env
+from support.processes import marked_processes, redis_servers_under
 
 
 @pytest.fixture(autouse=True)

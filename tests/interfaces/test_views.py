@@ -12,7 +12,7 @@ import pytest
 from scrapeq.interfaces import render, views
 from scrapeq.interfaces import web as dashboard
 
-INTERFACES = Path(__file__).resolve().parents[1] / "src" / "scrapeq" / "interfaces"
+INTERFACES = Path(__file__).resolve().parents[2] / "src" / "scrapeq" / "interfaces"
 
 
 def _info(domain: str, state: str = "closed", **figures: Any) -> dict[str, Any]:

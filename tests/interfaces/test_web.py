@@ -31,8 +31,8 @@ from scrapeq.interfaces.web import (
 )
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.worker import Worker
-from sites import ok, sites, status
-from test_web_browser import CHROMIUM, need_browser
+from support.browser import CHROMIUM, need_browser
+from support.sites import ok, sites, status
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -4,8 +4,8 @@ The browser is ``/usr/bin/chromium`` (``executable_path``), never one Playwright
 Without it the test is skipped on a workstation, and fails under CI (``CI=true``), where
 ``.ci/run`` installs it with apt-get.
 
-``SCRAPEQ_SCREENSHOTS=docs .venv/bin/python -m pytest tests/test_web_browser.py`` also writes
-the overview and domains screenshots of the README into ``docs/``.
+``SCRAPEQ_SCREENSHOTS=docs .venv/bin/python -m pytest tests/interfaces/test_web_browser.py``
+also writes the overview and domains screenshots of the README into ``docs/``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -23,21 +22,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue, Settings
 from scrapeq.interfaces.web import create_app
+from support.browser import CHROMIUM, need_browser
 
-CHROMIUM = Path("/usr/bin/chromium")
 MINUTE = 60_000
 LANES = ("critical", "normal", "bulk")
-
-
-def need_browser() -> Any:
-    """The Playwright module, when the browser is there; skip (workstation) or fail (CI)."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but /usr/bin/chromium is missing (.ci/run installs it)")
-        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
-    from playwright import async_api
-
-    return async_api
 
 
 async def _settle_minute(q: AsyncQueue, minute: int, n: int) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import scrub_env
 from scrapeq import Queue, Settings
 from scrapeq.interfaces.cli import main
+from support.cli_helpers import scrub_env
 
 
 @pytest.fixture(autouse=True)

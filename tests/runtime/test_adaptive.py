@@ -25,7 +25,7 @@ from scrapeq.engine.urls import politeness_key
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import sites, status
+from support.sites import sites, status
 
 _BIN = Path(sys.executable).parent / "scrapeq"
 SCRAPEQ = str(_BIN) if _BIN.exists() else (shutil.which("scrapeq") or "scrapeq")

@@ -21,7 +21,7 @@ from scrapeq.engine.queue import AsyncQueue
 from scrapeq.runtime.follow import HandlerContext
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import Site, sites
+from support.sites import Site, sites
 
 BIG = 5000
 
@@ -255,7 +255,7 @@ def test_a_crawl_killed_and_restarted_fetches_the_same_pages(
     import time
 
     from scrapeq.engine.queue import Queue
-    from test_worker_process import SCRAPEQ, clean_env
+    from support.workers import SCRAPEQ, clean_env
 
     box: dict[str, Any] = {}
     started, stop = threading.Event(), threading.Event()

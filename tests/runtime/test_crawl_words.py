@@ -8,24 +8,21 @@ flag as well as the setting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from cli_helpers import run, scrub_env
 from scrapeq.engine.embedded import server_info
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import Site, sites
+from support.cli_helpers import run, scrub_env
+from support.sites import sites, threaded_site
 
 
 def _page(*links: str) -> web.Response:
@@ -171,29 +168,3 @@ def test_crawl_takes_log_every(capsys: Any, redis_url: str, monkeypatch: pytest.
     assert "progress done/s=" in err
     summary = next(line for line in err.splitlines() if " summary " in line)
     assert "links_queued=3" in summary and "links_seen=1" in summary, summary
-
-
-@contextlib.contextmanager
-def threaded_site(handler: Any) -> Iterator[Site]:
-    """A site served from its own thread, for a CLI command run in this one."""
-    box: dict[str, Site] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            async with sites(handler) as (site,):
-                box["site"] = site
-                started.set()
-                while not stop.is_set():
-                    await asyncio.sleep(0.05)
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        assert started.wait(10)
-        yield box["site"]
-    finally:
-        stop.set()
-        thread.join()

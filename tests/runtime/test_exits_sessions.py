@@ -13,13 +13,13 @@ from typing import Any
 import redis
 from aiohttp import web
 
-from proxy_proc import TinyproxySet
 from scrapeq import AsyncQueue, Queue
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.request import Request
 from scrapeq.runtime.session_jar import absorb, jar_request
-from sites import Site
-from test_exits_worker import run_until_done
+from support.proxy_proc import TinyproxySet
+from support.sites import Site
+from support.workers import run_until_done
 
 POOL = tuple(f"http://127.0.0.1:{p}" for p in (9001, 9002, 9003))
 

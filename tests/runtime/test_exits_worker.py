@@ -1,5 +1,6 @@
 """Exits as failure domains (issue 23) end to end: the worker through real tinyproxy exits
-(tests/proxy_proc.py) in front of sites that ban by source address (tests/proxy_fleet.py).
+(tests/support/proxy_proc.py) in front of sites that ban by source address
+(tests/support/proxy_fleet.py).
 
 A dead exit costs a few requests and no site's breaker; a tier that every site of a kind
 refuses sends just those sites up a tier; a proxy asking for credentials is the exit's
@@ -8,35 +9,15 @@ failure; a block page is a ban; the pool's state is visible and its passwords ne
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
-from proxy_proc import TinyproxySet
 from scrapeq import AsyncQueue
-from scrapeq.runtime.worker import Worker
-
-
-async def run_until_done(
-    q: AsyncQueue, total: int, timeout: float = 15.0, concurrency: int = 16
-) -> dict[str, Any]:
-    """Run a worker until ``total`` jobs are done (or ``timeout``); the queue's counts."""
-    worker = Worker(q, concurrency=concurrency)
-    task = asyncio.create_task(worker.run_async())
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not task.done():
-            if (await q.status())["counts"]["done"] >= total:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-    return dict((await q.status())["counts"])
+from support.proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
+from support.proxy_proc import TinyproxySet
+from support.workers import run_until_done
 
 
 def queue(

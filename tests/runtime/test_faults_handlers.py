@@ -22,7 +22,7 @@ import pytest
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import ok, sites
+from support.sites import ok, sites
 
 MAX_ATTEMPTS = 3
 

@@ -26,7 +26,7 @@ from scrapeq.runtime.classify import (
     classify_exception,
 )
 from scrapeq.runtime.fetch import Fetcher, GuardedResolver, Response, Robots, StaticResolver
-from sites import proxy
+from support.sites import proxy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -3,7 +3,7 @@
 The gate alone (pure asyncio), then a worker against a real Redis: a job whose attempt was
 given back before (``unused``) runs its handler alone in its process, its lease marked while
 it does, and the mark is what makes a death in that handler spend the attempt. The end-to-end
-crash (a handler calling ``os._exit``) is in tests/test_worker_process.py.
+crash (a handler calling ``os._exit``) is in tests/e2e/test_worker_process.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.engine.job import Job
 from scrapeq.runtime.isolation import HandlerGate
 from scrapeq.runtime.worker import Worker
-from sites import ok, sites
+from support.sites import ok, sites
 
 # --- the gate ------------------------------------------------------------------------------------
 

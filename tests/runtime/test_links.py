@@ -18,7 +18,7 @@ from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target
 from scrapeq.runtime.fetch import Fetcher, Response
 from scrapeq.runtime.links import SKIP_REASONS, Extracted, extract, extract_counted
-from sites import Site, sites
+from support.sites import Site, sites
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The real parts of the proxy tests (issue 23): tinyproxy exits bound to their own loopback
-address (tests/proxy_proc.py) in front of a fleet of sites that ban by source address
-(tests/proxy_fleet.py); then today's worker with a pool of two exits, one of them banned."""
+address (tests/support/proxy_proc.py) in front of a fleet of sites that ban by source address
+(tests/support/proxy_fleet.py); then today's worker with a pool of two exits, one of them banned."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
-from proxy_proc import Tinyproxy, TinyproxySet
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.worker import Worker
+from support.proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
+from support.proxy_proc import Tinyproxy, TinyproxySet
 
 
 def fetch(url: str, proxy: str | None) -> tuple[int, str]:

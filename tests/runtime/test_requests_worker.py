@@ -1,5 +1,6 @@
 """Jobs carry a request (issue 23): the fetcher sends it, redirects follow RFC 9110, the
-handler sees it and its meta reaches the results line. Real loopback sites (tests/sites.py)."""
+handler sees it and its meta reaches the results line. Real loopback sites
+(tests/support/sites.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from scrapeq import AsyncQueue, Follow, Job, Request, Response, Settings
 from scrapeq.runtime.fetch import Fetcher
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import echo, sites
+from support.sites import echo, sites
 
 pytestmark = pytest.mark.backends
 SETTINGS = Settings(allow_private=True, request_timeout=5.0, user_agent="scrapeq-test")

@@ -17,7 +17,7 @@ from aiohttp import web
 from scrapeq import AsyncQueue, Job, Response
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from sites import sites
+from support.sites import sites
 
 pytestmark = pytest.mark.backends
 

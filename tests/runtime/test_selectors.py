@@ -14,15 +14,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cli_helpers import run, scrub_env
 from scrapeq import Response
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.extract import extract_fields
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
-from sites import sites
-from test_crawl_words import threaded_site
+from support.cli_helpers import run, scrub_env
+from support.sites import sites, threaded_site
 
 PAGE = """<!doctype html><html><head><title>  Blue
   widget </title><meta name="Description" content="A widget, blue.">

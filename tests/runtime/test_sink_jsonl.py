@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 import scrapeq
-from proc_helpers import communicate, reap
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
-from sites import ok, sites
+from support.proc_helpers import communicate, reap
+from support.sites import ok, sites
 
 #: The ``scrapeq`` package under test, for the child processes' import path.
 SRC = str(Path(scrapeq.__file__).resolve().parents[1])

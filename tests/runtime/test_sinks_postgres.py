@@ -1,4 +1,4 @@
-"""Issue 24: the PostgreSQL sink, against a real private cluster (tests/pg_proc.py): batches
+"""Issue 24: the PostgreSQL sink, against a real private cluster (tests/support/pg_proc.py): batches
 in one transaction, upsert by job id, JSONB results, the table's layout checked before any
 job is claimed, a database that goes away makes the worker release its jobs and go on, and
 ``--results postgresql://...`` from the CLI.
@@ -17,15 +17,14 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from cli_helpers import run, scrub_env
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.sinks import PostgresSink, _batch, sink_from_url
-from sites import ok, sites
-from tcpproxy import TcpProxy
-from test_crawl_words import threaded_site
-from test_sinks_sqlite import _record, tree
+from support.cli_helpers import run, scrub_env
+from support.records import record
+from support.sites import ok, sites, threaded_site, tree
+from support.tcpproxy import TcpProxy
 
 
 def _table(url: str) -> str:
@@ -58,9 +57,9 @@ async def test_postgres_batches_in_transactions_and_upserts_by_job_id(postgres_u
     sink = sink_from_url(postgres_url)
     assert isinstance(sink, PostgresSink)
     await sink.open()
-    await asyncio.gather(*(sink.write(_record(f"a{i}")) for i in range(300)))
+    await asyncio.gather(*(sink.write(record(f"a{i}")) for i in range(300)))
     assert sink.rows == 300 and sink.batches < 300 / 10, "writes waiting together share one"
-    await sink.write(_record("a7", attempts=2, outcome="dead", result=None, error="gone"))
+    await sink.write(record("a7", attempts=2, outcome="dead", result=None, error="gone"))
     await sink.close()
     rows = {r["job_id"]: r for r in _rows(postgres_url)}
     assert len(rows) == 300
@@ -76,7 +75,7 @@ async def test_a_record_the_database_refuses_fails_alone(postgres_url: str) -> N
     sink = sink_from_url(postgres_url)
     await sink.open()
     outcomes = await asyncio.gather(
-        *(sink.write(_record(f"b{i}", error="a\x00b" if i == 3 else None)) for i in range(20)),
+        *(sink.write(record(f"b{i}", error="a\x00b" if i == 3 else None)) for i in range(20)),
         return_exceptions=True,
     )
     await sink.close()

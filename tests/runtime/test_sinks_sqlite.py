@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cli_helpers import run, scrub_env
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.sinks import CsvSink, JsonlSink, SqliteSink, sink_from_url, sqlite
 from scrapeq.runtime.worker import Worker
-from sites import ok, sites
-from test_crawl_words import threaded_site
+from support.cli_helpers import run, scrub_env
+from support.records import record
+from support.sites import ok, sites, threaded_site, tree
 
 
 def _page(*links: str) -> web.Response:
@@ -35,27 +35,10 @@ def _page(*links: str) -> web.Response:
                         content_type="text/html")  # fmt: skip
 
 
-async def tree(request: web.Request) -> web.StreamResponse:
-    """``/`` links /a and /b; /a links /a/1; every page links home (a cycle)."""
-    links = {"/": ("/a", "/b"), "/a": ("/a/1", "/"), "/b": ("/",), "/a/1": ("/",)}
-    return _page(*links.get(request.path, ()))
-
-
 def _rows(db: Path, table: str = "results") -> list[dict[str, Any]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.row_factory = sqlite3.Row
         return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
-
-
-def _record(job_id: str, **changes: Any) -> dict[str, Any]:
-    record = {
-        "id": job_id, "url": f"http://x.test/{job_id}", "final_url": None, "domain": "x.test",
-        "lane": "normal", "outcome": "done", "status": 200, "attempts": 1, "elapsed_ms": 1.5,
-        "bytes": 10, "finished_at": "2026-01-01T00:00:00+00:00", "error": None,
-        "result": {"title": "t", "tags": ["a"]}, "depth": 0, "parent": None, "parent_url": None,
-    }  # fmt: skip
-    record.update(changes)
-    return record
 
 
 def test_sink_from_url_picks_the_sink(tmp_path: Path) -> None:
@@ -74,12 +57,12 @@ def test_sink_from_url_picks_the_sink(tmp_path: Path) -> None:
 async def test_sqlite_batches_in_transactions_and_upserts_by_job_id(tmp_path: Path) -> None:
     sink = SqliteSink(tmp_path / "r.db")
     await sink.open()
-    await asyncio.gather(*(sink.write(_record(f"a{i}")) for i in range(300)))
+    await asyncio.gather(*(sink.write(record(f"a{i}")) for i in range(300)))
     assert sink.rows == 300 and sink.batches < 300 / 10, "writes waiting together share one"
     # a job written again (re-delivered after a crash between write and ack) updates its row
     await sink.close()
     # usable after close (connects again): a job written again updates its row
-    await sink.write(_record("a7", attempts=2, outcome="dead", result=None, error="gone"))
+    await sink.write(record("a7", attempts=2, outcome="dead", result=None, error="gone"))
     await sink.close()
     rows = {r["job_id"]: r for r in _rows(tmp_path / "r.db")}
     assert len(rows) == 300

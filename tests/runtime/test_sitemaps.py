@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cli_helpers import run, scrub_env
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.fetch import Fetcher
@@ -29,8 +28,8 @@ from scrapeq.runtime.sitemaps import (
     parse_lastmod,
     parse_priority,
 )
-from sites import Site, sites
-from test_crawl_words import threaded_site
+from support.cli_helpers import run, scrub_env
+from support.sites import Site, sites, threaded_site
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 XML = "application/xml"

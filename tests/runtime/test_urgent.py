@@ -16,7 +16,7 @@ from aiohttp import web
 from scrapeq import AsyncQueue, Queue
 from scrapeq.engine.keys import Keys
 from scrapeq.runtime.worker import IDLE_MAX, Worker
-from sites import sites
+from support.sites import sites
 
 pytestmark = pytest.mark.backends
 

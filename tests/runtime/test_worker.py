@@ -26,7 +26,7 @@ from scrapeq.runtime import worker as worker_module
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink, JsonlSink
 from scrapeq.runtime.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
-from sites import drip, hang, ok, proxy, sites, slow, status
+from support.sites import drip, hang, ok, proxy, sites, slow, status
 
 pytestmark = pytest.mark.backends
 

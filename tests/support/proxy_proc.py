@@ -17,7 +17,7 @@ dead exit: its port then refuses connections.
 As root the proxy runs as root, said in its file (``User root``/``Group root``; without them
 tinyproxy 1.11 keeps the current user and warns). Without the binary a test is skipped on a
 workstation and fails under CI (``CI=true``: ``.ci/run`` installs Debian's ``tinyproxy``), as
-``tests/pg_proc.py`` does for PostgreSQL. Importing this module needs no pytest (the bench
+``tests/support/pg_proc.py`` does for PostgreSQL. Importing this module needs no pytest (the bench
 imports it).
 """
 

@@ -1,6 +1,9 @@
 """Real loopback HTTP sites for worker tests: each site is its own domain (its own port).
 
-Also :class:`NotRedis`, a port where something other than Redis answers.
+Served in the test's event loop (:func:`sites`), by a background thread's loop for tests whose
+own loop blocks (:class:`SiteThread`, :func:`threaded_site`: a CLI command run in this
+process, worker subprocesses). Also :class:`NotRedis`, a port where something other than Redis
+answers.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import contextlib
 import socket
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from urllib.parse import urlsplit
@@ -250,6 +253,76 @@ def slow(seconds: float) -> Handler:
         return web.Response(text="slow but fine")
 
     return handler
+
+
+def _linking(*links: str) -> web.Response:
+    body = "".join(f'<a href="{href}">x</a>' for href in links)
+    return web.Response(text=f"<html><head><title>t</title></head><body>{body}</body></html>",
+                        content_type="text/html")  # fmt: skip
+
+
+async def tree(request: web.Request) -> web.StreamResponse:
+    """``/`` links /a and /b; /a links /a/1; every page links home (a cycle)."""
+    links = {"/": ("/a", "/b"), "/a": ("/a/1", "/"), "/b": ("/",), "/a/1": ("/",)}
+    return _linking(*links.get(request.path, ()))
+
+
+class SiteThread:
+    """Loopback sites served by an event loop in a background thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.sites: list[Site] = []
+
+    def start(self, handler: Handler) -> Site:
+        site = Site(handler)
+        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
+        self.sites.append(site)
+        return site
+
+    async def _shutdown(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.sites), return_exceptions=True)
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@contextlib.contextmanager
+def threaded_site(handler: Handler) -> Iterator[Site]:
+    """A site served from its own thread, for a CLI command run in this one."""
+    box: dict[str, Site] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            async with sites(handler) as (site,):
+                box["site"] = site
+                started.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert started.wait(10)
+        yield box["site"]
+    finally:
+        stop.set()
+        thread.join()
 
 
 class NotRedis:
