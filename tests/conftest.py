@@ -26,9 +26,11 @@ from scrapeq.engine.embedded import stop_server
 from scrapeq.engine.launcher import RedisProcess
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
+from support import redis_proc
 from support.cluster_proc import RedisCluster
 from support.processes import redis_servers_under
 from support.proxy_proc import TinyproxySet, require_tinyproxy
+from support.sites import NotRedis
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -205,3 +207,21 @@ def tinyproxies() -> Iterator[TinyproxySet]:
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[redis_proc.RedisProcess]:
+    """A private redis-server with an append-only file (tests/support/redis_proc.py), to kill,
+    cut back and restart; killed after the test."""
+    server = redis_proc.RedisProcess(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def not_redis_url() -> Iterator[str]:
+    """A loopback port where something other than Redis answers (an HTTP server's reply)."""
+    with NotRedis() as url:
+        yield url

@@ -26,6 +26,7 @@ from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
 from support.proc_helpers import communicate  # noqa: E402
 from support.sites import Site, sites  # noqa: E402
+from support.sites import hang as _hang  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2] / "examples" / "scrapy_project"
 PAGES = 30
@@ -113,11 +114,6 @@ def _shop(delay: float = 0.0) -> Callable[[web.Request], Any]:
         return web.Response(text=f"<title>p{n}</title>{links}", content_type="text/html")
 
     return page
-
-
-async def _hang(request: web.Request) -> web.StreamResponse:
-    await asyncio.sleep(3600)
-    raise AssertionError("unreachable")
 
 
 def _env(redis_url: str, queue: str) -> dict[str, str]:

@@ -39,22 +39,6 @@ from support.workers import SCRAPEQ, WorkerProc, clean_env, results
 
 
 @pytest.fixture
-def aof_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop(signal.SIGKILL)
-
-
-@pytest.fixture
-def site_thread() -> Iterator[SiteThread]:
-    st = SiteThread()
-    yield st
-    st.close()
-
-
-@pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
     """Start ``scrapeq --redis URL worker --allow-private ARGS``; killed at the end."""
     started: list[WorkerProc] = []

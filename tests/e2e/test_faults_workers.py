@@ -75,13 +75,6 @@ def workers(redis_url: str, tmp_path: Path) -> Iterator[Workers]:
     w.close()
 
 
-@pytest.fixture
-def site_thread() -> Iterator[SiteThread]:
-    st = SiteThread()
-    yield st
-    st.close()
-
-
 def _inflight(q: Queue) -> set[str]:
     return set(q.client.zrange(Keys(q.name).inflight, 0, -1))
 

@@ -31,7 +31,7 @@ from scrapeq.runtime.worker import Worker
 from support.processes import wait_until
 from support.redis_proc import RedisProc
 from support.sites import SiteThread, ok, slow, status
-from support.workers import SCRAPEQ, WorkerProc, clean_env
+from support.workers import SCRAPEQ, WorkerProc, clean_env, counts
 
 #: Quick retries; one site may take many jobs at once unless a test says otherwise.
 QUICK = {"backoff_base": 0.1, "backoff_cap": 0.3}
@@ -48,20 +48,6 @@ def plain_logging() -> Iterator[None]:
     yield
     logger.handlers[:], logger.propagate = saved[0], saved[1]
     logger.setLevel(saved[2])
-
-
-@pytest.fixture
-def site_thread() -> Iterator[SiteThread]:
-    st = SiteThread()
-    yield st
-    st.close()
-
-
-@pytest.fixture
-def q(redis_url: str) -> Iterator[Queue]:
-    queue = Queue.from_url(redis_url, settings=Settings(allow_private=True))
-    yield queue
-    queue.close()
 
 
 @pytest.fixture
@@ -426,10 +412,6 @@ def test_each_transition_is_logged_once_across_two_worker_processes(
     assert int(event["jobs"]) > 0
 
 
-def counts(q: Queue) -> dict[str, int]:
-    return q.status()["counts"]  # type: ignore[no-any-return]
-
-
 # --- progress -------------------------------------------------------------------------------------
 
 
@@ -465,14 +447,6 @@ def test_log_every_0_logs_no_progress(
 
 
 # --- Redis lost and back: per process -------------------------------------------------------------
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisProc]:
-    server = RedisProc()
-    server.start()
-    yield server
-    server.close()
 
 
 @pytest.mark.slow

@@ -51,20 +51,6 @@ def wait_for_children(proc: WorkerProc, n: int, *, not_in: tuple[int, ...] = ())
 
 
 @pytest.fixture
-def site_thread() -> Iterator[SiteThread]:
-    st = SiteThread()
-    yield st
-    st.close()
-
-
-@pytest.fixture
-def q(redis_url: str) -> Iterator[Queue]:
-    queue = Queue.from_url(redis_url, settings=Settings(allow_private=True))
-    yield queue
-    queue.close()
-
-
-@pytest.fixture
 def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
     """Start ``scrapeq worker --allow-private ARGS`` with SCRAPEQ_* settings from keywords.
 
@@ -683,14 +669,6 @@ def test_burst_on_empty_queue_exits_at_once(q: Queue, spawn: Callable[..., Worke
 
 
 # --- Redis connection loss -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisProc]:
-    server = RedisProc()
-    server.start()
-    yield server
-    server.close()
 
 
 class _Records(logging.Handler):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from scrapeq.engine.connection import (
 )
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, RedisUnavailable
-from support.sites import NotRedis
 
 SECRET = "hunter2"
 
@@ -43,12 +41,6 @@ def _with_credentials(url: str) -> str:
 def _database(url: str, db: int) -> str:
     """``url`` (ending in ``/0``) pointed at database ``db``."""
     return url.removesuffix("/0") + f"/{db}"
-
-
-@pytest.fixture(scope="module")
-def not_redis_url() -> Iterator[str]:
-    with NotRedis() as url:
-        yield url
 
 
 @pytest.mark.parametrize(

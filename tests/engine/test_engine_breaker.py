@@ -8,13 +8,13 @@ domain hash minus the ``at`` field (the script's NOW) of the domain's latest ``t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 import redis
 
-from scrapeq import Job, NotFound, Queue, Settings
+from scrapeq import Job, NotFound, Queue
 
 pytestmark = pytest.mark.backends
 
@@ -22,18 +22,9 @@ QueueFactory = Callable[..., Queue]
 
 
 @pytest.fixture
-def make_queue(redis_url: str) -> Iterator[QueueFactory]:
-    """Build queues named ``brk`` on the test server; all closed at teardown."""
-    made: list[Queue] = []
-
-    def make(**overrides: Any) -> Queue:
-        q = Queue.from_url(redis_url, settings=Settings(queue="brk", **overrides))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
+def make_queue(make_queue: QueueFactory) -> QueueFactory:
+    """conftest's queues, named ``brk``."""
+    return lambda **overrides: make_queue(queue="brk", **overrides)
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ start it again.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,6 @@ import pytest
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
 from support.redis_proc import RedisProcess
-
-
-@pytest.fixture
-def aof_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop(signal.SIGKILL)
 
 
 def _queue(server: RedisProcess, **settings: object) -> Queue:

@@ -14,15 +14,12 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from support.cli_helpers import run, scrub_env
-from support.sites import NotRedis
+from scrapeq.engine.launcher import free_port
+from support.cli_helpers import run
+
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
 
 
 def urls(n: int, shop: int = 1) -> list[str]:
@@ -99,12 +96,6 @@ def test_unreachable_redis_exits_1_without_traceback(capsys: Any) -> None:
     assert code == 1 and "cannot reach Redis" in err and "Traceback" not in err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 #: One command of each kind: a read, a write, the worker, the server, the demo. (The dashboard
 #: must fail before it binds: its port is only free when the module is collected.)
 EVERY_KIND = [
@@ -112,15 +103,9 @@ EVERY_KIND = [
     ["dead", "list", "--json"],
     ["enqueue", "https://a.example.com/"],
     ["worker", "--burst"],
-    ["dashboard", "--port", str(_free_port())],
+    ["dashboard", "--port", str(free_port())],
     ["demo", "--duration", "1"],
 ]
-
-
-@pytest.fixture(scope="module")
-def not_redis_url() -> Any:
-    with NotRedis() as url:
-        yield url
 
 
 @pytest.mark.parametrize("argv", EVERY_KIND, ids=lambda a: a[0])

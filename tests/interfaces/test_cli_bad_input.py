@@ -16,14 +16,12 @@ loopback and answers (or refuses) at once: no case waits for a timeout.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 import redis
@@ -31,8 +29,9 @@ import typer
 
 from scrapeq import Queue, Settings
 from scrapeq.engine.embedded import find_redis_server
+from scrapeq.engine.launcher import free_port
 from scrapeq.interfaces.cli import app, main
-from support.secured_redis import PASSWORD, Server, _running
+from support.secured_redis import Server
 from support.sites import NotRedis
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
@@ -51,16 +50,10 @@ EXIT = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 #: A port nothing listens on (connections are refused at once).
-CLOSED_PORT = _free_port()
+CLOSED_PORT = free_port()
 #: The dashboard must fail before it binds; its port is free when the module is collected.
-DASHBOARD_PORT = str(_free_port())
+DASHBOARD_PORT = str(free_port())
 MISSING = "/nonexistent-scrapeq-test/missing"
 
 
@@ -215,17 +208,6 @@ def test_every_command_is_in_the_table() -> None:
 
 
 # --- the targets ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def passworded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A redis-server with ``requirepass`` (as tests/interfaces/test_redis_auth.py starts them)."""
-    port = _free_port()
-    admin_url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/0"
-    args = ["--port", str(port), "--requirepass", PASSWORD]
-    workdir = tmp_path_factory.mktemp("pw")
-    with _running(find_redis_server(), port, args, admin_url, workdir) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

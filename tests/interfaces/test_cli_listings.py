@@ -13,14 +13,10 @@ import pytest
 
 from scrapeq import Queue, Settings
 from scrapeq.interfaces.cli import main
-from support.cli_helpers import scrub_env
+
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Any:

@@ -6,7 +6,6 @@ import io
 import json
 import re
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +14,9 @@ import redis
 import scrapeq.interfaces.cli.queues
 import scrapeq.interfaces.cli.workers
 from scrapeq import Queue, Settings
-from support.cli_helpers import run, scrub_env
+from support.cli_helpers import run
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 class Terminal(io.StringIO):

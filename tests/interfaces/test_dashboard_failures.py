@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from scrapeq import AsyncQueue, Job, Queue, Settings
-from scrapeq.interfaces.web import create_app
 from support.cli_helpers import run, scrub_env
 
 THROTTLED = "throttled.example.com"  # 429s: tripped by 5 consecutive failures
@@ -52,12 +51,6 @@ async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
             await q.ack(job)
     yield q
     await q.close()
-
-
-@pytest.fixture
-async def client(queue: AsyncQueue) -> AsyncIterator[Client]:
-    async with TestClient(TestServer(create_app(queue))) as c:
-        yield c
 
 
 async def get_json(client: Client, path: str) -> Any:

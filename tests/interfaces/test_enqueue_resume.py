@@ -15,14 +15,11 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from support.cli_helpers import run, scrub_env
+from support.cli_helpers import run
 from support.redis_proc import RedisProcess
 from support.tcpproxy import TcpProxy
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def url_file(path: Path, n: int) -> list[str]:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,10 +30,13 @@ import redis
 from scrapeq import Queue, Settings
 from scrapeq.engine.connection import redact, sync_client
 from scrapeq.engine.embedded import find_redis_server
-from support.cli_helpers import run, scrub_env
+from scrapeq.engine.launcher import free_port
+from support.cli_helpers import run
 from support.proc_helpers import communicate
 from support.secured_redis import PASSWORD, Server, _running
 from support.sites import ok, sites, status
+
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 SCRAPEQ = [sys.executable, "-m", "scrapeq"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,35 +47,13 @@ ACL_USER, ACL_PASSWORD = "scrapeq", "acl-pw-7"
 # --- servers -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server whose default user has a password (``requirepass``)."""
-    port = _free_port()
-    admin_url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/0"
-    args = ["--port", str(port), "--requirepass", PASSWORD]
-    workdir = tmp_path_factory.mktemp("auth")
-    with _running(find_redis_server(), port, args, admin_url, workdir) as srv:
-        yield srv
-
-
 @pytest.fixture
-def server(secured: Server) -> Iterator[Server]:
+def server(passworded: Server) -> Iterator[Server]:
     """The password server, emptied, with no ACL user but the default one afterwards."""
-    secured.admin.flushall()
-    yield secured
-    secured.admin.acl_deluser(ACL_USER)
-    secured.admin.acl_log_reset()
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+    passworded.admin.flushall()
+    yield passworded
+    passworded.admin.acl_deluser(ACL_USER)
+    passworded.admin.acl_log_reset()
 
 
 async def burst_worker(url: str) -> str:
@@ -127,7 +107,7 @@ COMMANDS = [
     ["status"],
     ["enqueue", "https://a.example.com/"],
     ["worker", "--burst"],
-    ["dashboard", "--port", str(_free_port())],  # must fail before it binds
+    ["dashboard", "--port", str(free_port())],  # must fail before it binds
 ]
 
 
@@ -294,7 +274,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         pytest.skip("no openssl command to make a throwaway CA and server certificate")
     folder = tmp_path_factory.mktemp("tls")
     ca, cert, key = make_certificates(folder)
-    port = _free_port()
+    port = free_port()
     args = ["--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no",
             "--tls-cert-file", str(cert), "--tls-key-file", str(key),
             "--tls-ca-cert-file", str(ca)]  # fmt: skip

@@ -4,9 +4,7 @@ end to end through ``scrapeq worker`` against a loopback echo site."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,39 +12,17 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue
-from support.cli_helpers import run, scrub_env
-from support.sites import Site, echo, sites
+from support.cli_helpers import run
+from support.sites import Site, echo, threaded_site
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 @pytest.fixture
 def echo_site() -> Iterator[Site]:
     """An echo site served from its own thread (the CLI runs its own event loop here)."""
-    started, stop = threading.Event(), threading.Event()
-    box: dict[str, Site] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            async with sites(echo) as (site,):
-                box["site"] = site
-                started.set()
-                while not stop.is_set():
-                    await asyncio.sleep(0.02)
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        assert started.wait(10)
-        yield box["site"]
-    finally:
-        stop.set()
-        thread.join(10)
+    with threaded_site(echo) as site:
+        yield site
 
 
 def jobs(redis_url: str) -> list[Any]:

@@ -22,13 +22,9 @@ import pytest
 
 from scrapeq.engine.embedded import ServerFiles, stop_server
 from scrapeq.interfaces.cli import main
-from support.cli_helpers import scrub_env
-from support.processes import marked_processes, redis_servers_under
+from support.processes import alive, marked_processes, redis_servers_under
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 @pytest.fixture
@@ -47,14 +43,6 @@ def run(capsys: pytest.CaptureFixture[str], data_dir: Path, *argv: str) -> tuple
     code = main(["--data-dir", str(data_dir), *argv])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def test_status_when_nothing_ever_ran_starts_nothing(

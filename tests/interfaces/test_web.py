@@ -134,12 +134,6 @@ async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
 Client = TestClient[web.Request, web.Application]
 
 
-@pytest.fixture
-async def client(queue: AsyncQueue) -> AsyncIterator[Client]:
-    async with TestClient(TestServer(create_app(queue))) as c:
-        yield c
-
-
 async def csrf(client: Client) -> str:
     token = (await get_json(client, "/api/session"))["csrf"]
     assert isinstance(token, str) and len(token) >= 32

@@ -8,29 +8,19 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from scrapeq import Queue, Settings
+from scrapeq.engine.launcher import free_port
 from scrapeq.interfaces.cli import main
-from support.cli_helpers import scrub_env
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    scrub_env(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=2) as resp:
         return bytes(resp.read())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_metrics_port_in_use_is_one_line(

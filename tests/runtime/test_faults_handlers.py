@@ -11,7 +11,6 @@ never written as something else (``str()`` of a set is not the set).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
 from support.sites import ok, sites
+from support.workers import results
 
 MAX_ATTEMPTS = 3
 
@@ -59,12 +59,6 @@ async def aq(redis_url: str) -> AsyncIterator[AsyncQueue]:
     await q.close()
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 @pytest.mark.parametrize("case", sorted(BAD_RESULTS))
 async def test_a_result_json_cannot_hold_is_the_handlers_error(
     aq: AsyncQueue, tmp_path: Path, case: str
@@ -97,7 +91,7 @@ async def test_a_result_json_cannot_hold_is_the_handlers_error(
     assert kinds == ["handler_result"] * MAX_ATTEMPTS, kinds
     assert error_type in dead.errors[-1].message, dead.errors[-1].message
     assert fetches == MAX_ATTEMPTS, "each attempt is one fetch, then the job is dead"
-    rows = {r["id"]: r for r in _lines(out)}
+    rows = {r["id"]: r for r in results(out)}
     assert rows[good]["outcome"] == "done" and rows[good]["result"] == {"ok": True}
     assert rows[bad]["outcome"] == "dead" and rows[bad]["result"] is None
     assert error_type in rows[bad]["error"]

@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio
 from aiohttp import web
 
+from scrapeq.engine.launcher import free_port
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.runtime.classify import (
@@ -32,12 +33,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # A public address (not loopback/private/reserved) that the tests never connect to.
 PUBLIC_IP = "93.184.216.34"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @asynccontextmanager
@@ -287,7 +282,7 @@ async def test_redirect_without_location_is_the_final_response() -> None:
 
 
 async def test_connection_refused_is_retry_counting_against_domain() -> None:
-    port = _free_port()
+    port = free_port()
     async with fetcher(loopback()) as f:
         with pytest.raises(aiohttp.ClientConnectorError) as info:
             await f.fetch(f"http://127.0.0.1:{port}/")
@@ -297,7 +292,7 @@ async def test_connection_refused_is_retry_counting_against_domain() -> None:
 
 
 async def test_proxy_down_is_ours() -> None:
-    dead_proxy = f"http://127.0.0.1:{_free_port()}"
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -327,7 +322,7 @@ async def test_proxy_refusing_connect_for_one_target(
 ) -> None:
     """A proxy that answers CONNECT for one target with a 5xx or 403 says that target cannot
     be reached: the target's failure. A 407 (our credentials) is ours: every target fails."""
-    refused = f"127.0.0.1:{_free_port()}"
+    refused = f"127.0.0.1:{free_port()}"
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -653,7 +648,7 @@ async def test_robots_5xx_allows_for_now_without_caching_in_redis(
 
 
 async def test_robots_unreachable_site_allows_for_now() -> None:
-    port = _free_port()
+    port = free_port()
     async with fetcher(loopback()) as f:
         robots = Robots(f, None, PREFIX)
         assert await robots.allowed(f"http://127.0.0.1:{port}/x") == (True, None)

@@ -9,12 +9,11 @@ import http.client
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
-from scrapeq import AsyncQueue, Settings
+from scrapeq import AsyncQueue
 from scrapeq.runtime.worker import Worker
 from support.proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
 from support.proxy_proc import Tinyproxy, TinyproxySet
@@ -124,22 +123,8 @@ def test_an_exit_outside_loopback_is_refused() -> None:
 # --- today's worker with a pool of two exits, one of them banned -----------------------------
 
 
-@pytest.fixture
-async def make_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQueue]]:
-    made: list[AsyncQueue] = []
-
-    def make(**settings: Any) -> AsyncQueue:
-        q = AsyncQueue.from_url(redis_url, settings=Settings(**settings))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        await q.close()
-
-
 async def test_one_banned_exit_trips_no_breaker_and_every_job_is_done(
-    tinyproxies: TinyproxySet, make_queue: Callable[..., AsyncQueue]
+    tinyproxies: TinyproxySet, make_async_queue: Callable[..., AsyncQueue]
 ) -> None:
     """The issue's first finding, with real proxies: ``proxy = "A,B"``, two sites that answer
     403 to B's address alone. A serves both, so neither site's breaker should trip and every
@@ -148,7 +133,7 @@ async def test_one_banned_exit_trips_no_breaker_and_every_job_is_done(
     a, b = tinyproxies("127.0.0.2"), tinyproxies("127.0.0.3")
     banning = [DomainSpec(f"s{i}", banned=frozenset({b.exit_ip})) for i in range(2)]
     with Fleet(banning) as fleet:
-        q = make_queue(
+        q = make_async_queue(
             proxy=(a.url, b.url),
             allow_private=True,
             backoff_base=0.05,

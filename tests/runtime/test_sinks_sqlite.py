@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
@@ -27,12 +26,6 @@ from scrapeq.runtime.worker import Worker
 from support.cli_helpers import run, scrub_env
 from support.records import record
 from support.sites import ok, sites, threaded_site, tree
-
-
-def _page(*links: str) -> web.Response:
-    body = "".join(f'<a href="{href}">x</a>' for href in links)
-    return web.Response(text=f"<html><head><title>t</title></head><body>{body}</body></html>",
-                        content_type="text/html")  # fmt: skip
 
 
 def _rows(db: Path, table: str = "results") -> list[dict[str, Any]]:

@@ -6,10 +6,9 @@ import asyncio
 import gc
 import json
 import math
-import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from aiohttp import web
 
 from scrapeq import AsyncQueue, Permanent, Queue, Retry, Settings
 from scrapeq.engine.job import Job
+from scrapeq.engine.launcher import free_port
 from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.runtime import attempt as attempt_module
 from scrapeq.runtime import worker as worker_module
@@ -41,17 +41,9 @@ FAST = dict(
 
 
 @pytest.fixture
-async def make_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQueue]]:
-    made: list[AsyncQueue] = []
-
-    def make(**overrides: Any) -> AsyncQueue:
-        q = AsyncQueue.from_url(redis_url, settings=Settings(**{**FAST, **overrides}))
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        await q.close()
+def make_queue(make_async_queue: Callable[..., AsyncQueue]) -> Callable[..., AsyncQueue]:
+    """conftest's async queues, with the FAST settings unless a test overrides them."""
+    return lambda **overrides: make_async_queue(**{**FAST, **overrides})
 
 
 async def run_until(worker: Worker, done: Callable[[], Any], timeout: float = 15.0) -> None:
@@ -98,12 +90,6 @@ async def run_for(worker: Worker, done: Callable[[], Any], timeout: float) -> fl
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lines(path: Path) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from scrapeq.engine.launcher import free_port
 
 
 def find_bin() -> Path | None:
@@ -36,12 +37,6 @@ def _as_owner(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return argv
     return ["runuser", "-u", "postgres", "--", *argv]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(argv: list[str]) -> None:
@@ -60,7 +55,7 @@ def postgres_cluster() -> Iterator[str]:
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")
         os.chown(folder, user.pw_uid, user.pw_gid)
-    data, port = folder / "data", _free_port()
+    data, port = folder / "data", free_port()
     try:
         _run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
               "--no-sync", "-E", "UTF8"])  # fmt: skip
