@@ -16,7 +16,7 @@ from scrapeq.engine.embedded import find_redis_server
 from scrapeq.engine.launcher import free_port
 from scrapeq.interfaces.web import create_app
 from support.cli_helpers import scrub_env
-from support.secured_redis import PASSWORD, Server, _running
+from support.secured_redis import PASSWORD, Server, running
 
 
 @pytest.fixture
@@ -40,5 +40,5 @@ def passworded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     admin_url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/0"
     args = ["--port", str(port), "--requirepass", PASSWORD]
     workdir = tmp_path_factory.mktemp("pw")
-    with _running(find_redis_server(), port, args, admin_url, workdir) as srv:
+    with running(find_redis_server(), port, args, admin_url, workdir) as srv:
         yield srv

