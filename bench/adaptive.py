@@ -21,7 +21,7 @@ Run: ``.venv/bin/python bench/adaptive.py [--quick] [--pages N] [--latency MS]
 (fixed 32 on K = 2 and 8) does not finish within a run: its row says how many of its pages
 were done when it stopped.
 
-``--limiter RUNS``: instead, the rate limiter of ``tests/test_adaptive.py`` RUNS times (a
+``--limiter RUNS``: instead, the rate limiter of ``tests/runtime/test_adaptive.py`` RUNS times (a
 ``limit`` site: a token bucket of 20 requests/s and a burst of 20, 503 without Retry-After,
 latency 3 ms; 200 pages, ``Worker(q)`` and settings at their defaults): each run's seconds
 and refused share against the issue's target, 200 pages within 1.5 x 200 / 20 = 15 s with at
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-runtime", type=float, default=None, help="seconds a run (60)")
     parser.add_argument(
         "--limiter", type=int, default=0, metavar="RUNS",
-        help="run the rate limiter of tests/test_adaptive.py RUNS times instead",
+        help="run the rate limiter of tests/runtime/test_adaptive.py RUNS times instead",
     )  # fmt: skip
     parser.add_argument(
         "--issue21", type=int, default=0, metavar="RUNS",

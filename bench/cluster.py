@@ -2,7 +2,7 @@
 node's CPU per job.
 
 A cluster of 3 masters (``--replicas 1`` adds a replica each) is built from the same binary as
-the tests (``tests/cluster_proc.py``). One queue, filled with ``--jobs`` jobs (60-character
+the tests (``tests/support/cluster_proc.py``). One queue, filled with ``--jobs`` jobs (60-character
 URLs over 100 domains, not timed), then drained by ``--clients`` processes running::
 
     claimed = q.claim(64)
@@ -39,10 +39,10 @@ from typing import Any
 from _redis import format_table, load_note, server_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from cluster_proc import ClusterNode, RedisCluster
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import Settings
+from support.cluster_proc import ClusterNode, RedisCluster
 
 DOMAINS = 100
 BATCH = 64

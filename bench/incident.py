@@ -81,7 +81,7 @@ interpreter, with its own API where it has one) and from what the sites saw of i
   unfetched).
 
 ``--quick`` (scrapeq and plain Scrapy, a tenth of the jobs) is what
-``tests/test_bench_incident.py`` runs to check the harness works, not its speed. ``--runs N``
+``tests/e2e/test_bench_incident.py`` runs to check the harness works, not its speed. ``--runs N``
 repeats the whole round; the table shows medians (min-max). ``--plot PATH`` draws healthy
 pages over time, one line per system (matplotlib, in the ``bench`` extra).
 

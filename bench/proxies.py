@@ -1,9 +1,9 @@
 """Proxies as failure domains (issue 23): a fleet of 40 loopback domains fetched through 6
 real exits in two tiers, by each system in turn.
 
-The fleet (``tests/proxy_fleet.py``: one port of 127.0.0.1 per domain, bans by source
-address) and the exits (``tests/proxy_proc.py``: one Debian ``tinyproxy`` per exit, listening
-on and connecting out from its own loopback address):
+The fleet (``tests/support/proxy_fleet.py``: one port of 127.0.0.1 per domain, bans by
+source address) and the exits (``tests/support/proxy_proc.py``: one Debian ``tinyproxy`` per
+exit, listening on and connecting out from its own loopback address):
 
 * exits: 4 ``datacenter`` (127.0.0.2-5), 2 ``residential`` (127.0.0.6-7);
 * 10 domains (``d30``-``d39``) refuse every datacenter address (403): only residential exits
@@ -71,9 +71,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _redis import format_table
-from proxy_fleet import DomainSpec, Fleet, Hit
-from proxy_proc import Tinyproxy, find_tinyproxy
-from redis_proc import RedisProcess
+from support.proxy_fleet import DomainSpec, Fleet, Hit
+from support.proxy_proc import Tinyproxy, find_tinyproxy
+from support.redis_proc import RedisProcess
 
 DATACENTER = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 RESIDENTIAL = ("127.0.0.6", "127.0.0.7")

@@ -21,53 +21,16 @@ from typing import Any
 import pytest
 import redis
 
-from cluster_proc import RedisCluster
-from proxy_proc import TinyproxySet, require_tinyproxy
 from scrapeq.engine.connection import close_client
 from scrapeq.engine.embedded import stop_server
 from scrapeq.engine.launcher import RedisProcess
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
-
-
-def _processes() -> Iterator[tuple[int, Path]]:
-    """(pid, its /proc folder) of every process."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            yield int(entry.name), entry
-
-
-def redis_servers_under(*roots: Path) -> list[int]:
-    """Live redis-server processes whose working folder (their ``--dir``) is under a root.
-
-    (Not their environment: redis-server writes its process title over it.)
-    """
-    real = [Path(os.path.realpath(r)) for r in roots]
-    found = []
-    for pid, entry in _processes():
-        try:
-            if not (entry / "comm").read_text().startswith("redis-server"):
-                continue
-            cwd = Path(os.readlink(entry / "cwd"))
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        if any(cwd.is_relative_to(r) for r in real):
-            found.append(pid)
-    return found
-
-
-def marked_processes(name: str, value: str) -> list[int]:
-    """Live processes whose environment has ``name=value`` (a redis-server's is overwritten)."""
-    wanted = f"{name}={value}".encode()
-    found = []
-    for pid, entry in _processes():
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ:
-            found.append(pid)
-    return found
+from support import redis_proc
+from support.cluster_proc import RedisCluster
+from support.processes import redis_servers_under
+from support.proxy_proc import TinyproxySet, require_tinyproxy
+from support.sites import NotRedis
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -219,8 +182,8 @@ async def make_async_queue(redis_url: str) -> AsyncIterator[Callable[..., AsyncQ
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
-    """A private PostgreSQL cluster for the session (tests/pg_proc.py); yields its URL."""
-    from pg_proc import postgres_cluster
+    """A private PostgreSQL cluster for the session (tests/support/pg_proc.py); yields its URL."""
+    from support.pg_proc import postgres_cluster
 
     with postgres_cluster() as url:
         yield url
@@ -244,3 +207,21 @@ def tinyproxies() -> Iterator[TinyproxySet]:
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[redis_proc.RedisProcess]:
+    """A private redis-server with an append-only file (tests/support/redis_proc.py), to kill,
+    cut back and restart; killed after the test."""
+    server = redis_proc.RedisProcess(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def not_redis_url() -> Iterator[str]:
+    """A loopback port where something other than Redis answers (an HTTP server's reply)."""
+    with NotRedis() as url:
+        yield url

@@ -2,7 +2,7 @@
 
 A settle item (``settle-1.lua``'s ``ARGV[3].items``) and a done answer's notes are transient,
 so their names are readable words; ``lua/includes/wire.lua`` holds the same tables
-(``WIRE.SETTLE_ITEM``, ``WIRE.DONE``) and ``tests/test_wire_names.py`` keeps them, and the
+(``WIRE.SETTLE_ITEM``, ``WIRE.DONE``) and ``tests/engine/test_wire_names.py`` keeps them, and the
 fields settle-1.lua checks, equal.
 
 Stored names are kept short and never renamed (that would be a data migration); they are

@@ -2,7 +2,7 @@
   Adaptive politeness (domain_concurrency = auto), the rule: a domain's concurrency limit and
   the interval between its request starts, learned from the outcomes settle already sees.
   Pure: adaptive_step(state, sample) reads no key and writes none; adaptive.lua reads the
-  state from the domain's hash and writes it back, so tests/test_adaptive_step.py EVALs the
+  state from the domain's hash and writes it back, so tests/engine/test_adaptive_step.py EVALs the
   rule with states and samples directly. Depends on nothing. docs/DESIGN.md, "Adaptive
   politeness", says why it works this way.
 

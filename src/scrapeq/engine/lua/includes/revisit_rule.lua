@@ -1,8 +1,8 @@
 --[[
   Revisits (revisit = on), the rule: when a page comes back and how its domain's budget of
   revisit fetches is shared. Pure: RV.step(page, dom, obs, cfg) reads no key and writes none;
-  revisit.lua reads the state and writes it back, so tests/test_revisit_rule.py EVALs the
-  rule with states directly (cases in tests/data/revisit_rule_cases.json), and
+  revisit.lua reads the state and writes it back, so tests/engine/test_revisit_rule.py EVALs the
+  rule with states directly (cases in tests/engine/data/revisit_rule_cases.json), and
   bench/freshness.py runs the same rule. Depends on nothing. docs/DESIGN.md, "Revisits",
   says why it works this way.
 

@@ -1,0 +1,646 @@
+"""Scrapy on scrapeq (scrapeq.contrib.scrapy): real ``scrapy crawl`` runs of the example project
+against loopback sites, and the request store's refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+scrapy = pytest.importorskip("scrapy")
+
+from aiohttp import web  # noqa: E402
+
+from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
+from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
+from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
+from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
+from scrapeq.engine.settings import Settings  # noqa: E402
+from scrapeq.runtime.classify import Outcome  # noqa: E402
+from support.proc_helpers import communicate  # noqa: E402
+from support.sites import Site, sites  # noqa: E402
+from support.sites import hang as _hang  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "scrapy_project"
+PAGES = 30
+
+
+class _Spider(scrapy.Spider):
+    name = "t"
+
+    def parse_page(self, response: Any) -> None:
+        pass
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+
+def test_a_request_round_trips_as_json_with_its_callbacks_by_name() -> None:
+    spider = _Spider()
+    request = scrapy.Request(
+        "http://127.0.0.1:1/p?q=1",
+        method="POST",
+        body=b"\x00\xffbody",
+        headers={"X-A": ["1", "2"]},
+        callback=spider.parse_page,
+        errback=spider.on_error,
+        meta={"k": [1, "v"], "_scrapeq_job": object()},
+        cb_kwargs={"n": 3},
+        priority=5,
+        dont_filter=True,
+    )
+    stored = encode_request(request, spider)
+    back = decode_request(json.loads(json.dumps(stored)), spider)
+    assert (back.url, back.method, back.body) == (request.url, "POST", b"\x00\xffbody")
+    assert back.headers.getlist("X-A") == [b"1", b"2"]
+    assert back.callback == spider.parse_page and back.errback == spider.on_error
+    assert back.meta == {"k": [1, "v"]} and back.cb_kwargs == {"n": 3}
+    assert (back.priority, back.dont_filter) == (5, True)
+
+
+@pytest.mark.parametrize(
+    ("build", "why"),
+    [
+        (lambda s: scrapy.Request("http://a.example/", callback=lambda r: None), "lambda"),
+        (lambda s: scrapy.Request("http://a.example/", meta={"when": object()}), "meta"),
+        (lambda s: scrapy.Request("http://a.example/", cb_kwargs={"s": {1, 2}}), "cb_kwargs"),
+    ],
+)
+def test_a_request_that_cannot_be_stored_is_refused_by_name(
+    build: Callable[[Any], Any], why: str
+) -> None:
+    spider = _Spider()
+    with pytest.raises(UnstorableRequest, match=why):
+        encode_request(build(spider), spider)
+
+
+def test_scrapy_download_errors_are_classified_like_the_workers() -> None:
+    from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest
+    from twisted.internet.error import ConnectionRefusedError
+
+    timeout = classify_failure(DownloadTimeoutError("took too long"))
+    assert (timeout.outcome, timeout.reason, timeout.counts_against_domain) == (
+        Outcome.RETRY, "timeout", True
+    )  # fmt: skip
+    refused = classify_failure(ConnectionRefusedError())
+    assert (refused.reason, refused.counts_against_domain) == ("connection_error", True)
+    assert classify_failure(IgnoreRequest()).outcome is Outcome.FAIL
+
+
+def test_scheduler_is_a_scrapy_scheduler() -> None:
+    from scrapy.core.scheduler import BaseScheduler
+
+    assert issubclass(Scheduler, BaseScheduler)
+
+
+# --- real crawls ---------------------------------------------------------------------------
+
+
+def _shop(delay: float = 0.0) -> Callable[[web.Request], Any]:
+    """Pages /p/0 .. /p/{PAGES-1}, each linking to the next three (every page reachable)."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        if delay:
+            await asyncio.sleep(delay)
+        n = int(request.path.rsplit("/", 1)[1])
+        links = "".join(f'<a href="/p/{(n + i) % PAGES}">x</a>' for i in (1, 2, 3))
+        return web.Response(text=f"<title>p{n}</title>{links}", content_type="text/html")
+
+    return page
+
+
+def _env(redis_url: str, queue: str) -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update(SCRAPEQ_REDIS_URL=redis_url, SCRAPEQ_QUEUE=queue, SCRAPEQ_ALLOW_PRIVATE="1")
+    return env
+
+
+async def _crawl(
+    redis_url: str, queue: str, start: list[str], out: Path, *settings: str
+) -> asyncio.subprocess.Process:
+    args = [sys.executable, "-m", "scrapy", "crawl", "shop", "-a", "start=" + ",".join(start)]
+    args += ["-O", str(out), "-s", "LOG_LEVEL=INFO"]
+    for s in settings:
+        args += ["-s", s]
+    return await asyncio.create_subprocess_exec(
+        *args,
+        cwd=PROJECT,
+        env=_env(redis_url, queue),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+
+
+def _scrapeq(**settings: Any) -> str:
+    return "SCRAPEQ_SETTINGS=" + json.dumps({"allow_private": True, **settings})
+
+
+def _items(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text()) if path.exists() and path.stat().st_size else []
+
+
+async def test_a_hanging_site_parks_while_the_healthy_pages_finish(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with sites(_shop(), _hang) as (shop, hang):
+        start = [shop.url("/p/0")] + [hang.url(f"/h/{i}") for i in range(20)]
+        settings = _scrapeq(
+            request_timeout=1.5, breaker_failures=3, breaker_cooldown=60, domain_concurrency=4
+        )
+        proc = await _crawl(
+            redis_url, "hang", start, tmp_path / "items.json", settings, "CLOSESPIDER_TIMEOUT=7"
+        )
+        output, _ = await communicate(proc, 40)
+    log = output.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    urls = {item["url"] for item in _items(tmp_path / "items.json")}
+    assert urls == {shop.url(f"/p/{n}") for n in range(PAGES)}, log[-3000:]
+    # 4 at once time out; the slots the first two failures free may be refilled before the
+    # 3rd failure opens the breaker: then nothing more goes there (20 were waiting).
+    assert hang.total <= 6, hang.hits
+    q = Queue.from_url(redis_url, "hang")
+    try:
+        (info,) = q.domains_info([hang.domain])
+        assert info["state"] == "open", info
+        counts = q.counts()
+    finally:
+        q.close()
+    assert counts["done"] == PAGES and counts["dead"] == 0
+    assert counts["ready"] + counts["delayed"] == 20  # parked, none lost
+    assert "'scrapeq/start_requests_skipped'" not in log  # this process was the starter
+
+
+async def _wait_for_hits(site: Site, n: int, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while site.total < n:
+        assert asyncio.get_running_loop().time() < deadline, "the crawl never fetched"
+        await asyncio.sleep(0.05)
+
+
+async def _wait_for_queue(
+    redis_url: str,
+    queue: str,
+    ready: Callable[[AsyncQueue], Awaitable[object]],
+    timeout: float,
+    never: str,
+) -> None:
+    """Until ``ready(queue)`` is true, polled every 50 ms; after ``timeout`` s, fail ``never``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    q = AsyncQueue.from_url(redis_url, queue)
+    try:
+        while not await ready(q):
+            assert asyncio.get_running_loop().time() < deadline, never
+            await asyncio.sleep(0.05)
+    finally:
+        await q.close()
+
+
+async def _wait_for_enqueued(redis_url: str, queue: str, n: int, timeout: float) -> None:
+    """Until the crawl has scheduled n requests (Scrapy schedules start requests lazily, so
+    on a loaded machine some may still be unscheduled when the first fetches arrive)."""
+
+    async def ready(q: AsyncQueue) -> bool:
+        return (await q.counts())["enqueued"] >= n
+
+    await _wait_for_queue(redis_url, queue, ready, timeout, "the crawl never scheduled")
+
+
+async def test_a_killed_crawls_requests_come_back_to_another_process(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with sites(_shop(delay=0.4)) as (shop,):
+        settings = (_scrapeq(lease=2, domain_concurrency=4), "CLOSESPIDER_TIMEOUT=40")
+        first = await _crawl(redis_url, "kill", [shop.url("/p/0")], tmp_path / "a.json", *settings)
+        await _wait_for_hits(shop, 5, 20)  # it holds leases on requests in flight
+        first.send_signal(signal.SIGKILL)
+        await first.communicate()
+        held = shop.total
+        # A second process of the same crawl: the start requests were the first one's.
+        second = await _crawl(redis_url, "kill", [shop.url("/p/0")], tmp_path / "b.json", *settings)
+        output, _ = await asyncio.wait_for(second.communicate(), 40)
+    log = output.decode(errors="replace")
+    assert second.returncode == 0, log[-3000:]
+    assert "'finish_reason': 'finished'" in log, log[-3000:]
+    assert "'scrapeq/start_requests_skipped': 1" in log, log[-3000:]
+    q = Queue.from_url(redis_url, "kill")
+    try:
+        counts = q.counts()
+    finally:
+        q.close()
+    assert (counts["done"], counts["dead"], counts["ready"] + counts["delayed"]) == (PAGES, 0, 0)
+    # Every page was fetched; the ones the killed process held, twice.
+    assert set(shop.hits) == {f"/p/{n}" for n in range(PAGES)}
+    assert held >= 5 and sum(shop.hits.values()) >= PAGES + 1
+
+
+async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with sites(_hang) as (hang,):
+        start = [hang.url(f"/h/{i}") for i in range(10)]
+        settings = _scrapeq(request_timeout=3, domain_concurrency=4)
+        proc = await _crawl(redis_url, "stop", start, tmp_path / "items.json", settings)
+        await _wait_for_hits(hang, 4, 20)
+        await _wait_for_enqueued(redis_url, "stop", 10, 20)
+        proc.send_signal(signal.SIGINT)  # once: Scrapy's graceful stop
+        output, _ = await communicate(proc, 30)
+    log = output.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    assert "'finish_reason': 'shutdown'" in log, log[-3000:]
+    q = Queue.from_url(redis_url, settings=Settings(queue="stop", domain_concurrency=20))
+    try:
+        counts = q.counts()
+        jobs = q.claim(20).jobs
+    finally:
+        q.close()
+    # All 10 are ready again at once (a retry would wait its backoff), none charged.
+    assert (counts["ready"], counts["delayed"], counts["inflight"]) == (10, 0, 0), counts
+    assert [(j.attempts, j.errors) for j in jobs] == [(1, ())] * 10  # 1: this claim
+
+
+async def test_two_crawl_processes_share_one_frontier(redis_url: str, tmp_path: Path) -> None:
+    async with sites(_shop(delay=0.3)) as (shop,):
+        settings = (_scrapeq(domain_concurrency=4), "CONCURRENT_REQUESTS=2")
+        start = [shop.url("/p/0")]
+        procs = [
+            await _crawl(redis_url, "shared", start, tmp_path / f"{name}.json", *settings)
+            for name in ("a", "b")
+        ]
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 50)
+    logs = [out.decode(errors="replace") for out, _ in outputs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    items = [{i["url"] for i in _items(tmp_path / f"{name}.json")} for name in ("a", "b")]
+    assert items[0] | items[1] == {shop.url(f"/p/{n}") for n in range(PAGES)}
+    assert items[0] and items[1] and not items[0] & items[1]  # both worked, no page twice
+    assert sorted(shop.hits.values()) == [1] * PAGES
+    assert sum("'scrapeq/start_requests_skipped': 1" in log for log in logs) == 1
+
+
+# --- issue 21: refused requests, callback errors, late joiners, settings ---------------------
+
+SPIDERS = '''
+import asyncio
+
+import scrapy
+
+
+class Pages(scrapy.Spider):
+    """-a start=URL,...: each page yields an item and follows its links."""
+
+    name = "pages"
+
+    def __init__(self, start="", fail_at="", slow_start="0", **kwargs):
+        super().__init__(**kwargs)
+        self.pages = [u for u in start.split(",") if u]
+        self.fail_at = int(fail_at) if fail_at else None
+        self.slow_start = float(slow_start)
+
+    async def start(self):
+        await asyncio.sleep(self.slow_start)
+        for i, url in enumerate(self.pages):
+            if i == self.fail_at:
+                raise RuntimeError("the spider's start() broke")
+            yield self.request(i, url)
+
+    def request(self, i, url):
+        return scrapy.Request(url, callback=self.parse)
+
+    def parse(self, response):
+        yield {"url": response.url}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+class Unstorable(Pages):
+    """The second start request has a lambda callback, the third a meta value not JSON."""
+
+    name = "unstorable"
+
+    def request(self, i, url):
+        if i == 1:
+            return scrapy.Request(url, callback=lambda response: None)
+        if i == 2:
+            return scrapy.Request(url, meta={"when": object()}, callback=self.parse)
+        return super().request(i, url)
+'''
+
+
+def _project(tmp_path: Path, toml: str | None = None) -> Path:
+    """A Scrapy project (the example's settings, the spiders above) in ``tmp_path``."""
+    package = tmp_path / "proj"
+    (package / "spiders").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "spiders" / "__init__.py").write_text(SPIDERS)
+    (package / "settings.py").write_text(
+        'from shops.settings import *  # noqa: F403\nSPIDER_MODULES = ["proj.spiders"]\n'
+    )
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    if toml is not None:
+        (tmp_path / "scrapeq.toml").write_text(toml)
+    return tmp_path
+
+
+async def _spawn(
+    root: Path, spider: str, redis_url: str, queue: str, *args: str, env: dict[str, str] | None
+) -> asyncio.subprocess.Process:
+    """Start ``scrapy crawl spider args`` in ``root`` (``env`` values "" unset a variable)."""
+    environ = _env(redis_url, queue)
+    environ["PYTHONPATH"] = os.pathsep.join([environ["PYTHONPATH"], str(PROJECT), str(root)])
+    environ.update(env or {})
+    for name, value in list(environ.items()):
+        if value == "":
+            del environ[name]
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scrapy", "crawl", spider, *args, "-s", "LOG_LEVEL=INFO",
+        cwd=root, env=environ, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+
+
+async def _run(
+    root: Path,
+    spider: str,
+    redis_url: str,
+    queue: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    out: str = "items.json",
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """``scrapy crawl spider args`` in ``root``: (exit status, log, items)."""
+    feed = ("-O", str(root / out))
+    proc = await _spawn(root, spider, redis_url, queue, *args, *feed, env=env)
+    output, _ = await communicate(proc, 60)
+    assert proc.returncode is not None
+    return proc.returncode, output.decode(errors="replace"), _items(root / out)
+
+
+def _counts(redis_url: str, queue: str) -> dict[str, int]:
+    q = Queue.from_url(redis_url, queue)
+    try:
+        return q.counts()
+    finally:
+        q.close()
+
+
+def _page(links: Callable[[int], list[str]], delay: float = 0.0) -> Callable[[web.Request], Any]:
+    async def page(request: web.Request) -> web.StreamResponse:
+        if delay:
+            await asyncio.sleep(delay)
+        n = int(request.path.rsplit("/", 1)[1])
+        body = "".join(f'<a href="{href}">x</a>' for href in links(n))
+        return web.Response(text=f"<title>p{n}</title>{body}", content_type="text/html")
+
+    return page
+
+
+async def test_an_unstorable_start_request_is_refused_and_the_others_are_crawled(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = ",".join(site.url(f"/p/{n}") for n in range(8))
+        code, log, items = await _run(root, "unstorable", redis_url, "unst", "-a", f"start={start}")
+        assert code == 0, log[-3000:]
+        good = {site.url(f"/p/{n}") for n in range(8) if n not in (1, 2)}
+        assert {i["url"] for i in items} == good, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        refused = [line for line in log.splitlines() if "refused" in line and "ERROR" in line]
+        assert len(refused) == 2 and "lambda" in refused[0] and "meta" in refused[1], refused
+        assert "'scrapeq/refused': 2" in log, log[-3000:]
+        # A re-run of the finished crawl fetches nothing again and says why.
+        code, log, items = await _run(
+            root, "unstorable", redis_url, "unst", "-a", f"start={start}", out="again.json"
+        )
+    assert code == 0 and items == [], log[-3000:]
+    assert "nothing is left to crawl (-s SCRAPEQ_NEW_CRAWL=1 starts a new crawl)" in log, log[-999:]
+    assert site.total == 6 and max(site.hits.values()) == 1
+
+
+async def test_scrapeq_new_crawl_runs_a_finished_crawl_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Issue 24: ``-s SCRAPEQ_NEW_CRAWL=1`` forgets the queue's seen-set and start flag, so a
+    finished crawl runs again; another queue's seen-set is untouched."""
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [f"/p/{n + 1}"] if n < 3 else [])) as (site,):
+        start = "start=" + site.url("/p/0")
+        for queue in ("again", "bystander"):
+            code, log, items = await _run(root, "pages", redis_url, queue, "-a", start)
+            assert code == 0 and len(items) == 4, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "again", "-a", start,
+                                      "-s", "SCRAPEQ_NEW_CRAWL=1", out="new.json")  # fmt: skip
+        assert code == 0, log[-3000:]
+        assert "new crawl (SCRAPEQ_NEW_CRAWL)" in log, log[-3000:]
+        assert len(items) == 4, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "bystander", "-a", start,
+                                      out="by.json")  # fmt: skip
+    assert code == 0 and items == [] and "nothing is left to crawl" in log, log[-3000:]
+    assert sorted(site.hits.values()) == [3] * 4  # again: twice; bystander: once
+
+
+async def test_a_start_cut_short_is_taken_again_by_the_next_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = "start=" + ",".join(site.url(f"/p/{n}") for n in range(8))
+        code, log, items = await _run(
+            root, "pages", redis_url, "cut", "-a", start, "-a", "fail_at=3"
+        )
+        assert code == 0 and len(items) == 3, log[-3000:]
+        code, log, items = await _run(root, "pages", redis_url, "cut", "-a", start, out="b.json")
+    assert code == 0, log[-3000:]
+    assert {i["url"] for i in items} == {site.url(f"/p/{n}") for n in range(3, 8)}, log[-3000:]
+    assert sorted(site.hits.values()) == [1] * 8  # the seen-set dropped the first three
+
+
+async def test_a_callback_error_is_logged_once_and_the_page_is_done(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    # response.follow("mailto:...") raises in the callback, after the item and the next link.
+    links = lambda n: [f"/p/{n + 1}"] * (n < 5) + ["mailto:shop@example.com"]  # noqa: E731
+    settings = _scrapeq(backoff_base=0.1, backoff_cap=0.2)
+    async with sites(_page(links)) as (site,):
+        code, log, items = await _run(
+            root, "pages", redis_url, "cb", "-a", f"start={site.url('/p/0')}", "-s", settings
+        )
+    assert code == 0, log[-3000:]
+    assert sorted(i["url"] for i in items) == sorted(site.url(f"/p/{n}") for n in range(6)), log
+    assert sorted(site.hits.values()) == [1] * 6, site.hits
+    assert log.count("Spider error processing") == 6, log[-3000:]  # Scrapy's line, once a page
+    assert "'scrapeq/callback_errors': 6" in log, log[-3000:]
+    counts = _counts(redis_url, "cb")
+    assert (counts["done"], counts["dead"], counts["ready"] + counts["delayed"]) == (6, 0, 0)
+
+
+async def test_callback_errors_are_retried_when_the_project_asks(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    links = lambda n: [f"/p/{n + 1}"] * (n < 5) + ["mailto:x@example.com"] * (n == 3)  # noqa: E731
+    settings = _scrapeq(backoff_base=0.1, backoff_cap=0.2, max_attempts=2)
+    async with sites(_page(links)) as (site,):
+        code, log, _ = await _run(
+            root, "pages", redis_url, "cbr", "-a", f"start={site.url('/p/0')}", "-s", settings,
+            "-s", "SCRAPEQ_RETRY_CALLBACK_ERRORS=True",
+        )  # fmt: skip
+    assert code == 0, log[-3000:]
+    assert site.hits["/p/3"] == 2 and site.total == 7, site.hits
+    counts = _counts(redis_url, "cbr")
+    assert (counts["done"], counts["dead"]) == (5, 1)
+
+
+async def _wait_for_flag(redis_url: str, queue: str, name: str, timeout: float) -> None:
+    """Until a process of the crawl holds the queue's flag ``name`` (it has opened)."""
+
+    async def ready(q: AsyncQueue) -> object:
+        return await q.client.exists(f"{q.keys.prefix}once:{name}")
+
+    await _wait_for_queue(redis_url, queue, ready, timeout, "the crawl never opened")
+
+
+async def test_a_crawl_started_at_the_same_moment_takes_its_share(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [], delay=0.3)) as (site,):
+        start = "start=" + ",".join(site.url(f"/p/{n}") for n in range(16))
+        args = ("-a", start, "-s", "CONCURRENT_REQUESTS=2")
+        slow = ("-a", "slow_start=4")  # its start() reads a sitemap first, say
+        first = asyncio.create_task(
+            _run(root, "pages", redis_url, "join", *args, *slow, out="a.json")
+        )
+        await _wait_for_flag(redis_url, "join", "scrapy-start", 30)
+        code_b, log_b, items_b = await _run(root, "pages", redis_url, "join", *args, out="b.json")
+        code_a, log_a, items_a = await first
+    assert (code_a, code_b) == (0, 0), log_a[-2000:] + log_b[-2000:]
+    assert "start requests are being taken by" in log_b, log_b[-3000:]
+    assert items_a and items_b, log_b[-3000:]  # the late joiner waited and took its share
+    assert len(items_a) + len(items_b) == 16 and sorted(site.hits.values()) == [1] * 16
+
+
+async def _read_until(proc: asyncio.subprocess.Process, text: str, timeout: float) -> str:
+    """The process's output up to the first line that holds ``text``."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while not seen or text not in seen[-1]:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        assert line, "".join(seen)[-3000:]
+        seen.append(line.decode(errors="replace"))
+    return "".join(seen)
+
+
+async def test_start_requests_left_by_a_killed_process_are_taken_by_the_next(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        args = ("-a", "start=" + ",".join(site.url(f"/p/{n}") for n in range(8)))
+        args += ("-s", _scrapeq(lease=3))
+        slow = ("-a", "slow_start=60", "-O", str(tmp_path / "a.json"))
+        first = await _spawn(root, "pages", redis_url, "left", *args, *slow, env=None)
+        second: asyncio.subprocess.Process | None = None
+        try:
+            await _wait_for_flag(redis_url, "left", "scrapy-start", 30)
+            feed = ("-O", str(tmp_path / "b.json"))
+            second = await _spawn(root, "pages", redis_url, "left", *args, *feed, env=None)
+            head = await _read_until(second, "start requests are being taken by", 30)
+            first.kill()  # while its start() is still being read, and the second waits
+            await first.communicate()
+            tail, _ = await asyncio.wait_for(second.communicate(), 30)
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    log = head + tail.decode(errors="replace")
+    assert second is not None and second.returncode == 0, log[-3000:]
+    assert "the start requests were left unfinished; this process takes them" in log, log[-3000:]
+    assert len(_items(tmp_path / "b.json")) == 8 and sorted(site.hits.values()) == [1] * 8
+
+
+async def test_scrapeq_settings_come_from_the_environment_and_scrapeq_toml(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path, toml='queue = "from-toml"\nmax_attempts = 3\n')
+    env = {"SCRAPEQ_ALLOW_PRIVATE": "true", "SCRAPEQ_QUEUE": ""}  # "": unset
+    async with sites(_page(lambda n: [f"/p/{n + 1}"] * (n < 3))) as (site,):
+        start = f"start={site.url('/p/0')}"
+        code, log, items = await _run(root, "pages", redis_url, "-", "-a", start, env=env)
+    assert code == 0 and len(items) == 4, log[-3000:]
+    assert _counts(redis_url, "from-toml")["done"] == 4  # the file's queue, not the spider's
+
+
+async def test_a_crawl_whose_every_request_is_refused_says_so(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = ",".join(site.url(f"/p/{n}") for n in range(3))
+        _, log, items = await _run(
+            root, "pages", redis_url, "refq", "-a", f"start={start}",
+            env={"SCRAPEQ_ALLOW_PRIVATE": ""},
+        )  # fmt: skip
+    assert items == [] and site.total == 0
+    assert "every request of this crawl was refused" in log, log[-3000:]
+    assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
+    # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.
+
+
+def test_a_burst_enqueued_in_one_turn_costs_one_enqueue_call(redis_url: str) -> None:
+    """40 requests scheduled in one reactor turn (a spider's burst of critical re-crawls) are
+    written in one enqueue call, not 40 round trips before the first can be claimed."""
+    from scrapy.utils.test import get_crawler
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "burst",
+                "SCRAPEQ_SETTINGS": {"allow_private": True},
+                "DUPEFILTER_CLASS": "scrapeq.contrib.scrapy.DupeFilter"}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    frontier = scheduler.frontier
+    assert frontier is not None
+    calls: list[int] = []
+    enqueue_many = frontier.queue.enqueue_many
+
+    def counted(specs: list[Any], **options: Any) -> Any:
+        calls.append(len(specs))
+        return enqueue_many(specs, **options)
+
+    frontier.queue.enqueue_many = counted  # type: ignore[method-assign]
+    dropped: list[str] = []
+    crawler.signals.connect(lambda request, spider: dropped.append(request.url),
+                            signal=scrapy.signals.request_dropped, weak=False)  # fmt: skip
+    try:
+        urls = [f"http://127.0.0.1:9/c/{n}" for n in range(40)]
+        meta = {"scrapeq_lane": "critical"}
+        requests = [scrapy.Request(u, meta=meta, priority=100) for u in urls + urls[:2]]
+        scheduled = [scheduler.enqueue_request(r) for r in requests]
+        assert scheduler.has_pending_requests()
+        first = scheduler.next_request()
+        assert calls == [42]  # one call for the burst, written before the first claim
+        assert first is not None and first.url in urls
+        assert all(scheduled)  # Scrapy's answer before the seen-set's:
+        assert dropped == urls[:2]  # the repeats, dropped once the seen-set answered
+        assert crawler.stats.get_value("dupefilter/filtered") == 2
+    finally:
+        scheduler.close("finished")
+
+
+def test_scrapy_settles_with_the_workers_own_mapping() -> None:
+    """Classification to settlement has one home, shared by the worker and contrib/scrapy."""
+    from scrapeq.contrib import scrapy as contrib_scrapy
+    from scrapeq.runtime import outcomes
+
+    assert contrib_scrapy.settlement_for is outcomes.settlement_for

@@ -1,0 +1,158 @@
+"""Issue 24: the PostgreSQL sink, against a real private cluster (tests/support/pg_proc.py): batches
+in one transaction, upsert by job id, JSONB results, the table's layout checked before any
+job is claimed, a database that goes away makes the worker release its jobs and go on, and
+``--results postgresql://...`` from the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from scrapeq.engine.queue import AsyncQueue
+from scrapeq.engine.settings import Settings
+from scrapeq.errors import ConfigError
+from scrapeq.runtime.sinks import PostgresSink, _batch, sink_from_url
+from support.cli_helpers import run, scrub_env
+from support.records import record
+from support.sites import ok, sites, threaded_site, tree
+from support.tcpproxy import TcpProxy
+
+
+def _table(url: str) -> str:
+    return urlsplit(url).query.removeprefix("table=")
+
+
+def _rows(url: str) -> list[dict[str, Any]]:
+    base = url.split("?")[0]
+    with psycopg.connect(base) as db, db.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        return list(cur.execute(f"SELECT * FROM {_table(url)}"))
+
+
+@pytest.fixture
+def proxy(postgres_server: str) -> Iterator[TcpProxy]:
+    parts = urlsplit(postgres_server)
+    assert parts.hostname is not None and parts.port is not None
+    with TcpProxy(parts.hostname, parts.port) as p:
+        yield p
+
+
+def test_sink_from_url_gives_the_postgres_sink() -> None:
+    sink = sink_from_url("postgresql://u:secret@127.0.0.1:5/db?table=pages&sslmode=disable")
+    assert isinstance(sink, PostgresSink) and sink.table == "pages"
+    assert "secret" not in sink.shown
+    with pytest.raises(ConfigError):
+        sink_from_url("postgresql://127.0.0.1/db?table=a-b")
+
+
+async def test_postgres_batches_in_transactions_and_upserts_by_job_id(postgres_url: str) -> None:
+    sink = sink_from_url(postgres_url)
+    assert isinstance(sink, PostgresSink)
+    await sink.open()
+    await asyncio.gather(*(sink.write(record(f"a{i}")) for i in range(300)))
+    assert sink.rows == 300 and sink.batches < 300 / 10, "writes waiting together share one"
+    await sink.write(record("a7", attempts=2, outcome="dead", result=None, error="gone"))
+    await sink.close()
+    rows = {r["job_id"]: r for r in _rows(postgres_url)}
+    assert len(rows) == 300
+    a7 = rows["a7"]
+    assert (a7["attempts"], a7["outcome"], a7["result"], a7["error"]) == (2, "dead", None, "gone")
+    assert rows["a1"]["result"] == {"title": "t", "tags": ["a"]}, "JSONB, read back as JSON"
+    assert rows["a1"]["finished_at"].year == 2026
+
+
+async def test_a_record_the_database_refuses_fails_alone(postgres_url: str) -> None:
+    """A NUL in a text is refused by PostgreSQL: that record's write fails (its job is
+    released), the others of its batch are kept."""
+    sink = sink_from_url(postgres_url)
+    await sink.open()
+    outcomes = await asyncio.gather(
+        *(sink.write(record(f"b{i}", error="a\x00b" if i == 3 else None)) for i in range(20)),
+        return_exceptions=True,
+    )
+    await sink.close()
+    failed = [i for i, o in enumerate(outcomes) if isinstance(o, Exception)]
+    assert failed == [3]
+    assert len(_rows(postgres_url)) == 19
+
+
+@pytest.mark.parametrize(
+    ("ddl", "said"),
+    [
+        ("CREATE TABLE {t} (job_id text PRIMARY KEY, url text)", "has no column final_url"),
+        ("CREATE TABLE {t} (job_id text, url text, final_url text, domain text, lane text, "
+         "depth int, parent_id text, parent_url text, outcome text, status int, attempts int, "
+         "error text, elapsed_ms float, bytes int, finished_at timestamptz, result jsonb, "
+         "links jsonb, body_path text)", "must be its primary key"),
+    ],
+)  # fmt: skip
+async def test_a_table_it_cannot_use_is_refused(postgres_url: str, ddl: str, said: str) -> None:
+    with psycopg.connect(postgres_url.split("?")[0]) as db:
+        db.execute(ddl.format(t=_table(postgres_url)))
+    sink = sink_from_url(postgres_url)
+    with pytest.raises(ConfigError, match=said):
+        await sink.open()
+    await sink.close()
+
+
+async def test_a_database_that_goes_away_releases_the_jobs_and_the_worker_goes_on(
+    postgres_url: str, proxy: TcpProxy, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The route to the database stalls for 2 s: the writes time out, their jobs are released
+    (no attempt spent); once it flows again every job is written, once, and done."""
+    from scrapeq.runtime.worker import Worker
+
+    monkeypatch.setattr(_batch, "WRITE_TIMEOUT", 0.5)
+    sink = sink_from_url(
+        postgres_url.replace(f":{urlsplit(postgres_url).port}/", f":{proxy.port}/")
+    )
+    await sink.open()
+    proxy.blackhole()
+    threading.Timer(2.0, proxy.resume).start()
+    async with sites(ok) as (site,):
+        q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True))
+        try:
+            await q.enqueue_many([site.url(f"/{i}") for i in range(10)])
+            await asyncio.wait_for(Worker(q, burst=True, sink=sink).run_async(), 60)
+            counts = (await q.status())["counts"]
+        finally:
+            await q.close()
+    rows = _rows(postgres_url)
+    assert counts["done"] == 10 and counts["dead"] == 0
+    assert len(rows) == 10 and {r["attempts"] for r in rows} == {1}, "no attempt spent"
+    assert sum(site.hits.values()) > 10, "released jobs were fetched again"
+
+
+def test_cli_crawl_into_postgres(
+    capsys: Any, redis_url: str, postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    scrub_env(monkeypatch, tmp_path)
+    with threaded_site(tree) as site:
+        code, _, err = run(capsys, "--redis", redis_url, "crawl", site.url("/"),
+                           "--allow-private", "--results", postgres_url)  # fmt: skip
+    assert code == 0, err
+    rows = {r["url"]: r for r in _rows(postgres_url)}
+    assert len(rows) == 4
+    assert rows[site.url("/a/1")]["parent_url"] == site.url("/a")
+    assert json.dumps(rows[site.url("/")]["result"])  # JSONB
+
+
+def test_cli_says_when_the_database_is_unreachable(
+    capsys: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    scrub_env(monkeypatch, tmp_path)
+    code, _, err = run(capsys, "--redis", redis_url, "worker", "--burst", "--results",
+                       "postgresql://u:secret@127.0.0.1:9/db?table=pages")  # fmt: skip
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("scrapeq: error: --results postgresql://u:***@127.0.0.1:9/db"), last
+    assert "secret" not in err and "Traceback" not in err
