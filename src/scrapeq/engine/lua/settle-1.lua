@@ -79,6 +79,7 @@
   follow-up's seen-set argument does not match the queue's layout.
 ]]
 --@include common
+--@include tally
 --@include domain
 --@include breaker
 --@include adaptive
@@ -160,23 +161,6 @@ local function park_domain(d, ra)
   end
 end
 
--- Counters of the whole batch, written once per distinct field after the loop.
-local BUMPS = {}
-local function bump(key, field)
-  local fields = BUMPS[key]
-  if not fields then
-    fields = {}
-    BUMPS[key] = fields
-  end
-  fields[field] = (fields[field] or 0) + 1
-end
-
-local function flush_bumps()
-  for key, fields in pairs(BUMPS) do
-    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, n) end
-  end
-end
-
 -- Per-item writes of the batch that nothing later in it reads back, sent in one call per kind
 -- by flush_items: a domain's inflight slots (INFLIGHT_LEFT, see domain.lua), the leases'
 -- domains (DONE.leased: ids), deleting done jobs (DONE.keys) and releasing their
@@ -235,9 +219,9 @@ local function settle_done(job, it)
   else
     release_unique(job)
   end
-  bump(k_dom(job.domain), 'done')
-  bump(K.STATS, 'done')
-  bump(K.STATS, 'done:' .. job.lane)
+  TALLY.add(k_dom(job.domain), 'done')
+  TALLY.add(K.STATS, 'done')
+  TALLY.add(K.STATS, 'done:' .. job.lane)
   return 'done', notes
 end
 
@@ -351,7 +335,7 @@ local function settle_one(i, it)
     status = settle_release(job, it)
   end
   TOUCHED[d] = true
-  history_settled(bump, status, job.lane, it.shutdown)
+  history_settled(TALLY.add, status, job.lane, it.shutdown)
   if status == 'dead' then return 'dead:' .. job.dead_reason end
   if notes then return WIRE.done(notes) end
   if it.backoff == true and (status == 'retried' or status == 'released') then
@@ -369,8 +353,7 @@ end
 local ok, out = pcall(settle_all)
 flush_items()
 enqueue_end()  -- the follow-ups of the items settled, even before an error
-flush_bumps()  -- and their counts
-EX.flush_counts()
+TALLY.flush()  -- and their counts (includes/tally.lua)
 if not ok then
   error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end

@@ -29,6 +29,7 @@
     first), r:<tier> requests and y:<tier> bytes per tier (cost, attributed); with session =
     sticky, s (the session's exit) and sj (its cookie jar, the worker's text).
 ]]
+--@include tally
 
 local EX = {FAILS = 3, MIN = 4, WINDOW = 10}
 
@@ -224,25 +225,6 @@ function EX.window_trips(win, tdom)
   return string.format('%d of the last %d calls failed', proxy + timeouts, #win)
 end
 
--- The counters of a settle batch's attempts (nothing in the batch reads them back), added up
--- per key and field by EX.count and written once each by EX.flush_counts after the batch.
-EX.COUNTS = {}
-function EX.count(key, field, n)
-  local fields = EX.COUNTS[key]
-  if not fields then
-    fields = {}
-    EX.COUNTS[key] = fields
-  end
-  fields[field] = (fields[field] or 0) + n
-end
-
-function EX.flush_counts()
-  for key, fields in pairs(EX.COUNTS) do
-    for field, n in pairs(fields) do redis.call('HINCRBY', key, field, n) end
-  end
-  EX.COUNTS = {}
-end
-
 -- An attempt through exit `id` for domain d ended with `result` ('ok' an answer, 'ban' a ban
 -- by the site, 'down' the exit failed itself, 'timeout', 'error' anything else the site did),
 -- `bytes` downloaded and `latency` ms. Counts it (the exit's and the domain's tier's), moves
@@ -254,13 +236,13 @@ function EX.settle(id, d, result, bytes, latency, job_id)
   bytes = bytes or 0
   local counter = ({ok = 'ok', ban = 'bans', down = 'fails', timeout = 'timeouts',
     error = 'errors'})[result]
-  EX.count(ek, 'req', 1)
-  EX.count(ek, counter, 1)
-  if bytes > 0 then EX.count(ek, 'bytes', bytes) end
-  if latency and result ~= 'down' then EX.count(ek, 'lat', latency) end
+  TALLY.add(ek, 'req', 1)
+  TALLY.add(ek, counter, 1)
+  if bytes > 0 then TALLY.add(ek, 'bytes', bytes) end
+  if latency and result ~= 'down' then TALLY.add(ek, 'lat', latency) end
   if t ~= nil then
-    EX.count(dk, 'r:' .. t, 1)
-    if bytes > 0 then EX.count(dk, 'y:' .. t, bytes) end
+    TALLY.add(dk, 'r:' .. t, 1)
+    if bytes > 0 then TALLY.add(dk, 'y:' .. t, bytes) end
   end
   -- the exit's breaker
   local f = redis.call('HMGET', ek, 'state', 'win', 'tdom', 'trips', 'probe')

@@ -40,8 +40,8 @@ local function history(name, lane)
   redis.call('HINCRBY', key, field, 1)
 end
 
--- The same through a caller's batching `bump(key, field)` (settle-1.lua's, written once per
--- distinct field at the end of the call): the common outcomes of a batch cost one HINCRBY.
+-- The same through a caller's batching `bump(key, field)` (settle-1.lua's TALLY.add, written
+-- once per distinct field at the end of the call): a batch's common outcomes cost one HINCRBY.
 local function history_via(bump, name, lane)
   if name == 'stale' then return end
   local key, field = history_field(name, lane)

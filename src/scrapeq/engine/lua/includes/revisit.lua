@@ -33,6 +33,7 @@
   (enqueue.lua then lets the spec through the seen-set: the page is due now, and the pending
   revisit it overtakes is left stale).
 ]]
+--@include tally
 --@include revisit_rule
 
 RV.FMT = '>IIIIHH'
@@ -68,7 +69,7 @@ RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'
 function RV.total(old, new)
   for _, f in ipairs(RV.SUMS) do
     local delta = new[f[1]] - (old[f[1]] or 0)
-    if delta ~= 0 then redis.call('HINCRBYFLOAT', K.STATS, f[2], delta) end
+    if delta ~= 0 then TALLY.addf(K.STATS, f[2], delta) end
   end
 end
 
