@@ -20,7 +20,6 @@ from the server's side, never from the system under test. Pages are small HTML.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections import Counter
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from aiohttp import web
+
+from support.loop_thread import LoopThread
 
 #: The marker of the block page a ``ban_status`` 200 domain serves to a banned exit.
 BLOCK_MARKER = "Access denied: unusual traffic from your network"
@@ -90,8 +91,7 @@ class Fleet:
         self._by_port: dict[int, DomainSpec] = {}
         self.hits: list[Hit] = []
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._served = LoopThread()
         self._runner: web.AppRunner | None = None
 
     # --- addresses ---------------------------------------------------------------------------
@@ -148,26 +148,14 @@ class Fleet:
     async def _shutdown(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        me = asyncio.current_task()
-        rest = [t for t in asyncio.all_tasks() if t is not me]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
 
     def start(self) -> Fleet:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        self._served.start()
+        self._served.call(self._start(), timeout=30)
         return self
 
     def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._served.stop(self._shutdown)
 
     def __enter__(self) -> Fleet:
         return self.start()

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from support.loop_thread import LoopThread
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -271,32 +273,21 @@ class SiteThread:
     """Loopback sites served by an event loop in a background thread."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        self._served = LoopThread()
+        self._served.start()
         self.sites: list[Site] = []
 
     def start(self, handler: Handler) -> Site:
         site = Site(handler)
-        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
+        self._served.call(site.start())
         self.sites.append(site)
         return site
 
     async def _shutdown(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.sites), return_exceptions=True)
-        me = asyncio.current_task()
-        rest = [t for t in asyncio.all_tasks() if t is not me]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        if not self.thread.is_alive():
-            self.loop.close()
+        self._served.stop(self._shutdown)
 
 
 @contextlib.contextmanager

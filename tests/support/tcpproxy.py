@@ -14,11 +14,13 @@ reached the server (a script ran), its reply never reaches the client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import threading
+from collections.abc import Coroutine
 from types import TracebackType
+from typing import Any
 from urllib.parse import urlsplit
+
+from support.loop_thread import LoopThread
 
 _CHUNK = 65536
 
@@ -34,8 +36,7 @@ class TcpProxy:
             raise ValueError("the test proxy forwards to loopback only")
         self.upstream = (upstream_host, upstream_port)
         self.port = 0
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._served = LoopThread()
         self._server: asyncio.Server | None = None
         self._flowing: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -57,17 +58,12 @@ class TcpProxy:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> TcpProxy:
-        self._thread.start()
+        self._served.start()
         self._call(self._start())
         return self
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._call(self._stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self.loop.close()
+        self._served.stop(self._stop)
 
     def __enter__(self) -> TcpProxy:
         return self.start()
@@ -103,8 +99,8 @@ class TcpProxy:
 
     # --- inside the proxy's loop -------------------------------------------------------------
 
-    def _call(self, coro: object) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)  # type: ignore[arg-type]
+    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._served.call(coro)
 
     async def _start(self) -> None:
         self._flowing = asyncio.Event()
@@ -117,11 +113,6 @@ class TcpProxy:
             self._server.close()
         for writer in list(self._writers):
             writer.transport.abort()
-        me = asyncio.current_task()
-        rest = [t for t in asyncio.all_tasks() if t is not me]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
 
     async def _set_flowing(self, flowing: bool) -> None:
         assert self._flowing is not None
