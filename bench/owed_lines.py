@@ -13,7 +13,7 @@ fixed cost):
 
 Script time is ``INFO commandstats`` EVALSHA usec over the settle calls alone (the claims run
 before ``CONFIG RESETSTAT``); the median round is reported. The record is a realistic line
-(~560 bytes of JSON: a page's fields, a small result, link counts). Memory: ``MEMORY USAGE``
+(~530 bytes of JSON: a page's fields, a small result, link counts). Memory: ``MEMORY USAGE``
 (every element sampled) of the ledger's two keys over the lines owed, after the with-ledger
 rounds (nothing acknowledged), and the ``used_memory`` difference as a check.
 
