@@ -72,6 +72,7 @@ class Owed(WorkerCore):
     acknowledged once written, overdue lines taken over."""
 
     _owed_acks: list[str]
+    _owed_failed: set[str]  # owed lines this worker's sink failed to write (still owed)
 
     def _owe(self, settlement: Settlement, record: dict[str, Any]) -> Settlement:
         """``settlement`` carrying ``record`` (the line's record before the settle's answer)
@@ -119,8 +120,10 @@ class Owed(WorkerCore):
                         where = {"job_id": owed.job_id, "kind": "sink_failed"}
                         log.warning("job %s: an owed results line could not be written, it "
                                     "stays owed: %s", owed.job_id, exc, extra=where)  # fmt: skip
+                        self._owed_failed.add(owed.job_id)
                         continue
                     written += 1
+                    self._owed_failed.discard(owed.job_id)
                 self._owed_written(owed.job_id)
             await self._flush_owed_acks()
             if len(taken) < TAKE_BATCH * self.settings.partitions:
@@ -147,12 +150,20 @@ class Owed(WorkerCore):
 
     async def _owed_settled(self) -> bool:
         """A burst worker's last check: whether no results line is owed any more (always,
-        without a sink). Else it takes over the overdue ones and the caller waits."""
+        without a sink), or only lines this worker's sink failed to write (they stay owed for
+        another worker: a broken sink must not hold a burst for ever). Else it takes over the
+        overdue ones and the caller waits."""
         if self.sink is None:
             return True
         try:
-            if await self._flush_owed_acks() and await self.queue.owed_count() == 0:
-                return True
+            if await self._flush_owed_acks():
+                owed = await self.queue.owed_count()
+                if owed == 0:
+                    return True
+                if owed <= len(self._owed_failed):
+                    log.warning("burst: %d results lines this worker's sink could not write "
+                                "stay owed, for another worker to write", owed)  # fmt: skip
+                    return True
             await self._take_over_owed()
         except Exception as exc:
             self._redis_failed(exc, "reading owed results lines")

@@ -230,6 +230,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._claim_pause_until = 0.0
         self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
         self._owed_acks: list[str] = []  # owed lines written, to acknowledge (runtime/owed.py)
+        self._owed_failed: set[str] = set()  # owed lines whose write failed here
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -496,8 +497,12 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                         written = await self._write_dead_line(job, line)
                     else:
                         written = await self._write_done_line(job, line)
-                    if written and owed.line is not None:
+                    if owed.line is None:
+                        return
+                    if written:
                         self._owed_written(job.id)
+                    else:  # it stays owed: a take-over writes it
+                        self._owed_failed.add(job.id)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)
