@@ -232,6 +232,7 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
         "paused_until": None,
         "paused_until_ms": None,
         "alarms": [],
+        "owed_lines": 0,
     }
     assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
     code, out, _ = run(capsys, "--redis", redis_url, "status")
