@@ -752,7 +752,9 @@ def test_unicode_url_round_trips(make_queue: MakeQueue) -> None:
 
 # --- 12. the status schema -----------------------------------------------------------------
 
-STATUS_KEYS = {"queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms"}
+STATUS_KEYS = {
+    "queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms", "owed_lines",
+}  # fmt: skip
 COUNT_KEYS = {"enqueued", "ready", "delayed", "inflight", "done", "dead", "cancelled"}
 LANE_KEYS = {"ready", "delayed", "oldest_ready_age"}
 DOMAIN_KEYS = {
@@ -793,6 +795,7 @@ def test_status_schema_of_an_empty_queue(make_queue: MakeQueue) -> None:
         "breakers": {"closed": 0, "open": 0, "retired": 0},
         "paused_until": None,
         "alarms": [],
+        "owed_lines": 0,
     }
     assert list(status["lanes"]) == ["critical", "normal", "bulk"]
 

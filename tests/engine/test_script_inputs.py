@@ -339,6 +339,23 @@ CASES: dict[str, Cases] = {
             ("a bad flag name", lambda w: {"name": "no spaces", "holder": "me"}),
         ),
     ),
+    "owed_ack": Cases(
+        wrapped(lambda w: scripts.owed_ack([w.done])),
+        (
+            ("ids not a list", lambda w: {"ids": w.done}),
+            ("an id that is not a string after a good one", lambda w: {"ids": [w.done, 5]}),
+            ("more than 1,000 ids", lambda w: {"ids": [w.done] * 1001}),
+        ),
+    ),
+    "owed_take": Cases(
+        wrapped(lambda w: scripts.owed_take(10)),
+        (
+            ("no n", lambda w: {}),
+            ("n of 0", lambda w: {"n": 0}),
+            ("n past 1,000", lambda w: {"n": 1e20}),
+            ("a fractional n", lambda w: {"n": 2.5}),
+        ),
+    ),
     "partitions": Cases(
         wrapped(lambda w: scripts.partitions(1)),
         (
@@ -408,6 +425,19 @@ CASES: dict[str, Cases] = {
                         w.lease(1, outcome="done", final_seen={"b": 1, "f": "12x"}),
                     ]
                 },
+            ),
+            (
+                "a results record over 4 MiB after a good item",
+                lambda w: {
+                    "items": [
+                        w.lease(outcome="done", line="{}"),
+                        w.lease(1, outcome="done", line="x" * (4 * 1024 * 1024 + 1)),
+                    ]
+                },
+            ),
+            (
+                "a results record on two lines",
+                lambda w: {"items": [w.lease(outcome="fail", reason="r", line='{"a":\n1}')]},
             ),
             (
                 "a follow-up with a bad spec",

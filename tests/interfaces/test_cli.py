@@ -190,7 +190,7 @@ def test_status_json_follows_interface_schema(capsys: Any, redis_url: str) -> No
     doc = json.loads(out)
     assert set(doc) == {
         "queue", "counts", "lanes", "domains", "breakers", "paused_until", "paused_until_ms",
-        "alarms",
+        "alarms", "owed_lines",
     }  # fmt: skip
     assert doc["breakers"] == {"closed": 2, "open": 0, "retired": 0}  # shop-1, shop-2
     assert doc["counts"] == {
@@ -232,6 +232,7 @@ def test_status_of_an_empty_queue_is_zeros_not_an_error(
         "paused_until": None,
         "paused_until_ms": None,
         "alarms": [],
+        "owed_lines": 0,
     }
     assert err.strip() == "scrapeq: queue 'default' is empty; no queues on this Redis yet"
     code, out, _ = run(capsys, "--redis", redis_url, "status")

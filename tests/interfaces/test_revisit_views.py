@@ -23,7 +23,9 @@ SIG_A, SIG_B = "0123456789abcdef", "fedcba9876543210"
 DAY_MS = 86_400_000
 #: Pages of each domain; "busy.test" changes at every visit, "calm.test" never.
 PAGES = {"calm.test": 3, "busy.test": 2}
-STATUS_KEYS = {"queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms"}
+STATUS_KEYS = {
+    "queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms", "owed_lines",
+}  # fmt: skip
 
 
 def seed(q: Queue) -> None:

@@ -171,7 +171,9 @@ def states(status: dict[str, Any]) -> dict[str, str]:
 
 async def test_api_status_is_the_status_document(client: Client, queue: AsyncQueue) -> None:
     doc = await get_json(client, "/api/status")
-    assert set(doc) == {"queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms"}
+    assert set(doc) == {
+        "queue", "counts", "lanes", "domains", "breakers", "paused_until", "alarms", "owed_lines",
+    }  # fmt: skip
     assert without_ages(doc) == without_ages(await queue.status())
     assert doc["counts"]["enqueued"] == 9
     assert doc["counts"]["dead"] == 2

@@ -37,6 +37,7 @@ from scrapeq.engine.scripts import (
     Many,
     OnceFlag,
     Op,
+    OwedLine,
     Settled,
     Settlement,
     Step,
@@ -230,6 +231,22 @@ class AsyncQueue(_QueueBase):
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
         return await self._drive(self._route._op_heartbeat(jobs, None, True))
+
+    async def owed_ack(self, ids: Sequence[str]) -> int:
+        """Acknowledge owed results lines (``lua/includes/owed.lua``): the sink took them.
+        Idempotent; answers how many of ``ids`` were owed."""
+        return await self._drive(self._route._op_owed_ack(ids))
+
+    async def owed_take(self, n: int = 100) -> list[OwedLine]:
+        """Take over up to ``n`` (1 to 1,000) owed results lines of each partition that
+        nobody acknowledged within ``lease`` seconds of their settle; each one taken gets
+        ``lease`` seconds more. The taker writes each (built from its record and the settle's
+        answer) and acknowledges it."""
+        return await self._drive(self._route._op_owed_take(n))
+
+    async def owed_count(self) -> int:
+        """How many results lines are owed to a sink (settled, not yet written)."""
+        return await self._drive(self._route._op_owed_count())
 
     async def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""

@@ -52,6 +52,7 @@ from scrapeq.engine.scripts import (
     JobPlace,
     OnceFlag,
     Op,
+    OwedLine,
     ScriptConfig,
     Settled,
     Settlement,
@@ -297,6 +298,21 @@ class _QueueCore(SettlementBuilders):
         pairs = [(j.id, j.token) for j in jobs]
         renewed: list[bool] = yield scripts.heartbeat(pairs, lease_ms, handling=handling)
         return renewed
+
+    def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:
+        acked = 0
+        for start in range(0, len(ids), scripts.OWED_CALL):
+            acked += yield scripts.owed_ack(ids[start : start + scripts.OWED_CALL])
+        return acked
+
+    def _op_owed_take(self, n: int) -> Op[list[OwedLine]]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= scripts.OWED_CALL:
+            raise ConfigError("n", f"must be an integer in 1..{scripts.OWED_CALL}, got {n!r}")
+        taken: list[OwedLine] = yield scripts.owed_take(n)
+        return taken
+
+    def _op_owed_count(self) -> Op[int]:
+        return int((yield Command(("HLEN", self.keys.owed))))
 
     def _op_status(self) -> Op[dict[str, Any]]:
         # O(status_top) whatever the number of domains: counts come from counters the

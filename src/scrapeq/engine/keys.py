@@ -196,6 +196,17 @@ class Keys:
         return f"{self.prefix}dexit:{domain}"
 
     @property
+    def owed(self) -> str:
+        """Hash: job id -> a results line owed to a sink (``lua/includes/owed.lua``): the
+        attempt's record and the settle's answer, kept until a worker wrote it."""
+        return f"{self.prefix}owed"
+
+    @property
+    def owed_due(self) -> str:
+        """Zset: job id -> when (ms) an owed line is overdue: another worker may write it."""
+        return f"{self.prefix}owed:due"
+
+    @property
     def meta(self) -> str:
         return f"{self.prefix}meta"
 

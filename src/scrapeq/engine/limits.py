@@ -36,6 +36,7 @@ __all__ = [
     "MAX_DURATION_MS",
     "MAX_DURATION_S",
     "MAX_JSON_DEPTH",
+    "MAX_OWED_LINE",
     "MAX_SCRIPT_INT",
     "check_count",
     "check_json_depth",
@@ -54,6 +55,9 @@ MAX_COUNT: Final = 1_000_000_000
 """The largest count accepted from a user."""
 MAX_JSON_DEPTH: Final = 100
 """The deepest nesting of arrays and objects accepted in JSON from users."""
+MAX_OWED_LINE: Final = 4 * 1024 * 1024
+"""The largest results record a settle item may carry into the owed-lines ledger, bytes of
+UTF-8 (``OWED.MAX_LINE`` in ``lua/includes/owed.lua``; a larger one is not kept there)."""
 
 #: How :func:`duration_error` names the bound in its message.
 _BOUND_TEXT: Final = f"must be <= {MAX_DURATION_S} seconds (100 years)"

@@ -98,6 +98,8 @@ def _spec_size(spec: EnqueueSpec) -> int:
 def _settlement_size(item: Settlement) -> int:
     """About the bytes a settlement adds to a settle call's arguments."""
     size = 100 + len(item.message or "") + len(item.kind or "") + len(item.reason or "")
+    if item.line is not None:  # a record's quotes are escaped in the call's JSON
+        size += len(item.line) * 5 // 4
     return size + sum(map(_spec_size, item.follow)) if item.follow else size
 
 

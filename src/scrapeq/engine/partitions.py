@@ -27,10 +27,11 @@ from scrapeq.engine.job import Job, JobInfo
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.limits import check_count
 from scrapeq.engine.listing import JobListing
+from scrapeq.engine.oputil import _by_part
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, ReplayResult
 from scrapeq.engine.routing import _retarget, partition_of, partition_of_id
 from scrapeq.engine.schema import SchemaOpener
-from scrapeq.engine.scripts import Command, EnqueueSpec, Op, Settled, Settlement
+from scrapeq.engine.scripts import Command, EnqueueSpec, Op, OwedLine, Settled, Settlement
 from scrapeq.engine.seen import warn_if_resized
 from scrapeq.errors import ConfigError
 
@@ -167,6 +168,24 @@ class PartitionRouter(ABC):
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False
     ) -> Op[list[bool]]:
         """Renew the leases of ``jobs``: whether each was still held."""
+
+    # --- the owed-lines ledger (lua/includes/owed.lua) -------------------------------------
+
+    def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:
+        """Acknowledge owed lines, each on its job's partition: how many were owed."""
+        acked = 0
+        for part, chosen in _by_part(ids, self._part_of_id):
+            acked += yield from self._on(self.core._op_owed_ack(chosen), part)
+        return acked
+
+    def _op_owed_take(self, n: int) -> Op[list[OwedLine]]:
+        """Take over up to ``n`` overdue owed lines of each partition."""
+        parts = yield from self._on_all(lambda: self.core._op_owed_take(n))
+        return [line for taken in parts for line in taken]
+
+    def _op_owed_count(self) -> Op[int]:
+        """The lines owed, on every partition."""
+        return sum((yield from self._on_all(self.core._op_owed_count)))
 
     def _op_reap(self) -> Op[tuple[int, int, int]]:
         yield from self._schema.op_all()

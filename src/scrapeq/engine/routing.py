@@ -41,7 +41,7 @@ def _stream_key(entry_id: str) -> tuple[int, int]:
 def _merge_status(raws: list[dict[str, Any]]) -> dict[str, Any]:
     """One ``status-1.lua`` answer for the whole queue from its partitions' answers."""
     out: dict[str, Any] = {"stats": {}, "lanes": {}, "lane_order": [], "retired": []}
-    for name in ("ready", "delayed", "inflight", "dead", "domains", "open_breakers"):
+    for name in ("ready", "delayed", "inflight", "dead", "domains", "open_breakers", "owed"):
         out[name] = sum(int(r.get(name) or 0) for r in raws)
     out["retired_domains"] = sum(int(r.get("retired_domains") or 0) for r in raws)
     # each partition picked its own domains worth a look: their union, round-robin so that

@@ -8,7 +8,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from scrapeq.engine.limits import MAX_OWED_LINE
 from scrapeq.engine.wire import SETTLE_ITEM
+from scrapeq.errors import PayloadTooLarge
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,12 @@ class Settlement:
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
             seen-set argument): it joins the seen-set in this call when the queue has one,
             so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
+        line: the attempt's results record as JSON text on one line, sent when the worker
+            writes the job's line from the settle's answer: a settle whose answer makes the
+            line due (done, dead) keeps it in the owed-lines ledger until the worker
+            acknowledges it (``includes/owed.lua``). At most
+            :data:`~scrapeq.engine.limits.MAX_OWED_LINE` bytes of UTF-8
+            (:class:`~scrapeq.errors.PayloadTooLarge` otherwise, when the settlement is built).
     """
 
     job_id: str
@@ -145,6 +153,11 @@ class Settlement:
     signature: str | None = None
     etag: str | None = None
     last_modified: str | None = None
+    line: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.line is not None:
+            check_owed_line(self.job_id, self.line)
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
@@ -173,8 +186,24 @@ class Settlement:
             "signature": self.signature,
             "etag": self.etag,
             "last_modified": self.last_modified,
+            "line": self.line,
         }
         return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
+
+
+def check_owed_line(job_id: str, line: str) -> None:
+    """Refuse a results record too large for the owed-lines ledger (more than
+    :data:`~scrapeq.engine.limits.MAX_OWED_LINE` bytes of UTF-8) or not on one line, as
+    ``includes/owed.lua`` would (:class:`~scrapeq.errors.PayloadTooLarge`, ``ValueError``)."""
+    # a character is at most 4 bytes: most records are never encoded here
+    size = len(line) if len(line) * 4 <= MAX_OWED_LINE else len(line.encode("utf-8", "replace"))
+    if size > MAX_OWED_LINE:
+        raise PayloadTooLarge(
+            f"job {job_id}: results record of {size:,} bytes is over the owed-lines "
+            f"ledger's {MAX_OWED_LINE:,} bytes"
+        )
+    if "\n" in line:
+        raise ValueError(f"job {job_id}: a results record is JSON text on one line")
 
 
 class Settled(str):

@@ -28,6 +28,8 @@ SCRIPTS: dict[str, str] = {
     "log_leader": "log_leader-1.lua",
     "migrate": "migrate-1.lua",
     "once": "once-1.lua",
+    "owed_ack": "owed_ack-1.lua",
+    "owed_take": "owed_take-1.lua",
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",

@@ -58,6 +58,7 @@ __all__ = [
     "Many",
     "OnceFlag",
     "Op",
+    "OwedLine",
     "Renewed",
     "ScriptConfig",
     "Settled",
@@ -198,6 +199,44 @@ def heartbeat(
         return _call("heartbeat", parse, items=marked)
     pairs = [{"id": i, "token": t} for i, t in items]
     return _call("heartbeat", parse, items=pairs, **_given(lease_ms=lease_ms))
+
+
+#: Most ids one ``owed_ack-1.lua`` call takes, and most lines one ``owed_take-1.lua`` gives.
+OWED_CALL = 1000
+
+
+def owed_ack(ids: Sequence[str]) -> Call[int]:
+    """Acknowledge owed results lines (a sink took them); answers how many were owed."""
+    return _call("owed_ack", int, ids=list(ids))
+
+
+@dataclass(frozen=True, slots=True)
+class OwedLine:
+    """A results line owed to a sink (``lua/includes/owed.lua``), as ``owed_take`` answers.
+
+    Attributes:
+        job_id: the job.
+        record: the attempt's results record, JSON text, as the worker sent it.
+        answer: the settle's answer for the job (parsed as the settle's own answers are): the
+            line is built from the two (``runtime/records.py``, ``_settled_line``).
+    """
+
+    job_id: str
+    record: str
+    answer: Settled
+
+
+def owed_take(n: int) -> Call[list[OwedLine]]:
+    """Take up to ``n`` owed lines whose deadline passed (each given a new one)."""
+
+    def parse(raw: list[Any]) -> list[OwedLine]:
+        out = []
+        for job_id, stored in zip(raw[0::2], raw[1::2], strict=True):
+            record, _, answer = str(stored).partition("\n")
+            out.append(OwedLine(str(job_id), record, Settled.parse(answer)))
+        return out
+
+    return _call("owed_take", parse, n=n)
 
 
 def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:

@@ -261,6 +261,7 @@ def shape_status(name: str, raw: dict[str, Any], domains: list[dict[str, Any]]) 
         "breakers": breaker_counts(raw),
         "paused_until": ms_to_iso(raw.get("paused_until")),
         "alarms": alarms(raw, domains),
+        "owed_lines": int(raw.get("owed") or 0),
         **_revisits(raw),
     }
 

@@ -40,6 +40,7 @@ from scrapeq.engine.scripts import (
     Many,
     OnceFlag,
     Op,
+    OwedLine,
     Settled,
     Settlement,
     Step,
@@ -227,6 +228,22 @@ class Queue(_QueueBase):
         held past ``max_job_time``. Renews nothing; answers per job whether its token still
         owns it."""
         return self._drive(self._route._op_heartbeat(jobs, None, True))
+
+    def owed_ack(self, ids: Sequence[str]) -> int:
+        """Acknowledge owed results lines (``lua/includes/owed.lua``): the sink took them.
+        Idempotent; answers how many of ``ids`` were owed."""
+        return self._drive(self._route._op_owed_ack(ids))
+
+    def owed_take(self, n: int = 100) -> list[OwedLine]:
+        """Take over up to ``n`` (1 to 1,000) owed results lines of each partition that
+        nobody acknowledged within ``lease`` seconds of their settle; each one taken gets
+        ``lease`` seconds more. The taker writes each (built from its record and the settle's
+        answer) and acknowledges it."""
+        return self._drive(self._route._op_owed_take(n))
+
+    def owed_count(self) -> int:
+        """How many results lines are owed to a sink (settled, not yet written)."""
+        return self._drive(self._route._op_owed_count())
 
     def reap(self) -> tuple[int, int, int]:
         """Housekeeping now: (leases reaped, delayed jobs promoted, domains woken)."""

@@ -47,6 +47,7 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "signature": "signature",  # revisit: 64-bit signature of the content, 16 hex digits
         "etag": "etag",  # revisit: the answer's ETag (at most 100 bytes)
         "last_modified": "last_modified",  # revisit: the answer's Last-Modified
+        "line": "line",  # the attempt's results record (JSON text): owed until written
     }
 )
 

@@ -393,24 +393,26 @@ class Attempts(WorkerCore):
         self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
         return pause
 
-    async def _write_done_line(self, job: Job, record: dict[str, Any]) -> None:
+    async def _write_done_line(self, job: Job, record: dict[str, Any]) -> bool:
         """The results line of a job the settle script answered ``done`` (the line says what
         it decided: ``changed``, ``skipped``). The job is settled: a sink failure cannot give
         it back, so claims pause (as for any sink failure) and the line is written again
-        after the pause, until it is or the worker stops (then it is lost, and logged)."""
+        after the pause, until it is or the worker stops (then it is left owed in Redis, for
+        another worker to take over: runtime/owed.py). Whether it was written."""
         assert self.sink is not None
         while True:
             try:
                 await self.sink.write(record)
             except Exception as exc:
                 if self._stopping.is_set():
-                    log.error("job %s: done, but its results line is lost (sink failed): %s",
-                              job.id, exc, extra=_about(job, "sink_failed"))  # fmt: skip
-                    return
+                    log.error("job %s: done, but its results line could not be written (sink "
+                              "failed); it stays owed: %s", job.id, exc,
+                              extra=_about(job, "sink_failed"))  # fmt: skip
+                    return False
                 pause = self._sink_failed()
                 log.warning("job %s: done; sink failed, writing its line again in %.1f s: %s",
                             job.id, pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
                 await self._wait_for(self._stopping, pause)
                 continue
             self._sink_failures = 0
-            return
+            return True

@@ -79,15 +79,19 @@ class Settler(WorkerCore):
         self._pending.append((settlement, job, future))
         return await future
 
-    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> None:
+    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> bool:
         """The results line of a job already dead: a sink failure cannot give it back, and the
-        dead letter holds it (``scrapeq dead list``), so it is logged, not retried."""
+        dead letter holds it (``scrapeq dead list``), so it is logged, not retried here (the
+        line stays owed: a take-over writes it later, runtime/owed.py). Whether it was
+        written."""
         assert self.sink is not None
         try:
             await self.sink.write(record)
         except Exception as exc:
             log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
                         extra=_about(job, "sink_failed"))  # fmt: skip
+            return False
+        return True
 
     def _answer(self, item: Pending, status: Settled) -> None:
         settlement, job, future = item

@@ -60,6 +60,7 @@ from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
+from scrapeq.runtime.owed import BURST_POLL, Owed
 from scrapeq.runtime.records import _line_before_settle, _settled_line
 from scrapeq.runtime.records import _record as _record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
@@ -114,7 +115,7 @@ def default_handler(job: Job, response: Response) -> dict[str, Any]:
     }
 
 
-class Worker(Shutdown, Leases, Attempts):
+class Worker(Shutdown, Leases, Attempts, Owed):
     """Run jobs from a queue.
 
     Args:
@@ -228,6 +229,8 @@ class Worker(Shutdown, Leases, Attempts):
         self._hurry_at: float | None = None  # monotonic time of the second stop
         self._claim_pause_until = 0.0
         self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
+        self._owed_acks: list[str] = []  # owed lines written, to acknowledge (runtime/owed.py)
+        self._owed_failed: set[str] = set()  # owed lines whose write failed here
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -281,6 +284,9 @@ class Worker(Shutdown, Leases, Attempts):
         reporting = None
         if self._reporter is not None:
             reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
+        tasks = [settler, beater, waker]
+        if self.sink is not None:  # lines owed: acknowledged, taken over (runtime/owed.py)
+            tasks.append(asyncio.create_task(self._owed_loop(), name="scrapeq-owed"))
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -289,9 +295,10 @@ class Worker(Shutdown, Leases, Attempts):
             self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
             await self._stop_claiming(claimer)
             await self._finish()
-            for task in (settler, beater, waker):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(settler, beater, waker, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close_owed(self._exit_deadline())
             await self._end_hooks()
             await self._close_reporter(reporting)
             self._report_unsent()
@@ -453,8 +460,12 @@ class Worker(Shutdown, Leases, Attempts):
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
-                log.info("burst: every job is done or dead")
-                break
+                if await self._owed_settled():
+                    log.info("burst: every job is done or dead")
+                    break
+                # lines owed by a worker: written by it, or taken over once overdue
+                await self._wait_for(self._stopping, min(self.settings.lease / 3, BURST_POLL))
+                continue
             idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
             await self._wait_for(self._slot_freed, max(idle, 0.001))
 
@@ -475,12 +486,23 @@ class Worker(Shutdown, Leases, Attempts):
                     # Whether a retry, throttle or release ends the job, and what a done
                     # page's line says of its content and its budgets, are the settle
                     # script's to say: the line is written from its answer (docs/DESIGN.md).
+                    # The settle that makes the line due keeps it owed in Redis until it is
+                    # written (runtime/owed.py): a kill before the write loses no line.
                     flight.submitted = True
-                    line = _settled_line(record, await self._submit(settlement, job))
-                    if line is not None and line["outcome"] == "dead":
-                        await self._write_dead_line(job, line)
-                    elif line is not None:
-                        await self._write_done_line(job, line)
+                    owed = self._owe(settlement, record)
+                    line = _settled_line(record, await self._submit(owed, job))
+                    if line is None:
+                        return
+                    if line["outcome"] == "dead":
+                        written = await self._write_dead_line(job, line)
+                    else:
+                        written = await self._write_done_line(job, line)
+                    if owed.line is None:
+                        return
+                    if written:
+                        self._owed_written(job.id)
+                    else:  # it stays owed: a take-over writes it
+                        self._owed_failed.add(job.id)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)

@@ -6,7 +6,7 @@
     ARGV[1]  clock offset ms, ARGV[2] config JSON
     ARGV[3]  JSON {seed, items = [{id, token, outcome, domain_failed?, delay?, backoff?,
              retry_after?, kind?, message?, reason?, shutdown?, follow?, final_seen?, latency?,
-             overload?}]}
+             overload?, line?}]}
              (the wire names: includes/wire.lua, scrapeq/engine/wire.py)
       outcome        'done' | 'retry' | 'throttle' | 'fail' | 'release'
       domain_failed  breaker input for the job's domain: true = a failure (timeout, 5xx, slow
@@ -45,6 +45,12 @@
               handler said unchanged (false) or changed (true); a 64-bit signature of the
               content (16 hex digits: of the body, or of what the handler said stands for
               it); the answer's validators (at most 100 bytes each)
+      line    the attempt's results record (JSON text on one line, at most 4 MiB, never
+              decoded here) when the worker writes the job's line from this call's answer:
+              if the answer makes a line due ('done...', 'dead...'), the record and the answer
+              are kept in the owed-lines ledger (includes/owed.lua) until the worker
+              acknowledges the line (owed_ack-1.lua) or another worker takes it over
+              (owed_take-1.lua), so a worker killed before its write loses no line.
       final_seen     with outcome = 'done': the seen-set argument of the URL the fetch ended
               at after redirects; it joins the seen-set (seen_mark: only when the queue has
               one) before the follow-ups are enqueued, so a link to it is skipped as seen.
@@ -74,7 +80,8 @@
 
   Errors, each before anything is written: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) when
   an item is malformed (an unknown outcome, a delay or retry_after past 100 years, a bad follow-up
-  spec or seen-set argument: enqueue.lua's check_spec): the whole batch is refused, so a
+  spec or seen-set argument: enqueue.lua's check_spec, a line over 4 MiB or on more than one
+  line: owed.lua's OWED.check): the whole batch is refused, so a
   client settles its items one by one to find it. 'SQ_SEEN_LAYOUT ...' (seen.lua) when a
   follow-up's seen-set argument does not match the queue's layout.
 ]]
@@ -89,6 +96,7 @@
 --@include wire
 --@include exits
 --@include revisit
+--@include owed
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
 local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
@@ -118,6 +126,10 @@ local function check_item(it)
   end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
   if it.final_seen ~= nil then check_in(it.final_seen, 'final_seen', check_seen_arg) end
+  if it.line ~= nil then
+    check_str(it.line, 'line')
+    OWED.check(it.line)
+  end
   if it.not_modified ~= nil then check_bool(it.not_modified, 'not_modified') end
   if it.changed ~= nil then check_bool(it.changed, 'changed') end
   if it.signature ~= nil then
@@ -346,7 +358,10 @@ end
 
 local function settle_all()
   local out = {}
-  for i, it in ipairs(ARG.items) do out[i] = settle_one(i, it) end
+  for i, it in ipairs(ARG.items) do
+    out[i] = settle_one(i, it)
+    if it.line then OWED.owe(it.id, out[i], it.line) end  -- a line due: owed until written
+  end
   return out
 end
 
@@ -354,6 +369,7 @@ local ok, out = pcall(settle_all)
 flush_items()
 enqueue_end()  -- the follow-ups of the items settled, even before an error
 TALLY.flush()  -- and their counts (includes/tally.lua)
+OWED.flush()  -- and the lines they made due (includes/owed.lua)
 if not ok then
   error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end

@@ -10,7 +10,8 @@
   Output: JSON text {now, stats = {field: n}, ready, delayed, inflight, dead, domains,
     lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired,
     exits_down_until (ms: every exit of the pool is down until then; null otherwise),
-    open_breakers, retired_domains, top}
+    open_breakers, retired_domains, top, owed}
+    owed          results lines owed to a sink (includes/owed.lua): settled, not yet written
     retired       at most 1,000 retired domains (retired_domains: how many there are)
     open_breakers domains whose breaker is open or half-open (the set sq:{Q}:open)
     top           (with `top`) the domains worth showing, at most `top`: every domain when
@@ -113,5 +114,5 @@ return cjson.encode({
   paused_until = paused or cjson.null, pause_reason = meta[2] or cjson.null,
   retired = retired, retired_domains = redis.call('SCARD', K.RETIRED),
   open_breakers = redis.call('SCARD', K.OPEN), top = top,
-  exits_down_until = exits_back or cjson.null,
+  exits_down_until = exits_back or cjson.null, owed = redis.call('HLEN', K.OWED),
 })

@@ -264,7 +264,7 @@ def _worker_options(
 
 def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> NoReturn:
     url = Context(settings).checked_url()
-    if options.burst and _nothing_to_do(settings, url):
+    if options.burst and _nothing_to_do(settings, url, options.results is not None):
         typer.echo(f"scrapeq: queue {settings.queue!r} is empty: nothing to do", err=True)
         raise typer.Exit(0)
     if processes == 1:
@@ -284,14 +284,17 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
     raise typer.Exit(code)
 
 
-def _nothing_to_do(settings: Settings, url: str) -> bool:
-    """No job ready, delayed or in flight: a burst worker would stop at once."""
+def _nothing_to_do(settings: Settings, url: str, results: bool = False) -> bool:
+    """No job ready, delayed or in flight (and, with ``results``, no results line owed to a
+    sink): a burst worker would stop at once."""
     q = Queue(sync_client(url, settings.cluster), settings=settings)
     try:
         c = q.counts()
+        if c["ready"] + c["delayed"] + c["inflight"] > 0:
+            return False
+        return not results or q.owed_count() == 0
     finally:
         q.close()
-    return c["ready"] + c["delayed"] + c["inflight"] == 0
 
 
 async def _log_summary(queue: AsyncQueue, timeout: float) -> None:
