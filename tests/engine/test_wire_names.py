@@ -59,6 +59,45 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}
 
 
+def _item_by_rule(s: Settlement) -> dict[str, object]:
+    """A settle item by the rule as_arg follows (the one it had as a filtered dict): each
+    field under its wire name, left out when None, and the flags and counts below also when
+    false or 0; ``final`` as its seen-set argument; ``overload`` only with a latency."""
+    falsy_left_out = {"delay_ms", "backoff", "retry_after_ms", "shutdown", "follow"}
+    falsy_left_out |= {"overload", "not_modified"}
+    item: dict[str, object] = {}
+    for name in Settlement.__dataclass_fields__:
+        value = getattr(s, name)
+        if name == "follow":
+            value = [spec.as_arg() for spec in value]
+        elif name == "final":
+            value = value.seen if value is not None else None
+        elif name == "overload":
+            value = value and s.latency_ms is not None
+        if value is None or (name in falsy_left_out and not value):
+            continue
+        item[wire.SETTLE_ITEM[name]] = value
+    return item
+
+
+def test_as_arg_sends_each_field_by_one_rule() -> None:
+    """as_arg is written field by field for speed: it must say what the table says."""
+    spec = EnqueueSpec("https://e.com/a", "e.com", "normal", 0, 0, 5, seen={"b": 1})
+    unseen = EnqueueSpec("https://e.com/b", "e.com", "normal", 0, 0, 5)
+    cases = [
+        Settlement("a", 0, "done"),
+        Settlement("a", 1, "retry", backoff=True, domain_failed=False, kind="timeout"),
+        Settlement("a", 2, "throttle", delay_ms=0, retry_after_ms=0, overload=True),
+        Settlement("a", 3, "done", latency_ms=0, overload=True, final=unseen, changed=False),
+        Settlement("a", 4, "done", follow=(spec,), final=spec, bytes_in=0, exit_result="ok"),
+        Settlement("a", 5, "release", shutdown=True, domain_failed=True, message=""),
+        Settlement("a", 6, "done", not_modified=True, etag="", last_modified="x", line="{}"),
+        Settlement("a", 7, "fail", reason="r", jar="[]", signature="0123456789abcdef"),
+    ]
+    for case in cases:
+        assert case.as_arg() == _item_by_rule(case), case
+
+
 def test_adaptive_state_fields_are_one_table_in_python_and_lua() -> None:
     body = _lua_table(_lua("includes/adaptive_rule.lua"), "ADAPTIVE_FIELDS")
     assert dict(re.findall(r"\{'(\w+)', '(\w+)'\}", body)) == dict(wire.ADAPTIVE_FIELDS)

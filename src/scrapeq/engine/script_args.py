@@ -12,6 +12,22 @@ from scrapeq.engine.limits import MAX_OWED_LINE
 from scrapeq.engine.wire import SETTLE_ITEM
 from scrapeq.errors import PayloadTooLarge
 
+# A settle item's wire names (engine/wire.py), looked up once for Settlement.as_arg.
+_W_ID, _W_TOKEN, _W_OUTCOME = SETTLE_ITEM["job_id"], SETTLE_ITEM["token"], SETTLE_ITEM["outcome"]
+_W_DOMAIN_FAILED, _W_DELAY = SETTLE_ITEM["domain_failed"], SETTLE_ITEM["delay_ms"]
+_W_BACKOFF, _W_RETRY_AFTER = SETTLE_ITEM["backoff"], SETTLE_ITEM["retry_after_ms"]
+_W_KIND, _W_MESSAGE, _W_REASON = SETTLE_ITEM["kind"], SETTLE_ITEM["message"], SETTLE_ITEM["reason"]
+_W_SHUTDOWN, _W_FOLLOW, _W_FINAL = (
+    SETTLE_ITEM["shutdown"],
+    SETTLE_ITEM["follow"],
+    SETTLE_ITEM["final"],
+)
+_W_LATENCY, _W_OVERLOAD = SETTLE_ITEM["latency_ms"], SETTLE_ITEM["overload"]
+_W_EXIT, _W_BYTES, _W_JAR = SETTLE_ITEM["exit_result"], SETTLE_ITEM["bytes_in"], SETTLE_ITEM["jar"]
+_W_NOT_MODIFIED, _W_CHANGED = SETTLE_ITEM["not_modified"], SETTLE_ITEM["changed"]
+_W_SIGNATURE, _W_ETAG = SETTLE_ITEM["signature"], SETTLE_ITEM["etag"]
+_W_LAST_MODIFIED, _W_LINE = SETTLE_ITEM["last_modified"], SETTLE_ITEM["line"]
+
 
 @dataclass(frozen=True, slots=True)
 class EnqueueSpec:
@@ -161,34 +177,60 @@ class Settlement:
 
     def as_arg(self) -> dict[str, Any]:
         """This settlement as a settle item: the wire names of ``wire.SETTLE_ITEM``, a field
-        at its default left out."""
-        fields: dict[str, Any] = {
-            "job_id": self.job_id,
-            "token": self.token,
-            "outcome": self.outcome,
-            "domain_failed": self.domain_failed,
-            "delay_ms": self.delay_ms or None,
-            "backoff": self.backoff or None,
-            "retry_after_ms": self.retry_after_ms or None,
-            "kind": self.kind,
-            "message": self.message,
-            "reason": self.reason,
-            "shutdown": self.shutdown or None,
-            "follow": [spec.as_arg() for spec in self.follow] or None,
-            "final": self.final.seen if self.final is not None else None,
-            "latency_ms": self.latency_ms,
-            "overload": (self.overload and self.latency_ms is not None) or None,
-            "exit_result": self.exit_result,
-            "bytes_in": self.bytes_in,
-            "jar": self.jar,
-            "not_modified": self.not_modified or None,
-            "changed": self.changed,
-            "signature": self.signature,
-            "etag": self.etag,
-            "last_modified": self.last_modified,
-            "line": self.line,
-        }
-        return {SETTLE_ITEM[name]: value for name, value in fields.items() if value is not None}
+        at its default left out. On the claim path once per job: the item is built field by
+        field (a bare ``done`` sets three), not filtered from a dict of every field."""
+        item: dict[str, Any] = {_W_ID: self.job_id, _W_TOKEN: self.token, _W_OUTCOME: self.outcome}
+        if self.domain_failed is not None:
+            item[_W_DOMAIN_FAILED] = self.domain_failed
+        if self.delay_ms:
+            item[_W_DELAY] = self.delay_ms
+        if self.backoff:
+            item[_W_BACKOFF] = True
+        if self.retry_after_ms:
+            item[_W_RETRY_AFTER] = self.retry_after_ms
+        if self.kind is not None:
+            item[_W_KIND] = self.kind
+        if self.message is not None:
+            item[_W_MESSAGE] = self.message
+        if self.reason is not None:
+            item[_W_REASON] = self.reason
+        if self.shutdown:
+            item[_W_SHUTDOWN] = True
+        self._fetch_fields(item)
+        self._content_fields(item)
+        return item
+
+    def _fetch_fields(self, item: dict[str, Any]) -> None:
+        """as_arg's fields of the fetch: follow-ups, the final URL, latency, exit, bytes, jar."""
+        if self.follow:
+            item[_W_FOLLOW] = [spec.as_arg() for spec in self.follow]
+        if self.final is not None and self.final.seen is not None:
+            item[_W_FINAL] = self.final.seen
+        if self.latency_ms is not None:
+            item[_W_LATENCY] = self.latency_ms
+            if self.overload:
+                item[_W_OVERLOAD] = True
+        if self.exit_result is not None:
+            item[_W_EXIT] = self.exit_result
+        if self.bytes_in is not None:
+            item[_W_BYTES] = self.bytes_in
+        if self.jar is not None:
+            item[_W_JAR] = self.jar
+
+    def _content_fields(self, item: dict[str, Any]) -> None:
+        """as_arg's fields of the content (revisit) and the owed results record."""
+        if self.not_modified:
+            item[_W_NOT_MODIFIED] = True
+        if self.changed is not None:
+            item[_W_CHANGED] = self.changed
+        if self.signature is not None:
+            item[_W_SIGNATURE] = self.signature
+        if self.etag is not None:
+            item[_W_ETAG] = self.etag
+        if self.last_modified is not None:
+            item[_W_LAST_MODIFIED] = self.last_modified
+        if self.line is not None:
+            item[_W_LINE] = self.line
 
 
 def check_owed_line(job_id: str, line: str) -> None:
