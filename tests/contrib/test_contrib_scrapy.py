@@ -320,6 +320,24 @@ class Pages(scrapy.Spider):
             yield response.follow(href, callback=self.parse)
 
 
+class Sleepy(Pages):
+    """Pages whose path has "slow" keep their callback for -a nap=SECONDS; each item says
+    when its callback ended."""
+
+    name = "sleepy"
+
+    def __init__(self, nap="0", **kwargs):
+        super().__init__(**kwargs)
+        self.nap = float(nap)
+
+    async def parse(self, response):
+        if "slow" in response.url:
+            await asyncio.sleep(self.nap)
+        import time
+
+        yield {"url": response.url, "t": time.time()}
+
+
 class Unstorable(Pages):
     """The second start request has a lambda callback, the third a meta value not JSON."""
 
@@ -644,3 +662,74 @@ def test_scrapy_settles_with_the_workers_own_mapping() -> None:
     from scrapeq.runtime import outcomes
 
     assert contrib_scrapy.settlement_for is outcomes.settlement_for
+
+
+# --- issue 26: Scrapy on scrapeq as fast as plain Scrapy --------------------------------------
+
+
+async def test_start_requests_are_written_in_batches_not_one_call_each(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Scrapy reads one start request a reactor turn while its downloader has room: each
+    used to cost an enqueue call (and a claim). The middleware now schedules them itself and
+    they are written in batches of up to 500 (the stat scrapeq/enqueue_calls)."""
+    root = _project(tmp_path)
+    n = 1200
+    async with sites(_page(lambda n: [])) as (site,):
+        start = ",".join(site.url(f"/p/{i}") for i in range(n))
+        code, log, items = await _run(
+            root, "pages", redis_url, "batched", "-a", f"start={start}",
+            "-s", _scrapeq(domain_concurrency=8),
+        )  # fmt: skip
+    assert code == 0, log[-3000:]
+    assert len(items) == n and sorted(site.hits.values()) == [1] * n, log[-3000:]
+    calls = _stat(log, "scrapeq/enqueue_calls")
+    assert 3 <= calls <= n // 4, log[-3000:]  # 500 at most a call; one by one: ~n
+
+
+def _stat(log: str, name: str) -> int:
+    marker = f"'{name}': "
+    assert marker in log, log[-3000:]
+    return int(log.split(marker, 1)[1].split(",", 1)[0].split("}", 1)[0])
+
+
+async def test_settlements_carry_the_downloads_latency_to_the_adaptive_limit(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """domain_concurrency = auto learns from each settlement's latency, as under the worker:
+    without it the domain's limit never left its start (2)."""
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [], delay=0.05)) as (site,):
+        start = ",".join(site.url(f"/p/{i}") for i in range(60))
+        code, log, items = await _run(
+            root, "pages", redis_url, "latency", "-a", f"start={start}",
+            "-s", _scrapeq(domain_concurrency="auto"),
+        )  # fmt: skip
+    assert code == 0 and len(items) == 60, log[-3000:]
+    q = Queue.from_url(redis_url, "latency")
+    try:
+        (info,) = q.domains_info([site.domain])
+    finally:
+        q.close()
+    assert info["adaptive"] is True, info
+    assert 40 <= info["latency_ms"] <= 1000 and info["baseline_ms"] >= 40, info
+    assert info["limit"] > 2, info  # ramped from its start
+
+
+async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_path: Path) -> None:
+    """With CONCURRENT_REQUESTS = 2 and two pages whose callbacks take 3 s, the other pages
+    are downloaded (and their callbacks done) meanwhile: a downloaded job frees its slot; it
+    is settled once its callback is done (nothing pending at the end)."""
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        urls = [site.url("/slow/0"), site.url("/slow/1")] + [site.url(f"/p/{i}") for i in range(10)]
+        code, log, items = await _run(
+            root, "sleepy", redis_url, "slots", "-a", f"start={','.join(urls)}", "-a", "nap=3",
+            "-s", "CONCURRENT_REQUESTS=2", "-s", _scrapeq(domain_concurrency=8),
+        )  # fmt: skip
+    assert code == 0 and len(items) == 12, log[-3000:]
+    ended = {item["url"]: item["t"] for item in items}
+    slow_done = min(ended[u] for u in urls[:2])
+    assert all(ended[u] < slow_done for u in urls[2:]), (ended, log[-3000:])
+    counts = _counts(redis_url, "slots")
+    assert (counts["done"], counts["inflight"], counts["ready"]) == (12, 0, 0), counts

@@ -4,16 +4,20 @@
 ``ok`` is done, ``fail`` dead at once, ``throttled`` a throttle (no attempt spent), ``ours``
 (our proxy or network) a release spending a release, anything else a retry. Whether a retry
 or a release ends the job dead is the settle script's to decide (``includes/jobs.lua``).
+:func:`timed` adds what the attempt taught of its site: the fetch's latency, and whether the
+site signalled overload, for the domain's adaptive limit (``includes/adaptive.lua``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.scripts import Settlement
-from scrapeq.runtime.classify import Classification, Outcome
+from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
 
-__all__ = ["settlement_for"]
+__all__ = ["settlement_for", "timed"]
 
 
 def settlement_for(
@@ -39,4 +43,17 @@ def settlement_for(
         message=message,
         retry_after=verdict.retry_after,
         domain_failed=counts,
+    )
+
+
+def timed(settlement: Settlement, verdict: Classification, seconds: float) -> Settlement:
+    """``settlement`` with the fetch's latency (``seconds``) and whether the site signalled
+    overload, for the domain's adaptive limit; an attempt that ended by our own fault (or is
+    released) teaches nothing of the site: unchanged."""
+    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
+        return settlement
+    return replace(
+        settlement,
+        latency_ms=max(round(seconds * 1000), 0),
+        overload=verdict.reason in OVERLOAD_REASONS,
     )

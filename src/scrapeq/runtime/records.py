@@ -7,7 +7,6 @@ import json
 import logging
 import time
 import traceback
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +17,9 @@ from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL
-from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
+from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.fetch import Response
+from scrapeq.runtime.outcomes import timed
 
 log = logging.getLogger("scrapeq.worker")
 
@@ -27,17 +27,10 @@ log = logging.getLogger("scrapeq.worker")
 def _timed(
     out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
 ) -> tuple[Settlement, dict[str, Any] | None]:
-    """The settlement with the fetch's latency and whether the site signalled overload, for
-    the domain's adaptive limit; an attempt that ended by our own fault teaches nothing."""
+    """The settlement with the fetch's latency and whether the site signalled overload
+    (:func:`scrapeq.runtime.outcomes.timed`), beside the attempt's results line."""
     settlement, record = out
-    if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
-        return out
-    timed = replace(
-        settlement,
-        latency_ms=max(round(seconds * 1000), 0),
-        overload=verdict.reason in OVERLOAD_REASONS,
-    )
-    return timed, record
+    return timed(settlement, verdict, seconds), record
 
 
 def _host_of(job: Job) -> str:

@@ -34,12 +34,12 @@ from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
 from scrapeq.runtime.classify import Classification
-from scrapeq.runtime.outcomes import settlement_for
+from scrapeq.runtime.outcomes import settlement_for, timed
 
 if TYPE_CHECKING:
     from scrapeq.contrib.scrapy._dupefilter import DupeFilter
 
-__all__ = ["JOB", "SETTLED", "STARTED", "VERDICT", "Frontier", "settlement_for"]
+__all__ = ["JOB", "LATENCY", "SETTLED", "STARTED", "VERDICT", "Frontier", "settlement_for"]
 
 log = logging.getLogger("scrapeq.scrapy")
 
@@ -47,12 +47,15 @@ log = logging.getLogger("scrapeq.scrapy")
 IDLE_MAX = 1.0
 #: Seconds a read of the queue's counts is reused for ``has_pending_requests``.
 COUNTS_TTL = 0.25
+#: Most requests written in one enqueue call: a batch this long is written at once.
+MAX_BATCH = 500
 
 #: ``meta`` keys of a live request (never stored): its claimed job, the attempt's start
-#: time, its download's verdict, whether it was settled.
+#: time, its download's verdict and latency (seconds), whether it was settled.
 JOB = f"{META_PREFIX}_job"
 STARTED = f"{META_PREFIX}_started"
 VERDICT = f"{META_PREFIX}_verdict"
+LATENCY = f"{META_PREFIX}_latency"
 SETTLED = f"{META_PREFIX}_settled"
 
 
@@ -69,6 +72,8 @@ class Frontier:
         url = resolve_url(settings.redis_url, settings.data_dir)
         self.queue = Queue.from_url(url, settings=settings)
         self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
+        # Held jobs whose download is over (their callbacks run): no claim slot is theirs.
+        self.downloaded: set[str] = set()
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
@@ -77,6 +82,9 @@ class Frontier:
         self.settling: list[Settlement] = []  # this turn's settlements (flush_settles)
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.start = StartFlag(self.queue, self.holder)
+        # While the spider's start() is read (ReportMiddleware.process_start), its requests
+        # are written by the middleware, in batches, not at each reactor turn's end.
+        self.reading_start = False
         self.enqueued = self.refused = self.claimed = 0
         self._claim_after = 0.0
         self._wake_call: DelayedCall | None = None
@@ -129,6 +137,7 @@ class Frontier:
                 self.settling.clear()  # not written: their leases end, the jobs come back
         held = list(self.held.values())
         self.held.clear()
+        self.downloaded.clear()
         self.ready.clear()
         if held:
             # Stopping is nobody's fault: no attempt, no release budget spent.
@@ -162,9 +171,18 @@ class Frontier:
 
     def add(self, request: Request, spec: EnqueueSpec) -> None:
         """Schedule ``request`` as ``spec``: the requests of one reactor turn are written in
-        one enqueue call (:meth:`flush`, at the turn's end or at the next claim)."""
+        one enqueue call (:meth:`flush`, at the turn's end or at the next claim), at most
+        :data:`MAX_BATCH` a call. Start requests read while :attr:`reading_start` wait for
+        the middleware's next flush (every few ms of ``start()``, and at its end) instead of
+        the turn's end: Scrapy reads one start request a reactor turn, which would otherwise
+        cost one enqueue call each."""
         self.batch.append((request, spec))
-        if len(self.batch) == 1:
+        if len(self.batch) >= MAX_BATCH:
+            self.flush()
+            return
+        if self.reading_start and request.meta.get("is_start_request"):
+            return  # written by the middleware's next flush
+        if self._flush_call is None or not self._flush_call.active():
             self._flush_call = _reactor().callLater(0, self.flush)
 
     def flush(self) -> None:
@@ -188,6 +206,7 @@ class Frontier:
     def _enqueue(self, batch: list[tuple[Request, EnqueueSpec]]) -> list[str]:
         try:
             results = self.queue.enqueue_many([spec for _, spec in batch])
+            self.stat("enqueue_calls")
         except PayloadTooLarge:
             if len(batch) == 1:
                 raise
@@ -195,8 +214,9 @@ class Frontier:
         added = sum(1 for r in results if r.added)
         self.enqueued += added
         self.stat("enqueued", added)
-        if added and not self.ready:
-            self._claim_after = 0.0  # a job may be ready now: the next request claims
+        if added and self._claim_after > 0.0:
+            self._claim_after = 0.0  # a job may be ready now: claim again
+            self._wake_in(0)
         return [r.status for r in results]
 
     def _enqueue_one(self, request: Request, spec: EnqueueSpec) -> str:
@@ -229,17 +249,24 @@ class Frontier:
         return self.refused > 0 and self.enqueued == 0 and self.claimed == 0
 
     def next_request(self) -> Request | None:
-        self.flush()
-        if not self.ready and time.monotonic() >= self._claim_after:
+        if not self.ready and time.monotonic() >= self._claim_after and self.free() > 0:
+            self.flush()  # what this process scheduled is claimable in this claim
             self._claim()
         return self.ready.popleft() if self.ready else None
 
+    def free(self) -> int:
+        """Claim slots free: ``CONCURRENT_REQUESTS`` less the jobs held, but for those whose
+        download is over (a job's callback does not hold a slot; its lease is still renewed,
+        it is settled once its callback is done)."""
+        return self.config.concurrency - len(self.held) + len(self.downloaded)
+
     def _claim(self) -> None:
-        free = self.config.concurrency - len(self.held)
+        free = self.free()
         if free <= 0:
             return
         self.flush_settles()  # the domain slots they free are claimable in this call
-        claimed = self.queue.claim(min(free, self.config.claim_batch))
+        asked = min(free, self.config.claim_batch)
+        claimed = self.queue.claim(asked)
         for job in claimed.jobs:
             self.held[job.id] = job
             try:
@@ -254,8 +281,15 @@ class Frontier:
             self.ready.append(request)
         self.claimed += len(claimed.jobs)
         self.stat("claimed", len(claimed.jobs))
-        if not claimed.jobs:
-            wait = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
+        if len(claimed.jobs) < asked:
+            # Fewer than asked: every domain with a job ready is at its limit. No claim
+            # again until something can change that: a settlement of this process's (a
+            # domain slot is free), an enqueue that adds a job, the next due time, or
+            # IDLE_MAX (other processes' settlements).
+            if claimed.jobs or claimed.next_due is None:
+                wait = IDLE_MAX
+            else:
+                wait = min(claimed.next_due, IDLE_MAX)
             self._claim_after = time.monotonic() + wait
             self._wake_in(wait)
 
@@ -282,19 +316,37 @@ class Frontier:
         slot = getattr(self.crawler.engine, "_slot", None)
         return getattr(slot, "closing", None) is not None
 
-    def settlement(self, job: Job, verdict: Classification) -> Settlement:
-        """The settlement of a failed download; while the crawl stops, a release that spends
+    def settlement(self, job: Job, verdict: Classification, seconds: float | None) -> Settlement:
+        """The settlement of a failed download, with its latency (``seconds``, None: not
+        known) for the domain's adaptive limit; while the crawl stops, a release that spends
         nothing (a download cut short by the stop, or timing out while Scrapy waits for it,
         says nothing about the page or its site)."""
         if self.closing():
             return self.queue.releasing(job, shutdown=True)
-        return settlement_for(self.queue, job, verdict)
+        settlement = settlement_for(self.queue, job, verdict)
+        return settlement if seconds is None else timed(settlement, verdict, seconds)
+
+    @staticmethod
+    def timed(settlement: Settlement, meta: dict[str, Any]) -> Settlement:
+        """``settlement`` of a job whose download was answered, with the download's latency
+        and verdict (``meta``: the request's) for the domain's adaptive limit."""
+        verdict, seconds = meta.get(VERDICT), meta.get(LATENCY)
+        if verdict is None or seconds is None:
+            return settlement
+        return timed(settlement, verdict, seconds)
+
+    def download_done(self, job: Job) -> None:
+        """``job``'s download is over and its callback is to run: its claim slot is free
+        (the engine asks for requests once the download is out of its downloader)."""
+        if job.id in self.held:
+            self.downloaded.add(job.id)
 
     def settle(self, job: Job, settlement: Settlement) -> None:
         """Write ``settlement`` with the others of this reactor turn, in one settle call at the
         turn's end (or before the next claim: the slots it frees are claimed at once), after
         the requests scheduled before it (a page is done only once the requests its callback
         made are stored)."""
+        self.downloaded.discard(job.id)
         if self.held.pop(job.id, None) is None:
             return  # released at close, or its lease was lost
         self.settling.append(settlement)
@@ -337,6 +389,7 @@ class Frontier:
         for job, ok in zip(jobs, renewed, strict=True):
             if not ok:
                 self.held.pop(job.id, None)
+                self.downloaded.discard(job.id)
                 self.stat("lease_lost")
 
     # --- helpers ---------------------------------------------------------------------------

@@ -12,12 +12,17 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 
 from scrapeq.contrib.scrapy._classify import classify_failure
-from scrapeq.contrib.scrapy._frontier import JOB, SETTLED, STARTED, VERDICT, Frontier
+from scrapeq.contrib.scrapy._frontier import JOB, LATENCY, SETTLED, STARTED, VERDICT, Frontier
 from scrapeq.contrib.scrapy._scheduler import Scheduler
+from scrapeq.contrib.scrapy._start import sleep
 from scrapeq.engine.job import Job
 from scrapeq.runtime.classify import Outcome, classify_response
 
 __all__ = ["ReportMiddleware"]
+
+#: Seconds of ``start()`` read between two reactor turns (claims, downloads and
+#: settlements go on meanwhile).
+START_TURN = 0.005
 
 
 class ReportMiddleware:
@@ -54,6 +59,9 @@ class ReportMiddleware:
         if job is None or frontier is None or request.meta.get(SETTLED):
             return response
         elapsed = time.monotonic() - request.meta.get(STARTED, time.monotonic())
+        # The site's own latency (Scrapy's, to the response's headers), not the wait in
+        # Scrapy's download slot: what the domain's adaptive limit learns from.
+        latency = request.meta.get("download_latency", elapsed)
         retry_after = response.headers.get(b"Retry-After")
         headers = {"Retry-After": retry_after.decode("latin-1")} if retry_after else None
         verdict = classify_response(
@@ -61,9 +69,11 @@ class ReportMiddleware:
         )
         if verdict.outcome is Outcome.OK or _handles(request, response, frontier.spider):
             request.meta[VERDICT] = verdict
+            request.meta[LATENCY] = latency
+            frontier.download_done(job)
             return response
         request.meta[SETTLED] = True
-        frontier.settle(job, frontier.settlement(job, verdict))
+        frontier.settle(job, frontier.settlement(job, verdict, latency))
         raise IgnoreRequest(f"scrapeq: {verdict.reason} ({verdict.outcome.value})")
 
     def process_exception(
@@ -74,27 +84,52 @@ class ReportMiddleware:
         if job is None or frontier is None or request.meta.get(SETTLED):
             return
         request.meta[SETTLED] = True
-        frontier.settle(job, frontier.settlement(job, classify_failure(exception)))
+        verdict = classify_failure(exception)
+        # A failure of the site's (a timeout, a reset) teaches the adaptive limit; ours not.
+        elapsed = time.monotonic() - request.meta.get(STARTED, time.monotonic())
+        seconds = elapsed if verdict.counts_against_domain else None
+        frontier.settle(job, frontier.settlement(job, verdict, seconds))
 
     # --- spider side -----------------------------------------------------------------------
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """Wait while another process reads the crawl's start requests (:mod:`._start`);
-        pass them on; once they are all scheduled, keep the crawl's start flag; if
-        ``start()`` raised, release it (the next process to open takes them)."""
+        schedule them; once they are all scheduled, keep the crawl's start flag; if
+        ``start()`` raised, release it (the next process to open takes them).
+
+        The start requests this process takes are scheduled here (``engine.crawl``, as the
+        engine does with those it reads), ``start()`` read for :data:`START_TURN` seconds
+        between two reactor turns, and written in batches (:attr:`Frontier.reading_start`):
+        the engine reads one start request a reactor turn while its downloader has room,
+        which, with the frontier in Redis, would hold the crawl to the pace of that reading.
+        Items are passed on to the engine."""
         frontier = Frontier.of(self.crawler)  # opened before the first item is asked for
         if frontier is not None:
             await frontier.start.wait_turn()
+            frontier.reading_start = frontier.start.mine
         try:
+            turn = time.monotonic()
             async for item in start:
-                yield item
+                if frontier is None or not frontier.reading_start or not isinstance(item, Request):
+                    yield item
+                else:
+                    self.crawler.engine.crawl(item)
+                if time.monotonic() - turn >= START_TURN:
+                    frontier = Frontier.of(self.crawler)
+                    if frontier is not None:
+                        frontier.flush()
+                    await sleep(0)  # a reactor turn: claims and downloads go on
+                    frontier = Frontier.of(self.crawler)
+                    turn = time.monotonic()
         except Exception:
             frontier = Frontier.of(self.crawler)
             if frontier is not None:
+                frontier.reading_start = False
                 frontier.start.abandon()
             raise
         frontier = Frontier.of(self.crawler)
         if frontier is not None:
+            frontier.reading_start = False
             frontier.flush()  # kept only once every start request is written
             if frontier.batch:
                 frontier.start.abandon()  # Redis unreachable: the next process takes them
@@ -156,11 +191,12 @@ class ReportMiddleware:
                 settlement = frontier.queue.retrying(
                     job, kind="handler_error", message=message, domain_failed=None
                 )
-                frontier.settle(job, settlement)
+                frontier.settle(job, frontier.timed(settlement, request.meta))
                 return
         verdict = request.meta.get(VERDICT)
         failed = bool(verdict is not None and verdict.counts_against_domain)
-        frontier.settle(job, frontier.queue.done(job, domain_failed=failed))
+        frontier.settle(job, frontier.timed(frontier.queue.done(job, domain_failed=failed),
+                                            request.meta))  # fmt: skip
 
 
 def _handles(request: Request, response: Response, spider: Spider) -> bool:

@@ -77,7 +77,7 @@ class Scheduler:
             return False
         scheduled = self._add(frontier, request)
         if parent is not None:  # the new request is written first (settle flushes)
-            frontier.settle(parent, frontier.queue.done(parent))
+            frontier.settle(parent, frontier.timed(frontier.queue.done(parent), request.meta))
         return scheduled
 
     def _add(self, frontier: Frontier, request: Request) -> bool:

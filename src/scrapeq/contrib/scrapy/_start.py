@@ -20,7 +20,7 @@ import logging
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import OnceFlag
 
-__all__ = ["START_FLAG", "StartFlag"]
+__all__ = ["START_FLAG", "StartFlag", "sleep"]
 
 log = logging.getLogger("scrapeq.scrapy")
 
@@ -85,13 +85,13 @@ class StartFlag:
                 return
             if flag.kept:
                 return
-            await _sleep(min(max(flag.ttl_ms / 1000, WAIT_MIN), WAIT_MAX))
+            await sleep(min(max(flag.ttl_ms / 1000, WAIT_MIN), WAIT_MAX))
 
     def _call(self, op: str, lease: float) -> OnceFlag:
         return self.queue.once_flag(START_FLAG, self.holder, op=op, lease=lease)
 
 
-async def _sleep(seconds: float) -> None:
+async def sleep(seconds: float) -> None:
     """Sleep on the reactor Scrapy runs (asyncio's or another)."""
     from scrapy.utils.defer import maybe_deferred_to_future
     from twisted.internet import reactor, task
