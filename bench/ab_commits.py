@@ -5,12 +5,14 @@ benchmark of each commit, from that commit's own tree (``git worktree add --deta
 temporary folder, its ``src/`` first on ``PYTHONPATH``, this interpreter), in ABBA order
 (old, new, new, old, ...) so the drift of a shared machine hits both alike. From each run's
 output it picks the figure ``--pick`` matches (a regular expression whose first group is a
-number; the last match of a run counts) and prints each commit's figures, their medians and
-the ratio new/old.
+number; the last match of a run counts; ``--pick`` may be repeated) and prints each commit's
+figures, their medians and the ratio new/old. A bench that exits 1 (its bar missed) still gives
+its figures.
 
 Run: ``.venv/bin/python bench/ab_commits.py --old REV [--new REV] [--rounds N]
---pick REGEX -- bench/claim_throughput.py --quick``. ``--new`` defaults to the working tree
-(uncommitted changes included). The exit status is 1 when a run fails, else 0.
+--pick REGEX [--pick REGEX] -- bench/claim_throughput.py --quick``. ``--new`` defaults to the
+working tree (uncommitted changes included). A run that fails (an exit status other than 0 or
+1, or a figure not found) stops it with a message.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--old", required=True, help="the commit to compare against")
     parser.add_argument("--new", default=None, help="the other commit (default: working tree)")
     parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds (default 2: 4 runs)")
-    parser.add_argument("--pick", required=True, help="a regex whose first group is the figure")
+    parser.add_argument(
+        "--pick",
+        required=True,
+        action="append",
+        help="a regex whose first group is the figure (repeat for several figures)",
+    )
     parser.add_argument("--show", type=int, default=0, help="print the last N lines of each run")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- BENCH.py [ARGS...]")
     args = parser.parse_args(argv)
@@ -61,7 +68,9 @@ def run(tree: Path, bench: list[str], show: int) -> str:
         [sys.executable, str(tree / bench[0]), *bench[1:]],
         cwd=tree, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
-    if proc.returncode != 0:
+    # A bench exits 1 when it misses its bar: its figures still count (a run without them
+    # fails at --pick); any other status is a failed run.
+    if proc.returncode not in (0, 1):
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
         raise SystemExit(f"ab_commits: {bench[0]} failed in {tree} (exit {proc.returncode})")
     if show:
@@ -79,24 +88,32 @@ def pick(pattern: re.Pattern[str], out: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    pattern = re.compile(args.pick)
+    patterns = [re.compile(p) for p in args.pick]
     tmp = Path(tempfile.mkdtemp(prefix="scrapeq-ab-"))
     trees: dict[str, Path] = {}
     try:
         trees["old"] = checkout(args.old, tmp)
         trees["new"] = checkout(args.new, tmp) if args.new else ROOT
-        figures: dict[str, list[float]] = {"old": [], "new": []}
+        figures: dict[tuple[str, int], list[float]] = {}
         order = ["old", "new", "new", "old"] * args.rounds
         for i, side in enumerate(order, 1):
-            value = pick(pattern, run(trees[side], args.bench, args.show))
-            figures[side].append(value)
-            print(f"run {i}/{len(order)} {side}: {value:g}", flush=True)
-        old_m, new_m = (statistics.median(figures[s]) for s in ("old", "new"))
-        print(f"\n{' '.join(args.bench)}  (pick {args.pick!r})")
-        print(f"old {args.old}: {', '.join(f'{v:g}' for v in figures['old'])}; median {old_m:g}")
-        new_name = args.new or "working tree"
-        print(f"new {new_name}: {', '.join(f'{v:g}' for v in figures['new'])}; median {new_m:g}")
-        print(f"new/old: {new_m / old_m:.3f}" if old_m else "new/old: old median is 0")
+            out = run(trees[side], args.bench, args.show)
+            values = [pick(pattern, out) for pattern in patterns]
+            for k, value in enumerate(values):
+                figures.setdefault((side, k), []).append(value)
+            print(f"run {i}/{len(order)} {side}: {', '.join(f'{v:g}' for v in values)}", flush=True)
+        names = {"old": args.old, "new": args.new or "working tree"}
+        print(f"\n{' '.join(args.bench)}")
+        for k, pattern in enumerate(patterns):
+            print(f"pick {pattern.pattern!r}")
+            medians = {}
+            for side in ("old", "new"):
+                values = figures[(side, k)]
+                medians[side] = statistics.median(values)
+                listed = ", ".join(f"{v:g}" for v in values)
+                print(f"  {side} {names[side]}: {listed}; median {medians[side]:g}")
+            ratio = medians["new"] / medians["old"] if medians["old"] else float("nan")
+            print(f"  new/old: {ratio:.3f}")
     finally:
         for tree in trees.values():
             if tree != ROOT:
