@@ -32,7 +32,7 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine import scripts
+from scrapeq.engine import owed_calls, scripts
 from scrapeq.engine.queue import MAX_CLAIM
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import SETTING_NAMES
@@ -340,7 +340,7 @@ CASES: dict[str, Cases] = {
         ),
     ),
     "owed_ack": Cases(
-        wrapped(lambda w: scripts.owed_ack([w.done])),
+        wrapped(lambda w: owed_calls.owed_ack([w.done])),
         (
             ("ids not a list", lambda w: {"ids": w.done}),
             ("an id that is not a string after a good one", lambda w: {"ids": [w.done, 5]}),
@@ -348,7 +348,7 @@ CASES: dict[str, Cases] = {
         ),
     ),
     "owed_take": Cases(
-        wrapped(lambda w: scripts.owed_take(10)),
+        wrapped(lambda w: owed_calls.owed_take(10)),
         (
             ("no n", lambda w: {}),
             ("n of 0", lambda w: {"n": 0}),

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from scrapeq.engine import scripts
+from scrapeq.engine import owed_calls, scripts
 from scrapeq.engine.audit import AuditReport, audit_op
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
@@ -35,6 +35,7 @@ from scrapeq.engine.oputil import (
     _stream_entries,
     _with_fingerprint,
 )
+from scrapeq.engine.owed_calls import OwedLine
 from scrapeq.engine.request import Request, request_fingerprint64
 from scrapeq.engine.results import (
     _REFUSALS,
@@ -52,7 +53,6 @@ from scrapeq.engine.scripts import (
     JobPlace,
     OnceFlag,
     Op,
-    OwedLine,
     ScriptConfig,
     Settled,
     Settlement,
@@ -301,14 +301,14 @@ class _QueueCore(SettlementBuilders):
 
     def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:
         acked = 0
-        for start in range(0, len(ids), scripts.OWED_CALL):
-            acked += yield scripts.owed_ack(ids[start : start + scripts.OWED_CALL])
+        for start in range(0, len(ids), owed_calls.OWED_CALL):
+            acked += yield owed_calls.owed_ack(ids[start : start + owed_calls.OWED_CALL])
         return acked
 
     def _op_owed_take(self, n: int) -> Op[list[OwedLine]]:
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= scripts.OWED_CALL:
-            raise ConfigError("n", f"must be an integer in 1..{scripts.OWED_CALL}, got {n!r}")
-        taken: list[OwedLine] = yield scripts.owed_take(n)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= owed_calls.OWED_CALL:
+            raise ConfigError("n", f"must be an integer in 1..{owed_calls.OWED_CALL}, got {n!r}")
+        taken: list[OwedLine] = yield owed_calls.owed_take(n)
         return taken
 
     def _op_owed_count(self) -> Op[int]:

@@ -28,10 +28,11 @@ from scrapeq.engine.keys import Keys
 from scrapeq.engine.limits import check_count
 from scrapeq.engine.listing import JobListing
 from scrapeq.engine.oputil import _by_part
+from scrapeq.engine.owed_calls import OwedLine
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, ReplayResult
 from scrapeq.engine.routing import _retarget, partition_of, partition_of_id
 from scrapeq.engine.schema import SchemaOpener
-from scrapeq.engine.scripts import Command, EnqueueSpec, Op, OwedLine, Settled, Settlement
+from scrapeq.engine.scripts import Command, EnqueueSpec, Op, Settled, Settlement
 from scrapeq.engine.seen import warn_if_resized
 from scrapeq.errors import ConfigError
 

@@ -21,33 +21,9 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from scrapeq.engine.keys import REGISTRY_BUCKETS
-from scrapeq.engine.script_args import (
-    EnqueueSpec as EnqueueSpec,
-)
-from scrapeq.engine.script_args import (
-    Settled as Settled,
-)
-from scrapeq.engine.script_args import (
-    Settlement as Settlement,
-)
-from scrapeq.engine.script_args import (
-    _settled_list,
-)
-from scrapeq.engine.script_config import (
-    ScriptConfig as ScriptConfig,
-)
-from scrapeq.engine.script_source import (
-    SCRIPTS as SCRIPTS,
-)
-from scrapeq.engine.script_source import (
-    expand_includes as expand_includes,
-)
-from scrapeq.engine.script_source import (
-    load_source as load_source,
-)
-from scrapeq.engine.script_source import (
-    map_error as map_error,
-)
+from scrapeq.engine.script_args import EnqueueSpec, Settled, Settlement, _settled_list
+from scrapeq.engine.script_config import ScriptConfig
+from scrapeq.engine.script_source import SCRIPTS, expand_includes, load_source, map_error
 from scrapeq.errors import ScriptError
 
 __all__ = [
@@ -55,10 +31,10 @@ __all__ = [
     "SCRIPTS",
     "Call",
     "Command",
+    "EnqueueSpec",
     "Many",
     "OnceFlag",
     "Op",
-    "OwedLine",
     "Renewed",
     "ScriptConfig",
     "Settled",
@@ -199,44 +175,6 @@ def heartbeat(
         return _call("heartbeat", parse, items=marked)
     pairs = [{"id": i, "token": t} for i, t in items]
     return _call("heartbeat", parse, items=pairs, **_given(lease_ms=lease_ms))
-
-
-#: Most ids one ``owed_ack-1.lua`` call takes, and most lines one ``owed_take-1.lua`` gives.
-OWED_CALL = 1000
-
-
-def owed_ack(ids: Sequence[str]) -> Call[int]:
-    """Acknowledge owed results lines (a sink took them); answers how many were owed."""
-    return _call("owed_ack", int, ids=list(ids))
-
-
-@dataclass(frozen=True, slots=True)
-class OwedLine:
-    """A results line owed to a sink (``lua/includes/owed.lua``), as ``owed_take`` answers.
-
-    Attributes:
-        job_id: the job.
-        record: the attempt's results record, JSON text, as the worker sent it.
-        answer: the settle's answer for the job (parsed as the settle's own answers are): the
-            line is built from the two (``runtime/records.py``, ``_settled_line``).
-    """
-
-    job_id: str
-    record: str
-    answer: Settled
-
-
-def owed_take(n: int) -> Call[list[OwedLine]]:
-    """Take up to ``n`` owed lines whose deadline passed (each given a new one)."""
-
-    def parse(raw: list[Any]) -> list[OwedLine]:
-        out = []
-        for job_id, stored in zip(raw[0::2], raw[1::2], strict=True):
-            record, _, answer = str(stored).partition("\n")
-            out.append(OwedLine(str(job_id), record, Settled.parse(answer)))
-        return out
-
-    return _call("owed_take", parse, n=n)
 
 
 def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:

@@ -32,6 +32,7 @@ from scrapeq.engine.options import (
     ThrottleOptions,
 )
 from scrapeq.engine.oputil import _op_host_group
+from scrapeq.engine.owed_calls import OwedLine
 from scrapeq.engine.request import Request
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, KnownQueues, ReplayResult
 from scrapeq.engine.scripts import (
@@ -40,7 +41,6 @@ from scrapeq.engine.scripts import (
     Many,
     OnceFlag,
     Op,
-    OwedLine,
     Settled,
     Settlement,
     Step,
