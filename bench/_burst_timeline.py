@@ -49,20 +49,20 @@ class Timeline:
             return
         claim = queue.claim
 
-        def note(n: int, sent: float, got: Any) -> Any:
+        def note(n: int, sent: float, got: Any, urgent_only: bool = False) -> Any:
             urls = [j.url for j in got.jobs if j.url in self._burst]
             if urls:
                 self.note(ev="claim", sent=sent, t=time.monotonic(), n=n, urls=urls,
-                          jobs=len(got.jobs))  # fmt: skip
+                          jobs=len(got.jobs), urgent_only=urgent_only)  # fmt: skip
             return got
 
-        async def noted(n: int) -> Any:
+        async def noted(n: int, **options: Any) -> Any:
             sent = time.monotonic()
-            return note(n, sent, await claim(n))
+            return note(n, sent, await claim(n, **options), **options)
 
-        def noted_sync(n: int) -> Any:
+        def noted_sync(n: int, **options: Any) -> Any:
             sent = time.monotonic()
-            return note(n, sent, claim(n))
+            return note(n, sent, claim(n, **options), **options)
 
         queue.claim = noted if inspect.iscoroutinefunction(claim) else noted_sync
 
@@ -99,6 +99,7 @@ def breakdown(events: list[dict[str, Any]], at: float, first: dict[str, float]) 
         "to_fetch_p50_ms": _ms(to_fetch, 50),
         "to_fetch_p99_ms": _ms(to_fetch, 99),
         "claim_rounds": len(claims),
+        "urgent_only_rounds": sum(1 for c in claims if c.get("urgent_only")),
         "per_round": round(statistics.mean(len(c["urls"]) for c in claims), 1),
         "slot_bound_rounds": slot_bound,
         "claim_rtt_ms": _ms([c["t"] - c["sent"] for c in claims], 50),
@@ -114,6 +115,7 @@ def line(b: dict[str, Any]) -> str:
         f"enqueue->claimed first {b['first_claim_ms']} p50 {b['to_claim_p50_ms']} "
         f"p99 {b['to_claim_p99_ms']} ms; claimed->fetch p50 {b['to_fetch_p50_ms']} "
         f"p99 {b['to_fetch_p99_ms']} ms; {b['claim_rounds']} claim rounds of "
-        f"{b['per_round']} burst jobs ({b['slot_bound_rounds']} bound by free slots), "
+        f"{b['per_round']} burst jobs ({b['slot_bound_rounds']} bound by free slots, "
+        f"{b.get('urgent_only_rounds', 0)} urgent-only), "
         f"claim rtt p50 {b['claim_rtt_ms']} ms"
     )

@@ -733,3 +733,65 @@ async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_pat
     assert all(ended[u] < slow_done for u in urls[2:]), (ended, log[-3000:])
     counts = _counts(redis_url, "slots")
     assert (counts["done"], counts["inflight"], counts["ready"]) == (12, 0, 0), counts
+
+
+def test_work_of_other_lanes_leaves_the_urgent_slots_to_critical_work(redis_url: str) -> None:
+    """With CONCURRENT_REQUESTS = 8 and SCRAPEQ_URGENT_SLOTS = 3, a busy crawl holds 5 normal
+    jobs at most; critical work scheduled meanwhile is claimed into the 3 kept slots at once
+    (an urgent-only claim: no normal job is taken into them), not after normal pages end."""
+    from scrapy.utils.test import get_crawler
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "reserve",
+                "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": 10},
+                "CONCURRENT_REQUESTS": 8, "SCRAPEQ_URGENT_SLOTS": 3}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    try:
+        for n in range(20):
+            scheduler.enqueue_request(scrapy.Request(f"http://127.0.0.{1 + n % 4}:9/n/{n}"))
+        normal = _drain(scheduler)
+        assert len(normal) == 5 and all("/n/" in r.url for r in normal), normal
+        critical = [f"http://127.0.0.9:9/c/{n}" for n in range(4)]
+        for url in critical:
+            scheduler.enqueue_request(scrapy.Request(url, meta={"scrapeq_lane": "critical"}))
+        urgent = _drain(scheduler)
+        assert [r.url for r in urgent] == critical[:3]  # the kept slots, and no more
+        assert crawler.stats.get_value("scrapeq/claimed_urgent_only") == 3
+    finally:
+        scheduler.close("finished")
+
+
+def _drain(scheduler: Any) -> list[Any]:
+    """The requests the scheduler hands out now (as Scrapy's engine asks while it has room)."""
+    out = []
+    while (request := scheduler.next_request()) is not None:
+        out.append(request)
+    return out
+
+
+async def test_urgent_work_enqueued_by_another_client_wakes_the_crawl(redis_url: str) -> None:
+    """The listener thread blocks on the queue's wake stream: a critical job enqueued by
+    another client (`scrapeq enqueue --lane critical`, an API) calls it back at once; work of
+    other lanes does not."""
+    import threading
+
+    from scrapeq.contrib.scrapy._urgent import UrgentListener
+
+    settings = Settings(redis_url=redis_url, queue="woken", allow_private=True)
+    called = threading.Event()
+    listener = UrgentListener(redis_url, settings, called.set)
+    listener.start()
+    q = AsyncQueue.from_url(redis_url, settings=settings)
+    try:
+        await asyncio.sleep(0.3)  # its first read is outstanding
+        await q.enqueue("http://127.0.0.1:9/normal")
+        await asyncio.to_thread(called.wait, 1.5)
+        assert not called.is_set()
+        await q.enqueue("http://127.0.0.1:9/alert", lane="critical")
+        assert await asyncio.to_thread(called.wait, 5.0)
+    finally:
+        await q.close()
+        await asyncio.to_thread(listener.stop)

@@ -929,3 +929,27 @@ def test_status_details_at_most_status_top_domains_worth_showing(
     assert status["counts"]["ready"] == 9 and status["counts"]["delayed"] == 1
     assert q.figures()["open_breakers"] == 1
     assert len(q.domains_info()) == 11
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_an_urgent_only_claim_takes_the_most_urgent_lane_and_nothing_else(
+    make_queue: MakeQueue, partitions: int
+) -> None:
+    """``claim(n, urgent_only=True)`` (a share of a client's slots kept for urgent work)
+    takes critical jobs only: none of another lane, not even of a domain that also has
+    critical work, and leases nothing when no critical job is ready."""
+    q = make_queue(domain_concurrency=10, partitions=partitions)
+    q.enqueue_many([url(1, p) for p in range(3)])  # normal work first in the queue
+    q.enqueue_many([url(2, p) for p in range(3)], lane="bulk")
+    assert q.claim(5, urgent_only=True).jobs == []
+    assert q.counts()["inflight"] == 0
+
+    q.enqueue_many([url(3, f"c{p}") for p in range(2)], lane="critical")
+    q.enqueue(url(1, "c"), lane="critical")  # shop-1 holds normal and critical work
+    taken = q.claim(10, urgent_only=True).jobs
+    assert sorted(j.url for j in taken) == sorted([url(3, "c0"), url(3, "c1"), url(1, "c")])
+    assert {j.lane for j in taken} == {"critical"}
+    assert q.claim(10, urgent_only=True).jobs == []
+    # the rest is still there for an ordinary claim, most urgent lane first
+    rest = q.claim(10).jobs
+    assert [j.lane for j in rest] == ["normal"] * 3 + ["bulk"] * 3

@@ -208,6 +208,7 @@ CASES: dict[str, Cases] = {
             ("n past what Lua writes exactly", lambda w: {"n": 1e20, "seed": 1}),
             ("n = 0", lambda w: {"n": 0, "seed": 1}),
             ("a seed that is not a number", lambda w: {"n": 1, "seed": "x"}),
+            ("urgent not a boolean", lambda w: {"n": 1, "seed": 1, "urgent": "yes"}),
         ),
     ),
     "clear": Cases(

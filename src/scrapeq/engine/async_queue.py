@@ -177,9 +177,13 @@ class AsyncQueue(_QueueBase):
         specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in urls]
         return await self._drive(self._route._op_enqueue(specs))
 
-    async def claim(self, n: int = 1) -> Claimed:
-        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits)."""
-        return await self._drive(self._route._op_claim(n))
+    async def claim(self, n: int = 1, *, urgent_only: bool = False) -> Claimed:
+        """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits).
+
+        ``urgent_only``: only jobs of the most urgent lane (as the wake stream signals them),
+        none of another: for a share of a client's slots kept for urgent work. Its
+        ``next_due`` says nothing of the other lanes."""
+        return await self._drive(self._route._op_claim(n, urgent_only))
 
     async def settle_many(self, items: Sequence[Settlement]) -> list[Settled]:
         """Settle many jobs in one call; a stale token answers ``stale`` for its item (each

@@ -144,13 +144,13 @@ class PartitionRouter(ABC):
         keys = self.parts[self._part(spec.domain)]
         warn_if_resized(self.core._seen, (yield Command(("HGET", keys.meta, "seen"))))
 
-    def _op_claim(self, n: int) -> Op[Claimed]:
+    def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
         yield from self._op_check_parts()
-        return (yield from self._claim(n))
+        return (yield from self._claim(n, urgent))
 
     @abstractmethod
-    def _claim(self, n: int) -> Op[Claimed]:
-        """Claim up to ``n`` jobs (the queue checked)."""
+    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
+        """Claim up to ``n`` jobs (the queue checked); ``urgent``: of the most urgent lane only."""
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         yield from self._schema.op_all()
@@ -384,8 +384,8 @@ class SinglePartitionRouter(PartitionRouter):
     def _enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         return self.core._op_enqueue(specs)
 
-    def _claim(self, n: int) -> Op[Claimed]:
-        return self.core._op_claim(n)
+    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
+        return self.core._op_claim(n, urgent)
 
     def _settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         return self.core._op_settle(items)

@@ -140,12 +140,15 @@ def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[
     return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
-def claim(n: int) -> Call[tuple[int, list[str]]]:
-    """Claim up to ``n`` jobs; answers (ms until the next due time or -1, job JSON texts)."""
+def claim(n: int, *, urgent: bool = False) -> Call[tuple[int, list[str]]]:
+    """Claim up to ``n`` jobs; answers (ms until the next due time or -1, job JSON texts).
+    ``urgent``: only jobs of the most urgent lane."""
 
     def parse(raw: list[Any]) -> tuple[int, list[str]]:
         return int(raw[0]), [str(j) for j in raw[1:]]
 
+    if urgent:
+        return _call("claim", parse, n=n, seed=_seed(), urgent=True)
     return _call("claim", parse, n=n, seed=_seed())
 
 

@@ -12,7 +12,9 @@ embedded server.
 Scrapy's only (settings.py or ``-s``, never the environment): ``SCRAPEQ_LANE`` [the default
 lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False],
 ``SCRAPEQ_NEW_CRAWL`` [False: forget what the queue has seen before this process opens, as
-``scrapeq crawl --new`` does; give it to the first process of a new crawl only].
+``scrapeq crawl --new`` does; give it to the first process of a new crawl only],
+``SCRAPEQ_URGENT_SLOTS`` [an eighth of ``CONCURRENT_REQUESTS``, at least 1 from 2 up: claim
+slots work of other lanes leaves free for the most urgent lane's; 0: none kept].
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class ScrapyConfig:
         retry_callback_errors: a callback that raises retries its job (default: the job is
             done, the error logged by Scrapy: a spider's bug is not the page's fault).
         new_crawl: start a new crawl (``Queue.new_crawl``) before taking the start requests.
+        urgent_slots: claim slots kept for jobs of the most urgent lane (work of the other
+            lanes fills ``concurrency - urgent_slots`` at most).
     """
 
     settings: Settings
@@ -53,6 +57,7 @@ class ScrapyConfig:
     set_timeout: bool
     retry_callback_errors: bool
     new_crawl: bool = False
+    urgent_slots: int = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, spider_name: str) -> ScrapyConfig:
@@ -70,6 +75,15 @@ class ScrapyConfig:
         batch = s.getint("SCRAPEQ_CLAIM_BATCH", 16)
         if batch < 1:
             raise ConfigError("SCRAPEQ_CLAIM_BATCH", f"must be >= 1, got {batch}")
+        concurrency = s.getint("CONCURRENT_REQUESTS", 16)
+        urgent = s.getint(
+            "SCRAPEQ_URGENT_SLOTS", max(1, concurrency // 8) if concurrency > 1 else 0
+        )
+        if not 0 <= urgent < concurrency:
+            raise ConfigError(
+                "SCRAPEQ_URGENT_SLOTS",
+                f"must be >= 0 and below CONCURRENT_REQUESTS ({concurrency}), got {urgent}",
+            )
         lane = s.get("SCRAPEQ_LANE")
         if lane is not None:
             settings.lanes.get(lane)  # raises ConfigError naming the known lanes
@@ -77,12 +91,13 @@ class ScrapyConfig:
             settings=settings,
             lane=lane,
             claim_batch=batch,
-            concurrency=s.getint("CONCURRENT_REQUESTS", 16),
+            concurrency=concurrency,
             # Scrapy's DOWNLOAD_TIMEOUT (180 s) unless the project set it: scrapeq's
             # request_timeout, so a hanging site costs what it costs scrapeq's worker.
             set_timeout=(s.getpriority("DOWNLOAD_TIMEOUT") or 0) <= 0,
             retry_callback_errors=s.getbool("SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
             new_crawl=s.getbool("SCRAPEQ_NEW_CRAWL", False),
+            urgent_slots=urgent,
         )
 
 

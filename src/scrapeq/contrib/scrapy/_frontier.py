@@ -28,6 +28,7 @@ from scrapeq.contrib.scrapy._store import (
     decode_request,
     encode_request,
 )
+from scrapeq.contrib.scrapy._urgent import UrgentListener
 from scrapeq.engine.connection import resolve_url
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
@@ -71,6 +72,17 @@ class Frontier:
         settings = self.config.settings
         url = resolve_url(settings.redis_url, settings.data_dir)
         self.queue = Queue.from_url(url, settings=settings)
+        # Urgent work (the most urgent lane) may take every free slot; other work leaves
+        # config.urgent_slots of them free for it, filled by urgent-only claims made when
+        # urgent work may be ready (the wake streams, an urgent enqueue or settle here).
+        self.urgent: set[str] = set()  # held jobs of urgent-only claims
+        self._urgent_hint = False
+        self._top_lane = settings.lanes.names[0]
+        self._listener = (
+            UrgentListener(url, settings, self._urgent_enqueued)
+            if self.config.urgent_slots
+            else None
+        )
         self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
         # Held jobs whose download is over (their callbacks run): no claim slot is theirs.
         self.downloaded: set[str] = set()
@@ -122,10 +134,14 @@ class Frontier:
                 name, flag.holder,
             )  # fmt: skip
         self._beat.start(max(self.config.settings.lease / 3, 0.05), now=False)
+        if self._listener is not None:
+            self._listener.start()
 
     def close(self, reason: str) -> None:
         if self._beat.running:
             self._beat.stop()
+        if self._listener is not None:
+            self._listener.stop()
         for call in (self._wake_call, self._flush_call, self._settle_call):
             if call is not None and call.active():
                 call.cancel()
@@ -138,6 +154,7 @@ class Frontier:
         held = list(self.held.values())
         self.held.clear()
         self.downloaded.clear()
+        self.urgent.clear()
         self.ready.clear()
         if held:
             # Stopping is nobody's fault: no attempt, no release budget spent.
@@ -212,6 +229,8 @@ class Frontier:
                 raise
             return [self._enqueue_one(request, spec) for request, spec in batch]
         added = sum(1 for r in results if r.added)
+        if added and any(spec.lane == self._top_lane for _, spec in batch):
+            self._urgent_hint = True  # no need to wait for the wake stream's word
         self.enqueued += added
         self.stat("enqueued", added)
         if added and self._claim_after > 0.0:
@@ -249,9 +268,12 @@ class Frontier:
         return self.refused > 0 and self.enqueued == 0 and self.claimed == 0
 
     def next_request(self) -> Request | None:
-        if not self.ready and time.monotonic() >= self._claim_after and self.free() > 0:
-            self.flush()  # what this process scheduled is claimable in this claim
-            self._claim()
+        if not self.ready and self.free() > 0:
+            self.flush()  # what this process scheduled is claimable now (and urgent or not)
+            if time.monotonic() >= self._claim_after and self.room() > 0:
+                self._claim()
+            if not self.ready and self._urgent_hint:
+                self._claim_urgent()
         return self.ready.popleft() if self.ready else None
 
     def free(self) -> int:
@@ -260,27 +282,20 @@ class Frontier:
         it is settled once its callback is done)."""
         return self.config.concurrency - len(self.held) + len(self.downloaded)
 
+    def room(self) -> int:
+        """Claim slots an ordinary claim may fill: the free ones but ``urgent_slots``, less
+        those urgent-only claims hold (urgent work may take every slot; other work leaves
+        ``urgent_slots`` for it)."""
+        busy = len(self.held) - len(self.downloaded) - len(self.urgent)
+        return min(self.free(), self.config.concurrency - self.config.urgent_slots - busy)
+
     def _claim(self) -> None:
-        free = self.free()
-        if free <= 0:
+        asked = min(self.room(), self.config.claim_batch)
+        if asked <= 0:
             return
         self.flush_settles()  # the domain slots they free are claimable in this call
-        asked = min(free, self.config.claim_batch)
         claimed = self.queue.claim(asked)
-        for job in claimed.jobs:
-            self.held[job.id] = job
-            try:
-                request = decode_request(job.payload, self.spider)
-            except ValueError as exc:
-                self.settle(job, self.queue.failing(job, "bad_payload", str(exc)))
-                continue
-            request.meta[JOB] = job
-            request.meta.setdefault("download_slot", job.domain)  # Scrapy's slot = the domain
-            if self.config.set_timeout:
-                request.meta.setdefault("download_timeout", self.config.settings.request_timeout)
-            self.ready.append(request)
-        self.claimed += len(claimed.jobs)
-        self.stat("claimed", len(claimed.jobs))
+        self._take(claimed.jobs, urgent=False)
         if len(claimed.jobs) < asked:
             # Fewer than asked: every domain with a job ready is at its limit. No claim
             # again until something can change that: a settlement of this process's (a
@@ -292,6 +307,47 @@ class Frontier:
                 wait = min(claimed.next_due, IDLE_MAX)
             self._claim_after = time.monotonic() + wait
             self._wake_in(wait)
+
+    def _claim_urgent(self) -> None:
+        """Claim jobs of the most urgent lane only, into any free slot; once a claim finds
+        fewer than it asked, none until urgent work may be ready again."""
+        asked = min(self.free(), self.config.claim_batch)
+        if asked <= 0:
+            return
+        self.flush_settles()
+        claimed = self.queue.claim(asked, urgent_only=True)
+        self._take(claimed.jobs, urgent=True)
+        self.stat("claimed_urgent_only", len(claimed.jobs))
+        if len(claimed.jobs) < asked:
+            self._urgent_hint = False
+
+    def _take(self, jobs: list[Job], *, urgent: bool) -> None:
+        """Hold the claimed ``jobs`` and make each a request for the engine."""
+        for job in jobs:
+            self.held[job.id] = job
+            if urgent:
+                self.urgent.add(job.id)
+            try:
+                request = decode_request(job.payload, self.spider)
+            except ValueError as exc:
+                self.settle(job, self.queue.failing(job, "bad_payload", str(exc)))
+                continue
+            request.meta[JOB] = job
+            request.meta.setdefault("download_slot", job.domain)  # Scrapy's slot = the domain
+            if self.config.set_timeout:
+                request.meta.setdefault("download_timeout", self.config.settings.request_timeout)
+            self.ready.append(request)
+        self.claimed += len(jobs)
+        self.stat("claimed", len(jobs))
+
+    def _urgent_enqueued(self) -> None:
+        """The wake streams say urgent work was enqueued (called from the listener's thread)."""
+        _reactor().callFromThread(self._urgent_ready)
+
+    def _urgent_ready(self) -> None:
+        self._urgent_hint = True
+        self.queue.urgent_arrived()  # a queue of partitions: the next claim tries them all
+        self._wake_in(0)
 
     def has_pending(self) -> bool:
         """Whether the crawl has work: jobs ready, delayed or in flight (Scrapy asks once the
@@ -340,6 +396,7 @@ class Frontier:
         (the engine asks for requests once the download is out of its downloader)."""
         if job.id in self.held:
             self.downloaded.add(job.id)
+            self._freed_urgent(job)
 
     def settle(self, job: Job, settlement: Settlement) -> None:
         """Write ``settlement`` with the others of this reactor turn, in one settle call at the
@@ -347,6 +404,7 @@ class Frontier:
         the requests scheduled before it (a page is done only once the requests its callback
         made are stored)."""
         self.downloaded.discard(job.id)
+        self._freed_urgent(job)
         if self.held.pop(job.id, None) is None:
             return  # released at close, or its lease was lost
         self.settling.append(settlement)
@@ -390,9 +448,17 @@ class Frontier:
             if not ok:
                 self.held.pop(job.id, None)
                 self.downloaded.discard(job.id)
+                self.urgent.discard(job.id)
                 self.stat("lease_lost")
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _freed_urgent(self, job: Job) -> None:
+        """An urgent job's slot is free (its download is over, or it was settled): more urgent
+        work of its domain may be claimable now."""
+        self.urgent.discard(job.id)
+        if job.lane == self._top_lane:
+            self._urgent_hint = True
 
     def _wake_in(self, seconds: float) -> None:
         """Have the engine ask for requests again in ``seconds`` (its own heartbeat is 5 s)."""

@@ -11,7 +11,12 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON (conc, delay_ms, lease_ms, batch, ...)
-    ARGV[3]  JSON {n = max jobs, seed = random seed}
+    ARGV[3]  JSON {n = max jobs, seed = random seed, urgent = true (optional)}
+
+  `urgent`: claim only jobs of the most urgent lane (domain.lua: is_urgent), none other: a
+  client keeps a share of its slots for urgent work and fills it with such claims (Scrapy on
+  scrapeq: contrib/scrapy/_frontier.py). Without it, a claim takes every lane, most urgent
+  first, as before.
 
   With an exit pool (CFG.exits), each claimed job carries `exit`, the id of the exit it is
   fetched through (includes/exits.lua); a domain with no usable exit waits; when every exit
@@ -31,7 +36,10 @@
 --@include exits
 
 local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reserved n a call
-local refused = arg_refusal(function() check_int(ARG.n, 'n', 1, MAX_CLAIM) end)
+local refused = arg_refusal(function()
+  check_int(ARG.n, 'n', 1, MAX_CLAIM)
+  if ARG.urgent ~= nil then check_bool(ARG.urgent, 'urgent') end
+end)
 if refused then return redis.error_reply(refused) end
 
 -- Fencing tokens: the batch reserves N at its first lease (gaps are fine: tokens only grow),
@@ -226,7 +234,15 @@ local function pick(n)
     local top = redis.call('ZRANGE', K.READY, 0, 1, 'WITHSCORES')
     if #top == 0 then break end
     local d = top[1]
-    local known = take_run(d, n - #out, top[4] or '+inf', out, top[2])
+    local bound = top[4] or '+inf'
+    if ARG.urgent then
+      -- only the most urgent lane: stop at the first domain whose head is not of it, and
+      -- take no job of another lane from this one
+      if not is_urgent(top[2]) then break end
+      local cut = NOW + CFG.urgent_ms
+      if bound == '+inf' or tonumber(bound) > cut then bound = string.format('%.17g', cut) end
+    end
+    local known = take_run(d, n - #out, bound, out, top[2])
     refile(d, true, known)
   end
   return out
