@@ -39,7 +39,9 @@ def test_check_fails_on_an_edited_sync_queue_and_writing_mends_it(
 ) -> None:
     target = tmp_path / "sync_queue.py"
     edited = (ROOT / "src/scrapeq/engine/sync_queue.py").read_text(encoding="utf-8")
-    edited = edited.replace("def claim(self, n: int = 1)", "def claim(self, n: int = 2)", 1)
+    original = edited
+    edited = edited.replace("def claim(self, n: int = 1", "def claim(self, n: int = 2", 1)
+    assert edited != original, "the edit found nothing to change"
     target.write_text(edited, encoding="utf-8")
 
     assert unasync.main(["--check", "--target", str(target)]) == 1
@@ -48,7 +50,7 @@ def test_check_fails_on_an_edited_sync_queue_and_writing_mends_it(
 
     assert unasync.main(["--target", str(target)]) == 0
     assert unasync.main(["--check", "--target", str(target)]) == 0
-    assert "def claim(self, n: int = 1)" in target.read_text(encoding="utf-8")
+    assert "def claim(self, n: int = 1," in target.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

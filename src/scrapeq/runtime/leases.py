@@ -18,7 +18,7 @@ class Leases(WorkerCore):
 
     async def _heartbeat_loop(self) -> None:
         period = max(self.settings.lease / 3, 0.05)
-        while True:
+        while not self._loops_end.is_set():
             await asyncio.sleep(period)
             flights = self._renewable()
             if self._handlers is not None:

@@ -137,7 +137,7 @@ class Owed(WorkerCore):
         ones every ``lease / 3`` (this task must never die)."""
         period = max(self.settings.lease / 3, ACK_EVERY)
         next_take = time.monotonic() + period
-        while True:
+        while not self._loops_end.is_set():
             await asyncio.sleep(ACK_EVERY)
             await self._flush_owed_acks()
             if time.monotonic() < next_take:

@@ -103,7 +103,7 @@ class Settler(WorkerCore):
             future.set_result(status)
 
     async def _settle_loop(self) -> None:
-        while True:
+        while not self._loops_end.is_set():
             await asyncio.sleep(SETTLE_EVERY)
             await self._flush()
 

@@ -224,6 +224,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._hook_tasks: set[asyncio.Future[Any]] = set()  # async hooks' calls running
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._loops_end = asyncio.Event()
         self._release_now = asyncio.Event()
         self._stop_at: float | None = None  # monotonic time the stop began
         self._hurry_at: float | None = None  # monotonic time of the second stop
@@ -295,6 +296,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
             await self._stop_claiming(claimer)
             await self._finish()
+            self._loops_end.set()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -116,6 +116,10 @@ class WorkerCore:
     _flush_lock: asyncio.Lock
     _slot_freed: asyncio.Event
     _stopping: asyncio.Event
+    # Set once the run is over, before its background loops are cancelled: each loop also
+    # ends on it, so a cancellation a Redis client turns into an error (caught by a loop
+    # that must never die) cannot keep the worker from returning.
+    _loops_end: asyncio.Event
     _release_now: asyncio.Event
     _stop_at: float | None
     _hurry_at: float | None
