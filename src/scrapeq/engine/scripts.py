@@ -147,9 +147,7 @@ def claim(n: int, *, urgent: bool = False) -> Call[tuple[int, list[str]]]:
     def parse(raw: list[Any]) -> tuple[int, list[str]]:
         return int(raw[0]), [str(j) for j in raw[1:]]
 
-    if urgent:
-        return _call("claim", parse, n=n, seed=_seed(), urgent=True)
-    return _call("claim", parse, n=n, seed=_seed())
+    return _call("claim", parse, n=n, seed=_seed(), **_given(urgent=urgent or None))
 
 
 def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[Settled]]:
