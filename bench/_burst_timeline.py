@@ -103,6 +103,16 @@ def breakdown(events: list[dict[str, Any]], at: float, first: dict[str, float]) 
         "per_round": round(statistics.mean(len(c["urls"]) for c in claims), 1),
         "slot_bound_rounds": slot_bound,
         "claim_rtt_ms": _ms([c["t"] - c["sent"] for c in claims], 50),
+        # each round: ms after the enqueue, burst jobs / slots asked, and the p50 ms from
+        # that round's claim to its pages' first fetch
+        "rounds": [
+            (
+                round((c["t"] - enq["t"]) * 1000),
+                f"{len(c['urls'])}/{c['n']}",
+                _ms([first[u] - c["t"] for u in c["urls"] if u in first], 50),
+            )
+            for c in claims
+        ],
     }
 
 
@@ -117,5 +127,6 @@ def line(b: dict[str, Any]) -> str:
         f"p99 {b['to_fetch_p99_ms']} ms; {b['claim_rounds']} claim rounds of "
         f"{b['per_round']} burst jobs ({b['slot_bound_rounds']} bound by free slots, "
         f"{b.get('urgent_only_rounds', 0)} urgent-only), "
-        f"claim rtt p50 {b['claim_rtt_ms']} ms"
+        f"claim rtt p50 {b['claim_rtt_ms']} ms; rounds (ms, burst/asked, to fetch ms) "
+        + " ".join(f"{t}:{got}:{fetch}" for t, got, fetch in b.get("rounds", []))
     )
