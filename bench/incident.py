@@ -176,11 +176,14 @@ def _later(at: float, fn: Callable[[], None]) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
-def _domain_concurrency() -> dict[str, int]:
+def _domain_concurrency() -> dict[str, Any]:
     """scrapeq's ``domain_concurrency`` when $BENCH_DOMAIN_CONCURRENCY sets it (the
-    throughput bench: 16 sites x 4 = 64), else its default."""
+    throughput bench: 16 sites x 4 = 64), else its default; and the scrapeq settings of
+    $BENCH_SCRAPEQ_SETTINGS (a JSON object, for experiments) for the worker and Scrapy on
+    scrapeq alike."""
     value = os.environ.get("BENCH_DOMAIN_CONCURRENCY")
-    return {"domain_concurrency": int(value)} if value else {}
+    extra = json.loads(os.environ.get("BENCH_SCRAPEQ_SETTINGS") or "{}")
+    return {**({"domain_concurrency": int(value)} if value else {}), **extra}
 
 
 def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
@@ -282,6 +285,16 @@ def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burs
     _run_spider(urls, _scrapy_settings(concurrency), slot_per_site=True, burst=burst)
 
 
+def _scrapy_scrapeq_knobs() -> dict[str, int]:
+    """Scrapy on scrapeq's SCRAPEQ_CLAIM_BATCH and SCRAPEQ_URGENT_SLOTS when
+    $BENCH_CLAIM_BATCH and $BENCH_URGENT_SLOTS set them (for experiments; unset: defaults)."""
+    knobs = {
+        "SCRAPEQ_CLAIM_BATCH": "BENCH_CLAIM_BATCH",
+        "SCRAPEQ_URGENT_SLOTS": "BENCH_URGENT_SLOTS",
+    }
+    return {name: int(os.environ[env]) for name, env in knobs.items() if os.environ.get(env)}
+
+
 def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
     settings = _scrapy_settings(concurrency)
     del settings["RETRY_TIMES"]
@@ -295,6 +308,7 @@ def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, bur
         SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 10},
         SCRAPEQ_REDIS_URL=redis_url,
         SCRAPEQ_QUEUE="incident",
+        **_scrapy_scrapeq_knobs(),
         SCRAPEQ_SETTINGS={
             "allow_private": True,
             "request_timeout": TIMEOUT,
