@@ -103,12 +103,13 @@ def breakdown(events: list[dict[str, Any]], at: float, first: dict[str, float]) 
         "per_round": round(statistics.mean(len(c["urls"]) for c in claims), 1),
         "slot_bound_rounds": slot_bound,
         "claim_rtt_ms": _ms([c["t"] - c["sent"] for c in claims], 50),
-        # each round: ms after the enqueue, burst jobs / slots asked, and the p50 ms from
-        # that round's claim to its pages' first fetch
+        # each round: ms after the enqueue, burst jobs, slots asked, and the p50 ms from that
+        # round's claim to its pages' first fetch
         "rounds": [
             (
                 round((c["t"] - enq["t"]) * 1000),
-                f"{len(c['urls'])}/{c['n']}",
+                len(c["urls"]),
+                c["n"],
                 _ms([first[u] - c["t"] for u in c["urls"] if u in first], 50),
             )
             for c in claims
@@ -128,5 +129,5 @@ def line(b: dict[str, Any]) -> str:
         f"{b['per_round']} burst jobs ({b['slot_bound_rounds']} bound by free slots, "
         f"{b.get('urgent_only_rounds', 0)} urgent-only), "
         f"claim rtt p50 {b['claim_rtt_ms']} ms; rounds (ms, burst/asked, to fetch ms) "
-        + " ".join(f"{t}:{got}:{fetch}" for t, got, fetch in b.get("rounds", []))
+        + " ".join(f"{t}:{got}/{asked}:{fetch}" for t, got, asked, fetch in b.get("rounds", []))
     )

@@ -176,14 +176,18 @@ def _later(at: float, fn: Callable[[], None]) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
-def _domain_concurrency() -> dict[str, Any]:
-    """scrapeq's ``domain_concurrency`` when $BENCH_DOMAIN_CONCURRENCY sets it (the
-    throughput bench: 16 sites x 4 = 64), else its default; and the scrapeq settings of
-    $BENCH_SCRAPEQ_SETTINGS (a JSON object, for experiments) for the worker and Scrapy on
-    scrapeq alike."""
+def _json_env(name: str) -> dict[str, Any]:
+    """The JSON object in $``name`` (unset: empty), for experiments."""
+    return dict(json.loads(os.environ.get(name) or "{}"))
+
+
+def _scrapeq_settings() -> dict[str, Any]:
+    """scrapeq settings of the worker and Scrapy on scrapeq alike, beyond the bench's own:
+    ``domain_concurrency`` when $BENCH_DOMAIN_CONCURRENCY sets it (the throughput bench: 16
+    sites x 4 = 64), and those of $BENCH_SCRAPEQ_SETTINGS (a JSON object)."""
     value = os.environ.get("BENCH_DOMAIN_CONCURRENCY")
-    extra = json.loads(os.environ.get("BENCH_SCRAPEQ_SETTINGS") or "{}")
-    return {**({"domain_concurrency": int(value)} if value else {}), **extra}
+    fixed = {"domain_concurrency": int(value)} if value else {}
+    return {**fixed, **_json_env("BENCH_SCRAPEQ_SETTINGS")}
 
 
 def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
@@ -192,7 +196,7 @@ def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Bur
     from scrapeq.runtime.worker import Worker
 
     settings = Settings(
-        allow_private=True, request_timeout=TIMEOUT, queue="incident", **_domain_concurrency()
+        allow_private=True, request_timeout=TIMEOUT, queue="incident", **_scrapeq_settings()
     )
     q = Queue.from_url(redis_url, settings=settings)
     q.enqueue_many(urls)
@@ -285,16 +289,6 @@ def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burs
     _run_spider(urls, _scrapy_settings(concurrency), slot_per_site=True, burst=burst)
 
 
-def _scrapy_scrapeq_knobs() -> dict[str, int]:
-    """Scrapy on scrapeq's SCRAPEQ_CLAIM_BATCH and SCRAPEQ_URGENT_SLOTS when
-    $BENCH_CLAIM_BATCH and $BENCH_URGENT_SLOTS set them (for experiments; unset: defaults)."""
-    knobs = {
-        "SCRAPEQ_CLAIM_BATCH": "BENCH_CLAIM_BATCH",
-        "SCRAPEQ_URGENT_SLOTS": "BENCH_URGENT_SLOTS",
-    }
-    return {name: int(os.environ[env]) for name, env in knobs.items() if os.environ.get(env)}
-
-
 def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
     settings = _scrapy_settings(concurrency)
     del settings["RETRY_TIMES"]
@@ -308,11 +302,12 @@ def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, bur
         SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 10},
         SCRAPEQ_REDIS_URL=redis_url,
         SCRAPEQ_QUEUE="incident",
-        **_scrapy_scrapeq_knobs(),
+        # Scrapy settings of $BENCH_SCRAPY_SETTINGS (a JSON object): SCRAPEQ_URGENT_SLOTS, ...
+        **_json_env("BENCH_SCRAPY_SETTINGS"),
         SCRAPEQ_SETTINGS={
             "allow_private": True,
             "request_timeout": TIMEOUT,
-            **_domain_concurrency(),
+            **_scrapeq_settings(),
         },
     )
     _run_spider(urls, settings, slot_per_site=False, burst=burst)
