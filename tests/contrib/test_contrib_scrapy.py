@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -735,6 +736,47 @@ async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_pat
     assert (counts["done"], counts["inflight"], counts["ready"]) == (12, 0, 0), counts
 
 
+async def test_a_job_in_its_callback_holds_no_domain_slot(redis_url: str, tmp_path: Path) -> None:
+    """With domain_concurrency = 2 and two pages whose callbacks take 2 s, the site's other
+    pages are downloaded (and their callbacks done) meanwhile: a downloaded job gives its
+    domain's slot back in the queue, while the site never sees more than 2 requests at once;
+    each job is settled once its callback is done (nothing pending, no slot taken at the
+    end)."""
+    root = _project(tmp_path)
+    at_once = {"now": 0, "most": 0}
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        at_once["now"] += 1
+        at_once["most"] = max(at_once["most"], at_once["now"])
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            at_once["now"] -= 1
+        return web.Response(text="<title>p</title>", content_type="text/html")
+
+    async with sites(page) as (site,):
+        urls = [site.url("/slow/0"), site.url("/slow/1")] + [site.url(f"/p/{i}") for i in range(10)]
+        code, log, items = await _run(
+            root, "sleepy", redis_url, "dslots", "-a", f"start={','.join(urls)}", "-a", "nap=2",
+            "-s", _scrapeq(domain_concurrency=2),
+        )  # fmt: skip
+    assert code == 0 and len(items) == 12, log[-3000:]
+    ended = {item["url"]: item["t"] for item in items}
+    slow_done = min(ended[u] for u in urls[:2])
+    assert all(ended[u] < slow_done for u in urls[2:]), (ended, log[-3000:])
+    assert at_once["most"] <= 2, at_once
+    assert _stat(log, "scrapeq/slots_given_back") >= 2, log[-3000:]
+    counts = _counts(redis_url, "dslots")
+    assert (counts["done"], counts["inflight"], counts["ready"]) == (12, 0, 0), counts
+    q = Queue.from_url(redis_url, "dslots")
+    try:
+        (info,) = q.domains_info([site.domain])
+        assert info["inflight"] == 0, info
+        assert q.audit().problems == []
+    finally:
+        q.close()
+
+
 def test_work_of_other_lanes_leaves_the_urgent_slots_to_critical_work(redis_url: str) -> None:
     """With CONCURRENT_REQUESTS = 8 and SCRAPEQ_URGENT_SLOTS = 3, a busy crawl holds 5 normal
     jobs at most; critical work scheduled meanwhile is claimed into the 3 kept slots at once
@@ -760,6 +802,70 @@ def test_work_of_other_lanes_leaves_the_urgent_slots_to_critical_work(redis_url:
         urgent = _drain(scheduler)
         assert [r.url for r in urgent] == critical[:3]  # the kept slots, and no more
         assert crawler.stats.get_value("scrapeq/claimed_urgent_only") == 3
+    finally:
+        scheduler.close("finished")
+
+
+def test_a_download_that_charges_its_site_keeps_the_domain_slot(redis_url: str) -> None:
+    """With domain_concurrency = 1: a page answered OK gives its domain's slot back when its
+    download ends (the domain's next request is handed out during its callback); a page
+    answered slowly (slower than slow_call: charged to the domain) or with a 503 the spider
+    handles keeps it until its settle, so the breaker and the adaptive limit hear of it before
+    the site gets another request."""
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from scrapeq.contrib.scrapy import ReportMiddleware
+    from scrapeq.contrib.scrapy._frontier import JOB, STARTED, Frontier
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "giveback",
+                "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": 1,
+                                     "slow_call": 5}}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    middleware = ReportMiddleware(crawler)
+    frontier = Frontier.of(crawler)
+    assert frontier is not None
+    site = "127.0.0.7:9"
+
+    def taken() -> int:  # the domain's slots taken, as the queue counts them
+        return int(frontier.queue.domains_info([site])[0]["inflight"])
+
+    def answer(request: Any, status: int, seconds: float) -> None:
+        request.meta[STARTED] = time.monotonic() - seconds
+        response = HtmlResponse(request.url, status=status, body=b"<p>", request=request)
+        middleware.process_response(request, response)
+        frontier.flush_given_back()
+
+    def settle(request: Any) -> None:  # its callback is over
+        frontier.settle(request.meta[JOB], frontier.queue.done(request.meta[JOB]))
+        frontier.flush_settles()
+
+    try:
+        for n in range(4):
+            meta = {"handle_httpstatus_all": True}
+            scheduler.enqueue_request(scrapy.Request(f"http://{site}/p/{n}", meta=meta))
+        (slow,) = _drain(scheduler)
+        answer(slow, 200, 6.0)
+        assert taken() == 1, "a slow answer keeps its slot until its settle"
+        settle(slow)
+        (refused,) = _drain(scheduler)
+        answer(refused, 503, 0.01)
+        assert taken() == 1, "a 503 the spider handles keeps its slot until its settle"
+        settle(refused)
+        (fine,) = _drain(scheduler)
+        answer(fine, 200, 0.01)
+        assert taken() == 0, "an OK answer gives its slot back at once"
+        (last,) = _drain(scheduler)  # during the OK page's callback
+        assert last.url.endswith("/p/3") and taken() == 1
+        assert crawler.stats.get_value("scrapeq/slots_given_back") == 1
+        settle(fine)
+        settle(last)
+        assert taken() == 0
     finally:
         scheduler.close("finished")
 

@@ -93,3 +93,23 @@ def test_domain_ttl_0_never_forgets(make_queue: MakeQueue, redis_client: redis.R
     q.reap()
     assert set(q.domain_names()) == {dom(1)}
     assert redis_client.zcard(q.keys.prefix + "idle") == 0
+
+
+def test_a_domain_whose_job_is_in_its_callback_is_not_forgotten(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """A job whose slot was given back at its download's end (``Queue.downloaded``) still
+    holds its domain: with nothing else queued, its domain is not noted idle, so a callback
+    longer than domain_ttl does not lose the domain's breaker, limit and counts."""
+    q = make_queue(domain_ttl=60, domain_concurrency=10)
+    q.enqueue(url(1))
+    (job,) = q.claim(10).jobs
+    assert q.downloaded([job]) == [True]
+    assert redis_client.zscore(q.keys.prefix + "idle", dom(1)) is None
+    advance(q, 61)
+    assert q.heartbeat([job], lease=600) == [True]
+    q.reap()
+    assert q.domain_names() == [dom(1)]
+    assert q.ack(job) == "done"
+    assert redis_client.zscore(q.keys.prefix + "idle", dom(1)) is not None, "idle from its settle"
+    assert q.audit().problems == []

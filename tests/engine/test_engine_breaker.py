@@ -355,6 +355,22 @@ def test_reset_after_recovery_restarts_cooldown_from_base(
     assert 96 <= last_cooldown_s(redis_client, q, d) <= 144
 
 
+def test_a_probe_keeps_its_slot_when_its_download_ends(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    q = make_queue(domain_concurrency=4, breaker_failures=5)
+    d = dom(1)
+    enqueue(q, d, 40)
+    trip_by_failures(q, d)
+    advance_past(redis_client, q, open_until_ms(redis_client, q, d))
+    (probe,) = take(q, d, 10)
+    assert q.downloaded([probe]) == [False], "its outcome decides the breaker"
+    assert q.claim(10).jobs == [], "still only one probe in flight"
+    q.ack(probe)
+    assert state(q, d) == "closed"
+    assert len(take(q, d, 10)) == 4
+
+
 def test_half_open_probe_failure_reopens_with_doubled_cooldown(
     make_queue: QueueFactory, redis_client: redis.Redis
 ) -> None:

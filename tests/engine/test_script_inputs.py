@@ -275,6 +275,20 @@ CASES: dict[str, Cases] = {
             ("a request that is not text", lambda w: {"jobs": [w.spec("/x", request={"m": 1})]}),
         ),
     ),
+    "downloaded": Cases(
+        wrapped(lambda w: scripts.downloaded(w.inflight[:1])),
+        (
+            (
+                "an id that is not a string after a good item",
+                lambda w: {"items": [w.lease(), {"id": {}, "token": 1}]},
+            ),
+            (
+                "a token that is not a number after a good item",
+                lambda w: {"items": [w.lease(), w.lease(1, token="1")]},
+            ),
+            ("items that are not a list", lambda w: {"items": "x"}),
+        ),
+    ),
     "heartbeat": Cases(
         wrapped(lambda w: scripts.heartbeat(w.inflight[:1])),
         (

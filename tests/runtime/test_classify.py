@@ -25,6 +25,7 @@ from scrapeq.runtime.classify import (
     OurNetworkDown,
     Outcome,
     RobotsDisallowed,
+    charges_nothing,
     classify_exception,
     classify_response,
     classify_status,
@@ -538,3 +539,15 @@ def test_classify_exception_without_aiohttp(
 def test_aiohttp_rules_are_back_after_the_no_aiohttp_tests() -> None:
     verdict = classify_exception(aiohttp.ClientProxyConnectionError(_key(), _refused()))
     assert verdict.outcome is OURS
+
+
+def test_only_a_download_that_charges_its_site_nothing_may_give_its_slot_back() -> None:
+    """``charges_nothing``: a fast 2xx or a 404 tells the breaker and the adaptive limit
+    nothing (its domain slot may come back before the settle); a slow 2xx, a 503, a 429 or
+    a timeout charges the domain (the slot waits for the settle)."""
+    assert charges_nothing(classify_response(200, None, 0.1, slow_call=5))
+    assert charges_nothing(classify_response(404, None, 0.1, slow_call=5))
+    assert not charges_nothing(classify_response(200, None, 6.0, slow_call=5))
+    assert not charges_nothing(classify_response(503, None, 0.1, slow_call=5))
+    assert not charges_nothing(classify_response(429, {"Retry-After": "2"}, 0.1, slow_call=5))
+    assert not charges_nothing(classify_exception(TimeoutError()))

@@ -236,6 +236,14 @@ class AsyncQueue(_QueueBase):
         owns it."""
         return await self._drive(self._route._op_heartbeat(jobs, None, True))
 
+    async def downloaded(self, jobs: Sequence[Job]) -> list[bool]:
+        """Give back the domain slots of claimed jobs whose download is over, before they are
+        settled (``lua/downloaded-1.lua``): each domain's next job may be claimed while these
+        jobs' callbacks run. The jobs keep their leases and are settled as usual. Answers per
+        job whether its slot is given back (False: its lease is stale, or it is its half-open
+        domain's probe, which keeps its slot until its settle)."""
+        return await self._drive(self._route._op_downloaded(jobs))
+
     async def owed_ack(self, ids: Sequence[str]) -> int:
         """Acknowledge owed results lines (``lua/includes/owed.lua``): the sink took them.
         Idempotent; answers how many of ``ids`` were owed."""

@@ -338,10 +338,15 @@ def _lease_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
 
 
 def _leases_per_domain(snap: Snapshot) -> Counter[str]:
+    """Leases holding a slot, per domain: not those whose slot was given back at their
+    download's end (the job's ``sf`` is its lease's token: ``slot_given_back`` in
+    ``lua/includes/domain.lua``, whose check confirms every suspect)."""
     counts: Counter[str] = Counter()
     for job_id in snap.inflight:
         job = snap.jobs.get(job_id)
         d = snap.leased.get(job_id) or (job["domain"] if job is not None else None)
+        if job is not None and job.get("sf") is not None and job.get("sf") == job.get("token"):
+            continue
         if d is not None:
             counts[d] += 1
     return counts

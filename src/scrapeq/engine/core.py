@@ -299,6 +299,12 @@ class _QueueCore(SettlementBuilders):
         renewed: list[bool] = yield scripts.heartbeat(pairs, lease_ms, handling=handling)
         return renewed
 
+    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
+        if not jobs:
+            return []
+        freed: list[bool] = yield scripts.downloaded([(j.id, j.token) for j in jobs])
+        return freed
+
     def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:
         acked = 0
         for start in range(0, len(ids), owed_calls.OWED_CALL):

@@ -223,6 +223,16 @@ class MultiPartitionRouter(PartitionRouter):
         answers = yield from self._many(calls)
         return _in_order(len(jobs), answers, [indexes for _, indexes in groups])
 
+    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
+        groups = sorted(_indexes_by_part(self._part_of_id(job.id) for job in jobs).items())
+        calls: list[Step] = []
+        for part, indexes in groups:
+            pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
+            calls.append(scripts.downloaded(pairs).on(self.parts[part].prefix))
+        answers = yield from self._many(calls)
+        self._wake(part for part, _ in groups)  # a slot given back there: claim there again
+        return _in_order(len(jobs), answers, [indexes for _, indexes in groups])
+
     def _reap(self) -> Op[tuple[int, int, int]]:
         answers = yield from self._many([scripts.reap().on(k.prefix) for k in self.parts])
         return (

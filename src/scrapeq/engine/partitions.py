@@ -170,6 +170,10 @@ class PartitionRouter(ABC):
     ) -> Op[list[bool]]:
         """Renew the leases of ``jobs``: whether each was still held."""
 
+    @abstractmethod
+    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
+        """Give back the domain slots of ``jobs`` whose download is over: whether each was."""
+
     # --- the owed-lines ledger (lua/includes/owed.lua) -------------------------------------
 
     def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:
@@ -397,6 +401,9 @@ class SinglePartitionRouter(PartitionRouter):
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False
     ) -> Op[list[bool]]:
         return self.core._op_heartbeat(jobs, lease, handling)
+
+    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
+        return self.core._op_downloaded(jobs)
 
     def _reap(self) -> Op[tuple[int, int, int]]:
         return (yield scripts.reap())  # type: ignore[no-any-return]

@@ -21,6 +21,7 @@ SCRIPTS: dict[str, str] = {
     "domain_info": "domain_info-1.lua",
     "domains": "domains-1.lua",
     "domain_set": "domain_set-1.lua",
+    "downloaded": "downloaded-1.lua",
     "host_group": "host_group-1.lua",
     "enqueue": "enqueue-1.lua",
     "heartbeat": "heartbeat-1.lua",

@@ -178,6 +178,17 @@ def heartbeat(
     return _call("heartbeat", parse, items=pairs, **_given(lease_ms=lease_ms))
 
 
+def downloaded(items: Sequence[tuple[str, int]]) -> Call[list[bool]]:
+    """Give back the domain slots of claimed jobs whose download is over, (job id, token)
+    pairs; answers per item whether its slot is given back (False: the lease is stale, or
+    the job is its half-open domain's probe, which keeps its slot until its settle)."""
+
+    def parse(raw: list[Any]) -> list[bool]:
+        return [bool(int(x)) for x in raw]
+
+    return _call("downloaded", parse, items=[{"id": i, "token": t} for i, t in items])
+
+
 def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:
     """Housekeeping; answers (leases reaped, delayed jobs promoted, domains woken)."""
 

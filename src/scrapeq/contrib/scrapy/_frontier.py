@@ -86,6 +86,10 @@ class Frontier:
         self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
         # Held jobs whose download is over (their callbacks run): no claim slot is theirs.
         self.downloaded: set[str] = set()
+        # Of those, the ones whose domain slot in the queue is to be given back (one call at
+        # the turn's end, or before the next claim: flush_given_back).
+        self.giving_back: dict[str, Job] = {}
+        self._give_back_call: DelayedCall | None = None
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
@@ -142,7 +146,7 @@ class Frontier:
             self._beat.stop()
         if self._listener is not None:
             self._listener.stop()
-        for call in (self._wake_call, self._flush_call, self._settle_call):
+        for call in (self._wake_call, self._flush_call, self._settle_call, self._give_back_call):
             if call is not None and call.active():
                 call.cancel()
         self._flush_at_close()
@@ -154,6 +158,7 @@ class Frontier:
         held = list(self.held.values())
         self.held.clear()
         self.downloaded.clear()
+        self.giving_back.clear()  # their settle or release frees their domain slots
         self.urgent.clear()
         self.ready.clear()
         if held:
@@ -293,7 +298,8 @@ class Frontier:
         asked = min(self.room(), self.config.claim_batch)
         if asked <= 0:
             return
-        self.flush_settles()  # the domain slots they free are claimable in this call
+        self.flush_given_back()  # the domain slots they give back are claimable in this call
+        self.flush_settles()  # as are those these free
         claimed = self.queue.claim(asked)
         self._take(claimed.jobs, urgent=False)
         if len(claimed.jobs) < asked:
@@ -314,6 +320,7 @@ class Frontier:
         asked = min(self.free(), self.config.claim_batch)
         if asked <= 0:
             return
+        self.flush_given_back()
         self.flush_settles()
         claimed = self.queue.claim(asked, urgent_only=True)
         self._take(claimed.jobs, urgent=True)
@@ -391,12 +398,41 @@ class Frontier:
             return settlement
         return timed(settlement, verdict, seconds)
 
-    def download_done(self, job: Job) -> None:
+    def download_done(self, job: Job, *, give_back: bool) -> None:
         """``job``'s download is over and its callback is to run: its claim slot is free
-        (the engine asks for requests once the download is out of its downloader)."""
-        if job.id in self.held:
-            self.downloaded.add(job.id)
-            self._freed_urgent(job)
+        (the engine asks for requests once the download is out of its downloader). With
+        ``give_back`` (its verdict charges its domain nothing: ``charges_nothing``) so is its
+        domain's slot in the queue (the site sees no request of it any more): given back at
+        the turn's end or before the next claim (:meth:`flush_given_back`), so the domain's
+        next job is claimable while the callback runs. The job keeps its lease until it is
+        settled."""
+        if job.id not in self.held:
+            return
+        self.downloaded.add(job.id)
+        self._freed_urgent(job)
+        if not give_back:
+            return
+        self.giving_back[job.id] = job
+        if self._give_back_call is None or not self._give_back_call.active():
+            self._give_back_call = _reactor().callLater(0, self.flush_given_back)
+        self._claim_after = 0.0  # a domain slot is free in Redis: claim again at once
+        self._wake_in(0)
+
+    def flush_given_back(self) -> None:
+        """Give back, in one call, the domain slots of the downloads over since the last
+        call whose jobs are still held (``Queue.downloaded``). Redis unreachable: not tried
+        again; each job's settle frees its slot as ever."""
+        batch = [job for job in self.giving_back.values() if job.id in self.held]
+        self.giving_back.clear()
+        if not batch:
+            return
+        try:
+            given = self.queue.downloaded(batch)
+        except Exception as exc:
+            log.warning("scrapeq: giving back %d domain slots failed (their settles will): %s",
+                        len(batch), exc)  # fmt: skip
+            return
+        self.stat("slots_given_back", sum(given))
 
     def settle(self, job: Job, settlement: Settlement) -> None:
         """Write ``settlement`` with the others of this reactor turn, in one settle call at the
@@ -404,6 +440,7 @@ class Frontier:
         the requests scheduled before it (a page is done only once the requests its callback
         made are stored)."""
         self.downloaded.discard(job.id)
+        self.giving_back.pop(job.id, None)  # its settle frees its slot
         self._freed_urgent(job)
         if self.held.pop(job.id, None) is None:
             return  # released at close, or its lease was lost

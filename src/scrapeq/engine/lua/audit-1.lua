@@ -44,7 +44,8 @@
   Delayed counters are counted again here while the delayed set holds at most 20,000 jobs;
   beyond, the scan's count applies only while the counter still reads `obs` (best effort).
 
-  Cost: O(items), plus one pass over the leases (inflight) when a count of leases is needed
+  Cost: O(items), plus one pass over the leases (inflight: each one's job read) when a count
+  of leases is needed
   and one over the delayed set (at most 20,000) when a delayed counter is suspected.
 
   Output: one entry per item, in order: {confirmed (0|1), repaired (0|1), detail}
@@ -92,8 +93,9 @@ if refused then return redis.error_reply(refused) end
 
 local REPAIR = ARG.repair == true
 
--- Leases per domain, counted once per call when first needed: the domain each lease
--- recorded, else the one its job names.
+-- Leases holding a slot, per domain, counted once per call when first needed: the domain
+-- each lease recorded, else the one its job names; a lease whose slot was given back when
+-- its download ended (domain.lua: slot_given_back) holds none.
 local LEASES = nil
 local function leases_of(d)
   if not LEASES then
@@ -102,12 +104,9 @@ local function leases_of(d)
     local flat = redis.call('HGETALL', K.LEASED)
     for i = 1, #flat, 2 do recorded[flat[i]] = flat[i + 1] end
     for _, id in ipairs(redis.call('ZRANGE', K.INFLIGHT, 0, -1)) do
-      local dom = recorded[id]
-      if not dom then
-        local job = load_job(id)
-        if job then dom = job.domain end
-      end
-      if dom then LEASES[dom] = (LEASES[dom] or 0) + 1 end
+      local job = load_job(id)
+      local dom = recorded[id] or (job and job.domain) or nil
+      if dom and not (job and slot_given_back(job)) then LEASES[dom] = (LEASES[dom] or 0) + 1 end
     end
   end
   return LEASES[d] or 0

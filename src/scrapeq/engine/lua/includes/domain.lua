@@ -3,7 +3,8 @@
   Depends on common.lua. Its circuit breaker is breaker.lua.
 
   Domain hash sq:{Q}:domain:<d> fields:
-    inflight     jobs claimed and not settled
+    inflight     jobs claimed and not settled, but those whose download ended and whose
+                 slot was given back then (downloaded-1.lua, slot_given_back)
     next         ms: earliest next request start (politeness delay, Retry-After)
     state        closed | open | half_open | retired (absent = closed)
     fails        consecutive failures (closed state)
@@ -67,6 +68,15 @@ local function free_slots(d, n)
   if redis.call('HINCRBY', k_dom(d), 'inflight', -n) < 0 then
     redis.call('HSET', k_dom(d), 'inflight', 0)
   end
+end
+
+-- Whether a claimed job's domain slot was given back when its download ended, before its
+-- settle (downloaded-1.lua): field `sf` holds the token of the lease whose slot it gave back,
+-- so a mark left by an earlier lease never matches. Such a lease leaves inflight without
+-- freeing a slot again (settle-1.lua, housekeeping.lua: leave_inflight), and is not counted
+-- in its domain's `inflight` (audit-1.lua: leases_of).
+local function slot_given_back(job)
+  return job.sf ~= nil and job.sf == job.token
 end
 
 -- Jobs that left inflight whose domain counter is not decremented yet: domain -> count.

@@ -52,11 +52,13 @@ local function expired(job)
   return type(job.expires) == 'number' and job.expires <= NOW
 end
 
--- A claimed job leaves inflight: lease removed and the domain's slot freed.
+-- A claimed job leaves inflight: lease removed and the domain's slot freed (unless it was
+-- given back when its download ended).
 local function leave_inflight(job)
   redis.call('ZREM', K.INFLIGHT, job.id)
   redis.call('HDEL', K.LEASED, job.id)
-  free_slots(job.domain, 1)
+  if not slot_given_back(job) then free_slots(job.domain, 1) end
+  job.sf = nil
 end
 
 -- An expired lease whose job key is gone (evicted, deleted by hand): the job is lost, but
