@@ -78,10 +78,10 @@ def audit(
     """Check the queue's Redis structures; exit 1 with the list when anything is off.
 
     Every job in exactly one place, no id without its job nor job key that
-    nothing names, inflight counters equal to the leases holding a slot, every
-    domain with ready jobs reachable, counters equal to the structures. With --repair, stranded
-    domains are filed again, counters recounted, orphan job keys filed again (and
-    so on), and each fix is printed.
+    nothing names, inflight counters equal to the leases holding a slot,
+    every domain with ready jobs reachable, counters equal to the structures.
+    With --repair, stranded domains are filed again, counters recounted,
+    orphan job keys filed again (and so on), and each fix is printed.
 
     Examples:
       scrapeq audit
