@@ -243,6 +243,57 @@ async def test_a_killed_crawls_requests_come_back_to_another_process(
     assert held >= 5 and sum(shop.hits.values()) >= PAGES + 1
 
 
+async def test_a_killed_process_whose_jobs_gave_their_slots_back_leaves_the_counts_right(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """kill -9 while two jobs sit in long callbacks, their domain's slots given back at their
+    downloads' end: once their leases expire, the reap puts them back without freeing a slot
+    a second time (the domain's counter is 0, the audit finds nothing), and the next process
+    crawls them."""
+    root = _project(tmp_path)
+    async with sites(_page(lambda n: [])) as (site,):
+        start = f"start={site.url('/slow/0')},{site.url('/slow/1')}"
+        settings = _scrapeq(domain_concurrency=2, lease=2)
+        first = await _spawn(
+            root, "sleepy", redis_url, "killgb", "-a", start, "-a", "nap=60", "-s", settings,
+            env=None,
+        )  # fmt: skip
+        q = Queue.from_url(
+            redis_url, settings=Settings(queue="killgb", domain_concurrency=2, allow_private=True)
+        )
+        try:
+            leases = slots = -1
+            for _ in range(200):  # both downloads over, both callbacks napping
+                if q.domain_known(site.domain):
+                    leases = q.counts()["inflight"]
+                    slots = q.domains_info([site.domain])[0]["inflight"]
+                    if (leases, slots) == (2, 0):
+                        break
+                await asyncio.sleep(0.1)
+            assert (leases, slots) == (2, 0)
+            first.send_signal(signal.SIGKILL)
+            await first.communicate()
+            # another client's job of the site holds a slot while the dead leases run out
+            q.enqueue(site.url("/p/9"))
+            (other,) = q.claim(5).jobs
+            await asyncio.sleep(2.5)  # their 2 s leases run out
+            assert q.reap()[0] == 2
+            counts = q.counts()
+            assert counts["inflight"] == 1 and counts["ready"] + counts["delayed"] == 2, counts
+            assert q.domains_info([site.domain])[0]["inflight"] == 1, "no slot freed twice"
+            assert q.audit().problems == []
+            assert q.ack(other) == "done"
+            assert q.domains_info([site.domain])[0]["inflight"] == 0
+        finally:
+            q.close()
+        code, log, items = await _run(
+            root, "sleepy", redis_url, "killgb", "-a", start, "-a", "nap=0", "-s", settings
+        )
+    assert code == 0 and sorted(i["url"] for i in items) == sorted(
+        [site.url("/slow/0"), site.url("/slow/1")]
+    ), log[-3000:]
+
+
 async def test_a_graceful_stop_gives_the_requests_back_without_spending_attempts(
     redis_url: str, tmp_path: Path
 ) -> None:
