@@ -86,6 +86,15 @@ def open_until_ms(r: redis.Redis, q: Queue, d: str) -> int:
     return int(r.hget(q.keys.domain(d), "open_until") or 0)
 
 
+def half_open_probe(r: redis.Redis, q: Queue, d: str) -> Job:
+    """Domain ``d`` with 40 jobs, tripped, its cooldown over: its one probe, claimed."""
+    enqueue(q, d, 40)
+    trip_by_failures(q, d)
+    advance_past(r, q, open_until_ms(r, q, d))
+    (probe,) = take(q, d, 10)
+    return probe
+
+
 def events_of(r: redis.Redis, q: Queue, kind: str, d: str | None = None) -> list[dict[str, str]]:
     """Raw events (newest first) of one kind, optionally of one domain."""
     out = []
@@ -360,10 +369,7 @@ def test_a_probe_keeps_its_slot_when_its_download_ends(
 ) -> None:
     q = make_queue(domain_concurrency=4, breaker_failures=5)
     d = dom(1)
-    enqueue(q, d, 40)
-    trip_by_failures(q, d)
-    advance_past(redis_client, q, open_until_ms(redis_client, q, d))
-    (probe,) = take(q, d, 10)
+    probe = half_open_probe(redis_client, q, d)
     assert q.downloaded([probe]) == [False], "its outcome decides the breaker"
     assert q.claim(10).jobs == [], "still only one probe in flight"
     q.ack(probe)
@@ -376,10 +382,7 @@ def test_half_open_probe_failure_reopens_with_doubled_cooldown(
 ) -> None:
     q = make_queue(domain_concurrency=4, breaker_failures=5)
     d = dom(1)
-    enqueue(q, d, 40)
-    trip_by_failures(q, d)
-    advance_past(redis_client, q, open_until_ms(redis_client, q, d))
-    (probe,) = take(q, d, 10)
+    probe = half_open_probe(redis_client, q, d)
     fail(q, probe)
     i = info(q, d)
     assert i["state"] == "open"

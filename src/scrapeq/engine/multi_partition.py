@@ -210,28 +210,33 @@ class MultiPartitionRouter(PartitionRouter):
         (status,) = yield from self._op_settle([item])
         return settled_one(item, status)
 
+    def _on_leases(
+        self, jobs: Sequence[Job], script: Callable[[list[tuple[str, int]]], Call[list[bool]]]
+    ) -> Op[tuple[list[bool], list[int]]]:
+        """``script`` called with the (id, token) pairs of ``jobs`` on each one's partition:
+        the answers in the order of ``jobs``, and the partitions called."""
+        groups = sorted(_indexes_by_part(self._part_of_id(job.id) for job in jobs).items())
+        calls: list[Step] = []
+        for part, indexes in groups:
+            pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
+            calls.append(script(pairs).on(self.parts[part].prefix))
+        answers = yield from self._many(calls)
+        owners = [indexes for _, indexes in groups]
+        return _in_order(len(jobs), answers, owners), [part for part, _ in groups]
+
     def _op_heartbeat(
         self, jobs: Sequence[Job], lease: float | None, handling: bool = False
     ) -> Op[list[bool]]:
         lease_ms = _seconds_ms("lease", lease)
-        groups = sorted(_indexes_by_part(self._part_of_id(job.id) for job in jobs).items())
-        calls: list[Step] = []
-        for part, indexes in groups:
-            pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
-            call = scripts.heartbeat(pairs, lease_ms, handling=handling)
-            calls.append(call.on(self.parts[part].prefix))
-        answers = yield from self._many(calls)
-        return _in_order(len(jobs), answers, [indexes for _, indexes in groups])
+        renewed, _ = yield from self._on_leases(
+            jobs, lambda pairs: scripts.heartbeat(pairs, lease_ms, handling=handling)
+        )
+        return renewed
 
     def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
-        groups = sorted(_indexes_by_part(self._part_of_id(job.id) for job in jobs).items())
-        calls: list[Step] = []
-        for part, indexes in groups:
-            pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
-            calls.append(scripts.downloaded(pairs).on(self.parts[part].prefix))
-        answers = yield from self._many(calls)
-        self._wake(part for part, _ in groups)  # a slot given back there: claim there again
-        return _in_order(len(jobs), answers, [indexes for _, indexes in groups])
+        given, parts = yield from self._on_leases(jobs, scripts.downloaded)
+        self._wake(parts)  # a slot given back there: claim there again
+        return given
 
     def _reap(self) -> Op[tuple[int, int, int]]:
         answers = yield from self._many([scripts.reap().on(k.prefix) for k in self.parts])

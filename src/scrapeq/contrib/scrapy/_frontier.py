@@ -149,6 +149,7 @@ class Frontier:
         for call in (self._wake_call, self._flush_call, self._settle_call, self._give_back_call):
             if call is not None and call.active():
                 call.cancel()
+        self.giving_back.clear()  # their settle or release frees their domain slots
         self._flush_at_close()
         if self.settling:
             try:
@@ -158,7 +159,6 @@ class Frontier:
         held = list(self.held.values())
         self.held.clear()
         self.downloaded.clear()
-        self.giving_back.clear()  # their settle or release frees their domain slots
         self.urgent.clear()
         self.ready.clear()
         if held:
@@ -239,8 +239,7 @@ class Frontier:
         self.enqueued += added
         self.stat("enqueued", added)
         if added and self._claim_after > 0.0:
-            self._claim_after = 0.0  # a job may be ready now: claim again
-            self._wake_in(0)
+            self._claim_soon()  # a job may be ready now
         return [r.status for r in results]
 
     def _enqueue_one(self, request: Request, spec: EnqueueSpec) -> str:
@@ -298,8 +297,7 @@ class Frontier:
         asked = min(self.room(), self.config.claim_batch)
         if asked <= 0:
             return
-        self.flush_given_back()  # the domain slots they give back are claimable in this call
-        self.flush_settles()  # as are those these free
+        self.flush_settles()  # the domain slots they free are claimable in this call
         claimed = self.queue.claim(asked)
         self._take(claimed.jobs, urgent=False)
         if len(claimed.jobs) < asked:
@@ -320,7 +318,6 @@ class Frontier:
         asked = min(self.free(), self.config.claim_batch)
         if asked <= 0:
             return
-        self.flush_given_back()
         self.flush_settles()
         claimed = self.queue.claim(asked, urgent_only=True)
         self._take(claimed.jobs, urgent=True)
@@ -415,8 +412,7 @@ class Frontier:
         self.giving_back[job.id] = job
         if self._give_back_call is None or not self._give_back_call.active():
             self._give_back_call = _reactor().callLater(0, self.flush_given_back)
-        self._claim_after = 0.0  # a domain slot is free in Redis: claim again at once
-        self._wake_in(0)
+        self._claim_soon()
 
     def flush_given_back(self) -> None:
         """Give back, in one call, the domain slots of the downloads over since the last
@@ -447,15 +443,16 @@ class Frontier:
         self.settling.append(settlement)
         if len(self.settling) == 1:
             self._settle_call = _reactor().callLater(0, self.flush_settles)
-        self._claim_after = 0.0  # a domain slot is free in Redis: claim again at once
-        self._wake_in(0)
+        self._claim_soon()
 
     def flush_settles(self) -> None:
         """Write this turn's settlements in one call, after the requests scheduled before
-        them. Redis unreachable: they are tried again in a second (their leases are not
-        renewed meanwhile: a lease that ends first makes its settle stale, the job is
-        fetched again)."""
+        them and the domain slots given back (what a claim then finds free). Redis
+        unreachable: they are tried again in a second (their leases are not renewed
+        meanwhile: a lease that ends first makes its settle stale, the job is fetched
+        again)."""
         self.flush()
+        self.flush_given_back()
         batch, self.settling = self.settling, []
         if not batch:
             return
@@ -496,6 +493,12 @@ class Frontier:
         self.urgent.discard(job.id)
         if job.lane == self._top_lane:
             self._urgent_hint = True
+
+    def _claim_soon(self) -> None:
+        """Something claimable may be in Redis now (a settlement or a slot given back freed a
+        domain slot, an enqueue added a job): claim again at once."""
+        self._claim_after = 0.0
+        self._wake_in(0)
 
     def _wake_in(self, seconds: float) -> None:
         """Have the engine ask for requests again in ``seconds`` (its own heartbeat is 5 s)."""

@@ -54,7 +54,7 @@ for i, it in ipairs(ARG.items) do
         out[i] = 1
       elseif redis.call('HGET', k_dom(job.domain), 'probe') ~= job.id then
         job.sf = job.token
-        redis.call('SET', k_job(it.id), cjson.encode(job))  -- the full form, as claimed
+        save_claimed(job)
         freed[job.domain] = (freed[job.domain] or 0) + 1
         out[i] = 1
       end

@@ -42,7 +42,7 @@ for i, it in ipairs(ARG.items) do
     if ok and type(job) == 'table' and job.token == it.token then
       if it.h then
         job.hr = job.token
-        redis.call('SET', k_job(it.id), cjson.encode(job))  -- the full form, as claimed
+        save_claimed(job)
       else
         redis.call('ZADD', K.INFLIGHT, NOW + lease_ms, it.id)
       end

@@ -312,8 +312,7 @@ local function settle_one(i, it)
   local d = job.domain
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   -- (none when it was given back at its download's end: downloaded-1.lua)
-  if not slot_given_back(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
-  job.sf = nil
+  if lease_held_slot(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
   if job.exit then EX.settle_job(job, it) end
   -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
   if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then

@@ -64,6 +64,12 @@ local function save_job(job)
   redis.call('SET', k_job(job.id), compact_text(job))
 end
 
+-- A claimed job stored again after a mark on its lease (heartbeat-1.lua's `hr`,
+-- downloaded-1.lua's `sf`), in the full form its claim wrote.
+local function save_claimed(job)
+  redis.call('SET', k_job(job.id), cjson.encode(job))
+end
+
 -- A decoded job text in the full form (compact or full as stored), or nil when not a table.
 local function expand_job(decoded, id)
   if type(decoded) ~= 'table' then return nil end

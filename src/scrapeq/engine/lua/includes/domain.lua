@@ -73,10 +73,18 @@ end
 -- Whether a claimed job's domain slot was given back when its download ended, before its
 -- settle (downloaded-1.lua): field `sf` holds the token of the lease whose slot it gave back,
 -- so a mark left by an earlier lease never matches. Such a lease leaves inflight without
--- freeing a slot again (settle-1.lua, housekeeping.lua: leave_inflight), and is not counted
+-- freeing a slot again (lease_held_slot: settle-1.lua, housekeeping.lua), and is not counted
 -- in its domain's `inflight` (audit-1.lua: leases_of).
 local function slot_given_back(job)
   return job.sf ~= nil and job.sf == job.token
+end
+
+-- A lease of `job` ends (settled, reaped, cancelled): whether it still held its domain's slot,
+-- which the caller then frees; the give-back mark goes with the lease.
+local function lease_held_slot(job)
+  local held = not slot_given_back(job)
+  job.sf = nil
+  return held
 end
 
 -- Jobs that left inflight whose domain counter is not decremented yet: domain -> count.

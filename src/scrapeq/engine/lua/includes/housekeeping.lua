@@ -57,8 +57,7 @@ end
 local function leave_inflight(job)
   redis.call('ZREM', K.INFLIGHT, job.id)
   redis.call('HDEL', K.LEASED, job.id)
-  if not slot_given_back(job) then free_slots(job.domain, 1) end
-  job.sf = nil
+  if lease_held_slot(job) then free_slots(job.domain, 1) end
 end
 
 -- An expired lease whose job key is gone (evicted, deleted by hand): the job is lost, but
