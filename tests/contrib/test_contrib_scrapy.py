@@ -21,7 +21,7 @@ from aiohttp import web  # noqa: E402
 
 from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
-from scrapeq.contrib.scrapy._store import decode_request, encode_request  # noqa: E402
+from scrapeq.contrib.scrapy._store import _as_dict, decode_request, encode_request  # noqa: E402
 from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
 from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
@@ -80,6 +80,54 @@ def test_a_request_that_cannot_be_stored_is_refused_by_name(
     spider = _Spider()
     with pytest.raises(UnstorableRequest, match=why):
         encode_request(build(spider), spider)
+
+
+class _Tagged(scrapy.Request):
+    attributes = (*scrapy.Request.attributes, "tag")
+
+    def __init__(self, *args: Any, tag: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tag = tag
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda s: scrapy.Request(
+            "http://a.example/p", callback=s.parse_page, errback=s.on_error, meta={"k": 1},
+            cb_kwargs={"n": 2}, cookies={"c": "1"}, flags=["f"], priority=3, dont_filter=True,
+        ),
+        lambda s: scrapy.Request("http://a.example/p"),  # no callback: the spider's parse
+        lambda s: scrapy.FormRequest("http://a.example/f", formdata={"q": "x"}),
+        lambda s: scrapy.http.JsonRequest("http://a.example/j", data={"q": 1}),
+        lambda s: _Tagged("http://a.example/t", callback=s.parse_page, tag="x"),
+    ],
+)  # fmt: skip
+def test_a_request_is_stored_as_scrapys_own_to_dict_has_it(build: Callable[[Any], Any]) -> None:
+    """The store's shortcut past Scrapy's search of the spider's members gives what
+    ``Request.to_dict`` gives (fails if Scrapy's dict gains a field the shortcut lacks)."""
+    spider = _Spider()
+    request = build(spider)
+    assert _as_dict(request, spider) == request.to_dict(spider=spider)
+    back = decode_request(json.loads(json.dumps(encode_request(request, spider))), spider)
+    assert (type(back), back.url, back.callback) == (type(request), request.url, request.callback)
+
+
+def test_a_callback_under_two_names_is_stored_under_one_of_them() -> None:
+    class Aliased(_Spider):
+        alias = _Spider.parse_page  # Scrapy's search finds this name first
+
+    spider = Aliased()
+    request = scrapy.Request("http://a.example/p", callback=spider.parse_page)
+    ours, scrapys = _as_dict(request, spider), request.to_dict(spider=spider)
+    assert (ours["callback"], scrapys["callback"]) == ("parse_page", "alias")
+    assert getattr(spider, ours["callback"]) == getattr(spider, scrapys["callback"])
+
+
+def test_a_field_outside_the_named_ones_that_is_not_json_is_refused() -> None:
+    spider = _Spider()
+    with pytest.raises(UnstorableRequest, match="as JSON"):
+        encode_request(_Tagged("http://a.example/", tag=object()), spider)
 
 
 def test_scrapy_download_errors_are_classified_like_the_workers() -> None:
@@ -952,3 +1000,34 @@ async def test_urgent_work_enqueued_by_another_client_wakes_the_crawl(redis_url:
     finally:
         await q.close()
         await asyncio.to_thread(listener.stop)
+
+
+@pytest.mark.parametrize("tune", [True, False])
+def test_a_crawl_tunes_the_garbage_collector_while_it_runs(redis_url: str, tune: bool) -> None:
+    """As the worker does (SCRAPEQ_TUNE_GC, default on): once the frontier is open, what was
+    alive is frozen and the first threshold is the worker's; at close both are put back."""
+    import gc
+
+    from scrapy.utils.test import get_crawler
+
+    from scrapeq.runtime.gc_tuning import GC_THRESHOLD
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "gc", "SCRAPEQ_TUNE_GC": tune,
+                "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                "SCRAPEQ_SETTINGS": {"allow_private": True}}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    assert before[0] < GC_THRESHOLD
+    scheduler.open(spider)
+    try:
+        if tune:
+            assert gc.get_threshold()[0] == GC_THRESHOLD
+            assert gc.get_freeze_count() > frozen
+        else:
+            assert (gc.get_threshold(), gc.get_freeze_count()) == (before, frozen)
+    finally:
+        scheduler.close("finished")
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (before, frozen)

@@ -511,3 +511,26 @@ def test_cli_unique_from_the_setting(cli: Callable[..., tuple[int, str, str]],
     assert cli("enqueue", url(1))[1] == "added 1 job, skipped 0 duplicates\n"
     assert cli("enqueue", url(1))[1] == "added 0 jobs, skipped 1 duplicate\n"
     assert cli("enqueue", "--unique=off", url(1))[1] == "added 1 job\n"
+
+
+def test_a_callers_own_fingerprint_takes_the_urls_place(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    q = make_queue()
+    own = 0xFEDC_BA98_7654_3210  # unsigned, as Scrapy on scrapeq passes its fingerprints
+    seen = q.prepare(url(1), unique="seen", fingerprint64=own)
+    assert (seen.fingerprint, seen.seen) == ("fedcba9876543210", q._seen.arg(own))
+    pending = q.prepare(url(1), unique="pending", fingerprint64=own)
+    assert (pending.fingerprint, pending.seen) == ("fedcba9876543210", None)
+    assert q.prepare(url(1), unique="off", fingerprint64=own).fingerprint is None
+    signed = q.prepare(url(1), unique="seen", fingerprint64=-1)
+    assert signed.fingerprint == "ffffffffffffffff"
+    # the same URL under two fingerprints is two jobs; one fingerprint is one job
+    other = q.prepare(url(2), unique="seen", fingerprint64=own)
+    assert statuses(q.enqueue_many([seen, q.prepare(url(1), unique="seen"), other])) == [
+        "added", "added", "duplicate"
+    ]  # fmt: skip
+    assert redis_client.sismember(q.keys.seen(bucket(own)), str(own))
+    for bad in (True, 1.5, "1", 1 << 64, -(1 << 63) - 1):
+        with pytest.raises(ConfigError, match="fingerprint64"):
+            q.prepare(url(1), unique="seen", fingerprint64=bad)  # type: ignore[arg-type]

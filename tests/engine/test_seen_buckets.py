@@ -173,6 +173,6 @@ def test_the_scrapy_dupefilter_reads_the_queues_buckets(
     df = DupeFilter()
     old, new = (scrapy.Request(f"https://shop-1.example.com/{p}") for p in ("a", "b"))
     assert not df.request_seen(old), "no queue yet"
-    q.enqueue_many([df.key(old, q.prepare(old.url, unique="seen"), q)])
+    q.enqueue_many([q.prepare(old.url, unique="seen", fingerprint64=df.fingerprint_of(old, q))])
     assert redis_client.hget(q.keys.meta, "seen") == "exact/buckets=8"
     assert df.request_seen(old) and not df.request_seen(new)

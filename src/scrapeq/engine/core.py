@@ -94,6 +94,9 @@ CLEAR_PASSES = 3
 #: domain's delayed counter says some were missed (they moved while it paged).
 CANCEL_DELAYED_PASSES = 2
 #: What a ``once`` flag's name may be (it becomes part of a key).
+#: The 64-bit fingerprints ``prepare`` takes (``fingerprint64``), least and greatest: signed
+#: ones as scrapeq's, unsigned ones as Scrapy's.
+_FP64_MIN, _FP64_MAX = -(1 << 63), (1 << 64) - 1
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
@@ -147,6 +150,7 @@ class _QueueCore(SettlementBuilders):
         payload: Any = None,
         unique: bool | str | None = None,
         expires: float | None = None,
+        fingerprint64: int | None = None,
     ) -> EnqueueSpec:
         """Validate one job without touching Redis.
 
@@ -164,6 +168,10 @@ class _QueueCore(SettlementBuilders):
                 Default: the ``unique`` setting. URLs are the same up to
                 :func:`~scrapeq.engine.urls.canonical_url` (``canonical_*`` settings).
             expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
+            fingerprint64: what de-duplication compares instead of the URL's fingerprint,
+                when the caller has its own (Scrapy on scrapeq: the first 8 bytes of
+                Scrapy's request fingerprint as an unsigned integer; a signed one as
+                :func:`~scrapeq.engine.urls.fingerprint64` gives is taken too).
 
         Raises:
             InvalidURL: the URL is refused.
@@ -180,7 +188,7 @@ class _QueueCore(SettlementBuilders):
         payload_json = _payload_json(payload)
         expires_ms = _expires_ms(expires)
         request_json = None if request is None else request.to_text()
-        dedup = self._dedup_fields(url, request, unique, request_json is not None)
+        dedup = self._dedup_fields(url, request, unique, request_json is not None, fingerprint64)
         return EnqueueSpec(
             url=target.url,
             domain=self._politeness_domain(target.domain),
@@ -207,18 +215,32 @@ class _QueueCore(SettlementBuilders):
         return domain
 
     def _dedup_fields(
-        self, url: str, request: Request | None, unique: bool | str | None, stored: bool
+        self,
+        url: str,
+        request: Request | None,
+        unique: bool | str | None,
+        stored: bool,
+        given: int | None = None,
     ) -> dict[str, Any]:
         """A spec's de-duplication fields: ``fingerprint``, ``unique`` and ``seen``
-        (``stored``: the job carries a request's stored form)."""
+        (``stored``: the job carries a request's stored form; ``given``: the caller's own
+        64-bit fingerprint, in place of the URL's)."""
         mode = self._unique_mode(unique)
-        # From the URL as given, not the job's: parse_target drops the fragment, which
-        # canonical_keep_fragments may keep.
-        fp64 = self._fp64(url, request) if mode == "seen" else None
+        if given is not None:
+            whole = isinstance(given, int) and not isinstance(given, bool)
+            if not whole or not _FP64_MIN <= given <= _FP64_MAX:
+                raise ConfigError("fingerprint64", f"must be a 64-bit integer, got {given!r}")
+            fp64: int | None = given if mode == "seen" else None
+            fingerprint = format(given & 0xFFFF_FFFF_FFFF_FFFF, "016x")
+        else:
+            # From the URL as given, not the job's: parse_target drops the fragment, which
+            # canonical_keep_fragments may keep.
+            fp64 = self._fp64(url, request) if mode == "seen" else None
+            fingerprint = None
         return {
             # a request's fingerprint is not its URL's: always carried (_with_fingerprint
             # knows only URLs); the script takes it only when it would take a URL's
-            "fingerprint": self._fingerprint(url, fp64, request)
+            "fingerprint": (fingerprint or self._fingerprint(url, fp64, request))
             if mode != "off" or stored
             else None,
             "unique": None if mode == "off" else mode,

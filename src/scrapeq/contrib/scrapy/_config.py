@@ -14,7 +14,9 @@ lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False],
 ``SCRAPEQ_NEW_CRAWL`` [False: forget what the queue has seen before this process opens, as
 ``scrapeq crawl --new`` does; give it to the first process of a new crawl only],
 ``SCRAPEQ_URGENT_SLOTS`` [an eighth of ``CONCURRENT_REQUESTS``, at least 1 from 2 up: claim
-slots work of other lanes leaves free for the most urgent lane's; 0: none kept].
+slots work of other lanes leaves free for the most urgent lane's; 0: none kept],
+``SCRAPEQ_TUNE_GC`` [True: tune the garbage collector while the crawl runs, as the worker
+does (:func:`scrapeq.runtime.gc_tuning.tuned_gc`); False: leave it alone].
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ScrapyConfig:
         new_crawl: start a new crawl (``Queue.new_crawl``) before taking the start requests.
         urgent_slots: claim slots kept for jobs of the most urgent lane (work of the other
             lanes fills ``concurrency - urgent_slots`` at most).
+        tune_gc: tune the garbage collector while the crawl runs (``tuned_gc``).
     """
 
     settings: Settings
@@ -58,6 +61,7 @@ class ScrapyConfig:
     retry_callback_errors: bool
     new_crawl: bool = False
     urgent_slots: int = 0
+    tune_gc: bool = True
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, spider_name: str) -> ScrapyConfig:
@@ -98,6 +102,7 @@ class ScrapyConfig:
             retry_callback_errors=s.getbool("SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
             new_crawl=s.getbool("SCRAPEQ_NEW_CRAWL", False),
             urgent_slots=urgent,
+            tune_gc=s.getbool("SCRAPEQ_TUNE_GC", True),
         )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Self
 
 from scrapy import Request, Spider
@@ -10,7 +9,6 @@ from scrapy.crawler import Crawler
 from scrapy.dupefilters import BaseDupeFilter
 
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.engine.seen import exact_bucket, stored_buckets
 
 __all__ = ["DupeFilter"]
@@ -19,10 +17,11 @@ __all__ = ["DupeFilter"]
 class DupeFilter(BaseDupeFilter):
     """De-duplication on scrapeq's seen-set, by Scrapy's request fingerprint.
 
-    The :class:`Scheduler` hands each request it enqueues to :meth:`key`, which puts the
-    request's fingerprint (``crawler.request_fingerprinter``: method, canonical URL, body) in
-    place of scrapeq's URL fingerprint; the enqueue script checks and adds it atomically, for
-    every process of the crawl. :meth:`request_seen` answers the same question read-only.
+    The :class:`Scheduler` asks :meth:`fingerprint_of` each request it enqueues: the request's
+    fingerprint (``crawler.request_fingerprinter``: method, canonical URL, body) takes the
+    place of scrapeq's URL fingerprint (``Queue.prepare(fingerprint64=...)``); the enqueue
+    script checks and adds it atomically, for every process of the crawl. :meth:`request_seen`
+    answers the same question read-only.
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -44,12 +43,11 @@ class DupeFilter(BaseDupeFilter):
             digest = fingerprint(request)
         return int.from_bytes(digest[:8], "big")
 
-    def key(self, request: Request, spec: EnqueueSpec, queue: Queue) -> EnqueueSpec:
-        """``spec`` de-duplicated by the request's fingerprint instead of its URL's."""
+    def fingerprint_of(self, request: Request, queue: Queue) -> int:
+        """The 64-bit fingerprint ``request`` is enqueued in ``queue`` with (the queue
+        :meth:`request_seen` then reads)."""
         self._queue = queue
-        fp64 = self.fingerprint64(request)
-        seen = queue._seen.arg(fp64) if spec.unique == "seen" else None
-        return replace(spec, fingerprint=format(fp64, "016x"), seen=seen)
+        return self.fingerprint64(request)
 
     def request_seen(self, request: Request) -> bool:
         """Whether the crawl's seen-set has the request (read only; exact seen-sets)."""

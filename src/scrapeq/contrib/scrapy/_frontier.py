@@ -6,6 +6,7 @@ The :class:`~scrapeq.contrib.scrapy.Scheduler` opens a :class:`Frontier` per cra
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -35,6 +36,7 @@ from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
 from scrapeq.runtime.classify import Classification
+from scrapeq.runtime.gc_tuning import tuned_gc
 from scrapeq.runtime.outcomes import settlement_for, timed
 
 if TYPE_CHECKING:
@@ -106,6 +108,7 @@ class Frontier:
         self._wake_call: DelayedCall | None = None
         self._counts: tuple[float, bool] = (0.0, True)
         self._beat = task.LoopingCall(self.heartbeat)
+        self._gc = contextlib.ExitStack()  # the collector's tuning while the crawl runs
 
     @classmethod
     def of(cls, crawler: Crawler) -> Frontier | None:
@@ -140,8 +143,20 @@ class Frontier:
         self._beat.start(max(self.config.settings.lease / 3, 0.05), now=False)
         if self._listener is not None:
             self._listener.start()
+        if self.config.tune_gc:
+            # As the worker does: a response's callback output is worked on by Scrapy's
+            # CONCURRENT_ITEMS tasks, alive a reactor turn or more; at the collector's
+            # default threshold they set off collections that promote them, and full
+            # collections walk every module and setting alive since start.
+            self._gc.enter_context(tuned_gc())
 
     def close(self, reason: str) -> None:
+        try:
+            self._close(reason)
+        finally:
+            self._gc.close()  # the collector as it was
+
+    def _close(self, reason: str) -> None:
         if self._beat.running:
             self._beat.stop()
         if self._listener is not None:
@@ -183,13 +198,18 @@ class Frontier:
         payload = encode_request(request, self.spider)
         lane = request.meta.get("scrapeq_lane", self.config.lane)
         unique = "off" if request.dont_filter else self.config.settings.unique
+        # Scrapy's request fingerprint in place of the URL's (not worked out when unused)
+        fp64 = (
+            dupefilter.fingerprint_of(request, self.queue)
+            if dupefilter is not None and unique != "off"
+            else None
+        )
         try:
-            spec = self.queue.prepare(request.url, lane=lane, payload=payload, unique=unique)
+            return self.queue.prepare(
+                request.url, lane=lane, payload=payload, unique=unique, fingerprint64=fp64
+            )
         except (InvalidURL, ConfigError) as exc:
             raise UnstorableRequest(f"cannot schedule {request!r}: {exc}") from None
-        if dupefilter is not None and spec.unique is not None:
-            spec = dupefilter.key(request, spec, self.queue)
-        return spec
 
     def add(self, request: Request, spec: EnqueueSpec) -> None:
         """Schedule ``request`` as ``spec``: the requests of one reactor turn are written in

@@ -50,7 +50,7 @@ def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
             function), or a field is not JSON.
     """
     try:
-        data = request.to_dict(spider=spider)
+        data = _as_dict(request, spider)
     except ValueError as exc:
         raise UnstorableRequest(
             f"cannot store {request!r}: its callback or errback is not a method of the spider"
@@ -61,12 +61,46 @@ def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
         _latin1(key): [_latin1(v) for v in values] for key, values in headers.items()
     }
     data["body"] = base64.b64encode(data.get("body") or b"").decode("ascii")
-    meta = {k: v for k, v in (data.get("meta") or {}).items() if not k.startswith(META_PREFIX)}
-    data["meta"] = _json_field(request, "meta", meta)
-    for name in ("cb_kwargs", "cookies", "flags", "callback", "errback", "encoding"):
-        if name in data:
-            data[name] = _json_field(request, name, data[name])
+    data["meta"] = {
+        k: v for k, v in (data.get("meta") or {}).items() if not k.startswith(META_PREFIX)
+    }
+    try:
+        json.dumps(data, allow_nan=False)  # one check; a failure is then named by its field
+    except (TypeError, ValueError, RecursionError) as exc:
+        for name in ("meta", "cb_kwargs", "cookies", "flags", "callback", "errback", "encoding"):
+            if name in data:
+                _json_field(request, name, data[name])
+        raise UnstorableRequest(f"cannot store {request!r} as JSON: {exc}") from None
     return {"v": FORMAT, "request": data}
+
+
+def _as_dict(request: Request, spider: Spider) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, without its walk of the spider's members for the
+    name of a callback that is a method of the spider by its own name (nearly all are)."""
+    names: list[Any] = []
+    for func in (request.callback, request.errback):
+        name = getattr(func, "__name__", None)
+        if not callable(func):
+            names.append(func)
+        elif (
+            name is not None
+            and getattr(func, "__self__", None) is spider
+            and getattr(spider, name, None) == func
+        ):
+            names.append(name)
+        else:
+            return request.to_dict(spider=spider)  # found, or refused, by Scrapy's search
+    data: dict[str, Any] = {
+        "url": request.url,
+        "callback": names[0],
+        "errback": names[1],
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        data.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        data["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+    return data
 
 
 def decode_request(payload: Any, spider: Spider) -> Request:
