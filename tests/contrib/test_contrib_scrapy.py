@@ -1031,3 +1031,48 @@ def test_a_crawl_tunes_the_garbage_collector_while_it_runs(redis_url: str, tune:
     finally:
         scheduler.close("finished")
     assert (gc.get_threshold(), gc.get_freeze_count()) == (before, frozen)
+
+
+def test_a_page_is_not_settled_while_its_callbacks_requests_are_not_stored(
+    redis_url: str,
+) -> None:
+    """The settlements of a turn are written after the requests scheduled before them, or
+    not at all: an enqueue call that fails (here the queue's seen-set was built by a client
+    with another layout, so every enqueue with ``seen`` is refused) holds them back, and they
+    are tried again with it (fails with the settle written regardless: the page would be done
+    and its link never stored)."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapeq.contrib.scrapy._frontier import JOB, Frontier
+
+    name = "ordered"
+    other = Queue.from_url(redis_url, name, settings=Settings(allow_private=True))
+    other.enqueue("http://127.0.0.7:9/later", unique="seen", delay=3600)  # the layout
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": name,
+                "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                "SCRAPEQ_SETTINGS": {"allow_private": True, "recrawl_after": 3600}}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    page = scrapy.Request("http://127.0.0.7:9/p/0", callback=spider.parse_page)
+    other.enqueue("http://127.0.0.7:9/p/0", payload=encode_request(page, spider))
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    try:
+        frontier = Frontier.of(crawler)
+        assert frontier is not None
+        (claimed,) = _drain(scheduler)
+        job = claimed.meta[JOB]
+        scheduler.enqueue_request(scrapy.Request("http://127.0.0.7:9/p/1"))  # its link
+        frontier.settle(job, frontier.queue.done(job))
+        frontier.flush_settles()
+        assert (len(frontier.batch), len(frontier.settling)) == (1, 1), "both kept"
+        assert other.counts()["inflight"] == 1 and other.counts()["done"] == 0
+        frontier.flush_settles()  # tried again (the retry's own call is a second away)
+        assert (len(frontier.batch), len(frontier.settling)) == (1, 1)
+        assert other.counts()["done"] == 0
+    finally:
+        frontier.batch.clear()  # not to be written at close either
+        frontier.settling.clear()
+        scheduler.close("finished")
+        other.close()

@@ -91,12 +91,13 @@ class Frontier:
         # Of those, the ones whose domain slot in the queue is to be given back (one call at
         # the turn's end, or before the next claim: flush_given_back).
         self.giving_back: dict[str, Job] = {}
-        self._give_back_call: DelayedCall | None = None
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
-        self._flush_call: DelayedCall | None = None
-        self._settle_call: DelayedCall | None = None
+        # One call at a reactor turn's end writes what the turn left (flush_settles: the
+        # scheduled requests, the slots given back, the settlements); a second later when
+        # Redis did not answer.
+        self._turn_call: DelayedCall | None = None
         self.settling: list[Settlement] = []  # this turn's settlements (flush_settles)
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.start = StartFlag(self.queue, self.holder)
@@ -161,7 +162,7 @@ class Frontier:
             self._beat.stop()
         if self._listener is not None:
             self._listener.stop()
-        for call in (self._wake_call, self._flush_call, self._settle_call, self._give_back_call):
+        for call in (self._wake_call, self._turn_call):
             if call is not None and call.active():
                 call.cancel()
         self.giving_back.clear()  # their settle or release frees their domain slots
@@ -224,26 +225,26 @@ class Frontier:
             return
         if self.reading_start and request.meta.get("is_start_request"):
             return  # written by the middleware's next flush
-        if self._flush_call is None or not self._flush_call.active():
-            self._flush_call = _reactor().callLater(0, self.flush)
+        self._at_turn_end()
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         """Write the scheduled requests in one enqueue call; those the seen-set drops, and
         those refused as too large, go to :attr:`on_dropped`. Redis unreachable: they stay
-        scheduled, tried again in a second."""
+        scheduled, tried again in a second (False)."""
         batch, self.batch = self.batch, []
         if not batch:
-            return
+            return True
         try:
             statuses = self._enqueue(batch)
         except Exception as exc:
             self.batch[:0] = batch
             log.warning("scrapeq: scheduling %d requests failed, trying again: %s", len(batch), exc)
-            self._flush_call = _reactor().callLater(1.0, self.flush)
-            return
+            self._try_again_later()
+            return False
         for (request, _), status in zip(batch, statuses, strict=True):
             if status in ("seen", "duplicate", "refused"):
                 self.on_dropped(request, status)
+        return True
 
     def _enqueue(self, batch: list[tuple[Request, EnqueueSpec]]) -> list[str]:
         try:
@@ -430,8 +431,7 @@ class Frontier:
         if not give_back:
             return
         self.giving_back[job.id] = job
-        if self._give_back_call is None or not self._give_back_call.active():
-            self._give_back_call = _reactor().callLater(0, self.flush_given_back)
+        self._at_turn_end()
         self._claim_soon()
 
     def flush_given_back(self) -> None:
@@ -461,8 +461,7 @@ class Frontier:
         if self.held.pop(job.id, None) is None:
             return  # released at close, or its lease was lost
         self.settling.append(settlement)
-        if len(self.settling) == 1:
-            self._settle_call = _reactor().callLater(0, self.flush_settles)
+        self._at_turn_end()
         self._claim_soon()
 
     def flush_settles(self) -> None:
@@ -470,8 +469,9 @@ class Frontier:
         them and the domain slots given back (what a claim then finds free). Redis
         unreachable: they are tried again in a second (their leases are not renewed
         meanwhile: a lease that ends first makes its settle stale, the job is fetched
-        again)."""
-        self.flush()
+        again); none is written while the requests scheduled before it are not."""
+        if not self.flush():
+            return  # a page is done only once its callback's requests are stored
         self.flush_given_back()
         batch, self.settling = self.settling, []
         if not batch:
@@ -481,7 +481,7 @@ class Frontier:
         except Exception as exc:
             self.settling[:0] = batch
             log.warning("scrapeq: settling %d jobs failed, trying again: %s", len(batch), exc)
-            self._settle_call = _reactor().callLater(1.0, self.flush_settles)
+            self._try_again_later()
             return
         for status in statuses:
             self.stat(f"settled/{status}")
@@ -513,6 +513,18 @@ class Frontier:
         self.urgent.discard(job.id)
         if job.lane == self._top_lane:
             self._urgent_hint = True
+
+    def _at_turn_end(self) -> None:
+        """Have :meth:`flush_settles` write what this reactor turn left, once, at its end
+        (unless it is to try again a second after Redis did not answer)."""
+        if self._turn_call is None or not self._turn_call.active():
+            self._turn_call = _reactor().callLater(0, self.flush_settles)
+
+    def _try_again_later(self) -> None:
+        """Redis did not answer: what is left is written in a second."""
+        if self._turn_call is not None and self._turn_call.active():
+            self._turn_call.cancel()
+        self._turn_call = _reactor().callLater(1.0, self.flush_settles)
 
     def _claim_soon(self) -> None:
         """Something claimable may be in Redis now (a settlement or a slot given back freed a
