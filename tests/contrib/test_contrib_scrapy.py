@@ -128,6 +128,21 @@ def test_a_field_outside_the_named_ones_that_is_not_json_is_refused() -> None:
     spider = _Spider()
     with pytest.raises(UnstorableRequest, match="as JSON"):
         encode_request(_Tagged("http://a.example/", tag=object()), spider)
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(UnstorableRequest, match="its meta is not JSON"):
+        encode_request(scrapy.Request("http://a.example/", meta={"deep": deep}), spider)
+
+
+def test_a_request_class_with_its_own_to_dict_is_stored_by_it() -> None:
+    class Own(scrapy.Request):
+        def to_dict(self, *, spider: Any = None) -> dict[str, Any]:
+            return {**super().to_dict(spider=spider), "flags": ["own"]}
+
+    spider = _Spider()
+    request = Own("http://a.example/", callback=spider.parse_page)
+    assert _as_dict(request, spider)["flags"] == ["own"]
 
 
 def test_scrapy_download_errors_are_classified_like_the_workers() -> None:
@@ -1033,46 +1048,81 @@ def test_a_crawl_tunes_the_garbage_collector_while_it_runs(redis_url: str, tune:
     assert (gc.get_threshold(), gc.get_freeze_count()) == (before, frozen)
 
 
-def test_a_page_is_not_settled_while_its_callbacks_requests_are_not_stored(
-    redis_url: str,
-) -> None:
-    """The settlements of a turn are written after the requests scheduled before them, or
-    not at all: an enqueue call that fails (here the queue's seen-set was built by a client
-    with another layout, so every enqueue with ``seen`` is refused) holds them back, and they
-    are tried again with it (fails with the settle written regardless: the page would be done
-    and its link never stored)."""
+def _frontier_with_a_claimed_page(
+    redis_url: str, queue_url: str, name: str, scrapeq_settings: dict[str, Any]
+) -> tuple[Any, Any, Any, Queue]:
+    """A scheduler open on ``queue_url`` that has claimed the one page another client
+    enqueued on ``redis_url``: (scheduler, frontier, the page's job, the other client)."""
     from scrapy.utils.test import get_crawler
 
     from scrapeq.contrib.scrapy._frontier import JOB, Frontier
 
-    name = "ordered"
-    other = Queue.from_url(redis_url, name, settings=Settings(allow_private=True))
-    other.enqueue("http://127.0.0.7:9/later", unique="seen", delay=3600)  # the layout
-    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": name,
+    settings = {"SCRAPEQ_REDIS_URL": queue_url, "SCRAPEQ_QUEUE": name,
                 "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
-                "SCRAPEQ_SETTINGS": {"allow_private": True, "recrawl_after": 3600}}  # fmt: skip
+                "SCRAPEQ_SETTINGS": {"allow_private": True, **scrapeq_settings}}  # fmt: skip
     crawler = get_crawler(_Spider, settings)
     spider = _Spider.from_crawler(crawler)
     crawler.spider = spider
+    other = Queue.from_url(redis_url, name, settings=Settings(allow_private=True))
     page = scrapy.Request("http://127.0.0.7:9/p/0", callback=spider.parse_page)
     other.enqueue("http://127.0.0.7:9/p/0", payload=encode_request(page, spider))
     scheduler = Scheduler.from_crawler(crawler)
     scheduler.open(spider)
+    frontier = Frontier.of(crawler)
+    assert frontier is not None
+    (claimed,) = _drain(scheduler)
+    return scheduler, frontier, claimed.meta[JOB], other
+
+
+def test_a_page_is_not_settled_while_its_callbacks_requests_are_not_stored(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The settlements of a turn are written after the requests scheduled before them, or
+    not at all: while Redis cannot be reached for the enqueue, no settle is even tried (fails
+    with the settle tried regardless, as before: a settle that went through there would mark
+    the page done with its link never stored), nor at close."""
+    from support.tcpproxy import TcpProxy
+
+    proxy = TcpProxy.for_redis_url(redis_url).start()
+    scheduler, frontier, job, other = _frontier_with_a_claimed_page(
+        redis_url, proxy.url(redis_url), "ordered", {}
+    )
     try:
-        frontier = Frontier.of(crawler)
-        assert frontier is not None
-        (claimed,) = _drain(scheduler)
-        job = claimed.meta[JOB]
         scheduler.enqueue_request(scrapy.Request("http://127.0.0.7:9/p/1"))  # its link
         frontier.settle(job, frontier.queue.done(job))
+        proxy.close()  # Redis unreachable
         frontier.flush_settles()
         assert (len(frontier.batch), len(frontier.settling)) == (1, 1), "both kept"
+        assert "scheduling 1 requests failed, trying again" in caplog.text
+        assert "settling" not in caplog.text, "no settle tried before its requests are stored"
         assert other.counts()["inflight"] == 1 and other.counts()["done"] == 0
-        frontier.flush_settles()  # tried again (the retry's own call is a second away)
-        assert (len(frontier.batch), len(frontier.settling)) == (1, 1)
-        assert other.counts()["done"] == 0
     finally:
-        frontier.batch.clear()  # not to be written at close either
-        frontier.settling.clear()
+        scheduler.close("finished")
+        other.close()
+    assert "1 settlements not written" in caplog.text
+
+
+def test_an_enqueue_refused_for_good_refuses_its_requests_and_settles_the_page(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An enqueue error that trying again would not mend (here the queue's seen-set was built
+    by a client with another layout) refuses the requests, an error line each, instead of
+    holding them, and the turn's settlements, for ever (fails on the code that held them)."""
+    name = "refused"
+    layout = Queue.from_url(redis_url, name, settings=Settings(allow_private=True))
+    layout.enqueue("http://127.0.0.7:9/later", unique="seen", delay=3600)
+    layout.close()
+    scheduler, frontier, job, other = _frontier_with_a_claimed_page(
+        redis_url, redis_url, name, {"recrawl_after": 3600}
+    )
+    try:
+        scheduler.enqueue_request(scrapy.Request("http://127.0.0.7:9/p/1"))
+        frontier.settle(job, frontier.queue.done(job))
+        frontier.flush_settles()
+        assert (frontier.batch, frontier.settling) == ([], [])
+        assert "refused, not scheduled" in caplog.text and "seen-set was built as" in caplog.text
+        assert frontier.refused == 1
+        assert other.counts()["done"] == 1
+    finally:
         scheduler.close("finished")
         other.close()

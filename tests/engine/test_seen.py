@@ -534,3 +534,7 @@ def test_a_callers_own_fingerprint_takes_the_urls_place(
     for bad in (True, 1.5, "1", 1 << 64, -(1 << 63) - 1):
         with pytest.raises(ConfigError, match="fingerprint64"):
             q.prepare(url(1), unique="seen", fingerprint64=bad)  # type: ignore[arg-type]
+    assert q.enqueue(url(3), unique="seen", fingerprint64=own + 1).status == "added"
+    with pytest.raises(ConfigError, match=r"fingerprint64.*one job's own"):
+        q.enqueue_many([url(4), url(5)], unique="seen", fingerprint64=own + 2)
+    assert q.enqueue(url(4), unique="seen").status == "added", "nothing was written"

@@ -93,10 +93,10 @@ CLEAR_PASSES = 3
 #: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
 #: domain's delayed counter says some were missed (they moved while it paged).
 CANCEL_DELAYED_PASSES = 2
-#: What a ``once`` flag's name may be (it becomes part of a key).
 #: The 64-bit fingerprints ``prepare`` takes (``fingerprint64``), least and greatest: signed
 #: ones as scrapeq's, unsigned ones as Scrapy's.
 _FP64_MIN, _FP64_MAX = -(1 << 63), (1 << 64) - 1
+#: What a ``once`` flag's name may be (it becomes part of a key).
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
@@ -169,9 +169,10 @@ class _QueueCore(SettlementBuilders):
                 :func:`~scrapeq.engine.urls.canonical_url` (``canonical_*`` settings).
             expires: seconds after enqueue at which an unclaimed job dies as ``expired``.
             fingerprint64: what de-duplication compares instead of the URL's fingerprint,
-                when the caller has its own (Scrapy on scrapeq: the first 8 bytes of
-                Scrapy's request fingerprint as an unsigned integer; a signed one as
-                :func:`~scrapeq.engine.urls.fingerprint64` gives is taken too).
+                when the caller has its own: one job's (Scrapy on scrapeq: the first 8
+                bytes of Scrapy's request fingerprint as an unsigned integer). Signed and
+                unsigned integers are taken; a queue's clients must agree on one form,
+                since the seen-set keeps the number as given.
 
         Raises:
             InvalidURL: the URL is refused.

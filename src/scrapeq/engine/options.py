@@ -21,6 +21,7 @@ class JobOptions(TypedDict, total=False):
     payload: Any
     unique: bool | str | None
     expires: float | None
+    fingerprint64: int | None
 
 
 class RetryOptions(TypedDict, total=False):

@@ -34,7 +34,7 @@ from scrapeq.engine.connection import resolve_url
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
+from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge, RedisUnavailable, ScrapeqError
 from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.gc_tuning import tuned_gc
 from scrapeq.runtime.outcomes import settlement_for, timed
@@ -110,6 +110,7 @@ class Frontier:
         self._counts: tuple[float, bool] = (0.0, True)
         self._beat = task.LoopingCall(self.heartbeat)
         self._gc = contextlib.ExitStack()  # the collector's tuning while the crawl runs
+        self._closed = False
 
     @classmethod
     def of(cls, crawler: Crawler) -> Frontier | None:
@@ -165,8 +166,15 @@ class Frontier:
         for call in (self._wake_call, self._turn_call):
             if call is not None and call.active():
                 call.cancel()
+        self._closed = True  # nothing is tried again later
         self.giving_back.clear()  # their settle or release frees their domain slots
-        self._flush_at_close()
+        stored = self._flush_at_close()
+        if self.settling and not stored:
+            # A page is done only once its callback's requests are stored: these pages'
+            # leases end and they are fetched again (their requests made again).
+            log.error("scrapeq: %d settlements not written: the requests scheduled before "
+                      "them could not be", len(self.settling))  # fmt: skip
+            self.settling.clear()
         if self.settling:
             try:
                 self.flush_settles()
@@ -179,11 +187,19 @@ class Frontier:
         self.ready.clear()
         if held:
             # Stopping is nobody's fault: no attempt, no release budget spent.
-            self.queue.settle_many([self.queue.releasing(j, shutdown=True) for j in held])
-            log.info("scrapeq: released %d jobs without spending an attempt (%s)", len(held),
-                     reason)  # fmt: skip
-            self.stat("released_at_close", len(held))
-        self.start.abandon()  # stopped before start() was exhausted: the next run takes it
+            try:
+                self.queue.settle_many([self.queue.releasing(j, shutdown=True) for j in held])
+            except RedisUnavailable as exc:
+                log.warning("scrapeq: releasing %d jobs failed (they come back when their "
+                            "leases end): %s", len(held), exc)  # fmt: skip
+            else:
+                log.info("scrapeq: released %d jobs without spending an attempt (%s)",
+                         len(held), reason)  # fmt: skip
+                self.stat("released_at_close", len(held))
+        try:
+            self.start.abandon()  # stopped before start() was exhausted: the next run takes it
+        except RedisUnavailable as exc:  # its lease runs out instead
+            log.warning("scrapeq: releasing the start flag failed: %s", exc)
         self.queue.close()
         self._of.pop(self.crawler, None)
 
@@ -229,22 +245,33 @@ class Frontier:
 
     def flush(self) -> bool:
         """Write the scheduled requests in one enqueue call; those the seen-set drops, and
-        those refused as too large, go to :attr:`on_dropped`. Redis unreachable: they stay
-        scheduled, tried again in a second (False)."""
+        those refused (too large, or an error that trying again would not mend: the queue's
+        seen-set built with other settings, a script's refusal), go to :attr:`on_dropped`.
+        Redis unreachable: they stay scheduled, tried again in a second (False)."""
         batch, self.batch = self.batch, []
         if not batch:
             return True
         try:
             statuses = self._enqueue(batch)
+        except RedisUnavailable as exc:
+            self._unwritten(batch, exc)
+            return False
+        except ScrapeqError as exc:  # refused for good: an error line each, not retried
+            for request, _ in batch:
+                self.refuse(request, exc)
+            statuses = ["refused"] * len(batch)
         except Exception as exc:
-            self.batch[:0] = batch
-            log.warning("scrapeq: scheduling %d requests failed, trying again: %s", len(batch), exc)
-            self._try_again_later()
+            self._unwritten(batch, exc)
             return False
         for (request, _), status in zip(batch, statuses, strict=True):
             if status in ("seen", "duplicate", "refused"):
                 self.on_dropped(request, status)
         return True
+
+    def _unwritten(self, batch: list[tuple[Request, EnqueueSpec]], exc: Exception) -> None:
+        self.batch[:0] = batch
+        log.warning("scrapeq: scheduling %d requests failed, trying again: %s", len(batch), exc)
+        self._try_again_later()
 
     def _enqueue(self, batch: list[tuple[Request, EnqueueSpec]]) -> list[str]:
         try:
@@ -271,15 +298,15 @@ class Frontier:
             return "refused"
         return status
 
-    def _flush_at_close(self) -> None:
-        if not self.batch:
-            return
-        self.flush()
-        if self.batch:
-            log.error("scrapeq: %d requests could not be scheduled before the crawl stopped",
-                      len(self.batch))  # fmt: skip
-            self.stat("lost_at_close", len(self.batch))
-            self.batch.clear()
+    def _flush_at_close(self) -> bool:
+        """Write what is scheduled; False when some of it could not be (logged, counted)."""
+        if not self.batch or self.flush():
+            return True
+        log.error("scrapeq: %d requests could not be scheduled before the crawl stopped",
+                  len(self.batch))  # fmt: skip
+        self.stat("lost_at_close", len(self.batch))
+        self.batch.clear()
+        return False
 
     def refuse(self, request: Request, exc: Exception) -> None:
         """Log (one error line) and count a request that is not scheduled."""
@@ -521,7 +548,9 @@ class Frontier:
             self._turn_call = _reactor().callLater(0, self.flush_settles)
 
     def _try_again_later(self) -> None:
-        """Redis did not answer: what is left is written in a second."""
+        """Redis did not answer: what is left is written in a second (not once closed)."""
+        if self._closed:
+            return
         if self._turn_call is not None and self._turn_call.active():
             self._turn_call.cancel()
         self._turn_call = _reactor().callLater(1.0, self.flush_settles)

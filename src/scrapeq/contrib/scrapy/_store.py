@@ -35,7 +35,7 @@ class UnstorableRequest(ScrapeqError):
 def _json_field(request: Request, name: str, value: Any) -> Any:
     try:
         json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise UnstorableRequest(
             f"cannot store {request!r} as JSON: its {name} is not JSON ({exc})"
         ) from None
@@ -76,7 +76,10 @@ def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
 
 def _as_dict(request: Request, spider: Spider) -> dict[str, Any]:
     """``request.to_dict(spider=spider)``, without its walk of the spider's members for the
-    name of a callback that is a method of the spider by its own name (nearly all are)."""
+    name of a callback that is a method of the spider by its own name (nearly all are).
+    A request class with its own ``to_dict`` is left to it."""
+    if type(request).to_dict is not Request.to_dict:
+        return request.to_dict(spider=spider)
     names: list[Any] = []
     for func in (request.callback, request.errback):
         name = getattr(func, "__name__", None)
