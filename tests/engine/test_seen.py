@@ -519,7 +519,7 @@ def test_a_callers_own_fingerprint_takes_the_urls_place(
     q = make_queue()
     own = 0xFEDC_BA98_7654_3210  # unsigned, as Scrapy on scrapeq passes its fingerprints
     seen = q.prepare(url(1), unique="seen", fingerprint64=own)
-    assert (seen.fingerprint, seen.seen) == ("fedcba9876543210", q._seen.arg(own))
+    assert (seen.fingerprint, seen.seen) == ("fedcba9876543210", q._dedup.seen.arg(own))
     pending = q.prepare(url(1), unique="pending", fingerprint64=own)
     assert (pending.fingerprint, pending.seen) == ("fedcba9876543210", None)
     assert q.prepare(url(1), unique="off", fingerprint64=own).fingerprint is None

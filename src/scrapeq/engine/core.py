@@ -8,15 +8,17 @@ receives each answer; the facades (:mod:`scrapeq.engine.sync_queue`,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar, Unpack
 
 from scrapeq.engine import owed_calls, scripts
 from scrapeq.engine.audit import AuditReport, audit_op
+from scrapeq.engine.dedup import Dedup
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
 from scrapeq.engine.limits import check_count
+from scrapeq.engine.options import JobOptions
 from scrapeq.engine.oputil import (
     CALL_BYTES,
     CALL_ITEMS,
@@ -36,7 +38,7 @@ from scrapeq.engine.oputil import (
     _with_fingerprint,
 )
 from scrapeq.engine.owed_calls import OwedLine
-from scrapeq.engine.request import Request, request_fingerprint64
+from scrapeq.engine.request import Request
 from scrapeq.engine.results import (
     _REFUSALS,
     CancelResult,
@@ -57,8 +59,7 @@ from scrapeq.engine.scripts import (
     Settled,
     Settlement,
 )
-from scrapeq.engine.seen import SeenLayout
-from scrapeq.engine.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.settings import Settings
 from scrapeq.engine.settlement import SettlementBuilders
 from scrapeq.engine.status import (
     HISTORY_MINUTES,
@@ -68,7 +69,7 @@ from scrapeq.engine.status import (
     shape_history,
     shape_status,
 )
-from scrapeq.engine.urls import fingerprint, fingerprint64, parse_target, politeness_key
+from scrapeq.engine.urls import parse_target, politeness_key
 from scrapeq.errors import (
     ConfigError,
     InvalidURL,
@@ -93,9 +94,6 @@ CLEAR_PASSES = 3
 #: Passes of a domain's delayed jobs ``cancel(domain=)`` makes at most: a second one when the
 #: domain's delayed counter says some were missed (they moved while it paged).
 CANCEL_DELAYED_PASSES = 2
-#: The 64-bit fingerprints ``prepare`` takes (``fingerprint64``), least and greatest: signed
-#: ones as scrapeq's, unsigned ones as Scrapy's.
-_FP64_MIN, _FP64_MAX = -(1 << 63), (1 << 64) - 1
 #: What a ``once`` flag's name may be (it becomes part of a key).
 _ONCE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
@@ -126,12 +124,8 @@ class _QueueCore(SettlementBuilders):
         #: pool's listings and this process's fetcher all see the same exits.
         self.exit_pool = ExitPool.from_settings(self.settings)
         self._config_json = ScriptConfig.from_settings(self.settings, self.exit_pool).to_json()
-        self._seen = SeenLayout.from_settings(self.settings)
-        #: How URLs are compared for de-duplication (canonical_url's options).
-        self._canonical = {
-            "keep_fragments": self.settings.canonical_keep_fragments,
-            "keep_blank_values": self.settings.canonical_keep_blank_values,
-        }
+        #: How jobs are told apart: uniqueness modes, fingerprints, the seen-set's layout.
+        self._dedup = Dedup.from_settings(self.settings)
         #: Whether jobs without uniqueness should carry their fingerprint: the queue has had
         #: a unique enqueue (or this client has not heard yet). Every enqueue answer says.
         self._fingerprint_all = True
@@ -189,7 +183,7 @@ class _QueueCore(SettlementBuilders):
         payload_json = _payload_json(payload)
         expires_ms = _expires_ms(expires)
         request_json = None if request is None else request.to_text()
-        dedup = self._dedup_fields(url, request, unique, request_json is not None, fingerprint64)
+        dedup = self._dedup.fields(url, request, unique, request_json is not None, fingerprint64)
         return EnqueueSpec(
             url=target.url,
             domain=self._politeness_domain(target.domain),
@@ -203,6 +197,22 @@ class _QueueCore(SettlementBuilders):
             **dedup,
         )
 
+    def prepare_many(
+        self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]
+    ) -> list[EnqueueSpec]:
+        """:meth:`prepare` each URL or request (a spec is taken as it is), all before any is
+        written. ``fingerprint64`` is one job's own: refused for more than one URL.
+
+        Raises:
+            InvalidURL: a URL is refused.
+            ConfigError: another argument is bad (names it).
+        """
+        items = list(urls)
+        fresh = sum(not isinstance(u, EnqueueSpec) for u in items)
+        if options.get("fingerprint64") is not None and fresh > 1:
+            raise ConfigError("fingerprint64", "is one job's own, not for several URLs at once")
+        return [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in items]
+
     def _max_attempts(self, max_attempts: int | None) -> int:
         attempts = self.settings.max_attempts if max_attempts is None else max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
@@ -214,62 +224,6 @@ class _QueueCore(SettlementBuilders):
         if self.settings.politeness != "host":
             return politeness_key(domain, self.settings.politeness)
         return domain
-
-    def _dedup_fields(
-        self,
-        url: str,
-        request: Request | None,
-        unique: bool | str | None,
-        stored: bool,
-        given: int | None = None,
-    ) -> dict[str, Any]:
-        """A spec's de-duplication fields: ``fingerprint``, ``unique`` and ``seen``
-        (``stored``: the job carries a request's stored form; ``given``: the caller's own
-        64-bit fingerprint, in place of the URL's)."""
-        mode = self._unique_mode(unique)
-        if given is not None:
-            whole = isinstance(given, int) and not isinstance(given, bool)
-            if not whole or not _FP64_MIN <= given <= _FP64_MAX:
-                raise ConfigError("fingerprint64", f"must be a 64-bit integer, got {given!r}")
-            fp64: int | None = given if mode == "seen" else None
-            fingerprint = format(given & 0xFFFF_FFFF_FFFF_FFFF, "016x")
-        else:
-            # From the URL as given, not the job's: parse_target drops the fragment, which
-            # canonical_keep_fragments may keep.
-            fp64 = self._fp64(url, request) if mode == "seen" else None
-            fingerprint = None
-        return {
-            # a request's fingerprint is not its URL's: always carried (_with_fingerprint
-            # knows only URLs); the script takes it only when it would take a URL's
-            "fingerprint": (fingerprint or self._fingerprint(url, fp64, request))
-            if mode != "off" or stored
-            else None,
-            "unique": None if mode == "off" else mode,
-            "seen": None if fp64 is None else self._seen.arg(fp64),
-        }
-
-    def _fp64(self, url: str, request: Request | None) -> int:
-        """The 64-bit fingerprint of what a job sends: its URL's for a plain GET."""
-        if request is None:
-            return fingerprint64(url, **self._canonical)
-        return request_fingerprint64(url, request.method, request.body, **self._canonical)
-
-    def _fingerprint(self, url: str, fp64: int | None, request: Request | None) -> str:
-        """The request's fingerprint; from its 64-bit form (the same 8 bytes in hex)."""
-        if fp64 is None:
-            if request is None or request.plain:
-                return fingerprint(url, **self._canonical)
-            fp64 = self._fp64(url, request)
-        return format(fp64 & 0xFFFF_FFFF_FFFF_FFFF, "016x")
-
-    def _unique_mode(self, unique: bool | str | None) -> str:
-        if unique is None:
-            return self.settings.unique
-        if isinstance(unique, bool):
-            return "pending" if unique else "off"
-        if unique not in UNIQUE_MODES:
-            raise ConfigError("unique", f"expected off, pending or seen, got {unique!r}")
-        return unique
 
     def _check_payload_sizes(self, specs: Sequence[EnqueueSpec]) -> None:
         limit = self.settings.max_payload

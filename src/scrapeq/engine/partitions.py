@@ -142,7 +142,7 @@ class PartitionRouter(ABC):
             return
         self._seen_told = True
         keys = self.parts[self._part(spec.domain)]
-        warn_if_resized(self.core._seen, (yield Command(("HGET", keys.meta, "seen"))))
+        warn_if_resized(self.core._dedup.seen, (yield Command(("HGET", keys.meta, "seen"))))
 
     def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
         yield from self._op_check_parts()

@@ -59,7 +59,6 @@ from scrapeq.engine.transport import (
     _url_or_embedded,
     _wrap_connection_error,
 )
-from scrapeq.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -178,14 +177,7 @@ class Queue(_QueueBase):
     ) -> list[EnqueueResult]:
         """Add many jobs (URLs or requests); every one is validated before anything is
         written. ``fingerprint64`` is one job's own: refused for more than one URL."""
-        items = list(urls)
-        if (
-            options.get("fingerprint64") is not None
-            and sum(not isinstance(u, EnqueueSpec) for u in items) > 1
-        ):
-            raise ConfigError("fingerprint64", "is one job's own, not for several URLs at once")
-        specs = [u if isinstance(u, EnqueueSpec) else self.prepare(u, **options) for u in items]
-        return self._drive(self._route._op_enqueue(specs))
+        return self._drive(self._route._op_enqueue(self.prepare_many(urls, **options)))
 
     def claim(self, n: int = 1, *, urgent_only: bool = False) -> Claimed:
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits).

@@ -53,7 +53,7 @@ class DupeFilter(BaseDupeFilter):
         """Whether the crawl's seen-set has the request (read only; exact seen-sets)."""
         if self._queue is None:
             return False  # nothing was enqueued through this filter yet
-        if self._queue._seen.filter != "exact":
+        if self._queue._dedup.seen.filter != "exact":
             return False  # a Bloom filter is read by the enqueue script only
         if self._buckets is None:  # fixed for the queue's life once it has a seen-set
             stamp = self._queue.client.hget(self._queue.keys.meta, "seen")

@@ -253,25 +253,20 @@ class Frontier:
             return True
         try:
             statuses = self._enqueue(batch)
-        except RedisUnavailable as exc:
-            self._unwritten(batch, exc)
-            return False
-        except ScrapeqError as exc:  # refused for good: an error line each, not retried
-            for request, _ in batch:
+        except Exception as exc:
+            if not isinstance(exc, ScrapeqError) or isinstance(exc, RedisUnavailable):
+                self.batch[:0] = batch  # Redis did not answer: tried again
+                log.warning("scrapeq: scheduling %d requests failed, trying again: %s",
+                            len(batch), exc)  # fmt: skip
+                self._try_again_later()
+                return False
+            for request, _ in batch:  # refused for good: an error line each, not retried
                 self.refuse(request, exc)
             statuses = ["refused"] * len(batch)
-        except Exception as exc:
-            self._unwritten(batch, exc)
-            return False
         for (request, _), status in zip(batch, statuses, strict=True):
             if status in ("seen", "duplicate", "refused"):
                 self.on_dropped(request, status)
         return True
-
-    def _unwritten(self, batch: list[tuple[Request, EnqueueSpec]], exc: Exception) -> None:
-        self.batch[:0] = batch
-        log.warning("scrapeq: scheduling %d requests failed, trying again: %s", len(batch), exc)
-        self._try_again_later()
 
     def _enqueue(self, batch: list[tuple[Request, EnqueueSpec]]) -> list[str]:
         try:
