@@ -12,6 +12,10 @@ retry settings (3 retries, exponential backoff where it has one):
   attempts, full-jitter backoff, breakers, ``domain_concurrency`` ``auto``);
 * ``scrapy``: plain Scrapy, its default retry middleware (``RETRY_TIMES`` 3, no backoff), one
   download slot per site (``CONCURRENT_REQUESTS_PER_DOMAIN`` 8, its default);
+* ``scrapy-priority``: plain Scrapy whose requests leave its scheduler by priority alone
+  (``SCHEDULER_PRIORITY_QUEUE`` ``scrapy.pqueues.ScrapyPriorityQueue``): Scrapy's default,
+  ``DownloaderAwarePriorityQueue``, takes the next request from the download slot with the
+  fewest downloads, so a request's priority orders it only among its own site's;
 * ``scrapy-redis``: the same spider on scrapy-redis's scheduler and dupefilter;
 * ``scrapy-scrapeq``: the same spider on :mod:`scrapeq.contrib.scrapy`;
 * ``rq``: an RQ worker pool of ``SimpleWorker`` processes, ``Retry(max=3, interval=[1, 2, 4])``;
@@ -42,7 +46,7 @@ How a run is stopped (as it always was): SIGTERM to the child's whole process gr
 process of the system gets it at once: scrapeq's worker and Scrapy stop taking work and wait
 for what is in flight; RQ's, Dramatiq's and Celery's worker processes start their warm
 shutdown), then SIGKILL to the group 0.5 s after the child has exited, or 10 s after the
-SIGTERM if it has not. scrapeq's worker (30 s ``shutdown_grace``) and the three Scrapy
+SIGTERM if it has not. scrapeq's worker (30 s ``shutdown_grace``) and the four Scrapy
 variants wait for their hanging and dripping fetches and are killed at 10 s; for RQ, Dramatiq
 and Celery the child is only their launcher, which exits at once, so their workers get 0.5 s;
 arq's child (``handle_signals=False``) exits at once, cancelling its jobs.
@@ -58,10 +62,10 @@ interpreter, with its own API where it has one) and from what the sites saw of i
 * ``failed``: ended without a page, as the system records it: scrapeq's dead letters; RQ's
   ``rq:failed:<queue>`` and ``rq:finished:<queue>`` registries (a 404 is a job that returned);
   arq's ``arq:result:<id>`` records; Dramatiq's dead letters (``dramatiq:<queue>.XQ.msgs``).
-  A system that keeps no record of a job that ended (plain Scrapy and scrapy-redis, Celery
-  without a result backend; Dramatiq for a job that returned) counts as failed a job whose
-  every attempt had ended at the stop with a final answer (404) or after its retries were
-  spent (4 attempts: a 503, a 429, a timeout).
+  A system that keeps no record of a job that ended (plain Scrapy with either queue,
+  scrapy-redis, Celery without a result backend; Dramatiq for a job that returned) counts
+  as failed a job whose every attempt had ended at the stop with a final answer (404) or
+  after its retries were spent (4 attempts: a 503, a 429, a timeout).
 * ``pending``: the system will run it again with no one's help: scrapeq's ready, delayed and
   in-flight jobs (an in-flight job's lease expires and it is reaped); scrapy-redis's
   ``incident:requests`` sorted set; RQ's queues (``rq:queue:<queue>``), ``rq:scheduled`` and
@@ -123,7 +127,10 @@ from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
 from scrapeq.demo.scenario import BASE_JOBS
 
-SYSTEMS = ("scrapeq", "scrapy", "scrapy-redis", "scrapy-scrapeq", "rq", "dramatiq", "celery", "arq")
+SYSTEMS = (
+    "scrapeq", "scrapy", "scrapy-priority", "scrapy-redis", "scrapy-scrapeq", "rq", "dramatiq",
+    "celery", "arq",
+)  # fmt: skip
 TIMEOUT = 30.0
 RETRIES = 3
 
@@ -289,6 +296,14 @@ def _child_scrapy(redis_url: str, urls: list[str], concurrency: int, burst: Burs
     _run_spider(urls, _scrapy_settings(concurrency), slot_per_site=True, burst=burst)
 
 
+def _child_scrapy_priority(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    settings = {
+        **_scrapy_settings(concurrency),
+        "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue",
+    }
+    _run_spider(urls, settings, slot_per_site=True, burst=burst)
+
+
 def _child_scrapy_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
     settings = _scrapy_settings(concurrency)
     del settings["RETRY_TIMES"]
@@ -440,6 +455,7 @@ def _child_celery(redis_url: str, urls: list[str], concurrency: int, burst: Burs
 CHILDREN = {
     "scrapeq": _child_scrapeq,
     "scrapy": _child_scrapy,
+    "scrapy-priority": _child_scrapy_priority,
     "scrapy-scrapeq": _child_scrapy_scrapeq,
     "arq": _child_arq,
     "scrapy-redis": _child_scrapy_redis,
@@ -592,6 +608,7 @@ def _store_arq(redis_url: str) -> dict[str, Any]:
 STORES: dict[str, Callable[[str], dict[str, Any]]] = {
     "scrapeq": _store_scrapeq,
     "scrapy": _store_none,
+    "scrapy-priority": _store_none,
     "scrapy-scrapeq": _store_scrapeq,
     "arq": _store_arq,
     "scrapy-redis": _store_scrapy_redis,
@@ -603,7 +620,10 @@ STORES: dict[str, Callable[[str], dict[str, Any]]] = {
 #: Systems that keep no record of a job that ended (so the sites tell): "all" of them, or
 #: only those that ended with an answer the system does not retry (a 404: Dramatiq keeps
 #: only its failures, in the dead letters).
-UNRECORDED_ENDS = {"scrapy": "all", "scrapy-redis": "all", "celery": "all", "dramatiq": "final"}
+UNRECORDED_ENDS = {
+    "scrapy": "all", "scrapy-priority": "all", "scrapy-redis": "all", "celery": "all",
+    "dramatiq": "final",
+}  # fmt: skip
 FINAL = {"404"}
 
 CATEGORIES = ("done", "failed", "pending", "lost")
