@@ -127,10 +127,6 @@ from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
 from scrapeq.demo.scenario import BASE_JOBS
 
-SYSTEMS = (
-    "scrapeq", "scrapy", "scrapy-priority", "scrapy-redis", "scrapy-scrapeq", "rq", "dramatiq",
-    "celery", "arq",
-)  # fmt: skip
 TIMEOUT = 30.0
 RETRIES = 3
 
@@ -452,17 +448,19 @@ def _child_celery(redis_url: str, urls: list[str], concurrency: int, burst: Burs
                   "--without-heartbeat"], redis_url)  # fmt: skip
 
 
+#: Each system's child, in the order a full run takes them (the table's rows).
 CHILDREN = {
     "scrapeq": _child_scrapeq,
     "scrapy": _child_scrapy,
     "scrapy-priority": _child_scrapy_priority,
-    "scrapy-scrapeq": _child_scrapy_scrapeq,
-    "arq": _child_arq,
     "scrapy-redis": _child_scrapy_redis,
+    "scrapy-scrapeq": _child_scrapy_scrapeq,
     "rq": _child_rq,
     "dramatiq": _child_dramatiq,
     "celery": _child_celery,
+    "arq": _child_arq,
 }
+SYSTEMS = tuple(CHILDREN)
 
 
 # --- where every job is after the run (python bench/incident.py --account NAME ...) ---------
