@@ -88,14 +88,19 @@ class Proxy:
     answered with that status (``502 Bad Gateway`` for a target the proxy cannot reach) and
     nothing is connected. An absolute-form request (``GET http://host:port/path``, a plain
     http target) is sent on to its host and the answer relayed, one request per connection.
+    ``hosts`` maps target names to the addresses the proxy connects to (the proxy's own DNS:
+    a public-looking name of a loopback site).
 
     Attributes:
         connects: CONNECT requests per ``host:port``.
         forwards: plain requests per ``host:port``.
     """
 
-    def __init__(self, refuse: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, refuse: dict[str, int] | None = None, hosts: dict[str, str] | None = None
+    ) -> None:
         self.refuse = dict(refuse or {})
+        self.hosts = dict(hosts or {})
         self.connects: Counter[str] = Counter()
         self.forwards: Counter[str] = Counter()
         self.port = 0
@@ -144,6 +149,7 @@ class Proxy:
             await writer.drain()
             return
         host, port = target.rsplit(":", 1)
+        host = self.hosts.get(host, host)
         up_reader, up_writer = await asyncio.open_connection(host, int(port))
         self._writers.add(up_writer)
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -162,7 +168,10 @@ class Proxy:
         kept = [h for h in lines if h.split(":", 1)[0].lower() not in _HOP_BY_HOP]
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         upstream = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""])
-        up_reader, up_writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        host = parts.hostname or ""
+        up_reader, up_writer = await asyncio.open_connection(
+            self.hosts.get(host, host), parts.port or 80
+        )
         try:
             up_writer.write(upstream.encode("latin-1"))
             await up_writer.drain()
@@ -187,9 +196,11 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 @asynccontextmanager
-async def proxy(refuse: dict[str, int] | None = None) -> AsyncIterator[Proxy]:
+async def proxy(
+    refuse: dict[str, int] | None = None, hosts: dict[str, str] | None = None
+) -> AsyncIterator[Proxy]:
     """Run a :class:`Proxy` for the block."""
-    started = Proxy(refuse)
+    started = Proxy(refuse, hosts)
     await started.start()
     try:
         yield started

@@ -41,8 +41,10 @@ Limitations:
       connects to the target, not us, so the fetcher resolves the target itself (through the
       same guarded resolver, with a 60 s cache) and refuses private results. A DNS answer that
       changes between our look-up and the proxy's (DNS rebinding) is not caught; a proxy that
-      must not reach private networks has to be configured so itself. Proxy hosts are exempt
-      from the guard (a proxy is our own infrastructure and often lives on a private network).
+      must not reach private networks has to be configured so itself. The connection to a
+      proxy is exempt from the guard (a proxy is our own infrastructure and often lives on a
+      private network), and only that connection: the proxies are reached through a session
+      of their own, so a target naming a proxy's host is guarded like any other.
     * Cookies are not kept (a :class:`aiohttp.DummyCookieJar`): jobs are independent and may
       run on any worker, so a process-wide jar would leak state between sites and jobs. A
       job's request sends its own cookies; a ``Set-Cookie`` answer is not kept by the fetcher
@@ -191,8 +193,8 @@ class Fetcher:
         )
         self._given_resolver = resolver
         self._inner: aiohttp.abc.AbstractResolver | None = None  # does the look-ups
-        self._resolver: aiohttp.abc.AbstractResolver | None = None  # the connector's
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # direct connections
+        self._via_proxy: aiohttp.ClientSession | None = None  # connections to the proxies
         self._prechecked: dict[tuple[str, int], float] = {}
         self._deadlines = Deadlines(settings.request_timeout)
         self._closed = False
@@ -213,16 +215,15 @@ class Fetcher:
         """Close the session and the resolver; idempotent."""
         self._closed = True
         self._deadlines.close()
-        session, self._session = self._session, None
-        resolver, self._resolver = self._resolver, None
-        self._inner = None
-        if session is not None:
-            await session.close()
-        if resolver is not None:
-            await resolver.close()
-        elif self._given_resolver is not None:
-            await self._given_resolver.close()
+        sessions = (self._session, self._via_proxy)
+        self._session = self._via_proxy = None
+        inner, self._inner = self._inner or self._given_resolver, None
         self._given_resolver = None
+        for session in sessions:
+            if session is not None:
+                await session.close()
+        if inner is not None:  # a connector given a resolver does not close it
+            await inner.close()
 
     async def address(self, host: str) -> str | None:
         """The first address ``host`` resolves to, through this fetcher's resolver (what its
@@ -236,26 +237,46 @@ class Fetcher:
         return str(found[0]["host"]) if found else None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
-        if self._session is not None:
-            return self._session
+        """The session of direct connections: every name it resolves is guarded."""
+        if self._session is None:
+            self._session = self._new_session(frozenset())
+        return self._session
+
+    def _session_for(self, proxy: str | None) -> aiohttp.ClientSession:
+        """The session a hop through ``proxy`` (None: direct) uses.
+
+        Connections to the proxies have a session of their own, whose resolver exempts the
+        proxies' names from the guard: through a proxy the only name resolved here is the
+        proxy's (the target is the proxy's to resolve, and :meth:`_precheck` checks it
+        first). The direct session exempts nothing, so a job, a link, a redirect, robots.txt
+        or a sitemap naming a proxy's host (any port of its box) is guarded like any other,
+        and neither session's DNS cache holds an unchecked answer for the other.
+        """
+        if proxy is None:
+            return self._ensure_session()
+        if self._via_proxy is None:
+            self._via_proxy = self._new_session(self._proxy_hosts)
+        return self._via_proxy
+
+    def _new_session(self, exempt: frozenset[str]) -> aiohttp.ClientSession:
         if self._closed:
             raise RuntimeError("Fetcher is closed")
-        inner = self._given_resolver or aiohttp.DefaultResolver()
-        self._given_resolver = None
-        self._inner = inner
-        self._resolver = (
-            inner
+        if self._inner is None:
+            self._inner = self._given_resolver or aiohttp.DefaultResolver()
+            self._given_resolver = None
+        resolver = (
+            self._inner
             if self.settings.allow_private
-            else GuardedResolver(inner, exempt=self._proxy_hosts)
+            else GuardedResolver(self._inner, exempt=exempt, owns_inner=False)
         )
         connector = aiohttp.TCPConnector(
             limit=_CONNECTION_LIMIT,
             limit_per_host=0,
             ttl_dns_cache=_DNS_TTL,
             enable_cleanup_closed=True,
-            resolver=self._resolver,
+            resolver=resolver,
         )
-        self._session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             connector=connector,
             headers={
                 "User-Agent": self.settings.user_agent,
@@ -268,7 +289,6 @@ class Fetcher:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
-        return self._session
 
     async def fetch(
         self,
@@ -362,8 +382,8 @@ class Fetcher:
         """Send ``url`` (or ``request``), following redirects under one deadline:
         (status, headers, body, final url, redirects, elapsed). ``read`` reads the final body
         as sent (no decompression); None: :meth:`_read_body`, decompressed."""
-        session = self._ensure_session()
         proxy = self._proxy_for(exit)
+        session = self._session_for(proxy)
         out = Outgoing.of(request) if request is not None else None
         started = time.monotonic()
         with self._deadlines.start():

@@ -81,18 +81,27 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
     """Wrap a resolver; refuse a name when any address it resolves to is private.
 
     Raises :class:`.classify.BlockedAddress` (not an ``OSError``, so aiohttp lets it
-    through un-wrapped). Names in ``exempt`` (the proxies' hosts) are not checked.
+    through un-wrapped). Names in ``exempt`` are not checked: give them only to a resolver
+    whose connections all go to those hosts (the fetcher's session of connections to its
+    proxies), never to one that also connects to targets.
 
     Args:
-        inner: the resolver that does the look-up; closed with this one.
+        inner: the resolver that does the look-up.
         exempt: host names resolved without the check.
+        owns_inner: close ``inner`` with this resolver (False: ``inner`` is shared and
+            closed by its owner).
     """
 
     def __init__(
-        self, inner: aiohttp.abc.AbstractResolver, *, exempt: frozenset[str] = frozenset()
+        self,
+        inner: aiohttp.abc.AbstractResolver,
+        *,
+        exempt: frozenset[str] = frozenset(),
+        owns_inner: bool = True,
     ) -> None:
         self._inner = inner
         self._exempt = frozenset(name.lower().rstrip(".") for name in exempt)
+        self._owns_inner = owns_inner
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -103,4 +112,5 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
         return results
 
     async def close(self) -> None:
-        await self._inner.close()
+        if self._owns_inner:
+            await self._inner.close()
