@@ -639,7 +639,7 @@ def test_repr_hides_passwords() -> None:
     assert "hunter2" not in text
     assert "pw123" not in text
     assert "redis://:***@db:6379/0" in text
-    assert "http://bob:***@p:8080" in text
+    assert "http://***:***@p:8080" in text and "bob" not in text  # the user too (issue 36)
     assert s.redis_url == "redis://:hunter2@db:6379/0"  # the value itself is intact
 
 

@@ -588,26 +588,35 @@ def test_url_filter_refuses_bad_patterns(allow: list[str], deny: list[str], name
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("https://user:s3cret@shop.example.com/p", "https://user:***@shop.example.com/p"),
-        ("https://user:s3cret@shop.example.com:8443/", "https://user:***@shop.example.com:8443/"),
-        ("https://u:p%40ss:w@h.example.com/x@y", "https://u:***@h.example.com/x@y"),
+        ("https://user:s3cret@shop.example.com/p", "https://***:***@shop.example.com/p"),
+        ("https://user:s3cret@shop.example.com:8443/", "https://***:***@shop.example.com:8443/"),
+        ("https://u:p%40ss:w@h.example.com/x@y", "https://***:***@h.example.com/x@y"),
         ("https://:only-password@h.example.com/", "https://:***@h.example.com/"),
-        ("https://user@h.example.com/", "https://user@h.example.com/"),
+        # issue 36: a user alone is a credential too (https://TOKEN@host, http://KEY:@proxy)
+        ("https://user@h.example.com/", "https://***@h.example.com/"),
+        ("http://APIKEY:@proxy.example:8011", "http://***:***@proxy.example:8011"),
         ("https://h.example.com:8080/a@b", "https://h.example.com:8080/a@b"),
         ("https://h.example.com/?to=a:b@c", "https://h.example.com/?to=a:b@c"),
-        ("https://u:p@h.example.com?q=x@y", "https://u:***@h.example.com?q=x@y"),
+        ("https://u:p@h.example.com?q=x@y", "https://***:***@h.example.com?q=x@y"),
+        ("http://u:p@ss@h.example.com/", "http://***:***@h.example.com/"),
+        # a user info hiding a '#', '?' or '/' (urlsplit reads host 'carol', port 12)
+        ("http://carol:12#SECRET@h.example.com:8011", "http://***:***@h.example.com:8011"),
+        ("http://carol:ab?SECRET@h.example.com:8011", "http://***:***@h.example.com:8011"),
+        ("http://carol:ab/SECRET@h.example.com:8011", "http://***:***@h.example.com:8011"),
+        ("url='http://KEY:@127.0.0.1:8011'", "url='http://***:***@127.0.0.1:8011'"),
+        ("postgresql://u@h/db?password=SECRET&x=1", "postgresql://***@h/db?password=***&x=1"),
         ("not a url", "not a url"),
         ("", ""),
     ],
 )
-def test_redact_url_hides_only_the_password(url: str, shown: str) -> None:
+def test_redact_url_hides_the_credentials(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
-def test_redact_text_hides_every_url_password_in_a_message() -> None:
+def test_redact_text_hides_every_url_credential_in_a_message() -> None:
     message = "redirect from http://a:pw1@x.example.com/ to ftp://b:pw2@y.example.com/f failed"
     assert redact_text(message) == (
-        "redirect from http://a:***@x.example.com/ to ftp://b:***@y.example.com/f failed"
+        "redirect from http://***:***@x.example.com/ to ftp://***:***@y.example.com/f failed"
     )
 
 
@@ -618,4 +627,4 @@ def test_redact_text_hides_every_url_password_in_a_message() -> None:
 def test_a_parsed_url_never_shows_its_password(user: str, password: str) -> None:
     target = parse_target(f"https://{user}:{password}@shop.example.com/p")
     shown = redact_url(target.url)
-    assert shown == f"https://{user}:***@shop.example.com/p"
+    assert shown == "https://***:***@shop.example.com/p"

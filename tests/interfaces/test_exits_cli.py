@@ -55,7 +55,7 @@ def test_proxies_lists_state_and_counts_and_never_a_password(
     res = next(e for e in doc["exits"] if e["tier"] == "residential")
     assert res["cost"] == 0.002 and res["spend"] == 0.0  # not used yet
     assert by_id[jobs[0].exit]["spend"] is None  # no cost given
-    assert "hunter2" not in out and "bob:***@" in out
+    assert "hunter2" not in out and "bob" not in out and "***:***@" in out
     code, out, err = run(capsys, "--redis", redis_url, "--queue", "px", "proxies")
     assert code == 0 and "hunter2" not in out and "datacenter" in out
     code, out, err = run(capsys, "--redis", redis_url, "--queue", "px", "proxies", "--domain",

@@ -1,4 +1,5 @@
-"""A password in a job's URL (``user:password@``) is never shown by the CLI listings."""
+"""A password in a job's URL (``user:password@``) is never shown by the CLI listings, nor its
+user (issue 36: a user may be a key, ``https://TOKEN@host``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from support.cli_helpers import run, scrub_env
 
 SECRET = "s3cret-pw"
 URL = f"https://bob:{SECRET}@shop-1.example.com/p/1"
-SHOWN = "https://bob:***@shop-1.example.com/p/1"
+SHOWN = "https://***:***@shop-1.example.com/p/1"
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +47,8 @@ def test_cli_listings_redact_url_passwords(
 ) -> None:
     code, out, err = run(capsys, "--redis", redis_url, *[a.format(id=dead_id) for a in argv])
     assert code == 0, err
-    assert SECRET not in out
-    assert "bob:***@shop-1.example.com" in out
+    assert SECRET not in out and "bob" not in out
+    assert "***:***@shop-1.example.com" in out
     if "--json" in argv:
         doc = json.loads(out)
         row = doc[0] if isinstance(doc, list) else doc

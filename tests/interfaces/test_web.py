@@ -786,7 +786,7 @@ async def test_dead_letters_redact_credentials_and_hide_payloads(
         text = await resp.text()
         assert "hunter2" not in text
         (row,) = [d for d in json.loads(text) if d["id"] == secret_dead.id]
-        assert row["url"] == "https://bob:***@vault.example.com/private"
+        assert row["url"] == "https://***:***@vault.example.com/private"  # the user too
         assert row["last_error"]["message"] == f"denied at {row['url']}"
         if c is client:
             assert "sk-live-123" not in text

@@ -154,5 +154,5 @@ def test_cli_says_when_the_database_is_unreachable(
                        "postgresql://u:secret@127.0.0.1:9/db?table=pages")  # fmt: skip
     assert code == 2, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("scrapeq: error: --results postgresql://u:***@127.0.0.1:9/db"), last
+    assert last.startswith("scrapeq: error: --results postgresql://***:***@127.0.0.1:9/db"), last
     assert "secret" not in err and "Traceback" not in err

@@ -711,7 +711,7 @@ async def test_results_lines_redact_a_password_in_the_url(
         await asyncio.wait_for(worker.run_async(), 30)
     (row,) = lines(results)
     assert row["outcome"] == "done"
-    assert row["url"] == url.replace("s3cret", "***")
+    assert row["url"] == url.replace("user:s3cret", "***:***")  # the user too (issue 36)
     assert "s3cret" not in results.read_text()
 
 

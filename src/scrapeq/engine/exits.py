@@ -6,8 +6,13 @@ or the word ``direct`` (no proxy). Tiers are ordered cheapest first: by ``proxy_
 is set, else in the order they first appear; an entry without a tier is in tier ``default``.
 
 Each exit has an **id**: ``direct``, or 12 hex digits of a BLAKE2b hash of its whole URL, so two
-proxies that differ only by their password are two exits, and the id never reveals the
-password (:attr:`Exit.name` is the URL with its password redacted, for every display).
+proxies that differ only by their password are two exits, and the id is not the credential
+(:attr:`Exit.name` is the URL with its user and password as ``***``, for every display; the
+fetcher alone gets :attr:`Exit.url`).
+
+A proxy URL must name one host to every URL parser: a user info holding a second ``@``, an
+unescaped ``#``, ``?``, ``/`` or ``\\`` (``http://carol:12#pw@host``: ``urlsplit`` reads host
+``carol``, port 12) is refused, without echoing it; percent-encode such characters.
 
 The scripts (``lua/includes/exits.lua``) hold the rules: which exit a claimed job goes
 through (per domain, least recently used among the usable exits of the domain's tier), when
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from scrapeq.engine.urls import REDACTED, redact_url
 from scrapeq.errors import ConfigError
 
 DIRECT: Final = "direct"
@@ -65,15 +71,11 @@ class Exit:
 
     @property
     def name(self) -> str:
-        """The URL with its password replaced by ``***`` (``direct`` for the direct route)."""
+        """The URL with its user and password as ``***`` (``direct`` for the direct route):
+        ``http://***:***@host:port``, ``http://***@host:port``."""
         if self.url is None:
             return DIRECT
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        userinfo, _, hostport = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+        return redact_url(self.url)
 
     @property
     def host(self) -> str | None:
@@ -129,10 +131,40 @@ def parse_entry(text: str, *, setting: str = "proxy", where: str = "") -> Exit:
 
 
 def _redacted(url: str) -> str:
-    return Exit("", url, DEFAULT_TIER).name if "://" in url else url
+    """An entry's URL for an error message, even one refused for its user info: everything
+    between ``://`` and its last ``@`` is ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://{REDACTED}@{rest.rpartition('@')[2]}"
+
+
+#: RFC 3986 user info: unreserved, pct-encoded, sub-delims and ":".
+_USERINFO: Final = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:]*")
+
+
+def _check_userinfo(setting: str, url: str, at: str) -> None:
+    """Refuse a user info that URL parsers may read as part of the host, or the reverse."""
+    rest = url.partition("://")[2]
+    if "@" not in rest:
+        return
+    if rest.count("@") > 1:
+        raise ConfigError(setting, f"{at}more than one '@': percent-encode an '@' of the user "
+                          "or password as %40")  # fmt: skip
+    userinfo = rest.partition("@")[0]
+    if any(c in userinfo for c in "/?#\\"):
+        raise ConfigError(
+            setting,
+            f"{at}the user or password holds a '/', '?', '#' or '\\' that makes the host "
+            "unclear: percent-encode it (%2F, %3F, %23, %5C)",
+        )
+    if not _USERINFO.fullmatch(userinfo):
+        raise ConfigError(setting, f"{at}the user or password holds a character a URL may not "
+                          "hold there: percent-encode it")  # fmt: skip
 
 
 def _check_url(setting: str, url: str, at: str) -> str:
+    _check_userinfo(setting, url, at)
     parts = urlsplit(url)
     if parts.scheme.lower() not in _PROXY_SCHEMES:
         raise ConfigError(

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from scrapeq.engine.request import Request
+from scrapeq.engine.request import Request, redact_value
 from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError, InvalidRequest
 
@@ -312,6 +312,11 @@ class Job:
         except ConfigError as exc:
             return {"error": str(exc)}
 
+    def payload_shown(self) -> Any:
+        """The payload for listings: its secrets as ``***`` (a Scrapy request's ``Authorization``
+        header, cookies, ``meta["proxy"]`` credentials: :func:`redact_value`)."""
+        return redact_value(self.payload)
+
     @property
     def last_error(self) -> JobError | None:
         """The most recent error, if any."""
@@ -324,7 +329,8 @@ class Job:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (used by ``dead list --json``): times as ISO 8601 UTC text with
-        ``_ms`` twins; a password in the URL or an error message is shown as ``***``."""
+        ``_ms`` twins; credentials in the URL or an error message, and the secrets a payload
+        holds (:func:`~scrapeq.engine.request.redact_value`), are shown as ``***``."""
         out: dict[str, Any] = {
             "id": self.id,
             "url": redact_url(self.url),
@@ -332,7 +338,7 @@ class Job:
             "lane": self.lane,
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
-            "payload": self.payload,
+            "payload": self.payload_shown(),
         }
         out["request"] = self.request_shown()
         _times(out, created_at=self.created_ms, expires_at=self.expires_ms)
@@ -394,7 +400,7 @@ class JobInfo:
             max_attempts=job.max_attempts,
             throttles=job.throttles,
             releases=job.releases,
-            payload=job.payload,
+            payload=job.payload_shown(),
             request=job.request_shown(),
             position=self.position,
             depth=self.depth,

@@ -30,10 +30,10 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from scrapeq.engine.limits import check_json_depth
-from scrapeq.engine.urls import canonical_url, fingerprint64
+from scrapeq.engine.urls import REDACTED, canonical_url, fingerprint64, redact_text
 from scrapeq.errors import InvalidRequest
 
-__all__ = ["Request", "request_fingerprint64"]
+__all__ = ["SECRET_HEADERS", "Request", "is_secret_header", "redact_value", "request_fingerprint64"]
 
 #: RFC 9110 token: a method and a field name.
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -43,10 +43,14 @@ _FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 _COOKIE_VALUE: Final = re.compile(r'"?[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*"?')
 #: Headers the fetcher writes from the URL and the body: a job may not set them.
 _FORBIDDEN: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-#: Headers whose values are secrets: shown as ``***`` (job show, dead list).
+#: Headers whose values are secrets: shown as ``***`` (job show, dead list, the dashboard), in
+#: scrapeq's own requests and in any stored value :func:`redact_value` is given (a Scrapy
+#: request in a job's payload).
 SECRET_HEADERS: Final = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "x-api-key", "x-auth-token"}
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "x-auth-token"}
 )
+#: Keys whose values are a cookie jar (Scrapy's ``Request.cookies``): each cookie's value hidden.
+_COOKIE_KEYS: Final = frozenset({"cookies"})
 MAX_HEADERS: Final = 100
 MAX_FIELD: Final = 8192  # characters of one header value, or of one cookie
 MAX_METHOD: Final = 32
@@ -275,14 +279,80 @@ class Request:
 
     def shown(self) -> dict[str, Any]:
         """A view for people and listings (``job show``): secret header values and cookie
-        values as ``***``, the body as its size."""
+        values as ``***``, the body as its size, ``meta`` as :func:`redact_value` shows it
+        (the credentials of a ``meta["proxy"]`` URL)."""
         return {
             "method": self.method,
-            "headers": [[n, "***" if n.lower() in SECRET_HEADERS else v] for n, v in self.headers],
+            "headers": [[n, REDACTED if is_secret_header(n) else v] for n, v in self.headers],
             "body_bytes": len(self.body),
-            "cookies": [[n, "***"] for n, _ in self.cookies],
-            "meta": self.meta,
+            "cookies": [[n, REDACTED] for n, _ in self.cookies],
+            "meta": redact_value(self.meta),
         }
+
+
+def is_secret_header(name: str) -> bool:
+    """Whether a header's value is a secret (:data:`SECRET_HEADERS`, any case)."""
+    return name.lower() in SECRET_HEADERS
+
+
+def redact_value(value: Any) -> Any:
+    """A stored JSON value as listings show it: a copy with every secret it holds as ``***``.
+
+    The one rule for what a stored request holds (a job's payload, as Scrapy on scrapeq stores
+    a request's ``to_dict``; a request's ``meta``): under a key that names a secret header
+    (:data:`SECRET_HEADERS`: ``Authorization``, ``Proxy-Authorization``, ``Cookie``,
+    ``Set-Cookie`` ..., any case) every value; under ``cookies`` each cookie's value (a name
+    to value mapping, a list of ``{"name", "value", ...}`` objects or of pairs); a
+    ``[name, value]`` pair whose name is a secret header, its value; in every text, the user
+    and password of a URL (``meta["proxy"]``) and a ``password=`` parameter
+    (:func:`~scrapeq.engine.urls.redact_text`). Anything else is unchanged; the stored value
+    itself is never changed (the request is sent again with its secrets).
+    """
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = key.lower() if isinstance(key, str) else ""
+            if name in SECRET_HEADERS:
+                out[key] = _all_hidden(item)
+            elif name in _COOKIE_KEYS:
+                out[key] = _cookies_hidden(item)
+            else:
+                out[key] = redact_value(item)
+        return out
+    if isinstance(value, list | tuple):
+        if len(value) == 2 and isinstance(value[0], str) and is_secret_header(value[0]):
+            return [value[0], _all_hidden(value[1])]
+        return [redact_value(item) for item in value]
+    return value
+
+
+def _all_hidden(value: Any) -> Any:
+    """Every value in ``value`` as ``***`` (a header's list of values keeps its length)."""
+    if isinstance(value, list | tuple):
+        return [REDACTED for _ in value]
+    if isinstance(value, dict):
+        return dict.fromkeys(value, REDACTED)
+    return REDACTED
+
+
+def _cookies_hidden(value: Any) -> Any:
+    """A cookie jar with each cookie's value as ``***`` (its names, domains and paths kept)."""
+    if isinstance(value, dict):
+        return dict.fromkeys(value, REDACTED)
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for cookie in value:
+            if isinstance(cookie, dict):
+                shown = redact_value(cookie)
+                out.append({**shown, "value": REDACTED} if "value" in cookie else shown)
+            elif isinstance(cookie, list | tuple) and len(cookie) == 2:
+                out.append([cookie[0], REDACTED])
+            else:
+                out.append(REDACTED)
+        return out
+    return REDACTED
 
 
 _MEMBERS: Final = frozenset(

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from scrapeq.engine.lanes import Lanes
 from scrapeq.engine.limits import MAX_SCRIPT_INT
@@ -80,6 +79,7 @@ from scrapeq.engine.setting_specs import (
     _setting,
     _Spec,
 )
+from scrapeq.engine.urls import redact_url
 from scrapeq.errors import ConfigError
 
 __all__ = [
@@ -337,13 +337,8 @@ class Settings:
 
 
 def _redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+    """``url`` with its credentials (user and password) as ``***`` (:func:`redact_url`)."""
+    return redact_url(url)
 
 
 _SPECS: dict[str, _Spec] = {f.name: f.metadata["spec"] for f in dataclasses.fields(Settings)}

@@ -402,7 +402,7 @@ def job_view(info: JobInfo, queue: str) -> Group:
         ("created", _when(job.created_ms or None, now)),
         ("eligible", _when(info.eligible_ms, now)),
         ("expires", _when(job.expires_ms, now)),
-        ("payload", "" if job.payload is None else json.dumps(job.payload)[:300]),
+        ("payload", "" if job.payload is None else json.dumps(job.payload_shown())[:300]),
         ("request", _request_line(job.request_shown())),
         ("raw", (job.raw or "")[:300]),
     ]  # fmt: skip

@@ -20,6 +20,7 @@ from scrapeq.engine.exits import DIRECT
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, Permanent, Retry
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
@@ -374,7 +375,7 @@ class Attempts(WorkerCore):
             # that is down (a database gone away) does not fetch the queue through and back.
             pause = self._sink_failed()
             log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
-                        pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+                        pause, redact_text(str(exc)), extra=_about(job, "sink_failed"))  # fmt: skip
             released = self.queue.releasing(job, delay=pause)
             # the request through the job's exit was made all the same: counted there
             return dataclasses.replace(
@@ -406,12 +407,13 @@ class Attempts(WorkerCore):
             except Exception as exc:
                 if self._stopping.is_set():
                     log.error("job %s: done, but its results line could not be written (sink "
-                              "failed); it stays owed: %s", job.id, exc,
+                              "failed); it stays owed: %s", job.id, redact_text(str(exc)),
                               extra=_about(job, "sink_failed"))  # fmt: skip
                     return False
                 pause = self._sink_failed()
                 log.warning("job %s: done; sink failed, writing its line again in %.1f s: %s",
-                            job.id, pause, exc, extra=_about(job, "sink_failed"))  # fmt: skip
+                            job.id, pause, redact_text(str(exc)),
+                            extra=_about(job, "sink_failed"))  # fmt: skip
                 await self._wait_for(self._stopping, pause)
                 continue
             self._sink_failures = 0

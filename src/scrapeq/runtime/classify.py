@@ -42,6 +42,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from scrapeq.engine.urls import redact_text
 from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "classify_exception",
     "classify_response",
     "classify_status",
+    "error_text",
     "is_slow",
     "parse_retry_after",
 ]
@@ -360,11 +362,16 @@ def _exception_rules() -> _ExcRules:
     return tuple((types, rule) for types, rule in rules if types)
 
 
-def _message(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """The job's error text for ``exc``: the one place an exception becomes one, so the
+    credentials it may hold (a proxy's URL in aiohttp's ``ClientHttpProxyError``, a URL's
+    user info, a ``password=``) are redacted here, before the text is stored in Redis (error
+    history, dead letter), logged or shown."""
     try:
         text = f"{type(exc).__name__}: {exc}"
     except Exception:  # a broken __str__ in user code must not break classification
         text = f"{type(exc).__name__}: <unprintable>"
+    text = redact_text(text)
     return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 3] + "..."
 
 
@@ -416,7 +423,7 @@ def classify_exception(exc: BaseException) -> Classification:
     Returns:
         The classification; ``message`` is ``"<Type>: <text>"``, at most 500 characters.
     """
-    message = _message(exc)
+    message = error_text(exc)
     if isinstance(exc, Permanent):
         return Classification(Outcome.FAIL, exc.reason or "permanent", False, message=message)
     from_proxy = _from_proxy_answer(exc, message)

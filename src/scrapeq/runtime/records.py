@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from scrapeq.engine.job import Job
+from scrapeq.engine.request import redact_value
 from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
@@ -170,6 +171,6 @@ def _record(
         "result": result,
         "depth": job.depth,
         "parent": job.parent,
-        "meta": job.meta,
+        "meta": redact_value(job.meta),  # a meta["proxy"] URL's credentials as ***
         "parent_url": redact_url(job.parent_url) if job.parent_url else None,
     }

@@ -13,7 +13,7 @@ from scrapy import exceptions as scrapy_errors
 from twisted.internet import error as tx_errors
 from twisted.web import _newclient
 
-from scrapeq.runtime.classify import Classification, Outcome, classify_exception
+from scrapeq.runtime.classify import Classification, Outcome, classify_exception, error_text
 
 __all__ = ["classify_failure"]
 
@@ -49,7 +49,7 @@ _RULES: tuple[tuple[tuple[type[BaseException], ...], Outcome, str, bool], ...] =
 
 def classify_failure(exc: BaseException) -> Classification:
     """The verdict on a download that raised ``exc`` (see the module docstring)."""
-    message = f"{type(exc).__name__}: {exc}"[:500]
+    message = error_text(exc)  # redacted, at most 500 characters
     for types, outcome, reason, counts in _RULES:
         if isinstance(exc, types):
             return Classification(outcome, reason, counts, message=message)

@@ -28,7 +28,7 @@ def proxies(
     """Each proxy of the pool: state, tier, requests, bans, success rate, latency, bytes.
 
     The pool is this command's proxy and proxy_file settings (the workers'
-    own); passwords are never shown.
+    own); credentials (user and password) are never shown.
 
     Examples:
       scrapeq proxies

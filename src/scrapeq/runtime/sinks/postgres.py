@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from scrapeq.engine.urls import redact_url
+from scrapeq.engine.urls import REDACTED, redact_text, redact_url
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
@@ -55,7 +55,8 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
     def __init__(self, url: str) -> None:
         super().__init__()
         self._conninfo, self.table = split_url(url)
-        self.shown = redact_url(url)
+        self.shown = redact_url(url)  # user info and ?password= as ***
+        self._secrets = _passwords(url)
         self._upsert = upsert_sql(self.table, ("%s" + _CASTS.get(c, "") for c in COLUMNS))
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -75,7 +76,19 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
             _check_layout(db, self.table)
         except psycopg.Error as exc:
             self._disconnect()
-            raise ConfigError("results", f"postgresql: {_first_line(exc)}") from exc
+            raise ConfigError("results", f"postgresql: {self._said(exc)}") from None
+
+    def _said(self, exc: BaseException) -> str:
+        """libpq's first line about ``exc``, without a password: the URL's passwords (as
+        written and decoded) and any ``password=`` or URL credentials in it are ``***``; its
+        message about a bad ``%`` escape, which quotes the token (the password, often), is
+        not echoed."""
+        line = _first_line(exc)
+        if "percent-encoded" in line:
+            return "a '%' in the URL does not start a percent-encoded %XX escape (write '%' as %25)"
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            line = line.replace(secret, REDACTED)
+        return redact_text(line)
 
     def _write(self, db: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
         with db.transaction(), db.cursor() as cur:
@@ -104,6 +117,24 @@ def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
             (table, KEY),
         ).fetchone()
     check_layout(table, have, lambda: keyed is not None)
+
+
+def _passwords(url: str) -> set[str]:
+    """The passwords ``url`` holds (its user info's, ``password`` and ``sslpassword``
+    parameters'), as written and percent-decoded; none shorter than 3 characters (replacing
+    those would garble a message, and they say little)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return set()
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    found = {userinfo.partition(":")[2]} if at else set()
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if unquote(key).lower() in ("password", "sslpassword"):
+            found.add(value)
+    found |= {unquote(v) for v in found} | {unquote(v.replace("+", " ")) for v in found}
+    return {v for v in found if len(v) >= 3}
 
 
 def _first_line(exc: BaseException) -> str:
