@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,16 +36,10 @@ from scrapeq.interfaces.enqueue_file import (
     stdin_bytes,
 )
 from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
-from scrapeq.interfaces.enqueue_sitemaps import (
-    SitemapFailed,
-    SitemapRun,
-    exit_code,
-    read_sitemaps,
-    summary,
-    summary_line,
-)
 from scrapeq.interfaces.parsing import json_object
-from scrapeq.runtime.sitemaps import Problem, Source
+
+if TYPE_CHECKING:
+    from scrapeq.runtime.sitemaps import Problem
 
 # The options of enqueue (typer reads them from its signature).
 Urls = Annotated[list[str] | None, typer.Argument(help="URLs to add.")]
@@ -216,6 +210,17 @@ def _enqueue_sitemaps(
 ) -> None:
     """``--sitemap``: each sitemap's pages (and its index's sitemaps') into the queue; one
     summary line, each refused or cut sitemap on a line of stderr."""
+    # the fetcher (aiohttp) is loaded for the sitemaps only: other commands start without it
+    from scrapeq.interfaces.enqueue_sitemaps import (
+        SitemapFailed,
+        SitemapRun,
+        exit_code,
+        read_sitemaps,
+        summary,
+        summary_line,
+    )
+    from scrapeq.runtime.sitemaps import Source
+
     sources = []
     for url in urls:
         try:
