@@ -49,7 +49,7 @@ def _duration(help_text: str) -> Any:
 Concurrency = Annotated[int, typer.Option(parser=_COUNT, help="Fetches at once per process.")]
 Processes = Annotated[int, typer.Option(parser=_COUNT, help="Worker processes.")]
 Results = Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)]
-Extract = Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)]
+Extract = Annotated[list[str] | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)]
 SaveBodies = Annotated[
     Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
 ]
@@ -241,7 +241,7 @@ def _worker_options(
     *,
     follow_links: bool = False,
     verbose: int = 0,
-    extract: str | None = None,
+    extract: list[str] | None = None,
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
