@@ -8,45 +8,90 @@ which uses :mod:`scrapeq.engine` (the Redis data model, its Lua scripts, the que
 
 from __future__ import annotations
 
-from scrapeq.engine.audit import AuditProblem, AuditReport
-from scrapeq.engine.job import Job, JobError, JobInfo
-from scrapeq.engine.lanes import Lane, Lanes
-from scrapeq.engine.queue import (
-    AsyncQueue,
-    CancelResult,
-    Claimed,
-    EnqueueResult,
-    Queue,
-    ReplayResult,
-)
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.settings import Settings, load_settings
-from scrapeq.errors import (
-    Banned,
-    ConfigError,
-    InvalidURL,
-    NotFound,
-    PayloadTooLarge,
-    Permanent,
-    RedisUnavailable,
-    Retry,
-    ScrapeqError,
-    StaleLease,
-)
-from scrapeq.runtime.fetch import Response
-from scrapeq.runtime.follow import Content, Follow, HandlerContext
-from scrapeq.runtime.sinks import (
-    CallableSink,
-    CsvSink,
-    JsonlSink,
-    PostgresSink,
-    RedisStreamSink,
-    Sink,
-    SqliteSink,
-    sink_from_url,
-)
-from scrapeq.runtime.worker import Worker
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapeq.engine.audit import AuditProblem, AuditReport
+    from scrapeq.engine.job import Job, JobError, JobInfo
+    from scrapeq.engine.lanes import Lane, Lanes
+    from scrapeq.engine.queue import (
+        AsyncQueue,
+        CancelResult,
+        Claimed,
+        EnqueueResult,
+        Queue,
+        ReplayResult,
+    )
+    from scrapeq.engine.request import Request
+    from scrapeq.engine.scripts import Settlement
+    from scrapeq.engine.settings import Settings, load_settings
+    from scrapeq.errors import (
+        Banned,
+        ConfigError,
+        InvalidURL,
+        NotFound,
+        PayloadTooLarge,
+        Permanent,
+        RedisUnavailable,
+        Retry,
+        ScrapeqError,
+        StaleLease,
+    )
+    from scrapeq.runtime.fetch import Response
+    from scrapeq.runtime.follow import Content, Follow, HandlerContext
+    from scrapeq.runtime.sinks import (
+        CallableSink,
+        CsvSink,
+        JsonlSink,
+        PostgresSink,
+        RedisStreamSink,
+        Sink,
+        SqliteSink,
+        sink_from_url,
+    )
+    from scrapeq.runtime.worker import Worker
+
+#: Where each public name lives. They are imported on first use (PEP 562), so a command
+#: that needs none of them (``scrapeq --version``, ``status``) does not load aiohttp and the
+#: worker: ``from scrapeq import Queue`` is unchanged.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "scrapeq.engine.audit": ("AuditProblem", "AuditReport"),
+    "scrapeq.engine.job": ("Job", "JobError", "JobInfo"),
+    "scrapeq.engine.lanes": ("Lane", "Lanes"),
+    "scrapeq.engine.queue": (
+        "AsyncQueue", "CancelResult", "Claimed", "EnqueueResult", "Queue", "ReplayResult",
+    ),
+    "scrapeq.engine.request": ("Request",),
+    "scrapeq.engine.scripts": ("Settlement",),
+    "scrapeq.engine.settings": ("Settings", "load_settings"),
+    "scrapeq.errors": (
+        "Banned", "ConfigError", "InvalidURL", "NotFound", "PayloadTooLarge", "Permanent",
+        "RedisUnavailable", "Retry", "ScrapeqError", "StaleLease",
+    ),
+    "scrapeq.runtime.fetch": ("Response",),
+    "scrapeq.runtime.follow": ("Content", "Follow", "HandlerContext"),
+    "scrapeq.runtime.sinks": (
+        "CallableSink", "CsvSink", "JsonlSink", "PostgresSink", "RedisStreamSink", "Sink",
+        "SqliteSink", "sink_from_url",
+    ),
+    "scrapeq.runtime.worker": ("Worker",),
+}  # fmt: skip
+_WHERE: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'scrapeq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value  # the next look-up is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

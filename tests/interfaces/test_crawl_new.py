@@ -25,6 +25,7 @@ def test_crawl_new_starts_again_and_touches_no_other_queue(
     tmp_path: Any,
 ) -> None:  # fmt: skip
     scrub_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("SCRAPEQ_RESPECT_ROBOTS", "false")  # the pages alone are counted
     with threaded_site(tree) as site:
         crawl = [
             "--redis",

@@ -278,7 +278,10 @@ def test_a_crawl_killed_and_restarted_fetches_the_same_pages(
     try:
         assert started.wait(10)
         site: Site = box["site"]
-        env = clean_env(redis_url=redis_url, allow_private="true", lease=2, domain_concurrency=10)
+        env = clean_env(
+            redis_url=redis_url, allow_private="true", lease=2, domain_concurrency=10,
+            respect_robots="false",  # the pages alone are counted
+        )  # fmt: skip
         argv = [SCRAPEQ, "crawl", site.url("/"), "--concurrency", "10"]
         first = subprocess.Popen(
             [*argv, "--results", str(tmp_path / "a.jsonl")], env=env,

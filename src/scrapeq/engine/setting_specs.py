@@ -105,6 +105,16 @@ def _text_unique(name: str, text: str, spec: _Spec) -> object:
     raise ConfigError(name, f"expected off, pending or seen, got {text!r}")
 
 
+def _text_switch(name: str, text: str, spec: _Spec) -> object:
+    """An off/on setting: the boolean words (true/false, 1/0, yes/no) say it too."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return "on"
+    if word in _FALSE:
+        return "off"
+    raise ConfigError(name, f"expected off or on (or true/false, 1/0, yes/no), got {text!r}")
+
+
 def _text_optional_int(name: str, text: str, spec: _Spec) -> object:
     return None if not text.strip() else _text_int(name, text, spec)
 
@@ -149,6 +159,14 @@ def _norm_str(name: str, value: object, spec: _Spec) -> object:
     if not isinstance(value, str):
         raise ConfigError(name, f"expected a string, got {_shown(value)}")
     return value
+
+
+def _norm_switch(name: str, value: object, spec: _Spec) -> object:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        return _text_switch(name, value, spec)
+    raise ConfigError(name, f"expected off or on, got {_shown(value)}")
 
 
 def _norm_optional(name: str, value: object, spec: _Spec) -> object:
@@ -357,6 +375,7 @@ _KINDS: dict[str, tuple[_Text, _Norm]] = {
     "optional_str": (_text_optional, _norm_optional),
     "optional_float": (_text_optional_float, _norm_optional_float),
     "unique": (_text_unique, _norm_unique),
+    "switch": (_text_switch, _norm_switch),
     "proxy": (_text_proxy, _norm_text_list(_text_proxy, "proxy URLs")),
     "path": (_text_path, _norm_path),
     "lanes": (_text_lanes, _norm_lanes),

@@ -285,7 +285,7 @@ class Settings:
     session: str = _setting("str", "none", check=_check_session)
     # on: a page fetched comes back by itself, when its estimated change rate, its weight and
     # its domain's revisit budget say (docs/DESIGN.md, "Revisits").
-    revisit: str = _setting("str", "off", check=_check_revisit)
+    revisit: str = _setting("switch", "off", check=_check_revisit)
     # Revisits per domain per hour (default: half what domain_delay allows, else 360).
     revisit_budget: float | None = _setting("optional_float", None, gt=0.0, le=1e9)
     # The shortest and the longest interval between two visits of a page.

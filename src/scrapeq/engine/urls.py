@@ -530,6 +530,10 @@ def _check_text(url: str, text: str) -> None:
         raise InvalidURL(url, "longer than 8 KiB")
 
 
+#: ``host:port`` with no scheme, which urlsplit reads as the scheme ``host``.
+_HOST_PORT = re.compile(r"^[^:/?#]+:[0-9]+(?:[/?#]|$)")
+
+
 def _split(url: str, text: str) -> SplitResult:
     """Split ``text``; require an http(s) scheme and a non-empty authority."""
     try:
@@ -538,7 +542,9 @@ def _split(url: str, text: str) -> SplitResult:
         raise InvalidURL(url, _INVALID_HOST) from exc
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
-        raise InvalidURL(url, f"unsupported scheme {scheme!r}")
+        if not scheme or _HOST_PORT.match(text):  # example.com/p, 127.0.0.1:8001/, host:80
+            raise InvalidURL(url, "no scheme: add http:// or https://")
+        raise InvalidURL(url, f"unsupported scheme {scheme!r} (http and https only)")
     if not parts.netloc:
         raise InvalidURL(url, "no host")
     return parts._replace(scheme=scheme)

@@ -50,7 +50,7 @@ class RequestFlags:
         options: dict[str, Any] = {
             "headers": [_pair("--header", h, ":") for h in self.headers],
             "form": [_pair("--form", f, "=") for f in self.form] or None,
-            "cookies": [_pair("--cookie", c, "=") for c in self.cookies],
+            "cookies": [_cookie(c) for c in self.cookies],
             "meta": None if self.meta is None else _json("--meta", self.meta),
         }
         if self.data is not None:
@@ -73,6 +73,17 @@ def _pair(flag: str, text: str, sep: str) -> tuple[str, str]:
         example = "'Name: value'" if sep == ":" else "name=value"
         raise InvalidRequest(flag, f"expected {example}, got {text!r:.60}")
     return name.strip(), value.strip() if sep == ":" else value
+
+
+def _cookie(text: str) -> tuple[str, str]:
+    """One ``--cookie name=value``; several in one flag (a Cookie header's form) are refused
+    with the way to give them."""
+    name, value = _pair("--cookie", text, "=")
+    if ";" in value:
+        pairs = [p.strip() for p in text.split(";") if p.strip()]
+        flags = " ".join(f"--cookie {p!r}" for p in pairs[:3])
+        raise InvalidRequest("--cookie", f"one cookie a flag: give {flags}")
+    return name, value
 
 
 def _json(flag: str, text: str) -> Any:

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 __all__ = ["EXTRACT_HELP", "RESULTS_HELP", "extract_fields_of", "results_problem"]
 
 EXTRACT_HELP = (
-    "Without a handler, each result holds these page fields, comma-separated: any of "
-    "title, description, canonical, text."
+    "Without a handler, each result holds these page fields (repeatable): any of "
+    "title, description, canonical, text (comma-separated), or a named selector: "
+    "'price=.price::text' (CSS), 'sku=//@data-sku' (XPath), 'tags[]=.tag::text' (every "
+    "match, a list)."
 )
 
 RESULTS_HELP = (
@@ -83,10 +85,10 @@ def _shown(target: str) -> str:
 
 
 def extract_fields_of(
-    extract: str | None, handler: str | None
+    extract: str | list[str] | None, handler: str | None
 ) -> tuple[tuple[str, ...] | None, str | None]:
     """(the fields of ``--extract``, or None; what is wrong with it, one line, or None)."""
-    if extract is None:
+    if not extract:
         return None, None
     if handler is not None:
         return None, "--extract and --handler: choose one (a handler gives its own result)"
@@ -95,4 +97,5 @@ def extract_fields_of(
     try:
         return parse_fields(extract), None
     except ConfigError as exc:
-        return None, f"--extract {extract[:60]}: {exc.reason}"
+        shown = extract if isinstance(extract, str) else " ".join(extract)
+        return None, f"--extract {shown[:60]}: {exc.reason}"

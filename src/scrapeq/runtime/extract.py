@@ -1,15 +1,23 @@
-"""``--extract title,description,canonical,text``: the common fields of a page without a
-handler.
+"""``--extract``: a page's fields without a handler.
 
-Parsed with selectolax (Lexbor, the crawl's link parser: the fastest measured,
-docs/BENCHMARKS.md), decoded as browsers do (w3lib's ``html_to_unicode``). A response that is
-not HTML gives every field as null.
+Two kinds, mixed freely, in the order given (``--extract`` is repeatable):
+
+* the common fields ``title,description,canonical,text``, parsed with selectolax (Lexbor,
+  the crawl's link parser: the fastest measured, docs/BENCHMARKS.md);
+* named selectors as a Scrapy user writes them: ``price=.price::text`` (CSS with parsel's
+  ``::text`` and ``::attr(name)``), ``sku=//@data-sku`` (XPath: it starts with ``/``, ``./``
+  or ``(``); ``name=`` gives the first match (null when none), ``name[]=`` every match (a
+  list). Run by parsel (Scrapy's selectors) on the response's own selector.
+
+Bodies are decoded as browsers do (w3lib's ``html_to_unicode``). A response that is not HTML
+gives every field as null (a list field as ``[]``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urljoin
 
@@ -23,36 +31,124 @@ from scrapeq.runtime.links import is_html
 
 __all__ = ["FIELDS", "extract_fields", "extractor", "parse_fields"]
 
-#: What ``--extract`` can give, in this order.
+#: The common fields ``--extract`` gives by name, in this order.
 FIELDS: Final = ("title", "description", "canonical", "text")
 _INVISIBLE: Final = "script, style, noscript, template"
 _SPACES = re.compile(r"\s+")
+#: ``name=SELECTOR`` or ``name[]=SELECTOR``: a result key, then the selector.
+_NAMED = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.-]{0,63})(\[\])?\s*=(.*)$", re.DOTALL)
 
 
-def parse_fields(text: str) -> tuple[str, ...]:
-    """The fields of ``--extract a,b`` (each once, in the order given); ConfigError else."""
-    fields = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """One named selector: its key, the selector, XPath or CSS, all matches or the first."""
+
+    name: str
+    query: str
+    xpath: bool
+    many: bool
+
+    def select(self, response: Response) -> Any:
+        found = response.xpath(self.query) if self.xpath else response.css(self.query)
+        if self.many:
+            return [_strip(v) for v in found.getall()]
+        return _strip(found.get())
+
+
+def _strip(value: str | None) -> str | None:
+    return value.strip() if isinstance(value, str) else value
+
+
+def parse_fields(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """The fields of ``--extract`` (one value, or each of a repeated flag), checked, each
+    once, in the order given: common field names, and ``name=SELECTOR`` / ``name[]=SELECTOR``
+    with the selector compiled now. ConfigError (one line) else."""
+    texts = [spec] if isinstance(spec, str) else list(spec)
+    fields: list[str] = []
+    names: set[str] = set()
+    for text in texts:
+        named = _named(text)
+        keys = [named.name] if named is not None else _common(text)
+        for key in keys:
+            if key in names:
+                raise ConfigError("extract", f"field {key!r} given twice")
+            names.add(key)
+        if named is not None:
+            fields.append(text.strip())
+        else:
+            fields.extend(keys)
+    if not fields:
+        raise ConfigError("extract", f"no field: choose from {','.join(FIELDS)} or name=SELECTOR")
+    return tuple(fields)
+
+
+def _common(text: str) -> list[str]:
+    fields = list(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
     unknown = [f for f in fields if f not in FIELDS]
-    if not fields or unknown:
-        shown = unknown[0][:40] if unknown else text[:40]
-        raise ConfigError("extract", f"unknown field {shown!r}: choose from {','.join(FIELDS)}")
+    if unknown:
+        raise ConfigError(
+            "extract",
+            f"unknown field {unknown[0][:40]!r}: choose from {','.join(FIELDS)}, "
+            "or name a selector: price=.price::text, sku=//@data-sku, tags[]=.tag::text",
+        )
     return fields
 
 
-def extract_fields(response: Response, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
-    """``{field: value}``; a field the page does not have (or a page not HTML) is None."""
-    if not is_html(response):
-        return dict.fromkeys(fields)
-    _, text = html_to_unicode(response.headers.get("Content-Type"), response.body)
-    tree = LexborHTMLParser(text)
-    return {f: _GETTERS[f](tree, response.url) for f in fields}
+def _named(text: str) -> _Named | None:
+    """``text`` as a named selector, compiled (None: not of that form)."""
+    match = _NAMED.match(text)
+    if match is None:
+        return None
+    name, many, query = match.group(1), bool(match.group(2)), match.group(3).strip()
+    if not query:
+        raise ConfigError("extract", f"{name}=: no selector")
+    xpath = query.startswith(("/", "./", "("))
+    import parsel  # only a crawl with named selectors pays for it
+
+    try:
+        probe = parsel.Selector(text="<html></html>")
+        probe.xpath(query) if xpath else probe.css(query)
+    except Exception as exc:  # cssselect's and lxml's syntax errors, as parsel raises them
+        kind = "an XPath" if xpath else "a CSS"
+        raise ConfigError("extract", f"{name}: not {kind} selector: {exc}"[:200]) from None
+    return _Named(name, query, xpath, many)
 
 
-def extractor(fields: tuple[str, ...]) -> Callable[[Job, Response], dict[str, Any]]:
-    """A handler giving :func:`extract_fields` of each page."""
+def extract_fields(response: Response, fields: Sequence[str] = FIELDS) -> dict[str, Any]:
+    """``{field: value}`` in the order of ``fields`` (as :func:`parse_fields` gives them); a
+    field the page does not have is None, a list field ``[]``; a page not HTML gives those."""
+    named = {f: _named(f) for f in fields if f not in FIELDS}
+    return _extract(response, fields, named)
+
+
+def _extract(
+    response: Response, fields: Sequence[str], named: dict[str, _Named | None]
+) -> dict[str, Any]:
+    html = is_html(response)
+    out: dict[str, Any] = {}
+    tree: LexborHTMLParser | None = None
+    for f in fields:
+        selector = named.get(f)
+        if selector is not None:
+            empty: Any = [] if selector.many else None
+            out[selector.name] = selector.select(response) if html else empty
+            continue
+        if not html:
+            out[f] = None
+            continue
+        if tree is None:
+            _, text = html_to_unicode(response.headers.get("Content-Type"), response.body)
+            tree = LexborHTMLParser(text)
+        out[f] = _GETTERS[f](tree, response.url)
+    return out
+
+
+def extractor(fields: Sequence[str]) -> Callable[[Job, Response], dict[str, Any]]:
+    """A handler giving :func:`extract_fields` of each page (selectors compiled once)."""
+    named = {f: _named(f) for f in fields if f not in FIELDS}
 
     def extract(job: Job, response: Response) -> dict[str, Any]:
-        return extract_fields(response, fields)
+        return _extract(response, fields, named)
 
     return extract
 

@@ -282,7 +282,8 @@ def import_handler(spec: str) -> Handler:
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # the user's module may raise anything while importing
-        raise ConfigError("handler", f"cannot import {module_name!r}: {exc!r}") from None
+        hint = _hint(spec)
+        raise ConfigError("handler", f"cannot import {module_name!r}: {exc!r}{hint}") from None
     for part in attr.split("."):
         if not hasattr(target, part):
             raise ConfigError("handler", f"{module_name!r} has no attribute {attr!r}")
@@ -291,6 +292,15 @@ def import_handler(spec: str) -> Handler:
         raise ConfigError("handler", f"{spec} is not callable")
     _check_signature(spec, target)
     return target  # type: ignore[no-any-return]
+
+
+def _hint(spec: str) -> str:
+    """How to write a handler named as a file (``shop.py:parse``, ``./shop.py:parse``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name.endswith(".py"):
+        return ""
+    dotted = module_name[:-3].replace("\\", "/").lstrip("./").replace("/", ".")
+    return f" (name the module, not its file: --handler {dotted}:{attr})"
 
 
 def _check_signature(spec: str, handler: Any) -> None:

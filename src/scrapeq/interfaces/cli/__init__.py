@@ -139,7 +139,7 @@ def _global(
     """Global options come before the command: scrapeq --redis URL --queue Q COMMAND."""
     overrides = {"redis_url": redis, "queue": queue, "data_dir": data_dir}
     settings = _load_settings(config, overrides, verbose)
-    ctx.obj = Context(settings, verbose)
+    ctx.obj = Context(settings, verbose, config, overrides)
 
 
 def _load_settings(config: Path | None, overrides: dict[str, Any], verbose: int) -> Settings:

@@ -10,7 +10,8 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -18,7 +19,7 @@ from rich.console import Console
 
 from scrapeq.engine.connection import async_client, check_reachable, resolve_url, sync_client
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.settings import Settings, load_settings
 from scrapeq.engine.urls import domain_of
 from scrapeq.errors import InvalidURL, NotFound, RedisUnavailable
 from scrapeq.interfaces import render
@@ -38,6 +39,15 @@ class Context:
 
     settings: Settings
     verbose: int = 0
+    #: how ``settings`` were loaded (the config file, the global flags), for a command whose
+    #: defaults differ from the library's (``crawl`` obeys robots.txt): :meth:`with_defaults`
+    config: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_defaults(self, **defaults: Any) -> Settings:
+        """The settings loaded again with these defaults in place of the built-in ones: a
+        value from the config file, the environment or a flag still wins."""
+        return load_settings(config_file=self.config, overrides=self.overrides, defaults=defaults)
 
     def redis_url(self) -> str:
         return resolve_url(self.settings.redis_url, self.settings.data_dir)

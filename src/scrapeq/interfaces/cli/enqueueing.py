@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,16 +36,10 @@ from scrapeq.interfaces.enqueue_file import (
     stdin_bytes,
 )
 from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
-from scrapeq.interfaces.enqueue_sitemaps import (
-    SitemapFailed,
-    SitemapRun,
-    exit_code,
-    read_sitemaps,
-    summary,
-    summary_line,
-)
 from scrapeq.interfaces.parsing import json_object
-from scrapeq.runtime.sitemaps import Problem, Source
+
+if TYPE_CHECKING:
+    from scrapeq.runtime.sitemaps import Problem
 
 # The options of enqueue (typer reads them from its signature).
 Urls = Annotated[list[str] | None, typer.Argument(help="URLs to add.")]
@@ -131,7 +125,9 @@ def enqueue(
 ) -> None:  # fmt: skip
     """Add jobs; invalid URLs are reported one per line on stderr and not added.
 
-    A run that fails part-way says how many jobs it added and the line to resume from.
+    A refused URL argument fails the command (exit 2): nothing is added.
+    A refused line of --file is skipped. A run that fails part-way says how
+    many jobs it added and the line to resume from.
 
     Examples:
       scrapeq enqueue https://shop-43.example.com/p/1 --lane critical
@@ -167,7 +163,10 @@ def enqueue(
         lane=lane, delay=delay, max_attempts=max_attempts, payload=payload_value, unique=unique,
         expires=expires,
     )  # fmt: skip
-    run = _new_run(Context(settings).queue(), options, template, as_json, resume_from)
+    q = Context(settings).queue()
+    run = _new_run(q, options, template, as_json, resume_from)
+    if urls:
+        _check_arguments(q, urls, template, options)
     mode = unique or settings.unique
     with _input(source) as stream:
         try:
@@ -175,6 +174,28 @@ def enqueue(
         except EnqueueFailed as failed:
             raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
     _report(run, mode, as_json)
+
+
+def _check_arguments(
+    q: Queue, urls: list[str], template: Callable[[str], Any] | None, options: dict[str, Any]
+) -> None:
+    """Every URL argument checked before anything is sent: one refused fails the command
+    (exit 2, nothing enqueued), with a line for each. (A ``--file`` is read in batches:
+    its bad lines are reported and skipped, and the run says where to resume.)"""
+    refused = 0
+    for i, url in enumerate(urls, 1):
+        try:
+            q.prepare(template(url) if template is not None else url, **options)
+        except (InvalidURL, ConfigError) as exc:  # InvalidRequest is a ConfigError
+            refused += 1
+            hint = ""
+            if url.lstrip().startswith(("{", "[")):
+                hint = " (a JSON body? give it with --json-body; --json prints the ids as JSON)"
+            _error_line(f"argument {i}: {exc}{hint}")
+    if refused == len(urls):
+        raise typer.Exit(2)
+    if refused:
+        _die(f"{refused} of {len(urls)} URL arguments refused: nothing was enqueued", 2)
 
 
 def _unique_mode(unique: str | None) -> str | None:
@@ -189,6 +210,17 @@ def _enqueue_sitemaps(
 ) -> None:
     """``--sitemap``: each sitemap's pages (and its index's sitemaps') into the queue; one
     summary line, each refused or cut sitemap on a line of stderr."""
+    # the fetcher (aiohttp) is loaded for the sitemaps only: other commands start without it
+    from scrapeq.interfaces.enqueue_sitemaps import (
+        SitemapFailed,
+        SitemapRun,
+        exit_code,
+        read_sitemaps,
+        summary,
+        summary_line,
+    )
+    from scrapeq.runtime.sitemaps import Source
+
     sources = []
     for url in urls:
         try:

@@ -49,7 +49,7 @@ def _duration(help_text: str) -> Any:
 Concurrency = Annotated[int, typer.Option(parser=_COUNT, help="Fetches at once per process.")]
 Processes = Annotated[int, typer.Option(parser=_COUNT, help="Worker processes.")]
 Results = Annotated[str | None, typer.Option(metavar="PATH|URL", help=RESULTS_HELP)]
-Extract = Annotated[str | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)]
+Extract = Annotated[list[str] | None, typer.Option(metavar="FIELDS", help=EXTRACT_HELP)]
 SaveBodies = Annotated[
     Path | None, typer.Option(help="Store each body in DIR/ab/abcdef... (its SHA-256).")
 ]
@@ -158,7 +158,8 @@ def crawl(
 
     Every page is fetched once (the seen-set), its links resolved, canonicalised,
     kept in scope and enqueued with the page's settlement. Stops like
-    `worker --burst`.
+    `worker --burst`. Obeys robots.txt unless respect_robots is set false
+    (SCRAPEQ_RESPECT_ROBOTS=false).
 
     Examples:
       scrapeq crawl https://shop.example.com/ --max-depth 3 --results p.jsonl
@@ -166,16 +167,22 @@ def crawl(
       scrapeq crawl https://shop.example.com/ --new --yes  # from the start
       scrapeq crawl https://shop.example.com/ --sitemaps
     """
-    settings = _settings(
-        ctx, allow_private=_private(allow_private, no_allow_private), handler=handler,
+    root: Context = ctx.obj
+    # a crawl obeys robots.txt by default, as Scrapy's project template does
+    settings = root.with_defaults(respect_robots=True).replace(**_given(
+        allow_private=_private(allow_private, no_allow_private), handler=handler,
         scope=scope, max_depth=max_depth, max_pages=max_pages, log_every=log_every,
-    )  # fmt: skip
+    ))  # fmt: skip
     options = _worker_options(
         settings, concurrency, True, None, results, save_bodies, follow_links=True,
         verbose=ctx.obj.verbose, extract=extract,
     )  # fmt: skip
     _seed(settings, urls, new=new, yes=yes, sitemaps=sitemaps)
     _run_workers(settings, options, processes)
+
+
+def _given(**flags: Any) -> dict[str, Any]:
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def _seed(settings: Settings, urls: list[str], *, new: bool, yes: bool, sitemaps: bool) -> None:
@@ -234,7 +241,7 @@ def _worker_options(
     *,
     follow_links: bool = False,
     verbose: int = 0,
-    extract: str | None = None,
+    extract: list[str] | None = None,
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
