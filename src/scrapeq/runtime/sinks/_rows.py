@@ -51,15 +51,15 @@ JSON_COLUMNS = frozenset({"result", "links"})
 #: The upsert's key.
 KEY = "job_id"
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def table_name(name: str) -> str:
     """A table name usable unquoted in SQL, or a ConfigError."""
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # fullmatch: no "x\n"
         raise ConfigError(
             "results",
-            f"table {name[:60]!r}: use letters, digits and _ (not starting with a digit), "
+            f"table {str(name)[:60]!r}: use letters, digits and _ (not starting with a digit), "
             "at most 63",
         )
     return name

@@ -1,4 +1,11 @@
-"""Append results to a CSV file with a header line."""
+"""Append results to a CSV file with a header line.
+
+A text cell beginning with ``=``, ``+``, ``-``, ``@``, a tab or a CR is written with a single
+quote before it (OWASP, "CSV Injection"): a spreadsheet opening the file shows the text and
+never runs it as a formula (a page titled ``=HYPERLINK(...)`` stays a title). A reader wanting
+the text back drops that leading ``'``. Numbers, empty cells and JSON text (a dict or list,
+which starts with ``{`` or ``[``) are written as they are.
+"""
 
 from __future__ import annotations
 
@@ -22,19 +29,33 @@ CSV_FIELDS = (
 )  # fmt: skip
 
 
+#: First characters that make a spreadsheet read a cell as a formula (OWASP).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
     return value
 
 
 def csv_line(record: dict[str, Any]) -> str:
     """One CSV line of a record: nested fields (a dict or list ``result``, ``links``) as JSON
-    text, None as an empty cell."""
+    text, None as an empty cell, a text that could be a formula after a ``'`` (module
+    docstring)."""
+    cells = [_cell(record.get(f)) for f in CSV_FIELDS]
+    # The csv module leaves a bare CR unquoted when lines end in LF (Python 3.11), and a
+    # reader then ends the row there: a row with one has every cell quoted.
+    cr = any(isinstance(c, str) and "\r" in c for c in cells)
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow([_cell(record.get(f)) for f in CSV_FIELDS])
+    writer = csv.writer(
+        out, lineterminator="\n", quoting=csv.QUOTE_ALL if cr else csv.QUOTE_MINIMAL
+    )
+    writer.writerow(cells)
     return out.getvalue()
 
 
