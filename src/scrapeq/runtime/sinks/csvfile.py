@@ -13,11 +13,13 @@ import asyncio
 import csv
 import io
 import json
+import os
+import stat
 from typing import Any
 
 from scrapeq.errors import ConfigError
 
-from ._lines import LineFile
+from ._lines import LineFile, append_whole
 
 __all__ = ["CSV_FIELDS", "CsvSink"]
 
@@ -64,33 +66,36 @@ class CsvSink(LineFile):
 
     Lines are written as the JSONL sink's (sinks/_lines.py): whole or not at all, a write
     that fails part-way (a full disk) cut back, several processes appending to one file
-    under ``flock``. An existing file must start with the same header (:meth:`open` says so
-    otherwise, before any job is claimed).
+    under ``flock``, a file deleted or rotated away followed to a new one at the path. An
+    existing file must start with the same header (:meth:`open` says so otherwise, before
+    any job is claimed). An empty file (new, made by a rotation, or truncated in place by
+    ``copytruncate``) gets the header with its first line, under the lock: one header, however
+    many processes write to it.
     """
+
+    _MODE = os.O_RDWR  # the header is read back through the descriptor
 
     async def open(self) -> None:
         """Create the file with its header, or check the header of the one there."""
-        await asyncio.to_thread(self._prepare)
+        async with self._lock:
+            await asyncio.to_thread(self._open)
 
-    def _prepare(self) -> None:
-        header = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
-        super()._prepare()
-        try:
-            with open(self.path, "x", encoding="utf-8", newline="") as f:
-                f.write(header)
-            return
-        except FileExistsError:
-            pass
-        with open(self.path, encoding="utf-8", newline="") as f:
-            first = f.readline()
-        if first and first != header:
+    def _opened(self, fd: int) -> None:
+        info = os.fstat(fd)
+        # an empty file, or a pipe or a device (nothing to read back): the header first
+        if info.st_size == 0 or not stat.S_ISREG(info.st_mode):
+            append_whole(fd, _HEADER, info)
+        elif os.pread(fd, len(_HEADER), 0) != _HEADER:
             raise ConfigError(
                 "results",
                 f"{self.path}: its first line is not scrapeq's CSV header; use a new file",
             )
-        if not first:
-            with open(self.path, "a", encoding="utf-8", newline="") as f:
-                f.write(header)
+
+    def _lines(self, info: os.stat_result, data: bytes) -> bytes:
+        return _HEADER + data if info.st_size == 0 else data
 
     async def write(self, record: dict[str, Any]) -> None:
         await self.append(csv_line(record).encode("utf-8"))
+
+
+_HEADER = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True))).encode()
