@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,6 +102,67 @@ async def test_a_table_it_cannot_use_is_refused(postgres_url: str, ddl: str, sai
     with pytest.raises(ConfigError, match=said):
         await sink.open()
     await sink.close()
+
+
+_COLUMNS = {"job_id": "text PRIMARY KEY", "url": "text", "final_url": "text",
+            "domain": "text", "lane": "text", "depth": "int", "parent_id": "text",
+            "parent_url": "text", "outcome": "text", "status": "int", "attempts": "int",
+            "error": "text", "elapsed_ms": "float", "bytes": "bigint",
+            "finished_at": "timestamptz", "result": "jsonb", "links": "jsonb",
+            "body_path": "text"}  # fmt: skip
+
+
+def _ddl(table: str, **types: str) -> str:
+    return (
+        f"CREATE TABLE {table} ("
+        + ", ".join(f"{c} {types.get(c, t)}" for c, t in _COLUMNS.items())
+        + ")"
+    )
+
+
+@pytest.mark.parametrize(
+    ("types", "said"),
+    [
+        ({"finished_at": "integer"},
+         "column finished_at is integer, the sink writes timestamp with time zone"),
+        ({"status": "text"}, "column status is text, the sink writes integer"),
+        ({"result": "integer"}, "column result is integer, the sink writes jsonb"),
+        ({"url": "bytea"}, "column url is bytea, the sink writes text"),
+        ({"elapsed_ms": "integer"}, "column elapsed_ms is integer, the sink writes double"),
+        ({"depth": "int[]"}, "column depth is integer[], the sink writes integer"),
+    ],
+)  # fmt: skip
+async def test_a_table_whose_column_types_do_not_fit_is_refused(
+    postgres_url: str, types: dict[str, str], said: str
+) -> None:
+    """Issue 38 item 3: a table whose ``finished_at`` is an integer was accepted, then every
+    write failed (0 of 20 rows in 40 s): the types are checked with the columns."""
+    table = _table(postgres_url)
+    with psycopg.connect(postgres_url.split("?")[0]) as db:
+        db.execute(_ddl(table, **types))
+    sink = sink_from_url(postgres_url)
+    with pytest.raises(ConfigError, match=re.escape(said)) as caught:
+        await sink.open()
+    await sink.close()
+    assert "\n" not in str(caught.value).strip() and table in str(caught.value)
+    assert _rows(postgres_url) == [], "nothing written"
+
+
+async def test_a_table_of_compatible_types_is_used(postgres_url: str) -> None:
+    """Types a value of the sink is stored in as it is: varchar, other integer and number
+    widths, json, timestamp without time zone, a domain over text."""
+    table = _table(postgres_url)
+    with psycopg.connect(postgres_url.split("?")[0]) as db:
+        db.execute(f"CREATE DOMAIN {table}_d AS text")
+        db.execute(_ddl(table, url="varchar(2000)", domain=f"{table}_d", status="smallint",
+                        attempts="bigint", bytes="numeric", elapsed_ms="real",
+                        finished_at="timestamp", result="json", links="text"))  # fmt: skip
+    sink = sink_from_url(postgres_url)
+    await sink.open()
+    await asyncio.gather(*(sink.write(record(f"c{i}")) for i in range(20)))
+    await sink.close()
+    rows = _rows(postgres_url)
+    assert len(rows) == 20 and rows[0]["result"] == {"title": "t", "tags": ["a"]}
 
 
 async def test_a_database_that_goes_away_releases_the_jobs_and_the_worker_goes_on(

@@ -82,6 +82,56 @@ async def test_a_table_it_cannot_use_is_refused_before_any_write(
     await sink.close()
 
 
+_TYPED = {"depth": "INTEGER", "status": "INTEGER", "attempts": "INTEGER", "bytes": "INTEGER",
+          "elapsed_ms": "REAL"}  # fmt: skip
+
+
+def _ddl(strict: bool, **types: str) -> str:
+    columns = ", ".join(
+        f"{c} {types.get(c, _TYPED.get(c, 'TEXT'))}" + (" PRIMARY KEY" if c == "job_id" else "")
+        for c in sqlite.COLUMNS
+    )
+    return f"CREATE TABLE results ({columns})" + (" STRICT" if strict else "")
+
+
+@pytest.mark.parametrize(
+    ("types", "said"),
+    [
+        ({"finished_at": "INTEGER"}, "column finished_at is INTEGER, the sink writes TEXT"),
+        ({"elapsed_ms": "INT"}, "column elapsed_ms is INT, the sink writes REAL"),
+        ({"result": "BLOB"}, "column result is BLOB, the sink writes TEXT"),
+        ({"status": "REAL"}, "column status is REAL, the sink writes INTEGER"),
+    ],
+)
+async def test_a_strict_table_whose_column_types_do_not_fit_is_refused(
+    tmp_path: Path, types: dict[str, str], said: str
+) -> None:
+    """Issue 38 item 3: a STRICT table refuses a value of another type at every write (an
+    ISO text in an INTEGER finished_at): it is refused before any."""
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        conn.execute(_ddl(True, **types))
+    sink = SqliteSink(tmp_path / "r.db")
+    with pytest.raises(ConfigError, match=said):
+        await sink.open()
+    await sink.close()
+    assert _rows(tmp_path / "r.db") == []
+
+
+@pytest.mark.parametrize("strict", [True, False])
+async def test_tables_whose_types_hold_the_values_are_used(tmp_path: Path, strict: bool) -> None:
+    """A STRICT table of ANY columns; a table that is not STRICT takes any value in any
+    column (SQLite types are affinities), so its declared types are not checked."""
+    types = {"finished_at": "INTEGER", "result": "BLOB"} if not strict else {"url": "ANY"}
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        conn.execute(_ddl(strict, **types))
+    sink = SqliteSink(tmp_path / "r.db")
+    await sink.open()
+    await sink.write(record("a1"))
+    await sink.close()
+    (row,) = _rows(tmp_path / "r.db")
+    assert (row["finished_at"], row["url"]) == ("2026-01-01T00:00:00+00:00", "http://x.test/a1")
+
+
 async def test_a_crawl_into_sqlite_has_one_row_per_page_with_the_parents_url(
     redis_url: str, tmp_path: Path
 ) -> None:

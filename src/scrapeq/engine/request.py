@@ -37,17 +37,34 @@ __all__ = ["SECRET_HEADERS", "Request", "is_secret_header", "redact_value", "req
 
 #: RFC 9110 token: a method and a field name.
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-#: A field value: visible characters, space, tab and obs-text (no CR, LF, NUL, controls).
-_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+#: A field value: visible characters, space, tab and obs-text but its C1 controls (no CR, LF,
+#: NUL, DEL, nor U+0080-U+009F such as NEL ``\x85``: some parsers read them as line breaks).
+_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e\xa0-\xff]*")
 #: RFC 6265 cookie-octet (a value may be quoted as a whole).
 _COOKIE_VALUE: Final = re.compile(r'"?[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*"?')
 #: Headers the fetcher writes from the URL and the body: a job may not set them.
 _FORBIDDEN: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-#: Headers whose values are secrets: shown as ``***`` (job show, dead list, the dashboard), in
-#: scrapeq's own requests and in any stored value :func:`redact_value` is given (a Scrapy
-#: request in a job's payload).
+#: Headers whose values are secrets (lower-case names), the one list of them: shown as ``***``
+#: (job show, dead list, the dashboard), in scrapeq's own requests and in any stored value
+#: :func:`redact_value` is given (a Scrapy request in a job's payload); dropped on a redirect
+#: to another origin (runtime/outgoing.py).
 SECRET_HEADERS: Final = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "x-auth-token"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "api-key",
+        "x-api-key",
+        "x-auth-token",
+        "x-access-token",
+        "x-csrf-token",
+        "x-xsrf-token",
+        "private-token",
+        "x-goog-api-key",
+        "x-amz-security-token",
+        "ocp-apim-subscription-key",
+    }
 )
 #: Keys whose values are a cookie jar (Scrapy's ``Request.cookies``): each cookie's value hidden.
 _COOKIE_KEYS: Final = frozenset({"cookies"})
@@ -83,8 +100,8 @@ def _check_headers(headers: Pairs) -> None:
         if not _FIELD_VALUE.fullmatch(value) or len(value) > MAX_FIELD:
             raise InvalidRequest(
                 "headers",
-                f"value of {name} has a CR, LF or control character, or is over {MAX_FIELD} "
-                "characters",
+                f"value of {name} has a CR, LF or other control character (C0, DEL or C1), "
+                f"or is over {MAX_FIELD} characters",
             )
 
 

@@ -7,9 +7,11 @@ folded into one ``Cookie`` header); each redirect makes the next hop's:
   turn a ``POST`` into a ``GET`` without a body, as browsers and aiohttp do (RFC 9110 allows
   it); **307** and **308** keep the method and the body.
 * A dropped body takes its ``Content-*`` headers with it.
-* A hop to another origin (scheme, host, port) drops ``Authorization``,
-  ``Proxy-Authorization`` and ``Cookie``: credentials meant for one site never reach
-  another (what aiohttp, requests and browsers do).
+* A hop to another origin (scheme, host, port) drops every header the project treats as a
+  secret (:data:`~scrapeq.engine.request.SECRET_HEADERS`: ``Authorization``,
+  ``Proxy-Authorization``, ``Cookie``, ``X-Api-Key``, ``Api-Key``, ``X-Auth-Token``, ...):
+  credentials meant for one site never reach another (what aiohttp, requests and browsers
+  do for the standard ones).
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import urlsplit
 
-from scrapeq.engine.request import Request
+from scrapeq.engine.request import SECRET_HEADERS, Request
 
 __all__ = ["Outgoing", "after_redirect", "same_origin"]
 
-_CREDENTIALS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
 _CONTENT: Final = frozenset(
     {"content-type", "content-encoding", "content-language", "content-location", "digest"}
 )
@@ -61,6 +62,6 @@ def after_redirect(out: Outgoing, status: int, *, same: bool) -> Outgoing:
         out = Outgoing("GET", kept, b"")
     if not same:
         out = replace(
-            out, headers=tuple(p for p in out.headers if p[0].lower() not in _CREDENTIALS)
+            out, headers=tuple(p for p in out.headers if p[0].lower() not in SECRET_HEADERS)
         )
     return out

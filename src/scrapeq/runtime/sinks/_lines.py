@@ -9,6 +9,15 @@ scrapeq writer can have appended meanwhile, so the cut removes exactly the parti
 never another process's acknowledged one. Writers that do not take the lock (another program
 appending to the file) are not covered. On a file that is not a regular one (``/dev/full``, a
 pipe) nothing can be cut back; a write there is one ``os.write`` of the whole line.
+
+A file deleted or rotated away (``rm``, logrotate's rename without ``copytruncate``) is
+followed: before each append, under the lock, the path is looked up again (one ``stat``,
+besides the ``fstat`` the append makes anyway); when it no longer names the open file, the
+path is opened again (created if missing), one warning is logged, and the line goes there.
+A line written while the file was being deleted (the descriptor's file has no name left once
+the write returns) is written again to the new file, so a line never ends up only in a file
+nobody can open: at least once, never lost. A rotated file keeps the lines written before the
+rotation was seen.
 """
 
 from __future__ import annotations
@@ -28,39 +37,96 @@ log = logging.getLogger("scrapeq.sinks")
 #: ``fsync`` errors that say the file cannot be synced at all (a device, a pipe), not that
 #: data was lost.
 _UNSYNCABLE = (errno.EINVAL, errno.EROFS, errno.ENOTSUP)
+#: Times one append opens the path again (it was deleted or replaced) before giving up.
+_REOPENS = 3
 
 
 class LineFile:
     """Appends whole lines to ``path`` (created with its folders if missing), or nothing.
 
-    :meth:`append` returns once the whole line is in the file, or raises ``OSError`` having
-    left nothing of it behind. :meth:`close` syncs the file to disk and never raises (a
-    failed sync is logged as an error). :meth:`_prepare` runs before the file is first
-    opened (the CSV sink writes or checks its header there).
+    :meth:`append` returns once the whole line is in the file the path names, or raises
+    ``OSError`` having left nothing of it behind. :meth:`close` syncs the file to disk and
+    never raises (a failed sync is logged as an error). :meth:`_prepare` runs before the file
+    is opened, :meth:`_opened` right after, under the lock (the CSV sink writes or checks its
+    header there), each time it is opened again after a deletion or a rotation. ``reopened``
+    counts those times.
     """
+
+    #: Access mode of the descriptor (the CSV sink reads its header back: ``O_RDWR``).
+    _MODE = os.O_WRONLY
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._fd: int | None = None
         self._lock = asyncio.Lock()
+        self.reopened = 0
 
     def _prepare(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
+    def _opened(self, fd: int) -> None:
+        """Called under the lock once ``fd`` is (re)opened; raising closes it again."""
+
+    def _lines(self, info: os.stat_result, data: bytes) -> bytes:
+        """What to append for ``data`` to a file whose ``fstat`` is ``info``."""
+        return data
+
     def _open(self) -> int:
         if self._fd is None:
             self._prepare()
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-            self._fd = os.open(self.path, flags, 0o666)
+            flags = self._MODE | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            fd = os.open(self.path, flags, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    self._opened(fd)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
         return self._fd
 
     def _append(self, data: bytes) -> None:
-        fd = self._open()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        for _ in range(_REOPENS):
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode):
+                    gone = self._gone(info)
+                    if gone is None:
+                        append_whole(fd, self._lines(info, data), info)
+                        if os.fstat(fd).st_nlink > 0:
+                            return
+                        gone = "was deleted while a line was written to it"
+                else:
+                    append_whole(fd, data, info)
+                    return
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            self._reopen(gone)
+        raise OSError(errno.ESTALE, f"{self.path} was replaced {_REOPENS} times in one write")
+
+    def _gone(self, info: os.stat_result) -> str | None:
+        """Why the path no longer names the open file (``info``: its ``fstat``), or None."""
         try:
-            append_whole(fd, data)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError as exc:  # the folder is gone, or not one: opening again says why
+            return f"cannot be looked up ({exc.strerror})"
+        if (named.st_ino, named.st_dev) != (info.st_ino, info.st_dev):
+            return "was replaced (rotated?)"
+        return None
+
+    def _reopen(self, why: str) -> None:
+        log.warning("results file %s %s: writing on to a new file at that path", self.path, why)
+        fd, self._fd = self._fd, None
+        self.reopened += 1
+        if fd is not None:
+            _sync_and_close(fd, self.path)
 
     async def append(self, data: bytes) -> None:
         """Append ``data`` (one or more whole lines) whole, or raise ``OSError``."""
@@ -74,16 +140,18 @@ class LineFile:
                 await asyncio.to_thread(_sync_and_close, fd, self.path)
 
 
-def append_whole(fd: int, data: bytes) -> None:
+def append_whole(fd: int, data: bytes, info: os.stat_result | None = None) -> None:
     """Append ``data`` to ``fd`` (opened ``O_APPEND``, locked by the caller) whole, or not.
 
     A short write is continued (the rest lands right after it: the caller holds the lock);
-    when a write fails, a regular file is cut back to its size before the first one.
+    when a write fails, a regular file is cut back to its size before the first one
+    (``info``: the caller's ``fstat`` of ``fd`` under the lock, else taken here).
 
     Raises:
         OSError: the write's error (``ENOSPC``, ``EFBIG``, ...), after the cut.
     """
-    info = os.fstat(fd)
+    if info is None:
+        info = os.fstat(fd)
     regular = stat.S_ISREG(info.st_mode)
     view, done = memoryview(data), 0
     try:

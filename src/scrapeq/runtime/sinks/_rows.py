@@ -19,6 +19,7 @@ __all__ = [
     "JSON_COLUMNS",
     "KEY",
     "check_layout",
+    "check_types",
     "create_sql",
     "row_of",
     "table_name",
@@ -51,15 +52,15 @@ JSON_COLUMNS = frozenset({"result", "links"})
 #: The upsert's key.
 KEY = "job_id"
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def table_name(name: str) -> str:
     """A table name usable unquoted in SQL, or a ConfigError."""
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # fullmatch: no "x\n"
         raise ConfigError(
             "results",
-            f"table {name[:60]!r}: use letters, digits and _ (not starting with a digit), "
+            f"table {str(name)[:60]!r}: use letters, digits and _ (not starting with a digit), "
             "at most 63",
         )
     return name
@@ -114,3 +115,22 @@ def check_layout(table: str, have: Collection[str], keyed: Callable[[], bool]) -
     if not keyed():
         message = f"table {table}: {KEY} must be its primary key (one row per job)"
         raise ConfigError("results", message)
+
+
+def check_types(
+    table: str,
+    have: Mapping[str, tuple[str, str]],
+    wanted: Mapping[str, tuple[str, Collection[str]]],
+) -> None:
+    """Refuse (ConfigError) a table with a column whose type cannot hold what the sink writes
+    there as it is. ``have``: column -> (its type as shown, the name compared); ``wanted``:
+    column -> (the type the sink writes, the names it accepts)."""
+    for column in COLUMNS:
+        shown, name = have[column]
+        expected, accepted = wanted[column]
+        if name not in accepted:
+            raise ConfigError(
+                "results",
+                f"table {table}: column {column} is {shown}, the sink writes {expected}: "
+                "use another table (?table=NAME) or change the column's type",
+            )

@@ -10,7 +10,7 @@ from scrapeq.engine.urls import REDACTED, redact_text, redact_url
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, check_layout, create_sql, table_name, upsert_sql
+from ._rows import COLUMNS, KEY, check_layout, check_types, create_sql, table_name, upsert_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -24,6 +24,23 @@ _TYPES = {"depth": "integer", "status": "integer", "attempts": "integer", "bytes
           "elapsed_ms": "double precision", "finished_at": "timestamptz", "result": "jsonb",
           "links": "jsonb"}  # fmt: skip
 _CASTS = {"finished_at": "::timestamptz", "result": "::jsonb", "links": "::jsonb"}
+
+# What an existing table's columns may be: types that keep what the sink writes as it is
+# (PostgreSQL would also take, say, an integer elapsed_ms, a date finished_at or a char(n)
+# job_id, rounding, cutting or padding each value; and refuses an integer finished_at only
+# at the first write, every write). Names as ``regtype`` shows them; a domain is its base.
+_TEXTS = frozenset({"text", "character varying", "citext"})
+_INTS = frozenset({"smallint", "integer", "bigint", "numeric"})
+_WANTED: dict[str, tuple[str, frozenset[str]]] = {
+    **{c: ("text", _TEXTS) for c in COLUMNS},
+    **{c: ("integer", _INTS) for c in ("depth", "status", "attempts")},
+    "bytes": ("bigint", _INTS - {"smallint"}),
+    "elapsed_ms": ("double precision", frozenset({"double precision", "real", "numeric"})),
+    "finished_at": ("timestamp with time zone", _TEXTS | {"timestamp with time zone",
+                                                          "timestamp without time zone"}),
+    "result": ("jsonb", _TEXTS | {"jsonb", "json"}),
+    "links": ("jsonb", _TEXTS | {"jsonb", "json"}),
+}  # fmt: skip
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -42,10 +59,12 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
     """Upsert one row per job into a PostgreSQL table (``result`` and ``links`` as JSONB).
 
     The table (docs/INTERFACE.md, "Results in a database") is created on first use, or
-    checked: a table missing a column, or without a unique key on ``job_id`` alone, is a
-    ConfigError before anything is written. Each batch is one transaction; a connection
-    lost is opened again by the next batch (the jobs of the failed one are released, and a
-    batch that did commit before the loss is upserted again: one row per job still).
+    checked: a table missing a column, without a unique key on ``job_id`` alone, or with a
+    column whose type cannot hold what the sink writes there as it is (an integer
+    ``finished_at``), is a ConfigError before anything is written. Each batch is one
+    transaction; a connection lost is opened again by the next batch (the jobs of the failed
+    one are released, and a batch that did commit before the loss is upserted again: one row
+    per job still).
 
     Args:
         url: ``postgresql://user[:password]@host[:port]/db[?table=NAME&...]`` (other
@@ -103,10 +122,12 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
 def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
     with db.transaction():
         have = {
-            name
-            for (name,) in db.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
-                "AND attnum > 0 AND NOT attisdropped",
+            name: (shown, base)
+            for name, shown, base in db.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
+                "(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END)::regtype "
+                "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
                 (table,),
             )
         }
@@ -117,6 +138,7 @@ def _check_layout(db: psycopg.Connection[Any], table: str) -> None:
             (table, KEY),
         ).fetchone()
     check_layout(table, have, lambda: keyed is not None)
+    check_types(table, have, _WANTED)
 
 
 def _passwords(url: str) -> set[str]:

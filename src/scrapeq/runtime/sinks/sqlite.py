@@ -10,7 +10,7 @@ from typing import Any
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, check_layout, create_sql, table_name, upsert_sql
+from ._rows import COLUMNS, KEY, check_layout, check_types, create_sql, table_name, upsert_sql
 
 __all__ = ["SqliteSink"]
 
@@ -21,12 +21,22 @@ _TYPES = {"depth": "INTEGER", "status": "INTEGER", "attempts": "INTEGER", "bytes
           "elapsed_ms": "REAL"}  # fmt: skip
 
 
+def _wanted(column: str) -> tuple[str, frozenset[str]]:
+    """The type the sink writes in ``column`` and a STRICT table's types that keep it."""
+    kind = _TYPES.get(column, "TEXT")
+    return kind, frozenset({kind, "ANY", "INT"} if kind == "INTEGER" else {kind, "ANY"})
+
+
+_WANTED = {c: _wanted(c) for c in COLUMNS}
+
+
 class SqliteSink(BatchSink[sqlite3.Connection]):
     """Upsert one row per job into ``table`` of the SQLite file ``path``.
 
     The table (docs/INTERFACE.md, "Results in a database") is created on first use, or
-    checked: a table missing a column, or whose ``job_id`` is not its key, is a ConfigError
-    before anything is written. Batches are one ``BEGIN IMMEDIATE`` transaction each; the
+    checked: a table missing a column, whose ``job_id`` is not its key, or (a STRICT table)
+    with a column whose type cannot hold what the sink writes there, is a ConfigError before
+    anything is written. Batches are one ``BEGIN IMMEDIATE`` transaction each; the
     file is in WAL mode, so several worker processes may share it (a writer waits up to
     :data:`BUSY_TIMEOUT` seconds for another). A committed row survives a crash of the worker
     (``synchronous=NORMAL``: the JSONL sink's guarantee).
@@ -77,6 +87,15 @@ def _check_layout(db: sqlite3.Connection, table: str) -> None:
     check_layout(
         table, {row[1] for row in info}, lambda: keys == [KEY] or _unique_on_key(db, table)
     )
+    # SQLite's types are affinities: a table that is not STRICT takes any value in any column
+    # (an INTEGER or TIMESTAMP finished_at keeps the ISO text, a JSON column the JSON text),
+    # so only a STRICT table's types, which refuse a value of another type at every write,
+    # are checked (STRICT came with SQLite 3.37, as pragma_table_list).
+    if sqlite3.sqlite_version_info >= (3, 37) and db.execute(
+        "SELECT strict FROM pragma_table_list WHERE name = ? AND schema = 'main'", (table,)
+    ).fetchone() == (1,):
+        types = {row[1]: (row[2], row[2].upper()) for row in info}
+        check_types(table, types, _WANTED)
 
 
 def _unique_on_key(db: sqlite3.Connection, table: str) -> bool:

@@ -56,7 +56,7 @@ def _sqlite(text: str) -> SqliteSink:
     path = unquote(parts.path)[1:]  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
     if not path:
         raise ConfigError("results", "no file (sqlite:///path/results.db)")
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)  # ?table= is refused, not "results"
     unknown = sorted(set(query) - {"table"})
     if unknown:
         raise ConfigError("results", f"unknown parameter {unknown[0]!r} (only table=NAME)")
