@@ -51,7 +51,7 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
     full = Settlement(
         "a1", 3, "done", domain_failed=False, delay_ms=5, backoff=True, retry_after_ms=6,
         kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7,
-        overload=True, final=spec, exit_result="ok", bytes_in=9, jar="[]", not_modified=True,
+        overload=True, final=spec, exit_result="ok", bytes_in=9, jar={"set": []}, not_modified=True,
         changed=False, signature="0123456789abcdef", etag='"e"',
         last_modified="Wed, 01 Jan 2025 00:00:00 GMT", line='{"id":"a1"}',
     )  # fmt: skip
@@ -92,7 +92,7 @@ def test_as_arg_sends_each_field_by_one_rule() -> None:
         Settlement("a", 4, "done", follow=(spec,), final=spec, bytes_in=0, exit_result="ok"),
         Settlement("a", 5, "release", shutdown=True, domain_failed=True, message=""),
         Settlement("a", 6, "done", not_modified=True, etag="", last_modified="x", line="{}"),
-        Settlement("a", 7, "fail", reason="r", jar="[]", signature="0123456789abcdef"),
+        Settlement("a", 7, "fail", reason="r", jar={"del": []}, signature="0123456789abcdef"),
     ]
     for case in cases:
         assert case.as_arg() == _item_by_rule(case), case
@@ -101,6 +101,23 @@ def test_as_arg_sends_each_field_by_one_rule() -> None:
 def test_adaptive_state_fields_are_one_table_in_python_and_lua() -> None:
     body = _lua_table(_lua("includes/adaptive_rule.lua"), "ADAPTIVE_FIELDS")
     assert dict(re.findall(r"\{'(\w+)', '(\w+)'\}", body)) == dict(wire.ADAPTIVE_FIELDS)
+
+
+def test_the_jar_cookie_layout_flags_and_bounds_are_one_table_in_python_and_lua() -> None:
+    jar = _lua("includes/jar.lua")
+    fields = dict(re.findall(r"(\w+) = (\d+)", _lua_table(jar, "JAR").split("FLAGS", 1)[0]))
+    assert tuple(sorted(fields, key=lambda f: int(fields[f]))) == wire.JAR_COOKIE
+    assert list(map(int, fields.values())) == list(range(1, len(wire.JAR_COOKIE) + 1))
+    flags = re.search(r"FLAGS = \{(.*?)\}", jar)
+    assert flags is not None
+    assert {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", flags.group(1))} == dict(
+        wire.JAR_FLAGS
+    )
+    bounds = dict(re.findall(r"^  (MAX_\w+) = (\d+),", _lua_table(jar, "JAR"), re.M))
+    assert {k: int(v) for k, v in bounds.items()} == dict(wire.JAR_LIMITS)
+    # the merge and the checks read cookies by those positions only
+    reads = set(re.findall(r"\b[ck]\[(\d)\]", jar))
+    assert reads <= {str(i) for i in range(1, len(wire.JAR_COOKIE) + 1)}
 
 
 def test_settle_answers_carry_the_dead_reason_and_the_drawn_delay() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -33,16 +34,24 @@ def test_a_sticky_domain_keeps_one_exit_and_its_jar_until_banned(
     assert len({j.exit for j in jobs}) == 1, "one exit per domain"
     assert all(j.jar is None for j in jobs), "a new session starts with no jar"
     session = jobs[0].exit
-    jar = '[["sid","s1","/",null]]'
-    q.settle_many([dataclasses.replace(q.done(jobs[0]), exit_result="ok", jar=jar)])
+    sid = ["sid", "s1", "a.example", "/", None, 1]
+    changes = {"set": [sid]}
+    q.settle_many([dataclasses.replace(q.done(jobs[0]), exit_result="ok", jar=changes)])
     (nxt,) = q.claim(1).jobs
-    assert (nxt.exit, nxt.jar) == (session, jar), "the next claim continues the session"
+    assert nxt.exit == session, "the next claim continues the session"
+    assert json.loads(nxt.jar or "null") == [sid], "with its jar"
     # a ban of the session's exit rotates: another exit, an empty jar
     ban = dataclasses.replace(q.releasing(nxt, delay=0, kind="banned"), exit_result="ban")
     q.settle_many([ban])
     for j in jobs[1:]:
         q.settle_many(
-            [dataclasses.replace(q.done(j), exit_result="ok", jar='[["x","1","/",null]]')]
+            [
+                dataclasses.replace(
+                    q.done(j),
+                    exit_result="ok",
+                    jar={"set": [["x", "1", "a.example", "/", None, 1]]},
+                )
+            ]
         )
     fresh = q.claim(3).jobs
     assert fresh and {j.exit for j in fresh} != {session}
@@ -60,14 +69,17 @@ def test_without_sticky_no_jar_travels(make_queue: Callable[..., Queue]) -> None
 
 def test_jar_takes_cookies_of_the_jobs_host_and_sends_them_on_matching_paths() -> None:
     url = "http://shop.example/cart/view"
-    jar = absorb(None, (
+    changes = absorb((
         ("http://shop.example/login", "sid=abc; Path=/"),
         ("http://shop.example/login", "cart=1; Path=/cart"),
         ("http://shop.example/login", "gone=1; Max-Age=0"),
         ("http://tracker.example/", "track=1"),
-    ), url)  # fmt: skip
-    names = {c[0] for c in __import__("json").loads(jar)}
+    ), url, domain="shop.example", politeness="host")  # fmt: skip
+    assert changes is not None
+    names = {c[0] for c in changes["set"]}
     assert names == {"sid", "cart"}
+    assert changes["del"] == [["gone", "shop.example", "/"]]
+    jar = json.dumps(changes["set"])  # the stored jar after them (includes/jar.lua merges)
     sent = dict(jar_request(Request(url), jar, url).cookies)
     assert sent == {"sid": "abc", "cart": "1"}
     assert dict(
@@ -77,7 +89,9 @@ def test_jar_takes_cookies_of_the_jobs_host_and_sends_them_on_matching_paths() -
     own = jar_request(Request(url, cookies={"sid": "mine"}), jar, url)
     assert dict(own.cookies)["sid"] == "mine"
     # deleting a cookie
-    assert "sid" not in absorb(jar, (("http://shop.example/", "sid=; Max-Age=0; Path=/"),), url)
+    deleted = absorb((("http://shop.example/", "sid=; Max-Age=0; Path=/"),), url,
+                     domain="shop.example", politeness="host")  # fmt: skip
+    assert deleted == {"set": [], "del": [["sid", "shop.example", "/"]]}
 
 
 class SessionSite:

@@ -188,8 +188,9 @@ class Job:
         parent_url: that job's URL (None for a seed).
         exit: with an exit pool, the id of the exit its claim chose (engine/exits.py); None
             otherwise.
-        jar: with ``session = sticky``, the domain's cookie jar as its claim found it (text;
-            :mod:`scrapeq.runtime.session_jar`); None otherwise.
+        jar: with ``session = sticky``, the domain's cookie jar as its claim found it (JSON
+            text, cookies as :data:`scrapeq.engine.wire.JAR_COOKIE`; sent by
+            :mod:`scrapeq.runtime.session_jar`); None otherwise. Not in the repr.
         weight: the page's weight for revisits (None: 1).
         etag, last_modified: a revisit's validators (includes/revisit.lua): sent as
             ``If-None-Match`` and ``If-Modified-Since``.
@@ -220,7 +221,7 @@ class Job:
     request_text: str | None = None
     parent_url: str | None = None
     exit: str | None = None
-    jar: str | None = None
+    jar: str | None = field(default=None, repr=False)  # cookie values: secrets
     weight: float | None = None
     etag: str | None = None
     last_modified: str | None = None

@@ -133,8 +133,11 @@ class Settlement:
             what the fetch saw of the content (includes/revisit.lua decides from them): a 304,
             the handler's "unchanged", the body's 64-bit signature (16 hex digits), the
             answer's validators (at most 100 bytes each; longer ones are not sent).
-        jar: with ``session = sticky``, the domain's cookie jar after this attempt (text, at
-            most 16 KiB), kept when the job's exit is still the domain's session exit.
+        jar: with ``session = sticky``, what this attempt changed in the domain's cookie jar:
+            ``{"set": [cookie, ...], "del": [[name, domain, path], ...]}`` (cookies as
+            :data:`~scrapeq.engine.wire.JAR_COOKIE`), merged per cookie into the stored jar
+            when the job's exit is still the domain's session exit (``includes/jar.lua``).
+            Left out of the repr: cookie values are secrets.
         final: with ``done``, the spec of the URL the fetch ended at after redirects (its
             seen-set argument): it joins the seen-set in this call when the queue has one,
             so a link to it met later is skipped (``includes/seen.lua``, ``seen_mark``).
@@ -163,7 +166,7 @@ class Settlement:
     final: EnqueueSpec | None = None
     exit_result: str | None = None
     bytes_in: int | None = None
-    jar: str | None = None
+    jar: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
     not_modified: bool = False
     changed: bool | None = None
     signature: str | None = None

@@ -48,6 +48,7 @@ __all__ = [
     "in_scope",
     "is_private_address",
     "is_private_host",
+    "is_public_suffix",
     "parse_target",
     "politeness_key",
     "redact_text",
@@ -317,6 +318,14 @@ def registrable_domain(host: str) -> str:
         InvalidURL: the host is not a valid host name or address.
     """
     return _site(_normalise_host(host, _strip_port(host.strip())))
+
+
+def is_public_suffix(name: str) -> bool:
+    """Whether a host name (lower case, punycode) is itself a public suffix by the Public
+    Suffix List (``co.uk``, ``github.io``; a single label such as ``test`` too): a name under
+    which each name is a separate owner, so no cookie may be set for it
+    (:mod:`scrapeq.runtime.session_jar`). The list is :func:`registrable_domain`'s."""
+    return bool(_suffix_list().is_public(name.rstrip(".")))
 
 
 #: What the per-domain limits, delays and breakers apply to (setting ``politeness``).

@@ -11,7 +11,9 @@ documented here and checked against the Lua the same way:
 - a queued job's compact form: ``engine/job.py`` (``_LONG``) and ``includes/codec.lua``
   (``SHORT``), where ``o`` is a job's lane offset;
 - the adaptive state in a domain's hash: :data:`ADAPTIVE_FIELDS` and
-  ``includes/adaptive_rule.lua`` (``ADAPTIVE_FIELDS``, which documents each).
+  ``includes/adaptive_rule.lua`` (``ADAPTIVE_FIELDS``, which documents each);
+- a cookie of the sticky session's jar: :data:`JAR_COOKIE`, :data:`JAR_FLAGS` and
+  :data:`JAR_LIMITS`, and ``includes/jar.lua`` (``JAR``, which documents the jar).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "overload": "overload",  # the site signalled overload
         "exit_result": "exit",  # ok | ban | down | timeout | error, through the job's exit
         "bytes_in": "bytes",  # bytes downloaded
-        "jar": "jar",  # session = sticky: the domain's cookie jar after the attempt
+        "jar": "jar",  # session = sticky: the attempt's changes to the domain's cookie jar
         "not_modified": "not_modified",  # revisit: a 304 answered the conditional request
         "changed": "changed",  # revisit: False when the handler said unchanged
         "signature": "signature",  # revisit: 64-bit signature of the content, 16 hex digits
@@ -81,5 +83,33 @@ ADAPTIVE_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
         "count": "acnt",  # answers since the last decrease or the streak's start
         "streak_at": "asa",  # ms: the current streak of answers began
         "long_avg": "alt",  # long average of the latencies, ms
+    }
+)
+
+#: A cookie of the sticky session's jar (``session = sticky``), as stored (a domain's ``dexit``
+#: hash, field ``sj``: a JSON list of cookies, oldest first) and as a settle item's ``jar`` sets
+#: it (``{"set": [cookie, ...], "del": [[name, domain, path], ...]}``): a JSON list of these
+#: fields in this order (``lua/includes/jar.lua``, ``JAR.FIELDS``). ``domain`` has no leading
+#: dot; ``expires`` is epoch seconds or null (a session cookie); ``flags`` a sum of
+#: :data:`JAR_FLAGS`. (name, domain, path) is a cookie's key.
+JAR_COOKIE: Final = ("name", "value", "domain", "path", "expires", "flags")
+
+#: The bits of a jar cookie's ``flags`` (``JAR.FLAGS``): host-only (sent to the host that set
+#: it alone), Secure (sent over https only), HttpOnly (kept; nothing here runs scripts).
+JAR_FLAGS: Final[Mapping[str, int]] = MappingProxyType(
+    {"host_only": 1, "secure": 2, "http_only": 4}
+)
+
+#: The jar's bounds, checked by settle-1.lua and kept by its merge (``JAR``): cookies kept
+#: (and set or deleted by one attempt), bytes of the stored text, bytes of a name and value
+#: together, of a domain, of a path, and the latest ``expires`` (9999-12-31T23:59:59Z).
+JAR_LIMITS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "MAX_COOKIES": 50,
+        "MAX_BYTES": 16_384,
+        "MAX_PAIR": 4096,
+        "MAX_DOMAIN": 255,
+        "MAX_PATH": 1024,
+        "MAX_EXPIRES": 253_402_300_799,
     }
 )

@@ -36,7 +36,7 @@ from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
 from scrapeq.runtime.revisits import conditional, not_modified, observed
-from scrapeq.runtime.session_jar import absorb, jar_request
+from scrapeq.runtime.session_jar import Changes, absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -56,7 +56,7 @@ class _ExitSeen:
     def __init__(self) -> None:
         self.result: str | None = None  # None: no request was made
         self.bytes = 0
-        self.jar: str | None = None  # session = sticky: the domain's jar after the answer
+        self.jar: Changes | None = None  # session = sticky: the answer's changes to the jar
 
 
 class Attempts(WorkerCore):
@@ -136,7 +136,10 @@ class Attempts(WorkerCore):
         if job.exit is None:
             return None
         if job.jar is not None or self.settings.session == "sticky":
-            seen.jar = absorb(job.jar, response.set_cookies, job.url)
+            seen.jar = absorb(
+                response.set_cookies, job.url, domain=job.domain,
+                politeness=self.settings.politeness,
+            )  # fmt: skip
         why = self._bans.why(response)
         return None if why is None else f"{why} through exit {self._exit_name(job)}"
 
@@ -378,9 +381,11 @@ class Attempts(WorkerCore):
                         pause, redact_text(str(exc)), extra=_about(job, "sink_failed"))  # fmt: skip
             released = self.queue.releasing(job, delay=pause)
             # the request through the job's exit was made all the same: counted there
+            # (and the cookies it got are the session's all the same)
             return dataclasses.replace(
-                released, exit_result=settlement.exit_result, bytes_in=settlement.bytes_in
-            )
+                released, exit_result=settlement.exit_result, bytes_in=settlement.bytes_in,
+                jar=settlement.jar,
+            )  # fmt: skip
         self._sink_failures = 0
         return settlement
 

@@ -30,8 +30,9 @@
               moves the exit's breaker and benches the pair; after a ban that leaves the
               domain no usable exit its breaker is charged (domain_failed = true).
       bytes   bytes downloaded (through the exit: counted per exit and per tier)
-      jar     session = sticky: the domain's cookie jar after the attempt (text, <= 16 KiB),
-              kept when the job's exit is still the domain's session exit
+      jar     session = sticky: what the attempt changed in the domain's cookie jar,
+              {set = [cookie...], del = [ [name, domain, path]... ]} (includes/jar.lua), merged
+              into the stored jar when the job's exit is still the domain's session exit
       follow  with outcome = 'done': the job's follow-ups, job specs as enqueue-1.lua takes them
               (with depth and parent), enqueued by this call when the token owns the job:
               a crash never acks a parent without its children, and a stale settle adds
@@ -120,10 +121,7 @@ local function check_item(it)
   if it.overload ~= nil then check_bool(it.overload, 'overload') end
   if it.exit ~= nil then check_enum(it.exit, 'exit', EXIT_RESULTS) end
   if it.bytes ~= nil then check_int(it.bytes, 'bytes', 0, MAX_INT) end
-  if it.jar ~= nil then
-    check_str(it.jar, 'jar', true)
-    if #it.jar > 16384 then refuse('jar', 'at most 16 KiB', #it.jar) end
-  end
+  if it.jar ~= nil then check_in(it.jar, 'jar', JAR.check) end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
   if it.final_seen ~= nil then check_in(it.final_seen, 'final_seen', check_seen_arg) end
   if it.line ~= nil then

@@ -27,9 +27,10 @@
     after CFG.ex_quiet_ms at a higher tier it tries the cheaper one again when that one has
     a usable exit. Also u:<id> (ms the exit was last chosen for it: least recently used
     first), r:<tier> requests and y:<tier> bytes per tier (cost, attributed); with session =
-    sticky, s (the session's exit) and sj (its cookie jar, the worker's text).
+    sticky, s (the session's exit) and sj (its cookie jar: jar.lua).
 ]]
 --@include tally
+--@include jar
 
 local EX = {FAILS = 3, MIN = 4, WINDOW = 10}
 
@@ -151,7 +152,7 @@ function EX.plan(d)
 end
 
 -- session = sticky: the domain's jobs all go through its session exit (field `s`) with its
--- cookie jar (`sj`, sent back by the worker after each attempt: EX.settle_job). When that exit
+-- cookie jar (`sj`; each attempt's changes to it are merged in by EX.settle_job). When that exit
 -- is not usable for it (banned, down, another tier now), the least recently used one starts a
 -- new session with an empty jar.
 function EX.session(plan, f)
@@ -295,13 +296,18 @@ function EX.settle(id, d, result, bytes, latency, job_id)
 end
 
 -- settle-1.lua: a settled job that was claimed through an exit (job.exit). `it`: its settle
--- item (exit, bytes, latency); a ban that leaves the domain no usable exit sets
--- it.domain_failed (the breaker is charged: it is the site). The job forgets its exit.
+-- item (exit, bytes, latency; jar: its changes to the session's jar, jar.lua); a ban that
+-- leaves the domain no usable exit sets it.domain_failed (the breaker is charged: it is the
+-- site). The job forgets its exit.
 function EX.settle_job(job, it)
   local id = job.exit
   job.exit, job.jar = nil, nil
-  if it.jar ~= nil and CFG.sticky and redis.call('HGET', k_dexit(job.domain), 's') == id then
-    redis.call('HSET', k_dexit(job.domain), 'sj', it.jar)
+  local dk = k_dexit(job.domain)
+  if it.jar ~= nil and CFG.sticky and redis.call('HGET', dk, 's') == id then
+    -- the attempt's changes, merged per cookie into the jar as it is now (not as the job's
+    -- claim found it: another attempt may have changed it since)
+    local jar = JAR.merge(redis.call('HGET', dk, 'sj'), it.jar, NOW / 1000)
+    if jar then redis.call('HSET', dk, 'sj', jar) else redis.call('HDEL', dk, 'sj') end
   end
   if it.exit == nil then
     -- no request was made: a probe it carried is given back
