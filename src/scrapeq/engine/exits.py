@@ -183,7 +183,7 @@ def _check_url(setting: str, url: str, at: str) -> str:
 
 def _check_tier(setting: str, name: str, at: str = "") -> str:
     name = name.strip().lower()
-    if not _TIER_NAME.match(name):
+    if not _TIER_NAME.fullmatch(name):
         raise ConfigError(
             setting, f"{at}bad tier name {name!r}: lowercase letters, digits, - and _, at most 32"
         )

@@ -78,7 +78,7 @@ NUMBERS_EPOCH_MS = 1767225600000
 
 def id_ms(job_id: str) -> int | None:
     """The server time (ms) a job id was issued at, or None for an id of another form."""
-    if len(job_id) > 14 or not _ID.match(job_id):
+    if len(job_id) > 14 or not _ID.fullmatch(job_id):
         return None
     return int(job_id[1:], 16) // 1000 + NUMBERS_EPOCH_MS
 

@@ -53,7 +53,7 @@ def validate_queue_name(name: str) -> str:
     A queue name is 1 to 64 characters of letters, digits, ``_``, ``.`` and ``-``; braces
     are refused because the name becomes the Redis Cluster hash tag.
     """
-    if not _QUEUE_NAME.match(name):
+    if not _QUEUE_NAME.fullmatch(name):
         raise ValueError(f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'")
     return name
 
@@ -66,7 +66,7 @@ def queue_of_marker(key: str) -> str | None:
     ``Queue.exists`` finds has at least one, so a SCAN finds each queue a bounded number of
     times however many jobs it holds.
     """
-    found = _MARKER.match(key)
+    found = _MARKER.fullmatch(key)
     return found.group(1) if found else None
 
 

@@ -58,7 +58,7 @@ def _format_offset(offset: float) -> str:
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not name:
         raise _bad("empty lane name")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise _bad(
             f"invalid lane name {name!r}: use 1-32 characters of a-z, 0-9, '_' or '-', "
             "starting with a letter"

@@ -56,7 +56,7 @@ def signature(body: bytes) -> str:
 
 def _validator(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
-    if value is None or len(value.encode()) > MAX_VALIDATOR or not _PRINTABLE.match(value):
+    if value is None or len(value.encode()) > MAX_VALIDATOR or not _PRINTABLE.fullmatch(value):
         return None
     return value
 
