@@ -347,6 +347,68 @@ async def test_a_malformed_file_says_its_line_and_keeps_only_complete_entries() 
     ]
 
 
+async def test_a_file_cut_inside_an_entry_keeps_only_the_entries_that_closed() -> None:
+    """Issue 38, item 11: a urlset cut off inside its last ``<url>`` (the parser closes
+    what is left open at the end) must not give that entry: its loc, lastmod or priority
+    may be cut short. Only entries whose ``</url>`` came count."""
+    live = Live()
+    async with sites(live.handler()) as (site,):
+        head = urlset(url(site.url("/1")), url(site.url("/2"), "2024-05-01", "0.8"))
+        head = head[: head.index(b"\n</urlset>")].decode()
+        cut = site.url("/broken/5")
+        tails = {
+            "/lo.xml": f"<url><loc>{cut}</lo",
+            "/text.xml": f"<url><loc>{cut}",
+            "/lastmod.xml": f"<url><loc>{cut}</loc><lastmod>2024",
+            "/priority.xml": f"<url><loc>{cut}</loc><priority>0.",
+            "/url.xml": f"<url><loc>{cut}</loc></ur",
+            "/open.xml": f"<url><loc>{cut}</loc>",
+        }
+        for path, tail in tails.items():
+            live.put(path, f"{head}\n{tail}".encode())
+        got = {path: await read([site.url(path)]) for path in tails}
+    for path, (entries, tally) in got.items():
+        assert [e.loc for e in entries] == [site.url("/1"), site.url("/2")], path
+        assert tally.found == 2 and not tally.skipped, path
+        [problem] = lines(tally)
+        assert problem.startswith(f"error: sitemap {site.url(path)}: "), problem
+        assert problem.endswith("; the 2 entries before it were read"), problem
+
+
+def test_every_cut_of_a_file_gives_exactly_its_closed_entries() -> None:
+    """A file cut at any byte gives the entries whose end tag came before the cut, and
+    nothing else (no cut entry, no error but a broken file's), prefixed names too."""
+    from scrapeq.runtime.sitemap_xml import _Broken, _FileParser
+
+    pre = 'xmlns:sm="http://www.sitemaps.org/schemas/sitemap/0.9"'
+    body = (
+        f"<?xml version='1.0'?>\n<sm:urlset {pre}>\n"
+        "<sm:url><sm:loc>http://a.example/1</sm:loc></sm:url>\n"
+        "<sm:url><sm:loc>http://a.example/2</sm:loc><sm:lastmod>2024-05-01</sm:lastmod>"
+        "<sm:priority>0.8</sm:priority></sm:url>\n"
+        "<sm:url><sm:lastmod>2024</sm:lastmod><sm:loc><![CDATA[http://a.example/3]]></sm:loc>"
+        "</sm:url>\n</sm:urlset>\n"
+    ).encode()
+    closed = [(body.index(b"</sm:url>", body.index(f"/{i}<".encode())
+                          if i < 3 else body.index(b"/3]")) + 9, i) for i in (1, 2, 3)]  # fmt: skip
+    for step in (1, 7, len(body)):
+        for end in range(len(body) + 1):
+            data = body[:end]
+            parser = _FileParser(100)
+            items = []
+            try:
+                for i in range(0, len(data), step):
+                    items += parser.feed(data[i : i + step])
+                items += parser.close()
+            except _Broken as exc:
+                items += exc.items
+            want = [f"http://a.example/{i}" for at, i in closed if at <= end]
+            assert [item.loc for item in items] == want, (step, data[-30:])
+            assert parser.count == len(want), (step, data[-30:])
+            if len(want) > 1:
+                assert (items[1].lastmod, items[1].priority) == ("2024-05-01", "0.8")
+
+
 async def test_private_addresses_need_allow_private_and_robots_vouches_for_its_host() -> None:
     live = Live()
     async with sites(live.handler(), serve({})) as (host_a, host_b):
