@@ -476,6 +476,38 @@ def test_enqueue_sitemap_adds_every_page_once_with_its_meta(
     assert {j.job.lane for j in jobs} == {"bulk"}
 
 
+def test_a_page_listed_over_and_over_with_a_newer_lastmod_stays_one_pending_job(
+    capsys: Any, redis_url: str, make_queue: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, live_site: tuple[Live, Site],
+) -> None:  # fmt: skip
+    """Issue 38, item 10: with revisit on and --unique=seen, one page listed 2,000 times with
+    lastmod 2100-01-01 (newer than its last visit) gave 2,000 jobs per read. Its pending
+    revisit is made due now instead: no job added, read after read (two enqueue calls of
+    1,000 entries each time)."""
+    scrub_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("SCRAPEQ_REVISIT", "on")
+    live, site = live_site
+    page = site.url("/page")
+    live.put("/sm.xml", urlset(*[url(page, "2100-01-01")] * 2000))
+    q = make_queue(revisit="on", unique="seen", allow_private=True)
+    q.enqueue(page)
+    (visit,) = q.claim(1).jobs
+    assert q.settle_many([q.done(visit)]) == ["done"]  # visited: its revisit is in days
+    revisit = q.enqueue(page)
+    assert revisit.status == "duplicate" and q.claim(1).jobs == []
+    argv = _cli(redis_url, "enqueue", "--sitemap", site.url("/sm.xml"), "--allow-private",
+                "--unique=seen")  # fmt: skip
+    for _ in range(2):
+        code, out, err = run(capsys, *argv)
+        assert code == 0, err
+        assert out.strip() == ("1 sitemap file read, 2000 URLs found: added 0 jobs, skipped "
+                               "2000 duplicates")  # fmt: skip
+        counts = q.counts()
+        assert counts["ready"] + counts["delayed"] + counts["inflight"] == 1
+    assert [j.id for j in q.claim(10).jobs] == [revisit.id]  # due now
+    assert q.audit().problems == []
+
+
 def test_enqueue_sitemap_refusals_are_one_line_and_add_nothing(
     capsys: Any, redis_url: str, make_queue: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path, live_site: tuple[Live, Site],
