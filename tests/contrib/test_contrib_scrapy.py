@@ -984,6 +984,49 @@ def test_a_download_that_charges_its_site_keeps_the_domain_slot(redis_url: str) 
         scheduler.close("finished")
 
 
+def test_a_304_goes_on_only_when_its_request_was_conditional(redis_url: str) -> None:
+    """Issue 38, item 13: a 304 to a request without If-None-Match / If-Modified-Since is no
+    page: settled dead (``http_304``), the spider never sees it. One to a conditional request
+    (Scrapy's HTTP cache revalidating sets the headers) goes on, as before."""
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.http import Response as ScrapyResponse
+    from scrapy.utils.test import get_crawler
+
+    from scrapeq.contrib.scrapy import ReportMiddleware
+    from scrapeq.contrib.scrapy._frontier import Frontier
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "unasked304",
+                "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                "SCRAPEQ_SETTINGS": {"allow_private": True}}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    crawler.engine = crawler._create_engine()  # a real one, not running: the crawl goes on
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    middleware = ReportMiddleware(crawler)
+    frontier = Frontier.of(crawler)
+    assert frontier is not None
+    site = "127.0.0.8:9"
+    try:
+        scheduler.enqueue_request(scrapy.Request(f"http://{site}/plain"))
+        scheduler.enqueue_request(scrapy.Request(f"http://{site}/asked"))
+        by = {r.url.rsplit("/", 1)[1]: r for r in _drain(scheduler)}
+        by["asked"].headers["If-None-Match"] = '"v1"'  # as HttpCacheMiddleware does
+        for name, request in by.items():
+            response = ScrapyResponse(request.url, status=304, request=request)
+            if name == "asked":
+                assert middleware.process_response(request, response) is response
+            else:
+                with pytest.raises(IgnoreRequest, match="http_304"):
+                    middleware.process_response(request, response)
+        frontier.flush_settles()
+        (dead,) = frontier.queue.dead_letters()
+        assert dead.url == f"http://{site}/plain" and dead.dead_reason == "http_304"
+    finally:
+        scheduler.close("finished")
+
+
 def _drain(scheduler: Any) -> list[Any]:
     """The requests the scheduler hands out now (as Scrapy's engine asks while it has room)."""
     out = []

@@ -130,6 +130,33 @@ def test_lease_records_and_stale_fingerprints(q: Queue, redis_client) -> None:
     assert sorted(ids) == sorted([a.id, b.id])
 
 
+def test_a_second_pending_job_of_a_unique_url_is_named(q: Queue, redis_client) -> None:
+    """Two pending jobs of one unique URL (as a sitemap's lastmod made them before issue 38,
+    item 10) are found: the one carrying a fingerprint another pending job holds. Which one
+    to drop is the operator's: reported, not repaired. A unique job whose fingerprint no job
+    holds takes it again."""
+    first = q.enqueue(url(1), unique="seen")
+    second = q.enqueue(url(1, 2), unique="seen")
+    # by hand, as the defect left it: the second job of the URL's fingerprint
+    fp = json.loads(redis_client.get(q.keys.job(first.id)))["f"]
+    raw = json.loads(redis_client.get(q.keys.job(second.id)))
+    redis_client.hdel(q.keys.unique, raw["f"])
+    raw["u"], raw["f"] = url(1), fp
+    redis_client.set(q.keys.job(second.id), json.dumps(raw))
+    [problem] = q.audit().problems
+    assert (problem.kind, problem.subject) == ("duplicate_pending", second.id)
+    assert first.id in problem.detail and not problem.repaired
+    assert not q.audit(repair=True).ok  # two jobs of one URL: which one to drop is not ours
+    q.cancel(ids=[first.id])  # its fingerprint released: the other job holds none
+    [problem] = q.audit().problems
+    assert (problem.kind, problem.subject) == ("duplicate_pending", second.id)
+    assert "held by no pending job" in problem.detail
+    report = q.audit(repair=True)
+    assert report.ok and report.problems[0].repaired
+    assert q.audit().problems == []
+    assert q.enqueue(url(1), unique="seen").status == "duplicate"
+
+
 def test_a_corrupt_job_text_becomes_a_dead_letter(q: Queue, redis_client) -> None:
     (job_id,) = [r.id for r in q.enqueue_many([url(1)])]
     redis_client.set(q.keys.job(job_id), '{"id": "' + job_id + '", "domain": "shop-1.ex')

@@ -128,8 +128,82 @@ def test_a_sitemap_lastmod_newer_than_the_last_visit_is_due_now(
     old = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=1)
     assert q.enqueue_many([old])[0].status in ("duplicate", "seen")
     new = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=4_000_000_000)
-    assert q.enqueue_many([new])[0].status == "added", now_s
-    assert claim_one(q).url == URL
+    # issue 38, item 10: the pending revisit is made due now (was: a second job "added")
+    revisit = q.enqueue_many([new])[0]
+    assert revisit.status == "duplicate", now_s
+    assert claim_one(q).id == revisit.id
+
+
+#: 2100-01-01, a sitemap's lastmod newer than any visit (issue 38, item 10).
+FAR = 4_102_444_800
+
+
+def pending(q: Queue) -> int:
+    counts = q.counts()
+    return counts["ready"] + counts["delayed"] + counts["inflight"]
+
+
+def test_a_fresher_lastmod_moves_the_pending_revisit_and_adds_no_job(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """Issue 38, item 10: one page listed 2,000 times with a far-future lastmod gave 2,000
+    jobs per read. A fresher lastmod makes the URL's pending job due now; it never adds a
+    second one, in one call or across calls, before or after the next visit."""
+    q = make_queue(revisit="on", unique="seen", revisit_min_interval=1)
+    q.enqueue(URL)
+    settle(q, claim_one(q), signature=SIG_A, etag='"v1"')
+    revisit = q.enqueue(URL)  # the revisit, due in days, holds the URL
+    assert revisit.status == "duplicate" and pending(q) == 1 and q.claim(1).jobs == []
+    spec = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=FAR)
+    for calls in ([spec] * 2000, [spec] * 50, [spec]):
+        answers = q.enqueue_many(calls)
+        assert {(a.status, a.id) for a in answers} == {("duplicate", revisit.id)}
+        assert pending(q) == 1
+    due = claim_one(q)  # moved: due now, the revisit itself (its validators kept)
+    assert (due.id, due.etag, due.url) == (revisit.id, '"v1"', URL)
+    assert q.claim(10).jobs == [] and pending(q) == 1
+    assert q.enqueue_many([spec] * 10)[0].status == "duplicate" and pending(q) == 1  # in flight
+    settle(q, due, signature=SIG_A)
+    # the next read: the lastmod is newer than this visit too; the next revisit moves
+    nxt = q.enqueue_many([spec] * 100)
+    assert len({(a.status, a.id) for a in nxt}) == 1 and nxt[0].status == "duplicate"
+    assert pending(q) == 1
+    again = claim_one(q)
+    assert again.id == nxt[0].id and again.rv_due is not None and q.claim(10).jobs == []
+    assert q.counts()["enqueued"] == 1  # the first job's: revisits are not enqueues
+    assert q.audit().problems == []
+
+
+def test_a_fresher_lastmod_with_nothing_pending_adds_one_job(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """With no pending job for the URL (its revisit cut by max_bytes), a fresher lastmod
+    adds one job, which then holds the URL for the rest of the call and later calls."""
+    q = make_queue(revisit="on", unique="seen", max_bytes=10, revisit_min_interval=1)
+    q.enqueue(URL)
+    settle(q, claim_one(q), bytes_in=100, signature=SIG_A)  # over max_bytes: no revisit
+    assert pending(q) == 0
+    spec = dataclasses.replace(q.prepare(URL, unique="seen"), lastmod=FAR)
+    answers = q.enqueue_many([spec] * 2000)
+    assert answers[0].status == "added"
+    assert {(a.status, a.id) for a in answers[1:]} == {("duplicate", answers[0].id)}
+    assert {a.status for a in q.enqueue_many([spec] * 20)} == {"duplicate"}
+    assert pending(q) == 1 and len(q.claim(10).jobs) == 1
+    assert q.audit().problems == []
+
+
+def test_a_fresher_lastmod_keeps_the_spec_delay(make_queue: Callable[..., Queue]) -> None:
+    """The moved job is due when a job of the spec would have been (its delay), never later
+    than it already was."""
+    q = make_queue(revisit="on", unique="seen", revisit_min_interval=86_400)
+    q.enqueue(URL)
+    settle(q, claim_one(q), signature=SIG_A)  # the revisit: in a day at least
+    spec = dataclasses.replace(q.prepare(URL, unique="seen", delay=3600), lastmod=FAR)
+    assert q.enqueue_many([spec])[0].status == "duplicate"
+    due_now(q, 1800)
+    assert q.claim(1).jobs == []
+    due_now(q, 1801)
+    assert claim_one(q).url == URL and pending(q) == 1
 
 
 def test_bad_revisit_fields_are_refused_before_any_write(

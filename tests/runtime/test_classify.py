@@ -255,11 +255,35 @@ def test_fast_ok_response() -> None:
 @pytest.mark.parametrize("status", [200, 204, 304])
 @pytest.mark.parametrize("elapsed", [10.0, 25.0])
 def test_slow_ok_is_done_but_charges_the_domain(status: int, elapsed: float) -> None:
-    verdict = classify_response(status, None, elapsed, slow_call=10.0)
+    verdict = classify_response(status, None, elapsed, slow_call=10.0, conditional=True)
     assert verdict.outcome is OK
     assert verdict.reason == "slow_call"
     assert verdict.counts_against_domain
     assert "slow" in verdict.message
+
+
+def test_a_304_is_a_page_only_when_the_request_was_conditional() -> None:
+    """Issue 38, item 13: a 304 answers a conditional request (If-None-Match,
+    If-Modified-Since); to any other it is no page: a failure of the site's, ``http_304``,
+    permanent like the other statuses a page cannot answer, not charged to the domain
+    (unless slow, like a slow 404)."""
+    asked = classify_response(304, {}, 0.1, slow_call=10.0, conditional=True)
+    assert (asked.outcome, asked.reason) == (OK, "ok")
+    for verdict in (
+        classify_response(304, {}, 0.1, slow_call=10.0),
+        classify_response(304, {}, 0.1, slow_call=10.0, conditional=False),
+    ):
+        assert (verdict.outcome, verdict.reason, verdict.counts_against_domain) == (
+            FAIL, "http_304", False,
+        )  # fmt: skip
+        assert "not conditional" in verdict.message
+    slow = classify_response(304, {}, 12.0, slow_call=10.0)
+    assert (slow.outcome, slow.reason, slow.counts_against_domain) == (FAIL, "http_304", True)
+    # only a 304: other statuses are classified whatever the request was
+    for code in (200, 301, 404, 503):
+        assert classify_response(code, {}, 0.1, slow_call=10.0) == classify_response(
+            code, {}, 0.1, slow_call=10.0, conditional=True
+        )
 
 
 def test_slow_permanent_failure_keeps_its_outcome_but_charges_the_domain() -> None:

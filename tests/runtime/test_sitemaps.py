@@ -347,6 +347,68 @@ async def test_a_malformed_file_says_its_line_and_keeps_only_complete_entries() 
     ]
 
 
+async def test_a_file_cut_inside_an_entry_keeps_only_the_entries_that_closed() -> None:
+    """Issue 38, item 11: a urlset cut off inside its last ``<url>`` (the parser closes
+    what is left open at the end) must not give that entry: its loc, lastmod or priority
+    may be cut short. Only entries whose ``</url>`` came count."""
+    live = Live()
+    async with sites(live.handler()) as (site,):
+        head = urlset(url(site.url("/1")), url(site.url("/2"), "2024-05-01", "0.8"))
+        head = head[: head.index(b"\n</urlset>")].decode()
+        cut = site.url("/broken/5")
+        tails = {
+            "/lo.xml": f"<url><loc>{cut}</lo",
+            "/text.xml": f"<url><loc>{cut}",
+            "/lastmod.xml": f"<url><loc>{cut}</loc><lastmod>2024",
+            "/priority.xml": f"<url><loc>{cut}</loc><priority>0.",
+            "/url.xml": f"<url><loc>{cut}</loc></ur",
+            "/open.xml": f"<url><loc>{cut}</loc>",
+        }
+        for path, tail in tails.items():
+            live.put(path, f"{head}\n{tail}".encode())
+        got = {path: await read([site.url(path)]) for path in tails}
+    for path, (entries, tally) in got.items():
+        assert [e.loc for e in entries] == [site.url("/1"), site.url("/2")], path
+        assert tally.found == 2 and not tally.skipped, path
+        [problem] = lines(tally)
+        assert problem.startswith(f"error: sitemap {site.url(path)}: "), problem
+        assert problem.endswith("; the 2 entries before it were read"), problem
+
+
+def test_every_cut_of_a_file_gives_exactly_its_closed_entries() -> None:
+    """A file cut at any byte gives the entries whose end tag came before the cut, and
+    nothing else (no cut entry, no error but a broken file's), prefixed names too."""
+    from scrapeq.runtime.sitemap_xml import _Broken, _FileParser
+
+    pre = 'xmlns:sm="http://www.sitemaps.org/schemas/sitemap/0.9"'
+    body = (
+        f"<?xml version='1.0'?>\n<sm:urlset {pre}>\n"
+        "<sm:url><sm:loc>http://a.example/1</sm:loc></sm:url>\n"
+        "<sm:url><sm:loc>http://a.example/2</sm:loc><sm:lastmod>2024-05-01</sm:lastmod>"
+        "<sm:priority>0.8</sm:priority></sm:url>\n"
+        "<sm:url><sm:lastmod>2024</sm:lastmod><sm:loc><![CDATA[http://a.example/3]]></sm:loc>"
+        "</sm:url>\n</sm:urlset>\n"
+    ).encode()
+    closed = [(body.index(b"</sm:url>", body.index(f"/{i}<".encode())
+                          if i < 3 else body.index(b"/3]")) + 9, i) for i in (1, 2, 3)]  # fmt: skip
+    for step in (1, 7, len(body)):
+        for end in range(len(body) + 1):
+            data = body[:end]
+            parser = _FileParser(100)
+            items = []
+            try:
+                for i in range(0, len(data), step):
+                    items += parser.feed(data[i : i + step])
+                items += parser.close()
+            except _Broken as exc:
+                items += exc.items
+            want = [f"http://a.example/{i}" for at, i in closed if at <= end]
+            assert [item.loc for item in items] == want, (step, data[-30:])
+            assert parser.count == len(want), (step, data[-30:])
+            if len(want) > 1:
+                assert (items[1].lastmod, items[1].priority) == ("2024-05-01", "0.8")
+
+
 async def test_private_addresses_need_allow_private_and_robots_vouches_for_its_host() -> None:
     live = Live()
     async with sites(live.handler(), serve({})) as (host_a, host_b):
@@ -412,6 +474,38 @@ def test_enqueue_sitemap_adds_every_page_once_with_its_meta(
         site.url("/3"): {"sitemap_priority": 0.5},
     }
     assert {j.job.lane for j in jobs} == {"bulk"}
+
+
+def test_a_page_listed_over_and_over_with_a_newer_lastmod_stays_one_pending_job(
+    capsys: Any, redis_url: str, make_queue: Callable[..., Queue], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, live_site: tuple[Live, Site],
+) -> None:  # fmt: skip
+    """Issue 38, item 10: with revisit on and --unique=seen, one page listed 2,000 times with
+    lastmod 2100-01-01 (newer than its last visit) gave 2,000 jobs per read. Its pending
+    revisit is made due now instead: no job added, read after read (two enqueue calls of
+    1,000 entries each time)."""
+    scrub_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("SCRAPEQ_REVISIT", "on")
+    live, site = live_site
+    page = site.url("/page")
+    live.put("/sm.xml", urlset(*[url(page, "2100-01-01")] * 2000))
+    q = make_queue(revisit="on", unique="seen", allow_private=True)
+    q.enqueue(page)
+    (visit,) = q.claim(1).jobs
+    assert q.settle_many([q.done(visit)]) == ["done"]  # visited: its revisit is in days
+    revisit = q.enqueue(page)
+    assert revisit.status == "duplicate" and q.claim(1).jobs == []
+    argv = _cli(redis_url, "enqueue", "--sitemap", site.url("/sm.xml"), "--allow-private",
+                "--unique=seen")  # fmt: skip
+    for _ in range(2):
+        code, out, err = run(capsys, *argv)
+        assert code == 0, err
+        assert out.strip() == ("1 sitemap file read, 2000 URLs found: added 0 jobs, skipped "
+                               "2000 duplicates")  # fmt: skip
+        counts = q.counts()
+        assert counts["ready"] + counts["delayed"] + counts["inflight"] == 1
+    assert [j.id for j in q.claim(10).jobs] == [revisit.id]  # due now
+    assert q.audit().problems == []
 
 
 def test_enqueue_sitemap_refusals_are_one_line_and_add_nothing(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from scrapeq import AsyncQueue, Permanent, Queue, Retry, Settings
+from scrapeq import AsyncQueue, Permanent, Queue, Request, Retry, Settings
 from scrapeq.engine.job import Job
 from scrapeq.engine.launcher import free_port
 from scrapeq.engine.scripts import Settled, Settlement
@@ -241,6 +241,43 @@ async def test_redirect_loop_and_oversized_body_fail_permanently(
     reasons = {d.domain: d.dead_reason for d in await q.dead_letters()}
     assert reasons == {looping.domain: "redirect_loop", huge.domain: "body_too_large"}
     assert looping.total == 4, "first request plus max_redirects hops"
+
+
+async def test_a_304_to_a_plain_get_is_the_sites_failure_and_no_page(
+    make_queue: Callable[..., AsyncQueue], tmp_path: Path
+) -> None:
+    """A 304 answers only a conditional request (issue 38, item 13): to a plain GET it is no
+    page, so the handler never runs on its empty body; the job fails as ``http_304`` (one
+    fetch, not retried, like the other statuses a page cannot answer). A request the job
+    itself makes conditional (its own If-None-Match) is answered by a 304 as it asked: the
+    handler sees that answer."""
+    q = make_queue()
+    handled: list[tuple[str, int]] = []
+
+    def handler(job: Job, response: Any) -> Any:
+        handled.append((job.url, response.status))
+        return len(response.body)
+
+    results = tmp_path / "results.jsonl"
+    async with sites(status(304, ETag='"v1"')) as (site,):
+        await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
+        asked = Request(site.url("/asked"), headers={"If-None-Match": '"v1"'})
+        await q.enqueue(asked)
+        worker = Worker(q, handler=handler, sink=JsonlSink(results), burst=True)
+        await asyncio.wait_for(worker.run_async(), 30)
+        info = (await q.domains_info([site.domain]))[0]
+    assert handled == [(site.url("/asked"), 304)], "no handler on an unasked 304"
+    assert site.total == 4, "each page fetched once: not retried"
+    dead = await q.dead_letters()
+    assert sorted(d.url for d in dead) == [site.url(f"/p/{i}") for i in range(3)]
+    assert {d.dead_reason for d in dead} == {"http_304"}
+    assert info["state"] == "closed" and info["dead"] == 3
+    rows = {r["url"]: r for r in lines(results)}
+    assert rows[site.url("/asked")]["outcome"] == "done"
+    for i in range(3):
+        row = rows[site.url(f"/p/{i}")]
+        assert row["outcome"] == "dead" and row["status"] == 304 and row["result"] is None
+        assert row["error"].startswith("http_304: ") and "not conditional" in row["error"]
 
 
 async def test_connection_refused_is_retried_and_counts_against_the_domain(

@@ -16,7 +16,9 @@ the same step when asked. What it checks:
   ready counter its ready jobs;
 - every domain with ready jobs is reachable: in ``domains:ready`` or ``domains:wait``, at its
   cap with leases out, or being drained (retired);
-- no de-duplication fingerprint is held by a job that is no longer pending;
+- no de-duplication fingerprint is held by a job that is no longer pending, and no pending
+  job enqueued with uniqueness carries a fingerprint it does not hold: at most one pending
+  job per unique URL (``duplicate_pending``; read from the job texts the scan has anyway);
 - the set of open breakers (``sq:{Q}:open``, which status counts) names exactly the domains
   whose breaker is open or half-open.
 """
@@ -249,6 +251,7 @@ def find_suspects(snap: Snapshot) -> list[dict[str, Any]]:
         *_stranded_domains(snap, leases),
         *_open_set_suspects(snap),
         *_fingerprint_suspects(snap),
+        *_duplicate_suspects(snap),
         *_registry_suspects(snap),
     ]
 
@@ -401,6 +404,19 @@ def _fingerprint_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
         job = snap.jobs.get(job_id)
         if job_id not in snap.jobs or job_id in dead or (job or {}).get("done_at") is not None:
             yield {"k": "stale_fingerprint", "fp": fp, "id": job_id}
+
+
+def _duplicate_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:
+    """Pending jobs that took their fingerprint for uniqueness (``fp`` without ``fpw``) and
+    do not hold it in ``sq:{Q}:unique``: a second pending job of their URL (or a lost hold).
+    A job that took its fingerprint without asking for uniqueness (``fpw``) may share it."""
+    dead = set(snap.dead)
+    for job_id, job in snap.jobs.items():
+        if job is None or job_id in dead or job.get("done_at") is not None or job.get("fpw"):
+            continue
+        fp = job.get("fp")
+        if isinstance(fp, str) and snap.unique.get(fp) != job_id:
+            yield {"k": "duplicate_pending", "id": job_id, "fp": fp}
 
 
 def _registry_suspects(snap: Snapshot) -> Iterator[dict[str, Any]]:

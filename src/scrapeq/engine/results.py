@@ -15,10 +15,11 @@ class EnqueueResult:
     Attributes:
         id: the job's id (for a duplicate: the pending job that has the fingerprint; for
             ``seen``: empty, no job was made).
-        status: ``added``; ``duplicate`` (a pending job has the URL); ``seen`` (``unique=
-            "seen"``: the queue's seen-set has the URL); ``dead`` (its domain is retired:
-            the job went straight to the dead letters, replayable); or ``limit`` (a
-            follow-up cut by ``max_pages``).
+        status: ``added``; ``duplicate`` (a pending job has the URL; with revisit on, a
+            sitemap ``lastmod`` newer than the URL's last visit makes that job due now);
+            ``seen`` (``unique="seen"``: the queue's seen-set has the URL); ``dead`` (its
+            domain is retired: the job went straight to the dead letters, replayable); or
+            ``limit`` (a follow-up cut by ``max_pages``).
     """
 
     id: str

@@ -42,7 +42,8 @@ class EnqueueSpec:
         weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
             default (0.5 its default: weight 1).
         lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
-            visit makes it due now (the seen-set and a pending revisit do not hold it back).
+            visit makes it due now: past the seen-set, and when a pending job holds the URL
+            (``unique``) that job is made due instead of a second one (includes/enqueue.lua).
     """
 
     url: str

@@ -82,7 +82,8 @@ class SitemapRun:
             try:
                 spec = self.queue.prepare(Request(entry.loc, meta=entry.meta()), **self.options)
                 # revisits: priority feeds the weight (0.5, the protocol's default: 1), and a
-                # lastmod newer than the last visit makes the page due now (enqueue.lua)
+                # lastmod newer than the last visit makes the page due now (enqueue.lua: its
+                # pending job, when one holds it, is moved; answered as a duplicate)
                 lastmod = entry.lastmod
                 if lastmod is not None and not 0 <= lastmod < 2**32:
                     lastmod = None  # before 1970 or past 2106: not a visit to compare with

@@ -35,7 +35,7 @@ from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
-from scrapeq.runtime.revisits import conditional, not_modified, observed
+from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
@@ -114,8 +114,9 @@ class Attempts(WorkerCore):
                 return out
             return _timed(out, verdict, time.monotonic() - fetched)
         verdict = classify_response(
-            response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call
-        )
+            response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call,
+            conditional=response.status == 304 and sends_conditional(job),
+        )  # fmt: skip
         banned = self._observe(job, response, seen)
         if banned is not None:
             return self._banned(job, seen, banned)

@@ -10,7 +10,8 @@ outcome     what                                                    attempt spen
 ok          2xx, 3xx (the final response after redirects)           \\-              \\-
 retry       timeout, connection error, 5xx, 408, 425, 403           yes             charged
 throttled   429, or 503 with a Retry-After                          no              charged
-fail        400, 404, 410, 451, other 4xx, invalid content          dead at once    \\-
+fail        400, 404, 410, 451, other 4xx, invalid content,         dead at once    \\-
+            a 304 to a request that was not conditional
 ours        our proxy down or refusing us (407), our network        no              \\-
 ==========  ======================================================  ==============  =========
 
@@ -19,6 +20,11 @@ target it cannot reach, a 403 for one it will not reach) is that target's failur
 charged to its domain, reason ``proxy_http_<status>``. Only a proxy we cannot reach, or one
 that refuses our credentials, fails every target alike: ``ours``. A proxy that refuses every
 target trips every breaker together, which the global-fault guard reads as our fault.
+
+A 304 (Not Modified) answers a conditional request (``If-None-Match``, ``If-Modified-Since``:
+a revisit's, or one the job's own request made so); to any other request it is no page (it has
+no body, and the request had no copy to keep): :func:`classify_response` makes it ``fail``,
+reason ``http_304``, as it does a status outside 100-599, and the handler never sees it.
 
 ``counts_against_domain`` is what the domain's breaker sees as a failure: transient failures
 count, permanent per-page ones do not (a missing page says nothing about the site), and a call
@@ -221,6 +227,12 @@ _CLASS_RULES: Final[Mapping[int, tuple[Outcome, bool]]] = MappingProxyType(
 _THROTTLE_WITH_RETRY_AFTER: Final = frozenset({503})
 # The verdict of every success (immutable, so one instance serves every call).
 _OK: Final = Classification(Outcome.OK, "ok", False)
+_NOT_MODIFIED: Final = 304
+# A 304 to a request that was not conditional: no page (classify_response).
+_UNASKED_304: Final = Classification(
+    Outcome.FAIL, "http_304", False,
+    message="HTTP 304 (Not Modified) to a request that was not conditional: no page",
+)  # fmt: skip
 
 
 def classify_status(
@@ -267,12 +279,15 @@ def classify_response(
     *,
     slow_call: float,
     now: datetime | None = None,
+    conditional: bool = False,
 ) -> Classification:
     """Classify a final response, charging the domain for a slow call.
 
-    Like :func:`classify_status`, except that a call slower than ``slow_call`` counts against
-    the domain even though the site answered: an ``ok`` keeps its outcome (the job is done)
-    with reason ``"slow_call"``, and a ``fail`` (a slow 404) keeps its outcome and reason.
+    Like :func:`classify_status`, except that a 304 is ``ok`` only when the request was
+    ``conditional`` (else ``fail``, ``http_304``: no page), and a call slower than
+    ``slow_call`` counts against the domain even though the site answered: an ``ok`` keeps
+    its outcome (the job is done) with reason ``"slow_call"``, and a ``fail`` (a slow 404)
+    keeps its outcome and reason.
 
     Args:
         status: the HTTP status code.
@@ -280,11 +295,15 @@ def classify_response(
         elapsed: seconds the call took.
         slow_call: seconds, the slow-call threshold (setting ``slow_call``, default 10).
         now: reference time for a Retry-After HTTP-date.
+        conditional: the request carried ``If-None-Match`` or ``If-Modified-Since``.
 
     Returns:
         The classification.
     """
-    verdict = classify_status(status, headers, now=now)
+    if status == _NOT_MODIFIED and not conditional:
+        verdict = _UNASKED_304
+    else:
+        verdict = classify_status(status, headers, now=now)
     if verdict.counts_against_domain or not is_slow(elapsed, slow_call):
         return verdict
     slow = f"slow call: {elapsed:.3f} s >= slow_call {slow_call:g} s"

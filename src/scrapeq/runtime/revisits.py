@@ -49,6 +49,20 @@ def not_modified(job: Job, status: int) -> bool:
     return status == 304 and (job.etag is not None or job.last_modified is not None)
 
 
+#: The request headers that make a GET conditional: a 304 answers only such a request.
+CONDITIONS: Final = frozenset({"if-none-match", "if-modified-since"})
+
+
+def sends_conditional(job: Job) -> bool:
+    """Whether the job's request is conditional: a revisit's validators (:func:`conditional`),
+    or an ``If-None-Match`` / ``If-Modified-Since`` of the job's own request."""
+    if job.etag is not None or job.last_modified is not None:
+        return True
+    if job.request_text is None:  # a plain GET
+        return False
+    return any(name.lower() in CONDITIONS for name, _ in job.request.headers)
+
+
 def signature(body: bytes) -> str:
     """The body's 64-bit content signature, 16 hex digits (BLAKE2b)."""
     return hashlib.blake2b(body, digest_size=8).hexdigest()

@@ -118,12 +118,25 @@ class _Item:
 
 
 def _local(tag: Any) -> str | None:
-    return etree.QName(tag).localname if isinstance(tag, str) else None
+    if not isinstance(tag, str):
+        return None
+    try:
+        name: str = etree.QName(tag).localname
+    except ValueError:  # a start tag cut short ('sm:'), closed by the parser at the end
+        return None
+    return name
 
 
 class _FileParser:
     """One file's XML, fed in chunks: its ``<url>`` or ``<sitemap>`` items, each read at its
-    end tag and then dropped from the tree."""
+    end tag and then dropped from the tree.
+
+    A document cut short is closed by lxml at :meth:`close`: it adds an end event for every
+    element left open, after the events of what was parsed. An entry those events close was
+    cut (its loc, lastmod or priority may be too), so an entry counts only when its end tag
+    came in a :meth:`feed`, or in a :meth:`close` that found the document complete. (libxml2
+    parses an end tag as soon as its ``>`` has been fed; were one held back to the close of
+    a broken file, that entry would be dropped with the cut one: the safe side.)"""
 
     def __init__(self, max_items: int) -> None:
         self._parser = etree.XMLPullParser(
@@ -159,14 +172,17 @@ class _FileParser:
         try:
             self._parser.close()
         except etree.XMLSyntaxError as exc:
-            raise self._fail(exc) from None
+            # the end events now pending close what the cut left open: no entry of them
+            raise self._fail(exc, cut=True) from None
         return self._drain()
 
-    def _fail(self, exc: etree.XMLSyntaxError) -> _Broken:
+    def _fail(self, exc: etree.XMLSyntaxError, cut: bool = False) -> _Broken:
         reason = _AT.sub("", exc.msg or str(exc))  # the line is said once, first
-        return _Broken(exc.lineno or 0, reason, self._drain())
+        return _Broken(exc.lineno or 0, reason, self._drain(cut))
 
-    def _drain(self) -> list[_Item]:
+    def _drain(self, cut: bool = False) -> list[_Item]:
+        """The items the pending events complete; none when ``cut`` (the end events are
+        the parser's closing of a document cut short)."""
         items: list[_Item] = []
         for event, el in self._parser.read_events():
             if self.full:
@@ -174,6 +190,8 @@ class _FileParser:
             if event == "start":
                 if self.root is None:
                     self._check_root(el)
+                continue
+            if cut:
                 continue
             parent = el.getparent()
             if parent is None or parent.getparent() is not None:

@@ -27,6 +27,8 @@ How a file is read, and what bounds it:
   and nothing is loaded from the network or the disk in any case.
 * **Malformed XML**: an error ``line N: <the parser's reason>``. The entries whose
   ``</url>`` came before the break are kept (each was complete); nothing after it is read.
+  An entry a file cut short ends inside is not kept (lxml closes what was left open, but its
+  ``loc``, ``lastmod`` or ``priority`` may be cut short: ``sitemap_xml._FileParser``).
 * A sitemap index's ``<sitemap><loc>`` children are read in turn (depth first, in the
   file's order): nested at most ``Limits.depth`` (3) index levels below the first file, at
   most ``Limits.files`` (1,000) files in one read, each file once.

@@ -65,8 +65,9 @@ class ReportMiddleware:
         retry_after = response.headers.get(b"Retry-After")
         headers = {"Retry-After": retry_after.decode("latin-1")} if retry_after else None
         verdict = classify_response(
-            response.status, headers, elapsed, slow_call=frontier.config.settings.slow_call
-        )
+            response.status, headers, elapsed, slow_call=frontier.config.settings.slow_call,
+            conditional=_conditional(request),  # a 304 answers only such a request
+        )  # fmt: skip
         if verdict.outcome is Outcome.OK or _handles(request, response, frontier.spider):
             request.meta[VERDICT] = verdict
             request.meta[LATENCY] = latency
@@ -197,6 +198,12 @@ class ReportMiddleware:
         failed = bool(verdict is not None and verdict.counts_against_domain)
         frontier.settle(job, frontier.timed(frontier.queue.done(job, domain_failed=failed),
                                             request.meta))  # fmt: skip
+
+
+def _conditional(request: Request) -> bool:
+    """Whether the request went out conditional (``If-None-Match``, ``If-Modified-Since``:
+    Scrapy's HTTP cache revalidating sets them before this middleware sees the answer)."""
+    return any(request.headers.get(name) for name in (b"If-None-Match", b"If-Modified-Since"))
 
 
 def _handles(request: Request, response: Response, spider: Spider) -> bool:

@@ -29,6 +29,9 @@
                             domains:wait, nor at its cap with leases out (nor draining)
          stale_fingerprint  fp, id: a de-duplication fingerprint held by a job that is no
                             longer pending
+         duplicate_pending  id, fp: a pending job enqueued with uniqueness (its fp, without
+                            fpw) that does not hold its fingerprint: a second pending job of
+                            its URL when another pending job holds it, else a lost hold
          open_set           d: the domain's breaker is open or half-open and it is not in
                             sq:{Q}:open, or the other way round
          domain_count       exp, obs: the registry's counter (sq:{Q}:dcount, obs when
@@ -40,7 +43,8 @@
   two places keeps the most advanced one (inflight, dead, ready, delayed); ids without a job
   leave their structure (an inflight one frees its domain's slot, as a reap does); indexes,
   lease records and counters are set to what the structures hold; a stranded domain is filed
-  again; a stale fingerprint is dropped.
+  again; a stale fingerprint is dropped; a unique job whose fingerprint no pending job holds
+  takes it again (a second pending job of a held fingerprint is only reported).
   Delayed counters are counted again here while the delayed set holds at most 20,000 jobs;
   beyond, the scan's count applies only while the counter still reads `obs` (best effort).
 
@@ -63,7 +67,8 @@ local AUDIT_NEEDS = {
   wrong_domain_queue = {'id', 'd'}, id_without_job = {'id', 'place'},
   lane_ready_count = {'lane', 'exp', 'obs'}, lease_domain = {'id'}, inflight_count = {'d'},
   delayed_count = {'d'}, lane_delayed_count = {'lane'}, stranded_domain = {'d'},
-  stale_fingerprint = {'fp', 'id'}, open_set = {'d'}, domain_count = {},
+  stale_fingerprint = {'fp', 'id'}, duplicate_pending = {'id', 'fp'}, open_set = {'d'},
+  domain_count = {},
 }
 
 local function check_audit_item(it)
@@ -383,6 +388,27 @@ function CHECKS.stale_fingerprint(it)
   if pending then return false end
   if REPAIR then redis.call('HDEL', K.UNIQUE, it.fp) end
   return true, REPAIR, 'held by ' .. it.id .. ', which is no longer pending'
+end
+
+-- A pending unique job that does not hold its fingerprint. Held by another pending job: two
+-- pending jobs of one URL, reported, not repaired (which one to drop is the operator's:
+-- `scrapeq cancel`). Held by none: the job takes it again.
+function CHECKS.duplicate_pending(it)
+  local job = load_job(it.id)
+  if not job or job.fp ~= it.fp or job.fpw or job.done_at or redis.call('ZSCORE', K.DEAD, it.id) then
+    return false
+  end
+  local holder = redis.call('HGET', K.UNIQUE, it.fp)
+  if holder == it.id then return false end
+  local other = holder and load_job(holder)
+  if other and not other.done_at and not redis.call('ZSCORE', K.DEAD, holder) then
+    return true, false, 'a second pending job of fingerprint ' .. it.fp .. ', held by '
+      .. holder .. ': cancel one of them'
+  end
+  local detail = 'fingerprint ' .. it.fp .. ' held by no pending job'
+  if not REPAIR then return true, false, detail end
+  redis.call('HSET', K.UNIQUE, it.fp, it.id)
+  return true, true, detail .. ': taken again'
 end
 
 -- Counted again here (every bucket of the registry).

@@ -44,7 +44,9 @@
 
   Output: one entry per input job, in order, then the flag:
     "<id>"          added
-    "dup:<id>"      skipped (unique): a pending job with the same fingerprint exists
+    "dup:<id>"      skipped (unique): a pending job with the same fingerprint exists (with
+                    revisit on and a lastmod newer than the URL's last visit, that job is
+                    made due at the spec's delay when it was due later: ENQ.sooner)
     "seen"          skipped (unique = 'seen'): the seen-set has the URL
     "dead:<id>"     added straight to the dead letters: its domain is retired
     "limit"         skipped (a follow-up, with parent): its domain has CFG.max_pages jobs

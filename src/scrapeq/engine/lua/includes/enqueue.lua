@@ -21,7 +21,9 @@
   domain's `skipped`) when its domain downloaded CFG.max_bytes bytes. ENQ.cut then says
   which budget cut it (settle-1.lua answers it to the worker, for the parent's results line).
   With CFG.rv, a spec whose `lastmod` is newer than its URL's last visit (revisit.lua) is
-  enqueued even when the seen-set or a pending job has the URL (it takes the fingerprint).
+  enqueued even when the seen-set has the URL; when a pending job holds its fingerprint
+  (unique), that job is made due instead (ENQ.sooner) and the spec answered as its duplicate:
+  a URL never gets a second pending job from a lastmod, however often a sitemap lists it.
   What became of the follow-ups is counted here, where it is decided, and added to the
   queue's stats by enqueue_end: links:queued (a job was made), links:seen (the seen-set or a
   pending job had the URL), links:max_pages (a new URL cut by max_pages).
@@ -117,11 +119,14 @@ local function enqueue_spec(s)
   end
   local new = true
   if s.seen then new = seen_add(s.seen) end
-  -- a sitemap's lastmod newer than the last visit: due now, whatever held it back
+  -- a sitemap's lastmod newer than the last visit: due now, past the seen-set; the URL's
+  -- pending job is moved, never doubled
   local fresher = s.lastmod and CFG.rv and RV.fresher(s.url, s.lastmod)
-  if holder and s.unique and not fresher then return 'dup:' .. holder end
+  if holder and s.unique then
+    if fresher then ENQ.sooner(holder, s.delay) end
+    return 'dup:' .. holder
+  end
   if not new and not fresher then return 'seen' end
-  if fresher then holder = nil end
   local id = new_id()
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
@@ -151,6 +156,37 @@ local function enqueue_spec(s)
   end
   save_job(job)
   return id
+end
+
+-- A fresher lastmod for a URL whose pending job `id` holds its fingerprint: that job is due
+-- at NOW + delay when it was due later (a revisit waits for days), as a job of the spec would
+-- be; due now, it goes ready as an enqueued job does. Left as it is: a job ready already or
+-- in flight, and one that has had an attempt, a throttle or a release (its backoff or its
+-- Retry-After stands); one whose domain is retired or that expired is only given the time
+-- (the next claim's promote_due ends it). A field of ENQ, not a local: settle-1.lua, which
+-- includes this file, is near Lua 5.1's 200 locals.
+function ENQ.sooner(id, delay)
+  local at = NOW + delay
+  local was = tonumber(redis.call('ZSCORE', K.DELAYED, id))
+  if not was or was <= at then return end
+  local job = load_job(id)
+  if not job or (tonumber(job.attempts) or 0) > 0 or (tonumber(job.throttles) or 0) > 0
+      or (tonumber(job.releases) or 0) > 0 then
+    return  -- a corrupt text (the next claim dead-letters it), or a job that failed before
+  end
+  job.eligible = at
+  if delay > 0 or redis.call('HGET', k_dom(job.domain), 'state') == 'retired'
+      or (type(job.expires) == 'number' and job.expires <= NOW) then
+    redis.call('ZADD', K.DELAYED, at, id)
+  else
+    redis.call('ZREM', K.DELAYED, id)  -- left delayed (housekeeping.lua: left_delayed)
+    redis.call('HINCRBY', k_dom(job.domain), 'delayed', -1)
+    stat('delayed:' .. job.lane, -1)
+    put_ready(job)
+    ENQ.touched[job.domain] = true
+    if is_urgent(job.eligible + job.off) then ENQ.urgent = true end
+  end
+  save_job(job)
 end
 
 local function enqueue_one(s)

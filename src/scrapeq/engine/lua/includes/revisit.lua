@@ -30,8 +30,8 @@
   of the URL meanwhile is answered as a duplicate of it; it bypasses the seen-set on purpose.
 
   RV.fresher(url, lastmod): whether a sitemap's lastmod (s) is newer than the URL's last visit
-  (enqueue.lua then lets the spec through the seen-set: the page is due now, and the pending
-  revisit it overtakes is left stale).
+  (enqueue.lua then lets the spec through the seen-set, or, when a pending job holds the URL's
+  fingerprint, makes that job due now: ENQ.sooner; the page never gets a second pending job).
 ]]
 --@include tally
 --@include revisit_rule
