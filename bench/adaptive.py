@@ -158,20 +158,21 @@ def limiter_runs(server_url: str, runs: int) -> int:
     return 0 if ok else 1
 
 
-def issue21_runs(server_url: str, runs: int) -> int:
-    """``--issue21``: issue 21's site ``runs`` times; 0 when every run refused at most 1%."""
+def issue21_runs(server_url: str, runs: int, pages: int = ISSUE21_PAGES) -> int:
+    """``--issue21``: issue 21's site ``runs`` times (``pages`` jobs each, 600 unless
+    ``--pages``); 0 when every run refused at most 1%."""
     spec = _site(ISSUE21_K, ISSUE21_LATENCY)
     rows: list[list[object]] = []
     shares: list[float] = []
     with Fleet([spec], seed=11) as fleet:
         for i in range(runs):
-            run = _run(server_url, fleet, "auto", ISSUE21_K, ISSUE21_PAGES, 60.0)
+            run = _run(server_url, fleet, "auto", ISSUE21_K, pages, 60.0 * pages / ISSUE21_PAGES)
             f = asyncio.run(run)
             shares.append(f.refused_share)
             good = f.seconds is not None and f.refused_share <= 0.01 and f.state == "closed"
             learned = [f"{f.limit:.1f}" if f.limit else "-",
                        f"{f.baseline_ms:.0f}" if f.baseline_ms else "-"]  # fmt: skip
-            rows.append([f"{i + 1}", *_fmt(f, ISSUE21_PAGES), *learned, "yes" if good else "NO"])
+            rows.append([f"{i + 1}", *_fmt(f, pages), *learned, "yes" if good else "NO"])
     print(format_table(
         ["run", "seconds", "requests", "refused", "breaker", "limit", "baseline ms", "target"],
         rows,
@@ -211,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         with private_redis(args.redis_server) as server:
             return limiter_runs(server.url, args.limiter)
     if args.issue21 > 0:
-        print(f"bench/adaptive.py --issue21: {ISSUE21_PAGES} pages from a site serving "
-              f"{ISSUE21_K} at once (503 beyond {2 * ISSUE21_K}), base latency "
+        print(f"bench/adaptive.py --issue21: {args.pages or ISSUE21_PAGES} pages from a site "
+              f"serving {ISSUE21_K} at once (503 beyond {2 * ISSUE21_K}), base latency "
               f"{ISSUE21_LATENCY:g} ms, auto; {load_note()}")  # fmt: skip
         with private_redis(args.redis_server) as server:
-            return issue21_runs(server.url, args.issue21)
+            return issue21_runs(server.url, args.issue21, args.pages or ISSUE21_PAGES)
     pages = args.pages or (400 if args.quick else 2000)
     max_runtime = args.max_runtime or (30.0 if args.quick else 60.0)
     specs = [_site(k, args.latency) for k in CAPACITIES]
