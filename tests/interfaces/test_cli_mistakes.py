@@ -4,6 +4,7 @@ how to write it, with nothing half done."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +75,20 @@ def test_two_cookies_in_one_flag_say_give_two_flags(capsys: Any, redis_url: str)
 def test_a_handler_named_by_its_file_says_name_the_module(
     capsys: Any, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "shop.py").write_text("def parse(job, response):\n    return {}\n")
+    # a module name of its own: importing "x.py" imports "x" first, and leaves it in
+    # sys.modules for the tests after this one (another test's handler is shop:parse)
+    (tmp_path / "mistaken_shop.py").write_text("def parse(job, response):\n    return {}\n")
     monkeypatch.chdir(tmp_path)
-    code, _, err = run(
-        capsys, "--redis", redis_url, "worker", "--burst", "--handler", "shop.py:parse"
-    )
+    monkeypatch.delitem(sys.modules, "mistaken_shop", raising=False)
+    try:
+        code, _, err = run(
+            capsys, "--redis", redis_url, "worker", "--burst", "--handler",
+            "mistaken_shop.py:parse",
+        )  # fmt: skip
+    finally:
+        sys.modules.pop("mistaken_shop", None)
     assert code == 2
-    assert "--handler shop:parse" in err
+    assert "--handler mistaken_shop:parse" in err
     assert "Traceback" not in err
 
 
