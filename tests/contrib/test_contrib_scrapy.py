@@ -1151,12 +1151,16 @@ ADDON = 'ADDONS={"scrapeq.contrib.scrapy.Addon": 0}'
 
 
 async def _runspider(
-    tmp_path: Path, start: list[str], *settings: str, timeout: float = 60
+    tmp_path: Path,
+    start: list[str],
+    *settings: str,
+    timeout: float = 60,
+    source: str = ONE_FILE_SPIDER,
 ) -> tuple[int, str, list[dict[str, Any]]]:
-    """``scrapy runspider`` of :data:`ONE_FILE_SPIDER` with only ``settings`` (``-s``) and no
-    ``SCRAPEQ_*`` environment variable, as a new user runs it: (exit status, log, items)."""
-    spider = tmp_path / "many.py"
-    spider.write_text(ONE_FILE_SPIDER)
+    """``scrapy runspider`` of ``source`` with only ``settings`` (``-s``) and no ``SCRAPEQ_*``
+    environment variable, as a new user runs it: (exit status, log, items)."""
+    spider = tmp_path / "spider.py"
+    spider.write_text(source)
     out = tmp_path / "items.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
     src = str(Path(__file__).resolve().parents[2] / "src")
@@ -1273,3 +1277,107 @@ async def test_a_mistake_is_one_error_line_and_its_own_finish_reason(
         assert text in error, error
     assert "hunter2" not in log
     assert f"'finish_reason': '{reason}'" in log, log[-3000:]
+
+
+# --- issue 41: scrapy-playwright on scrapeq ----------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+PLAYWRIGHT_SPIDER = '''
+import scrapy
+from scrapy_playwright.page import PageMethod
+
+
+class Shop(scrapy.Spider):
+    """A shop whose pages JavaScript fills: the list's links, then each product's title
+    (late: the spider waits for it with a PageMethod, stored in the job as JSON)."""
+
+    name = "jsshop"
+    custom_settings = {
+        "DOWNLOAD_HANDLERS": {
+            "http": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+            "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+        },
+        "PLAYWRIGHT_LAUNCH_OPTIONS": {
+            "executable_path": "/usr/bin/chromium",
+            "args": ["--no-sandbox", "--disable-gpu"],
+        },
+    }
+
+    def __init__(self, start="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [start]
+
+    async def start(self):
+        for url in self.start_urls:
+            yield scrapy.Request(url, meta={"playwright": True})
+
+    def parse(self, response):
+        wait = [PageMethod("wait_for_selector", "#title:not(:empty)", timeout=10000)]
+        for href in response.css("#list a::attr(href)").getall():
+            yield response.follow(
+                href, callback=self.parse_product,
+                meta={"playwright": True, "playwright_page_methods": wait},
+            )
+
+    def parse_product(self, response):
+        yield {"url": response.url, "title": response.css("#title::text").get()}
+'''
+
+JS_PRODUCTS = 8
+
+
+async def _js_shop(request: web.Request) -> web.StreamResponse:
+    """``/``: an empty list that a script fills with links to ``/p/0..``; ``/p/N``: an empty
+    title that a script fills 300 ms after the page loads."""
+    if request.path == "/":
+        links = "".join(f"<a href=\\'/p/{n}\\'>item {n}</a>" for n in range(JS_PRODUCTS))
+        script = f"document.getElementById('list').innerHTML = '{links}';"
+        body = f"<div id='list'></div><script>{script}</script>"
+    elif request.path.startswith("/p/"):
+        n = int(request.path.rsplit("/", 1)[1])
+        fill = f"document.getElementById('title').textContent = 'Product {n}';"
+        body = f"<h1 id='title'></h1><script>setTimeout(function () {{ {fill} }}, 300);</script>"
+    else:
+        raise web.HTTPNotFound()
+    return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+
+async def test_a_javascript_shop_is_crawled_with_scrapy_playwright_and_the_addon(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """scrapy-playwright's download handler (Debian's chromium) under the add-on: the links
+    and titles only JavaScript writes are crawled, each page a scrapeq job, the product
+    pages' PageMethod stored in their jobs as JSON (it used to be refused: not JSON)."""
+    pytest.importorskip("scrapy_playwright")
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium")
+    async with sites(_js_shop) as (shop,):
+        code, log, items = await _runspider(
+            tmp_path, [shop.url("/")], ADDON, f"SCRAPEQ_REDIS_URL={redis_url}",
+            'SCRAPEQ_SETTINGS={"allow_private": true}', "CLOSESPIDER_TIMEOUT=60",
+            source=PLAYWRIGHT_SPIDER, timeout=90,
+        )  # fmt: skip
+    assert code == 0 and _tracebacks(log) == 0 and _errors(log) == [], log[-3000:]
+    got = {item["url"]: item["title"] for item in items}
+    assert got == {shop.url(f"/p/{n}"): f"Product {n}" for n in range(JS_PRODUCTS)}, log[-3000:]
+    assert _stat(log, "scrapeq/settled/done") == JS_PRODUCTS + 1, log[-3000:]
+
+
+def test_a_playwright_page_method_is_stored_by_name_and_made_again() -> None:
+    page = pytest.importorskip("scrapy_playwright.page")
+    spider = _Spider()
+    methods = [page.PageMethod("wait_for_selector", "#t", timeout=5000)]
+    for given in (methods, {"wait": methods[0]}):
+        request = scrapy.Request("http://a.example/", meta={"playwright_page_methods": given})
+        stored = json.loads(json.dumps(encode_request(request, spider)))
+        back = decode_request(stored, spider).meta["playwright_page_methods"]
+        (method,) = back if isinstance(back, list) else back.values()
+        assert isinstance(method, page.PageMethod)
+        assert (method.method, method.args, method.kwargs) == (
+            "wait_for_selector", ("#t",), {"timeout": 5000}
+        )  # fmt: skip
+    calls = page.PageMethod(lambda p: None)
+    request = scrapy.Request("http://a.example/", meta={"playwright_page_methods": [calls]})
+    with pytest.raises(UnstorableRequest, match="only a Page method given by its name"):
+        encode_request(request, spider)
