@@ -1169,3 +1169,258 @@ def test_an_enqueue_refused_for_good_refuses_its_requests_and_settles_the_page(
     finally:
         scheduler.close("finished")
         other.close()
+
+
+# --- issue 41: Scrapy in one setting, never a silent stall -----------------------------------
+
+ONE_FILE_SPIDER = '''
+import scrapy
+
+
+class Many(scrapy.Spider):
+    """-a start=URL,...: each page yields an item."""
+
+    name = "many"
+
+    def __init__(self, start="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [u for u in start.split(",") if u]
+
+    def parse(self, response):
+        yield {"url": response.url}
+'''
+
+ADDON = 'ADDONS={"scrapeq.contrib.scrapy.Addon": 0}'
+
+
+async def _runspider(
+    tmp_path: Path,
+    start: list[str],
+    *settings: str,
+    timeout: float = 60,
+    source: str = ONE_FILE_SPIDER,
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """``scrapy runspider`` of ``source`` with only ``settings`` (``-s``) and no ``SCRAPEQ_*``
+    environment variable, as a new user runs it: (exit status, log, items)."""
+    spider = tmp_path / "spider.py"
+    spider.write_text(source)
+    out = tmp_path / "items.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    args = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-O", str(out)]
+    args += ["-a", "start=" + ",".join(start), "-s", "LOG_LEVEL=INFO"]
+    for s in settings:
+        args += ["-s", s]
+    proc = await asyncio.create_subprocess_exec(
+        *args, cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await communicate(proc, timeout)
+    assert proc.returncode is not None
+    return proc.returncode, output.decode(errors="replace"), _items(out)
+
+
+def _errors(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "] ERROR: " in line]
+
+
+def _tracebacks(log: str) -> int:
+    return sum(1 for line in log.splitlines() if line.startswith("Traceback"))
+
+
+async def test_the_addon_alone_crawls_every_start_url_in_batched_enqueues(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """One setting (the add-on) and the Redis URL: 200 start URLs over 5 sites are all fetched
+    (with the scheduler alone, 20 were claimed and none ever settled: a silent stall), and
+    written in a few enqueue calls, not one each."""
+    n = 200
+    async with sites(*[_page(lambda n: [])] * 5) as shops:
+        start = [shops[i % 5].url(f"/p/{i}") for i in range(n)]
+        code, log, items = await _runspider(
+            tmp_path, start, ADDON, f"SCRAPEQ_REDIS_URL={redis_url}",
+            'SCRAPEQ_SETTINGS={"allow_private": true}', "CLOSESPIDER_TIMEOUT=40",
+        )  # fmt: skip
+    assert code == 0, log[-3000:]
+    assert sorted(i["url"] for i in items) == sorted(start), log[-3000:]
+    assert sum(s.total for s in shops) == n
+    assert _tracebacks(log) == 0 and _errors(log) == [], log[-3000:]
+    assert "'finish_reason': 'finished'" in log, log[-3000:]
+    assert _stat(log, "scrapeq/enqueue_calls") <= 20, log[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (["SCHEDULER=scrapeq.contrib.scrapy.Scheduler"],
+         ["DOWNLOADER_MIDDLEWARES and SPIDER_MIDDLEWARES"]),
+        (["SCHEDULER=scrapeq.contrib.scrapy.Scheduler",
+          'DOWNLOADER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 950}',
+          'SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": 10}'],
+         ["RetryMiddleware"]),
+        ([ADDON, 'SPIDER_MIDDLEWARES={"scrapeq.contrib.scrapy.ReportMiddleware": null}'],
+         ["SPIDER_MIDDLEWARES"]),
+    ],
+    ids=["scheduler-alone", "retry-on", "no-spider-middleware"],
+)  # fmt: skip
+async def test_a_scheduler_without_what_it_needs_refuses_at_open(
+    redis_url: str, tmp_path: Path, settings: list[str], named: list[str]
+) -> None:
+    """No claim that can never be settled: one ERROR line names what is missing and the
+    add-on, and the crawl closes at once with its own finish reason (it used to claim 20
+    and fetch them, then nothing until CLOSESPIDER_TIMEOUT)."""
+    async with sites(_page(lambda n: [])) as (site,):
+        start = [site.url(f"/p/{i}") for i in range(40)]
+        code, log, items = await _runspider(
+            tmp_path, start, *settings, f"SCRAPEQ_REDIS_URL={redis_url}",
+            'SCRAPEQ_SETTINGS={"allow_private": true}', "CLOSESPIDER_TIMEOUT=15",
+        )  # fmt: skip
+    assert site.total == 0 and items == [], log[-3000:]
+    assert code == 0  # Scrapy's: `scrapy runspider` lets no component set it
+    (error,) = _errors(log)
+    for name in named:
+        assert name in error, error
+    assert "scrapeq.contrib.scrapy.Addon" in error, error
+    assert "'finish_reason': 'scrapeq_incomplete_setup'" in log, log[-3000:]
+    assert _tracebacks(log) == 0, log[-3000:]
+    assert "scrapeq/claimed" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason", "said"),
+    [
+        (['SCRAPEQ_SETTINGS={"domain_concurency": 2}'], "scrapeq_config_error",
+         ["'domain_concurency'", "did you mean 'domain_concurrency'?"]),
+        (["SCRAPEQ_QEUE=x"], "scrapeq_config_error",
+         ["'SCRAPEQ_QEUE'", "did you mean SCRAPEQ_QUEUE?"]),
+        (['SCRAPEQ_SETTINGS={"domain_concurrency": 2'], "scrapeq_config_error",
+         ["SCRAPEQ_SETTINGS"]),
+        (["SCRAPEQ_CLAIM_BATCH=many"], "scrapeq_config_error", ["SCRAPEQ_CLAIM_BATCH"]),
+        (["SCRAPEQ_REDIS_URL=redis://:hunter2@127.0.0.1:9/0"], "scrapeq_redis_unavailable",
+         ["Redis", "127.0.0.1:9"]),
+    ],
+    ids=["typo-in-settings", "typo-in-name", "bad-json", "not-a-number", "no-redis"],
+)  # fmt: skip
+async def test_a_mistake_is_one_error_line_and_its_own_finish_reason(
+    redis_url: str, tmp_path: Path, settings: list[str], reason: str, said: list[str]
+) -> None:
+    """As the CLI gives them: one line, no traceback (a typo used to be 67 lines and 4
+    tracebacks, an unreachable Redis 185 and 8, a misspelt SCRAPEQ_* setting nothing)."""
+    async with sites(_page(lambda n: [])) as (site,):
+        start = [site.url(f"/p/{i}") for i in range(5)]
+        code, log, items = await _runspider(
+            tmp_path, start, ADDON, f"SCRAPEQ_REDIS_URL={redis_url}",
+            'SCRAPEQ_SETTINGS={"allow_private": true}', *settings,
+        )  # fmt: skip
+    assert site.total == 0 and items == [] and code == 0, log[-3000:]
+    assert _tracebacks(log) == 0, log[-5000:]
+    (error,) = _errors(log)
+    for text in said:
+        assert text in error, error
+    assert "hunter2" not in log
+    assert f"'finish_reason': '{reason}'" in log, log[-3000:]
+
+
+# --- issue 41: scrapy-playwright on scrapeq ----------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+PLAYWRIGHT_SPIDER = '''
+import scrapy
+from scrapy_playwright.page import PageMethod
+
+
+class Shop(scrapy.Spider):
+    """A shop whose pages JavaScript fills: the list's links, then each product's title
+    (late: the spider waits for it with a PageMethod, stored in the job as JSON)."""
+
+    name = "jsshop"
+    custom_settings = {
+        "DOWNLOAD_HANDLERS": {
+            "http": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+            "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+        },
+        "PLAYWRIGHT_LAUNCH_OPTIONS": {
+            "executable_path": "/usr/bin/chromium",
+            "args": ["--no-sandbox", "--disable-gpu"],
+        },
+    }
+
+    def __init__(self, start="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [start]
+
+    async def start(self):
+        for url in self.start_urls:
+            yield scrapy.Request(url, meta={"playwright": True})
+
+    def parse(self, response):
+        wait = [PageMethod("wait_for_selector", "#title:not(:empty)", timeout=10000)]
+        for href in response.css("#list a::attr(href)").getall():
+            yield response.follow(
+                href, callback=self.parse_product,
+                meta={"playwright": True, "playwright_page_methods": wait},
+            )
+
+    def parse_product(self, response):
+        yield {"url": response.url, "title": response.css("#title::text").get()}
+'''
+
+JS_PRODUCTS = 8
+
+
+async def _js_shop(request: web.Request) -> web.StreamResponse:
+    """``/``: an empty list that a script fills with links to ``/p/0..``; ``/p/N``: an empty
+    title that a script fills 300 ms after the page loads."""
+    if request.path == "/":
+        links = "".join(f"<a href=\\'/p/{n}\\'>item {n}</a>" for n in range(JS_PRODUCTS))
+        script = f"document.getElementById('list').innerHTML = '{links}';"
+        body = f"<div id='list'></div><script>{script}</script>"
+    elif request.path.startswith("/p/"):
+        n = int(request.path.rsplit("/", 1)[1])
+        fill = f"document.getElementById('title').textContent = 'Product {n}';"
+        body = f"<h1 id='title'></h1><script>setTimeout(function () {{ {fill} }}, 300);</script>"
+    else:
+        raise web.HTTPNotFound()
+    return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+
+async def test_a_javascript_shop_is_crawled_with_scrapy_playwright_and_the_addon(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """scrapy-playwright's download handler (Debian's chromium) under the add-on: the links
+    and titles only JavaScript writes are crawled, each page a scrapeq job, the product
+    pages' PageMethod stored in their jobs as JSON (it used to be refused: not JSON)."""
+    pytest.importorskip("scrapy_playwright")
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium")
+    async with sites(_js_shop) as (shop,):
+        code, log, items = await _runspider(
+            tmp_path, [shop.url("/")], ADDON, f"SCRAPEQ_REDIS_URL={redis_url}",
+            'SCRAPEQ_SETTINGS={"allow_private": true}', "CLOSESPIDER_TIMEOUT=60",
+            source=PLAYWRIGHT_SPIDER, timeout=90,
+        )  # fmt: skip
+    assert code == 0 and _tracebacks(log) == 0 and _errors(log) == [], log[-3000:]
+    got = {item["url"]: item["title"] for item in items}
+    assert got == {shop.url(f"/p/{n}"): f"Product {n}" for n in range(JS_PRODUCTS)}, log[-3000:]
+    assert _stat(log, "scrapeq/settled/done") == JS_PRODUCTS + 1, log[-3000:]
+
+
+def test_a_playwright_page_method_is_stored_by_name_and_made_again() -> None:
+    page = pytest.importorskip("scrapy_playwright.page")
+    spider = _Spider()
+    methods = [page.PageMethod("wait_for_selector", "#t", timeout=5000)]
+    for given in (methods, {"wait": methods[0]}):
+        request = scrapy.Request("http://a.example/", meta={"playwright_page_methods": given})
+        stored = json.loads(json.dumps(encode_request(request, spider)))
+        back = decode_request(stored, spider).meta["playwright_page_methods"]
+        (method,) = back if isinstance(back, list) else back.values()
+        assert isinstance(method, page.PageMethod)
+        assert (method.method, method.args, method.kwargs) == (
+            "wait_for_selector", ("#t",), {"timeout": 5000}
+        )  # fmt: skip
+    calls = page.PageMethod(lambda p: None)
+    request = scrapy.Request("http://a.example/", meta={"playwright_page_methods": [calls]})
+    with pytest.raises(UnstorableRequest, match="only a Page method given by its name"):
+        encode_request(request, spider)

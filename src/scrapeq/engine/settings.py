@@ -40,7 +40,7 @@ import difflib
 import logging
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -92,6 +92,7 @@ __all__ = [
     "Settings",
     "default_data_dir",
     "default_user_agent",
+    "did_you_mean",
     "load_settings",
 ]
 
@@ -422,9 +423,17 @@ def _warn_unknown_env(env: Mapping[str, str]) -> None:
     for key in sorted(env):
         if key.startswith(ENV_PREFIX) and key not in known and key not in _WARNED_ENV:
             _WARNED_ENV.add(key)
-            close = difflib.get_close_matches(key, sorted(known - OTHER_ENV_NAMES), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(key, known - OTHER_ENV_NAMES)
             log.warning("environment variable %r is not a scrapeq setting: ignored%s", key, hint)
+
+
+def did_you_mean(name: str, known: Iterable[str], *, quote: bool = False) -> str:
+    """``"; did you mean X?"`` naming the one of ``known`` closest to a misspelt ``name``
+    (``repr`` of it with ``quote``), or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    if not close:
+        return ""
+    return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
 
 
 def _override_values(overrides: Mapping[str, object]) -> dict[str, object]:

@@ -1,6 +1,14 @@
 """Scrapy on scrapeq: keep the spiders, get scrapeq's frontier.
 
-Three pieces, configured in a Scrapy project's settings (see README, "Scrapy"):
+One setting puts a project on scrapeq: ``ADDONS = {"scrapeq.contrib.scrapy.Addon": 0}``
+(:class:`Addon`, a Scrapy add-on) installs the three pieces below and takes Scrapy's retry
+middleware out (see README, "Scrapy"). A scheduler opened without them (the middleware
+missing from either setting, Scrapy's retry on) refuses with one error line naming what is
+missing and the finish reason ``scrapeq_incomplete_setup``; a bad setting
+(``scrapeq_config_error``) or Redis out of reach (``scrapeq_redis_unavailable``) is one error
+line too: the spider opens and closes at once, no traceback, nothing claimed.
+
+The pieces:
 
 * :class:`Scheduler` (``SCHEDULER``): every request a spider yields becomes a scrapeq job
   (its URL, lane and a JSON payload holding the request: :mod:`._store`, never a pickle); the
@@ -42,6 +50,7 @@ of a new crawl only].
 
 from __future__ import annotations
 
+from scrapeq.contrib.scrapy._addon import Addon
 from scrapeq.contrib.scrapy._dupefilter import DupeFilter
 from scrapeq.contrib.scrapy._frontier import settlement_for
 from scrapeq.contrib.scrapy._middleware import ReportMiddleware
@@ -49,6 +58,7 @@ from scrapeq.contrib.scrapy._scheduler import Scheduler
 from scrapeq.contrib.scrapy._store import UnstorableRequest
 
 __all__ = [
+    "Addon",
     "DupeFilter",
     "ReportMiddleware",
     "Scheduler",

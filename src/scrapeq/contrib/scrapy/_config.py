@@ -17,21 +17,44 @@ lane], ``SCRAPEQ_CLAIM_BATCH`` [16], ``SCRAPEQ_RETRY_CALLBACK_ERRORS`` [False],
 slots work of other lanes leaves free for the most urgent lane's; 0: none kept],
 ``SCRAPEQ_TUNE_GC`` [True: tune the garbage collector while the crawl runs, as the worker
 does (:func:`scrapeq.runtime.gc_tuning.tuned_gc`); False: leave it alone].
+
+A Scrapy setting named ``SCRAPEQ_*`` that is none of these (a typo: ``SCRAPEQ_QEUE``), a name
+in ``SCRAPEQ_SETTINGS`` that is not a scrapeq setting, and a value Scrapy cannot read as its
+type are ConfigErrors naming the setting, with the name meant when one is close (as the CLI
+warns of a misspelt ``SCRAPEQ_*`` environment variable: :func:`did_you_mean`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scrapy.crawler import Crawler
 
-from scrapeq.engine.settings import Settings, load_settings
+from scrapeq.engine.settings import ENV_PREFIX, SETTING_NAMES, Settings, did_you_mean, load_settings
 from scrapeq.errors import ConfigError
 
-__all__ = ["ScrapyConfig"]
+__all__ = ["SCRAPY_SETTING_NAMES", "ScrapyConfig"]
+
+T = TypeVar("T")
 
 #: Scrapy settings that each name one scrapeq setting (they win over ``SCRAPEQ_SETTINGS``).
 _NAMED = {"SCRAPEQ_REDIS_URL": "redis_url", "SCRAPEQ_QUEUE": "queue", "SCRAPEQ_UNIQUE": "unique"}
+#: Every Scrapy setting of the integration (any other ``SCRAPEQ_*`` one is a mistake).
+SCRAPY_SETTING_NAMES = frozenset(
+    {
+        *_NAMED,
+        "SCRAPEQ_SETTINGS",
+        "SCRAPEQ_CONFIG",
+        "SCRAPEQ_LANE",
+        "SCRAPEQ_CLAIM_BATCH",
+        "SCRAPEQ_RETRY_CALLBACK_ERRORS",
+        "SCRAPEQ_NEW_CRAWL",
+        "SCRAPEQ_URGENT_SLOTS",
+        "SCRAPEQ_TUNE_GC",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,17 +94,18 @@ class ScrapyConfig:
             ConfigError: a setting is bad (named: scrapeq's by its name, Scrapy's by its own).
         """
         s = crawler.settings
+        _check_names(crawler)
         settings = load_settings(
             config_file=s.get("SCRAPEQ_CONFIG") or None,
             overrides=_flags(crawler),
             defaults={"queue": spider_name, "unique": "seen"},
         )
-        batch = s.getint("SCRAPEQ_CLAIM_BATCH", 16)
+        batch = _read(s.getint, "SCRAPEQ_CLAIM_BATCH", 16)
         if batch < 1:
             raise ConfigError("SCRAPEQ_CLAIM_BATCH", f"must be >= 1, got {batch}")
-        concurrency = s.getint("CONCURRENT_REQUESTS", 16)
-        urgent = s.getint(
-            "SCRAPEQ_URGENT_SLOTS", max(1, concurrency // 8) if concurrency > 1 else 0
+        concurrency = _read(s.getint, "CONCURRENT_REQUESTS", 16)
+        urgent = _read(
+            s.getint, "SCRAPEQ_URGENT_SLOTS", max(1, concurrency // 8) if concurrency > 1 else 0
         )
         if not 0 <= urgent < concurrency:
             raise ConfigError(
@@ -99,17 +123,57 @@ class ScrapyConfig:
             # Scrapy's DOWNLOAD_TIMEOUT (180 s) unless the project set it: scrapeq's
             # request_timeout, so a hanging site costs what it costs scrapeq's worker.
             set_timeout=(s.getpriority("DOWNLOAD_TIMEOUT") or 0) <= 0,
-            retry_callback_errors=s.getbool("SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
-            new_crawl=s.getbool("SCRAPEQ_NEW_CRAWL", False),
+            retry_callback_errors=_read(s.getbool, "SCRAPEQ_RETRY_CALLBACK_ERRORS", False),
+            new_crawl=_read(s.getbool, "SCRAPEQ_NEW_CRAWL", False),
             urgent_slots=urgent,
-            tune_gc=s.getbool("SCRAPEQ_TUNE_GC", True),
+            tune_gc=_read(s.getbool, "SCRAPEQ_TUNE_GC", True),
         )
+
+
+def _read(getter: Callable[[str, T], T], name: str, default: T) -> T:
+    """A Scrapy setting read by ``getter`` (``getint``, ``getbool``); a value it
+    cannot read is a ConfigError naming the setting (not Scrapy's ValueError)."""
+    try:
+        return getter(name, default)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(name, f"cannot be read: {exc}") from None
+
+
+def _check_names(crawler: Crawler) -> None:
+    """Raise a ConfigError for a ``SCRAPEQ_*`` Scrapy setting the integration does not read,
+    and for a name in ``SCRAPEQ_SETTINGS`` that is not a scrapeq setting (module docstring)."""
+    s = crawler.settings
+    for key in sorted(k for k in s if isinstance(k, str) and k.startswith(ENV_PREFIX)):
+        if key in SCRAPY_SETTING_NAMES:
+            continue
+        name = key.removeprefix(ENV_PREFIX).lower()
+        if name in SETTING_NAMES:  # scrapeq's own, given as a Scrapy setting
+            raise ConfigError(
+                key,
+                f"not a Scrapy setting of scrapeq; scrapeq's {name} goes in SCRAPEQ_SETTINGS "
+                f"(-s 'SCRAPEQ_SETTINGS={{\"{name}\": ...}}') or the environment variable {key}",
+            )
+        raise ConfigError(
+            key, f"not a Scrapy setting of scrapeq{did_you_mean(key, SCRAPY_SETTING_NAMES)}"
+        )
+    for name in _scrapeq_settings(crawler):
+        if name not in SETTING_NAMES:
+            hint = did_you_mean(str(name), SETTING_NAMES, quote=True)
+            raise ConfigError(str(name), f"unknown setting (in SCRAPEQ_SETTINGS){hint}")
+
+
+def _scrapeq_settings(crawler: Crawler) -> dict[str, object]:
+    """``SCRAPEQ_SETTINGS``: a dict, or its JSON text (a ConfigError when it is neither)."""
+    try:
+        return dict(crawler.settings.getdict("SCRAPEQ_SETTINGS"))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("SCRAPEQ_SETTINGS", f"not a dict or its JSON text: {exc}") from None
 
 
 def _flags(crawler: Crawler) -> dict[str, object]:
     """scrapeq settings the Scrapy settings give (the CLI's flags, in load_settings' terms)."""
     s = crawler.settings
-    flags: dict[str, object] = dict(s.getdict("SCRAPEQ_SETTINGS"))
+    flags = _scrapeq_settings(crawler)
     for key, name in _NAMED.items():
         if s.get(key) is not None:
             flags[name] = s.get(key)

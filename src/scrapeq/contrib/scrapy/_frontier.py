@@ -117,6 +117,17 @@ class Frontier:
         return cls._of.get(crawler)
 
     def open(self) -> None:
+        """Take the crawl's start flag (and start a new crawl: ``SCRAPEQ_NEW_CRAWL``), then
+        renew leases and listen for urgent work. Raises what Redis raised (nothing is left
+        open: the queue's connection is closed)."""
+        try:
+            self._open()
+        except BaseException:
+            self._of.pop(self.crawler, None)
+            self.queue.close()
+            raise
+
+    def _open(self) -> None:
         self._of[self.crawler] = self
         name = self.queue.name
         if self.config.new_crawl:

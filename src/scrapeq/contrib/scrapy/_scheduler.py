@@ -12,14 +12,21 @@ from scrapy.exceptions import CloseSpider
 from scrapeq.contrib.scrapy._dupefilter import DupeFilter
 from scrapeq.contrib.scrapy._frontier import JOB, SETTLED, Frontier
 from scrapeq.contrib.scrapy._store import UnstorableRequest
-from scrapeq.errors import PayloadTooLarge
+from scrapeq.errors import ConfigError, PayloadTooLarge, RedisUnavailable
 
-__all__ = ["ALL_REFUSED", "Scheduler"]
+__all__ = ["ALL_REFUSED", "CONFIG_ERROR", "INCOMPLETE_SETUP", "REDIS_UNAVAILABLE", "Scheduler"]
 
 log = logging.getLogger("scrapeq.scrapy")
 
 #: The crawl's finish reason when every request it made was refused.
 ALL_REFUSED = "scrapeq_all_refused"
+#: The finish reasons of a crawl the scheduler would not open: a scrapeq or Scrapy setting
+#: is wrong; Redis cannot be reached; what acknowledges the pages is missing.
+CONFIG_ERROR = "scrapeq_config_error"
+REDIS_UNAVAILABLE = "scrapeq_redis_unavailable"
+INCOMPLETE_SETUP = "scrapeq_incomplete_setup"
+#: What the error line of an incomplete setup suggests.
+ADDON_HINT = 'set ADDONS = {"scrapeq.contrib.scrapy.Addon": 0}, which installs them all'
 
 
 class Scheduler:
@@ -30,6 +37,7 @@ class Scheduler:
         self.df = dupefilter
         self.frontier: Frontier | None = None
         self._said_all_refused = False
+        self._refused: str | None = None  # the finish reason of a crawl not opened
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -39,12 +47,76 @@ class Scheduler:
         df = build_from_crawler(df_class, crawler) if issubclass(df_class, DupeFilter) else None
         scheduler = cls(crawler, df)
         crawler.signals.connect(scheduler.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         return scheduler
 
     def open(self, spider: Spider) -> None:
-        self.frontier = Frontier(self.crawler, spider)
-        self.frontier.on_dropped = self._dropped
-        self.frontier.open()
+        """Open the crawl's frontier; a mistake (a setting, Redis out of reach, a middleware
+        missing) is one error line, and the spider is closed as soon as it is open, with its
+        own finish reason (:meth:`spider_opened`): no traceback, no claim never settled."""
+        try:
+            self._check_setup()
+            frontier = Frontier(self.crawler, spider)
+            frontier.on_dropped = self._dropped
+            frontier.open()
+        except ConfigError as exc:
+            self._refuse(CONFIG_ERROR, str(exc))
+        except RedisUnavailable as exc:
+            self._refuse(REDIS_UNAVAILABLE, str(exc))
+        except _IncompleteSetup as exc:
+            self._refuse(INCOMPLETE_SETUP, str(exc))
+        else:
+            self.frontier = frontier
+
+    def _refuse(self, reason: str, text: str) -> None:
+        self._refused = reason
+        text = text.replace("\r", "\\r").replace("\n", "\\n")
+        log.error("scrapeq: the crawl cannot start: %s", text)
+
+    def spider_opened(self) -> None:
+        """Close a crawl whose scheduler would not open (Scrapy honours a ``CloseSpider``
+        raised here once every component is open, so each closes cleanly)."""
+        if self._refused is not None:
+            raise CloseSpider(self._refused)
+
+    def _check_setup(self) -> None:
+        """Raise _IncompleteSetup when the crawl lacks what settles its claims: the
+        ReportMiddleware as a downloader and a spider middleware, Scrapy's RetryMiddleware
+        off (it would fetch again what scrapeq retries). Checked on the middlewares Scrapy
+        built (a scheduler built without an engine, as in a unit test, is not checked)."""
+        from scrapy.downloadermiddlewares.retry import RetryMiddleware
+
+        from scrapeq.contrib.scrapy._middleware import ReportMiddleware
+
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # Scrapy's "not set yet": no crawl runs this scheduler
+            return
+        downloader = getattr(getattr(engine, "downloader", None), "middleware", None)
+        spider = getattr(getattr(engine, "scraper", None), "spidermw", None)
+        if downloader is None or spider is None:
+            return
+        missing = [
+            name
+            for name, manager in (
+                ("DOWNLOADER_MIDDLEWARES", downloader),
+                ("SPIDER_MIDDLEWARES", spider),
+            )
+            if not any(isinstance(m, ReportMiddleware) for m in manager.middlewares)
+        ]
+        wrong = []
+        if missing:
+            wrong.append(
+                f"scrapeq.contrib.scrapy.ReportMiddleware is missing from {' and '.join(missing)}"
+                " (without it no page fetched is ever acknowledged)"
+            )
+        if any(isinstance(m, RetryMiddleware) for m in downloader.middlewares):
+            wrong.append(
+                "Scrapy's RetryMiddleware is on in DOWNLOADER_MIDDLEWARES (scrapeq retries: "
+                "it must be off)"
+            )
+        if wrong:
+            raise _IncompleteSetup(f"{'; '.join(wrong)}: {ADDON_HINT}")
 
     def close(self, reason: str) -> None:
         if self.frontier is not None:
@@ -63,7 +135,8 @@ class Scheduler:
         this returns True: a request seen before, or whose payload is too large (logged), is
         then dropped with Scrapy's ``request_dropped`` signal."""
         frontier = self.frontier
-        assert frontier is not None, "the scheduler is not open"
+        if frontier is None:
+            return False  # not opened (the error is logged): the crawl is closing
         parent = request.meta.get(JOB)
         if parent is not None:
             # A request made from a claimed one by a middleware: a redirect (the job moves
@@ -115,3 +188,7 @@ class Scheduler:
                 "above): nothing was scheduled or fetched", frontier.queue.name, frontier.refused,
             )  # fmt: skip
         raise CloseSpider(ALL_REFUSED)
+
+
+class _IncompleteSetup(Exception):
+    """The crawl lacks a component that settles its claims (:meth:`Scheduler._check_setup`)."""

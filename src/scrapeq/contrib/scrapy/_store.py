@@ -5,12 +5,19 @@ the starting point; its bytes (headers, body) become text here, so the payload i
 never a pickle. Whatever else the dict holds (``meta``, ``cb_kwargs``, cookies) must be JSON as
 it is: a request that cannot be stored raises :class:`UnstorableRequest` when it is scheduled,
 naming the request and the field, instead of failing later in another process.
+
+One value that is not JSON is stored all the same: scrapy-playwright's ``PageMethod`` in
+``meta["playwright_page_methods"]`` (a list or a dict of them), as its method's name, its
+arguments and keyword arguments (JSON themselves), made a ``PageMethod`` again when the job is
+claimed. A ``PageMethod`` that calls a function (not a Page method by name) is refused.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import json
+import sys
 from typing import Any
 
 from scrapy import Request, Spider
@@ -25,6 +32,10 @@ __all__ = ["META_PREFIX", "UnstorableRequest", "decode_request", "encode_request
 META_PREFIX = "_scrapeq"
 #: The version of the stored form, kept in the payload.
 FORMAT = 1
+#: scrapy-playwright's meta key of the ``PageMethod``s to call on the page, and the key of a
+#: stored one (module docstring).
+PAGE_METHODS = "playwright_page_methods"
+PAGE_METHOD = "_scrapeq_page_method"
 
 
 class UnstorableRequest(ScrapeqError):
@@ -61,9 +72,10 @@ def encode_request(request: Request, spider: Spider) -> dict[str, Any]:
         _latin1(key): [_latin1(v) for v in values] for key, values in headers.items()
     }
     data["body"] = base64.b64encode(data.get("body") or b"").decode("ascii")
-    data["meta"] = {
-        k: v for k, v in (data.get("meta") or {}).items() if not k.startswith(META_PREFIX)
-    }
+    data["meta"] = _stored_page_methods(
+        request,
+        {k: v for k, v in (data.get("meta") or {}).items() if not k.startswith(META_PREFIX)},
+    )
     try:
         json.dumps(data, allow_nan=False)  # one check; a failure is then named by its field
     except (TypeError, ValueError, RecursionError) as exc:
@@ -106,6 +118,65 @@ def _as_dict(request: Request, spider: Spider) -> dict[str, Any]:
     return data
 
 
+def _stored_page_methods(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with its scrapy-playwright ``PageMethod``s in their stored form (module
+    docstring; none without scrapy-playwright imported: a spider that makes one imports it).
+
+    Raises:
+        UnstorableRequest: a ``PageMethod`` calls a function.
+    """
+    methods = meta.get(PAGE_METHODS)
+    module = sys.modules.get("scrapy_playwright.page")
+    page_method = getattr(module, "PageMethod", None)
+    if methods is None or page_method is None:
+        return meta
+
+    def stored(value: Any) -> Any:
+        if not isinstance(value, page_method):
+            return value
+        if not isinstance(value.method, str):
+            raise UnstorableRequest(
+                f"cannot store {request!r}: a PageMethod of its meta calls {value.method!r}; "
+                f"only a Page method given by its name can be stored"
+            )
+        return {PAGE_METHOD: {"method": value.method, "args": list(value.args),
+                              "kwargs": dict(value.kwargs)}}  # fmt: skip
+
+    if isinstance(methods, dict):
+        return {**meta, PAGE_METHODS: {k: stored(v) for k, v in methods.items()}}
+    if isinstance(methods, list | tuple):
+        return {**meta, PAGE_METHODS: [stored(v) for v in methods]}
+    return meta
+
+
+def _page_methods(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the stored ``PageMethod``s made ``PageMethod``s again.
+
+    Raises:
+        ValueError: a stored ``PageMethod`` is malformed, or scrapy-playwright is not installed.
+    """
+    methods = meta.get(PAGE_METHODS)
+    if not isinstance(methods, dict | list):
+        return meta
+
+    def made(value: Any) -> Any:
+        if not (isinstance(value, dict) and PAGE_METHOD in value):
+            return value
+        try:
+            page_method = importlib.import_module("scrapy_playwright.page").PageMethod
+        except ImportError as exc:
+            raise ValueError(f"a stored PageMethod needs scrapy-playwright: {exc}") from None
+        fields = value[PAGE_METHOD]
+        try:
+            return page_method(fields["method"], *fields["args"], **fields["kwargs"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a stored PageMethod is malformed: {fields!r:.200}") from exc
+
+    if isinstance(methods, dict):
+        return {**meta, PAGE_METHODS: {k: made(v) for k, v in methods.items()}}
+    return {**meta, PAGE_METHODS: [made(v) for v in methods]}
+
+
 def decode_request(payload: Any, spider: Spider) -> Request:
     """The request a job's payload holds, its callbacks found on ``spider`` again.
 
@@ -116,6 +187,8 @@ def decode_request(payload: Any, spider: Spider) -> Request:
         raise ValueError(f"job payload is not a stored Scrapy request: {payload!r:.200}")
     data = dict(payload["request"])
     data["body"] = base64.b64decode(data.get("body") or "")
+    if isinstance(data.get("meta"), dict):
+        data["meta"] = _page_methods(data["meta"])
     return request_from_dict(data, spider=spider)
 
 
