@@ -63,7 +63,9 @@
   records kind (default 'released') and msg in the history; the release past CFG.max_releases
   dead-letters the job as 'max_releases'. The delay is the caller's, or with `backoff` a
   full-jitter backoff over job.releases drawn here. A shutdown release (shutdown = true)
-  counts and records nothing.
+  counts and records nothing; nor does the settle of a resting exit's probe that failed,
+  whatever its outcome (includes/exits.lua, EX.settle_job: the exit's failure alone, the job
+  goes back ready as it was).
 
   Output: one status per item, in order:
     'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
@@ -253,7 +255,7 @@ end
 
 local function settle_release(job, it)
   job.attempts = math.max(job.attempts - 1, 0)
-  if it.shutdown ~= true then
+  if it.shutdown ~= true and not it.probe_back then
     -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
     job.releases = (job.releases or 0) + 1
     push_error(job, it.kind or 'released', it.message)
@@ -346,7 +348,7 @@ local function settle_one(i, it)
     status = settle_release(job, it)
   end
   TOUCHED[d] = true
-  history_settled(TALLY.add, status, job.lane, it.shutdown)
+  history_settled(TALLY.add, status, job.lane, it.shutdown or it.probe_back)
   if status == 'dead' then return 'dead:' .. job.dead_reason end
   if notes then return WIRE.done(notes) end
   if it.backoff == true and (status == 'retried' or status == 'released') then
