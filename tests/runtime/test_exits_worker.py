@@ -113,6 +113,49 @@ async def test_a_proxy_asking_for_credentials_is_the_exits_failure(
     assert "hunter2" not in repr(exits)
 
 
+async def test_a_proxy_refusing_wrong_credentials_with_401_is_the_exits_failure(
+    tinyproxies: TinyproxySet, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    """Issue 38 item 9: tinyproxy 1.11 answers wrong credentials with its own 401 (and
+    ``WWW-Authenticate``), where squid answers 407: that 401 is the exit's failure, not the
+    site's answer. Every job ends done through the good exit; the bad exit rests."""
+    good = tinyproxies("127.0.0.2")
+    locked = tinyproxies("127.0.0.3", auth=("bob", "hunter2"))
+    wrong = f"http://bob:wrong-pass@{locked.host}:{locked.port}"
+    specs = [DomainSpec(f"d{i}") for i in range(5)]
+    with Fleet(specs) as fleet:
+        q = queue(make_async_queue, (good.url, wrong))
+        urls = [fleet.url(d.name, f"/p/{i}") for d in specs for i in range(8)]
+        await q.enqueue_many(urls)
+        counts = await run_until_done(q, len(urls))
+        stats = await q.stats()
+        exits = {e["name"]: e for e in await q.exits_info()}
+    bad = next(e for name, e in exits.items() if name != good.url)
+    assert counts["done"] == len(urls) and counts["dead"] == 0, counts
+    assert stats.get("dead:http_401", 0) == 0 and stats.get("trips", 0) == 0, stats
+    assert bad["state"] == "open" and bad["failures"] >= 3, bad
+    assert exits[good.url]["ok"] == len(urls)
+    assert "wrong-pass" not in repr(exits)
+
+
+async def test_a_sites_own_401_through_a_proxy_with_credentials_stays_the_sites(
+    tinyproxies: TinyproxySet, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    """The other side of item 9: a proxy that accepts our credentials passes a site's 401
+    on; that is the site's answer (a permanent failure of the page), not the exit's."""
+    exit_ = tinyproxies("127.0.0.2", auth=("bob", "hunter2"))
+    specs = [DomainSpec("login", banned=frozenset({exit_.exit_ip}), ban_status=401)]
+    with Fleet(specs) as fleet:
+        q = queue(make_async_queue, (exit_.url,))
+        urls = [fleet.url("login", f"/p/{i}") for i in range(4)]
+        await q.enqueue_many(urls)
+        counts = await run_until_done(q, len(urls))
+        stats = await q.stats()
+        (info,) = await q.exits_info()
+    assert counts["dead"] == len(urls) and stats.get("dead:http_401") == len(urls), stats
+    assert info["state"] == "closed" and info["failures"] == 0, info
+
+
 @pytest.mark.parametrize("status", [403, 429])
 async def test_with_no_pool_a_403_is_still_the_sites_answer(
     make_async_queue: Callable[..., AsyncQueue], status: int
