@@ -302,9 +302,9 @@ end
 -- item (exit, bytes, latency; jar: its changes to the session's jar, jar.lua); a ban that
 -- leaves the domain no usable exit sets it.domain_failed (the breaker is charged: it is the
 -- site). A failed probe of a resting exit is the exit's failure alone (issue 38 item 8): the
--- item becomes a give-back (it.probe_back: a release that spends nothing of the job and
--- tells its domain nothing), so an outage of every exit dead-letters no job. The job forgets
--- its exit.
+-- item becomes a give-back (answers true: a release that spends nothing of the job and tells
+-- its domain nothing), so an outage of every exit dead-letters no job. The job forgets its
+-- exit.
 function EX.settle_job(job, it)
   local id = job.exit
   job.exit, job.jar = nil, nil
@@ -321,13 +321,15 @@ function EX.settle_job(job, it)
       redis.call('HSET', k_exit(id), 'probe', '')
       redis.call('HSET', K.EXITS_DOWN, id, NOW)
     end
-    return
+    return false
   end
   local charged, probe_failed = EX.settle(id, job.domain, it.exit, it.bytes, it.latency, job.id)
   if probe_failed then
-    it.outcome, it.probe_back, it.delay, it.backoff = 'release', true, 0, nil
+    it.outcome, it.delay, it.backoff = 'release', 0, nil
     it.domain_failed, it.latency, it.overload, it.retry_after = nil, nil, nil, nil
+    return true
   elseif charged then
     it.domain_failed = true
   end
+  return false
 end
