@@ -28,7 +28,14 @@ from scrapeq.engine.settings import (
     Settings,
     load_settings,
 )
-from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from scrapeq.errors import (
+    ConfigError,
+    ConfigProblems,
+    InvalidURL,
+    NotFound,
+    PayloadTooLarge,
+    ScrapeqError,
+)
 from scrapeq.interfaces.cli import (
     enqueueing,
     jobs,
@@ -234,6 +241,10 @@ def _main(argv: list[str]) -> int:
         rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except ConfigProblems as exc:  # every bad line of a proxy file: one line each
+        for line in exc.lines():
+            _fail(line, 2)
+        return 2
     except _USER_ERRORS as exc:
         return _fail(str(exc), 2)
     except ScrapeqError as exc:
