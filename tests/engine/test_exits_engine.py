@@ -18,6 +18,7 @@ import redis
 
 from scrapeq import Job, Queue, Settings
 from scrapeq.engine.exits import ExitPool
+from scrapeq.errors import NotFound
 
 pytestmark = pytest.mark.backends
 
@@ -416,3 +417,24 @@ def test_a_failed_probe_of_a_down_exit_spends_nothing_of_its_job(
     assert q.stats().get("dead_total", 0) == 0
     for d in range(3):
         assert q.domains_info([f"d{d}.example"])[0]["state"] == "closed", "no domain charged"
+
+
+def test_ending_an_exits_rest_by_hand_sends_a_probe_at_the_next_claim(
+    make: Callable[..., Queue], redis_client: redis.Redis
+) -> None:
+    """Issue 38 item 16: ``scrapeq proxies probe`` ends a resting exit's cooldown at once."""
+    q = make(proxy=DC[:2], proxy_cooldown=600, proxy_cooldown_max=600)
+    dead, alive = ids(q, "datacenter")
+    q.enqueue_many([f"https://d{i}.example/" for i in range(12)])
+    while exit_hash(redis_client, q, dead).get("state") != "open":
+        (job,) = claim(q)
+        settle(q, job, "down" if job.exit == dead else "ok",
+               outcome="release" if job.exit == dead else "done")  # fmt: skip
+    assert all(j.exit == alive for j in claim(q, 4)), "it rests for 10 minutes"
+    assert q.exits_probe([dead, alive]) == {dead: True, alive: False}
+    jobs = claim(q, 4)
+    assert [j.exit for j in jobs].count(dead) == 1, "one probe goes through it at once"
+    assert exit_hash(redis_client, q, dead)["state"] == "half_open"
+    assert "exit_probe" in {e["kind"] for e in q.events(100)}
+    with pytest.raises(NotFound, match="no exit '0123456789ab'"):
+        q.exits_probe(["0123456789ab"])

@@ -188,3 +188,45 @@ def test_a_socks_proxy_setting_is_refused_when_loaded() -> None:
 
     with pytest.raises(ConfigError, match="not supported"):
         Settings(proxy=("socks5://127.0.0.1:1080",))
+
+
+def test_proxies_probe_ends_a_rest_by_id_or_name_and_refuses_an_unknown_exit(
+    capsys: pytest.CaptureFixture[str], redis_url: str, pool_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue 38 item 16: ``scrapeq proxies probe EXIT|--all``."""
+    monkeypatch.setenv("SCRAPEQ_PROXY_FILE", str(pool_file))
+    settings = Settings(queue="pp", proxy_file=str(pool_file), domain_concurrency=8)
+    pool = ExitPool.from_settings(settings)
+    first, _second, res = pool.exits
+    q = Queue.from_url(redis_url, settings=settings)
+    try:
+        q.enqueue_many([f"https://d{i}.example/" for i in range(20)])
+        while True:  # the first exit fails until it rests
+            (job,) = q.claim(1).jobs
+            if job.exit == first.id:
+                down = q.releasing(job, delay=0, kind="released:proxy_error")
+                q.settle_many([dataclasses.replace(down, exit_result="down")])
+                if q.exits_info()[0]["state"] == "open":
+                    break
+            else:
+                q.settle_many([dataclasses.replace(q.done(job), exit_result="ok")])
+    finally:
+        q.close()
+    base = ("--redis", redis_url, "--queue", "pp", "proxies")
+    code, out, err = run(capsys, *base, "probe", first.name, res.id)
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"{first.name} ({first.id}): rest ended; the next claim sends it a probe",
+        f"{res.name} ({res.id}): not resting",
+    ]
+    code, out, err = run(capsys, *base, "--json")
+    assert code == 0 and json.loads(out)["exits"][0]["state"] == "half_open", out
+    code, out, err = run(capsys, *base, "probe", "--all")
+    assert code == 0 and len(out.splitlines()) == 3 and "hunter2" not in out, out
+    for bad in ("http://bob:hunter2@127.0.0.1:9999", "nosuch", ""):
+        code, out, err = run(capsys, *base, "probe", bad)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (bad, err)
+        assert "hunter2" not in err and "Traceback" not in err
+    code, out, err = run(capsys, *base, "probe")
+    assert code == 2 and "EXIT... or --all" in err

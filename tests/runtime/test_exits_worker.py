@@ -9,12 +9,16 @@ failure; a block page is a ban; the pool's state is visible and its passwords ne
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from scrapeq import AsyncQueue
+from scrapeq.runtime.reporter import Reporter
 from support.proxy_fleet import BLOCK_MARKER, DomainSpec, Fleet
 from support.proxy_proc import TinyproxySet
 from support.workers import run_until_done
@@ -167,3 +171,25 @@ async def test_with_no_pool_a_403_is_still_the_sites_answer(
         await q.enqueue(fleet.url("d", "/x"))
         (job,) = (await q.claim(1)).jobs
         assert job.exit is None
+
+
+async def test_the_progress_line_says_when_every_exit_is_down(
+    make_async_queue: Callable[..., AsyncQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 item 16: the exits-down alarm was in ``status`` and the dashboard, while the
+    worker's log said only ``done/s=0.0``."""
+    pool = ("http://127.0.0.1:9001", "http://127.0.0.1:9002")
+    q = queue(make_async_queue, pool, proxy_cooldown=60)
+    await q.enqueue_many([f"https://d{i}.example/" for i in range(8)])
+    while claimed := (await q.claim(1)).jobs:
+        (job,) = claimed
+        down = q.releasing(job, delay=0, kind="released:proxy_error")
+        await q.settle_many([dataclasses.replace(down, exit_result="down")])
+    assert {e["state"] for e in await q.exits_info()} == {"open"}
+    reporter = Reporter(q, log_every=0.01)
+    with caplog.at_level(logging.INFO, logger="scrapeq.worker.progress"):
+        for _ in range(2):  # a rate needs two samples
+            reporter._next_progress = 0.0
+            await reporter._progress()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "scrapeq.worker.progress"]
+    assert re.search(r" exits_down=2/2 \(all proxies resting: next back in \d+ s\)$", line), line

@@ -178,7 +178,6 @@ def _register_commands() -> None:
         queues.audit,
         per_domain.breakers,
         per_domain.domains,
-        proxies.proxies,
         services.demo,
         services.dashboard,
     ):
@@ -189,6 +188,7 @@ def _register_commands() -> None:
         (queues.queue_app, "queue"),
         (per_domain.breaker_app, "breaker"),
         (per_domain.domain_app, "domain"),
+        (proxies.proxies_app, "proxies"),
         (services.server_app, "server"),
     ):
         app.add_typer(group, name=name)
