@@ -193,3 +193,25 @@ async def test_the_progress_line_says_when_every_exit_is_down(
             await reporter._progress()
     (line,) = [r.getMessage() for r in caplog.records if r.name == "scrapeq.worker.progress"]
     assert re.search(r" exits_down=2/2 \(all proxies resting: next back in \d+ s\)$", line), line
+
+
+async def test_every_exit_down_for_long_dead_letters_no_job(
+    tinyproxies: TinyproxySet, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    """Issue 38 item 8 through a worker: two dead exits with short rests are probed again
+    and again (each probe carries a job); no probe spends a release of its job, so with
+    max_releases 2 and some twenty probes in 4 s no job goes dead."""
+    dead = [tinyproxies(f"127.0.0.{n}") for n in (2, 3)]
+    for p in dead:
+        p.kill()
+    specs = [DomainSpec(f"d{i}") for i in range(5)]
+    with Fleet(specs) as fleet:
+        q = queue(make_async_queue, tuple(p.url for p in dead), proxy_cooldown=0.2,
+                  proxy_cooldown_max=0.2, max_releases=2)  # fmt: skip
+        urls = [fleet.url(d.name, f"/p/{i}") for d in specs for i in range(4)]
+        await q.enqueue_many(urls)
+        counts = await run_until_done(q, len(urls), timeout=4.0)
+        exits = await q.exits_info()
+    probes = sum(e["failures"] for e in exits) - 6  # after the three failures of each
+    assert probes >= 6, exits
+    assert counts["dead"] == 0 and counts["done"] == 0, counts
