@@ -27,6 +27,7 @@ import math
 __all__ = [
     "Banned",
     "ConfigError",
+    "ConfigProblems",
     "HandlerSignal",
     "InvalidRequest",
     "InvalidURL",
