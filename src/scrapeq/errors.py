@@ -27,6 +27,7 @@ import math
 __all__ = [
     "Banned",
     "ConfigError",
+    "ConfigProblems",
     "HandlerSignal",
     "InvalidRequest",
     "InvalidURL",
@@ -57,6 +58,24 @@ class ConfigError(ScrapeqError, ValueError):
         self.name = name
         self.reason = message
         super().__init__(f"setting {name!r}: {message}")
+
+
+class ConfigProblems(ConfigError):
+    """Several problems of one setting found at once (every bad line of a ``proxy_file``):
+    the CLI writes one line each.
+
+    Args:
+        name: the setting's name.
+        problems: what is wrong, one problem each (two at least).
+    """
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        super().__init__(name, "; ".join(problems))
+        self.problems = tuple(problems)
+
+    def lines(self) -> list[str]:
+        """One message a problem, each as a :class:`ConfigError` of its own would say it."""
+        return [f"setting {self.name!r}: {p}" for p in self.problems]
 
 
 class InvalidRequest(ConfigError):

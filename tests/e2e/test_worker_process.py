@@ -777,3 +777,30 @@ async def test_redis_refusing_writes_for_a_while_stalls_nothing(own_redis: Redis
     assert any(m.startswith(refused) and "retrying" in m for m in warnings), warnings
     # One line per refusal period (claims refused, then settles): not one per failed call.
     assert 2 <= sum(m.startswith(refused) for m in warnings) < 10, warnings
+
+
+@pytest.mark.slow
+def test_a_garbled_proxy_file_mid_run_keeps_the_last_good_pool_and_warns_once(
+    q: Queue, spawn: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    """Issue 38 item 12: after the proxy file was rewritten with garbage and a child killed,
+    its successors died at start with a traceback every 1-5 s and the fleet ran at half
+    capacity. A successor starts with the last pool read well, said in one line, once."""
+    pool = tmp_path / "proxies.txt"
+    pool.write_text("http://127.0.0.1:9 tier=dc\nhttp://127.0.0.2:9 tier=dc\n")
+    w = spawn("--processes", "2", "--concurrency", "2", proxy_file=str(pool), shutdown_grace=2)
+    first = wait_for_children(w, 2)
+    pool.write_text("this is no proxy\nftp://nope\n\x00garbage\n")
+    for victim in first:  # each killed: each successor must start from the last good pool
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+        wait_for_children(w, 2, not_in=(victim,))
+    kids = wait_for_children(w, 2, not_in=tuple(first))
+    time.sleep(3)  # a successor that fails at start dies within this
+    assert sorted(worker_children(w.pid)) == sorted(kids), w.text()
+    text = w.text()
+    assert "Traceback" not in text, text
+    warned = [line for line in text.splitlines() if "last good pool" in line]
+    assert len(warned) == 1 and str(pool) in warned[0], text
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0, w.text()

@@ -18,6 +18,7 @@ import redis
 
 from scrapeq import Job, Queue, Settings
 from scrapeq.engine.exits import ExitPool
+from scrapeq.errors import NotFound
 
 pytestmark = pytest.mark.backends
 
@@ -384,3 +385,56 @@ def test_the_pool_is_read_once_per_queue(make: Callable[..., Queue], tmp_path: A
     q.enqueue("https://a.example/1")
     (job,) = claim(q)
     assert job.exit in before
+
+
+@pytest.mark.parametrize(("result", "outcome"), [("down", "release"), ("timeout", "retry")])
+def test_a_failed_probe_of_a_down_exit_spends_nothing_of_its_job(
+    make: Callable[..., Queue], redis_client: redis.Redis, result: str, outcome: str
+) -> None:
+    """Issue 38 item 8: with every exit down, each half-open probe carries a domain's head
+    job; the probe failing is the exit's failure alone: the job goes back as it was (no
+    attempt, no release, no history), so an outage of the provider dead-letters nothing."""
+    q = make(proxy=DC[:1], proxy_cooldown=1, proxy_cooldown_max=1, max_releases=3,
+             max_attempts=2)  # fmt: skip
+    (e,) = ids(q, "datacenter")
+    q.enqueue_many([f"https://d{i}.example/" for i in range(3)])
+    for _ in range(3):  # three failures in a row: the exit rests
+        settle(q, claim(q)[0], "down", outcome="release")
+    assert exit_hash(redis_client, q, e)["state"] == "open"
+    statuses = []
+    for _ in range(6):  # six probes, each failing: more than either budget
+        q.testing_clock_offset_ms += 5_000
+        (probe,) = claim(q, 5)
+        assert probe.exit == e and exit_hash(redis_client, q, e)["state"] == "half_open"
+        statuses.append(settle(q, probe, result, outcome=outcome))
+        assert exit_hash(redis_client, q, e)["state"] == "open"
+        info = q.job_info(probe.id)
+        assert info is not None and info.state == "ready", info
+        assert info.job.attempts == probe.attempts - 1, info.job
+        assert info.job.releases == probe.releases, info.job
+        assert len(info.job.errors) == len(probe.errors), "nothing recorded"
+    assert all(s.startswith("released") for s in statuses), statuses
+    assert q.stats().get("dead_total", 0) == 0
+    for d in range(3):
+        assert q.domains_info([f"d{d}.example"])[0]["state"] == "closed", "no domain charged"
+
+
+def test_ending_an_exits_rest_by_hand_sends_a_probe_at_the_next_claim(
+    make: Callable[..., Queue], redis_client: redis.Redis
+) -> None:
+    """Issue 38 item 16: ``scrapeq proxies probe`` ends a resting exit's cooldown at once."""
+    q = make(proxy=DC[:2], proxy_cooldown=600, proxy_cooldown_max=600)
+    dead, alive = ids(q, "datacenter")
+    q.enqueue_many([f"https://d{i}.example/" for i in range(12)])
+    while exit_hash(redis_client, q, dead).get("state") != "open":
+        (job,) = claim(q)
+        settle(q, job, "down" if job.exit == dead else "ok",
+               outcome="release" if job.exit == dead else "done")  # fmt: skip
+    assert all(j.exit == alive for j in claim(q, 4)), "it rests for 10 minutes"
+    assert q.exits_probe([dead, alive]) == {dead: True, alive: False}
+    jobs = claim(q, 4)
+    assert [j.exit for j in jobs].count(dead) == 1, "one probe goes through it at once"
+    assert exit_hash(redis_client, q, dead)["state"] == "half_open"
+    assert "exit_probe" in {e["kind"] for e in q.events(100)}
+    with pytest.raises(NotFound, match="no exit '0123456789ab'"):
+        q.exits_probe(["0123456789ab"])

@@ -467,6 +467,14 @@ CASES: dict[str, Cases] = {
             ),
         ),
     ),
+    "exit_probe": Cases(
+        wrapped(lambda w: scripts.exit_probe(["0123456789ab", "direct"])),
+        (
+            ("ids not a list", lambda w: {"ids": "0123456789ab"}),
+            ("no id", lambda w: {"ids": []}),
+            ("an id that is no exit id", lambda w: {"ids": ["0123456789ab", "x:1"]}),
+        ),
+    ),
     "status": Cases(
         wrapped(lambda w: scripts.status(["normal"], top=5)),
         (

@@ -347,11 +347,11 @@ def test_scrapeq_must_be_a_table(tmp_path: Path) -> None:
 def test_toml_lanes_table_and_proxy_forms(tmp_path: Path) -> None:
     s = load(
         tmp_path,
-        'proxy = ["http://p1:8080", "socks5://p2:1080"]\n'
+        'proxy = ["http://p1:8080", "https://p2:1080"]\n'
         "[lanes]\ncritical = -3600\nnormal = 0\nbulk = 21600.0\n",
     )
     assert s.lanes == Lanes.default()
-    assert s.proxy == ("http://p1:8080", "socks5://p2:1080")
+    assert s.proxy == ("http://p1:8080", "https://p2:1080")
     s = load(tmp_path, 'proxy = "http://p1:8080, https://p2:8443"\nlanes = "strict:a,b"\n')
     assert s.proxy == ("http://p1:8080", "https://p2:8443")
     assert s.lanes.strict and s.lanes.names == ("a", "b")
@@ -443,7 +443,8 @@ BAD_ENV = [
     ("proxy", "ftp://proxy:21", "unsupported proxy scheme 'ftp'"),
     ("proxy", "proxy.example.com:8080", "unsupported proxy scheme"),
     ("proxy", "http://", "without a host"),
-    ("proxy", "http://ok:1,socks5://", "without a host"),
+    ("proxy", "http://ok:1,https://", "without a host"),
+    ("proxy", "http://ok:1,socks5://p:1080", "socks5:// proxies are not supported"),
     ("proxy", "http://host:99999", "bad port"),
     ("queue", "has{brace}", "invalid queue name"),
     ("queue", "", "invalid queue name"),
@@ -552,7 +553,7 @@ def test_env_value_forms(tmp_path: Path) -> None:
         "SCRAPEQ_REDIS_URL": "rediss://:secret@cache.example.com:6380/1",
         "SCRAPEQ_MAX_ATTEMPTS": " +7 ",
         "SCRAPEQ_BACKOFF_BASE": "1e1",
-        "SCRAPEQ_PROXY": "http://u:pw@p1:3128, socks4://p2:1080,",
+        "SCRAPEQ_PROXY": "http://u:pw@p1:3128, https://p2:1080,",
         "SCRAPEQ_LANES": "fast=-10,slow=10",
         "SCRAPEQ_DATA_DIR": str(tmp_path / "data"),
         "SCRAPEQ_USER_AGENT": "my-bot/1.0 (+https://example.com)",
@@ -561,7 +562,7 @@ def test_env_value_forms(tmp_path: Path) -> None:
     assert s.redis_url == "rediss://:secret@cache.example.com:6380/1"
     assert s.max_attempts == 7
     assert s.backoff_base == 10.0
-    assert s.proxy == ("http://u:pw@p1:3128", "socks4://p2:1080")
+    assert s.proxy == ("http://u:pw@p1:3128", "https://p2:1080")
     assert s.lanes.names == ("fast", "slow")
     assert s.data_dir == tmp_path / "data"
     assert s.user_agent == "my-bot/1.0 (+https://example.com)"

@@ -135,6 +135,10 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
         bad_values=(("--state", "ajar"), ("--sort", "colour"), ("--limit", "-3")),
     ),
     ("proxies",): Spec(),
+    ("proxies", "probe"): Spec(
+        ("--all",),
+        bad_values=(("nosuch",), ("--all", "0123456789ab"), ("--all=1",)),
+    ),
     ("demo",): Spec(("--duration", "1"), bad_values=(("--duration", "0"),)),
     ("dashboard",): Spec(
         ("--port", DASHBOARD_PORT),
@@ -192,10 +196,12 @@ DOMAIN_ARGS = [
 
 
 def leaf_commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """Every runnable command of the CLI (``("dead", "list")``...), from the app itself."""
+    """Every runnable command of the CLI (``("dead", "list")``...), from the app itself; a
+    group that runs without a command (``proxies``) is one too."""
     children = getattr(command, "commands", None)
-    if children is None:
+    if children is None or (path and getattr(command, "invoke_without_command", False)):
         yield path
+    if children is None:
         return
     for name, child in children.items():
         yield from leaf_commands(child, (*path, name))

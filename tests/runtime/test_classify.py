@@ -370,6 +370,13 @@ EXCEPTION_TABLE: list[tuple[str, BaseException, Outcome, str, bool]] = [
         "proxy_error",
         False,
     ),
+    (  # tinyproxy 1.11 answers wrong credentials with 401, for CONNECT too
+        "http-proxy-401",
+        aiohttp.ClientHttpProxyError(_request_info(), (), status=401, message="auth"),
+        OURS,
+        "proxy_error",
+        False,
+    ),
     # the proxy answered CONNECT for one target with a refusal: the target's failure
     (
         "http-proxy-502",

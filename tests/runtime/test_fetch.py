@@ -315,6 +315,7 @@ async def test_proxy_down_is_ours() -> None:
         (503, Outcome.RETRY, "proxy_http_503", True),
         (403, Outcome.RETRY, "proxy_http_403", True),
         (407, Outcome.OURS, "proxy_error", False),
+        (401, Outcome.OURS, "proxy_error", False),  # tinyproxy 1.11, wrong credentials
     ],
 )
 async def test_proxy_refusing_connect_for_one_target(

@@ -272,6 +272,13 @@ class AsyncQueue(_QueueBase):
         success rate, latency, bytes (passwords redacted)."""
         return await self._drive(exit_ops.op_exits_info(self._route))
 
+    async def exits_probe(self, ids: Sequence[str]) -> dict[str, bool]:
+        """End the rest of the pool's exits ``ids`` (``scrapeq proxies probe``): one that is
+        down may carry a probe at the next claim (its answer closes it). Answers each id and
+        whether it was down. An id not of the pool is refused before anything changes
+        (:class:`~scrapeq.errors.NotFound`)."""
+        return await self._drive(exit_ops.op_exits_probe(self._route, list(ids)))
+
     async def domain_exits(self, domain: str) -> dict[str, Any]:
         """A domain's tier, its benched exits and its requests and bytes per tier."""
         return await self._drive(exit_ops.op_domain_exits(self._route, domain))
@@ -434,8 +441,9 @@ class AsyncQueue(_QueueBase):
 
     async def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
-        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
-        with it. Reads every domain's breaker: O(domains)."""
+        ``inflight``, ``open_breakers``, ``retired_domains``; ``exits_down_ms`` while every
+        exit of the pool is down); the ones ``status`` shows agree with it. Reads every
+        domain's breaker: O(domains)."""
         return await self._drive(self._route._op_figures())
 
     async def log_leader(

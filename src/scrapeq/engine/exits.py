@@ -33,7 +33,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from scrapeq.engine.urls import REDACTED, redact_url
-from scrapeq.errors import ConfigError
+from scrapeq.errors import ConfigError, ConfigProblems
 
 DIRECT: Final = "direct"
 """The exit that is no proxy: the worker connects to the site itself."""
@@ -43,8 +43,10 @@ MAX_EXITS: Final = 200
 """Exits in one pool at most: the pool travels with every script call (ScriptConfig)."""
 MAX_TIERS: Final = 16
 _TIER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-#: socks ones for a fetcher of the user's: the default fetcher refuses them (runtime/fetch.py).
-_PROXY_SCHEMES: Final = frozenset({"http", "https", "socks4", "socks5"})
+#: The proxies the fetcher speaks (aiohttp: no SOCKS without a package scrapeq does not
+#: depend on). A socks one is refused when the settings load, before anything is enqueued.
+_PROXY_SCHEMES: Final = frozenset({"http", "https"})
+_SOCKS_SCHEMES: Final = frozenset({"socks4", "socks4a", "socks5", "socks5h"})
 #: Statuses that mean "this exit is banned by this site" by default (``ban_statuses``).
 DEFAULT_BAN_STATUSES: Final = (403, 429)
 _MAX_FILE_BYTES: Final = 1_048_576
@@ -166,11 +168,13 @@ def _check_userinfo(setting: str, url: str, at: str) -> None:
 def _check_url(setting: str, url: str, at: str) -> str:
     _check_userinfo(setting, url, at)
     parts = urlsplit(url)
-    if parts.scheme.lower() not in _PROXY_SCHEMES:
+    scheme = parts.scheme.lower()
+    if scheme in _SOCKS_SCHEMES:
+        raise ConfigError(setting, f"{at}{scheme}:// proxies are not supported (the fetcher "
+                          "speaks http:// and https:// proxies only)")  # fmt: skip
+    if scheme not in _PROXY_SCHEMES:
         raise ConfigError(
-            setting,
-            f"{at}unsupported proxy scheme {parts.scheme!r}; "
-            "use http://, https://, socks4:// or socks5://",
+            setting, f"{at}unsupported proxy scheme {parts.scheme!r}; use http:// or https://"
         )
     try:
         parts.port  # noqa: B018  (raises ValueError on a bad port)
@@ -285,16 +289,27 @@ class ExitPool:
 
         Raises:
             ConfigError: a bad entry, an exit named twice, a tier not in ``tiers``, too many
-                exits or tiers.
+                exits or tiers. Every bad entry is reported at once: with more than one,
+                a :class:`~scrapeq.errors.ConfigProblems` holding one problem each.
         """
         exits: list[Exit] = []
         seen: set[str] = set()
+        problems: list[str] = []
         for text, where in entries:
-            e = parse_entry(text, setting=setting, where=where)
+            try:
+                e = parse_entry(text, setting=setting, where=where)
+            except ConfigError as exc:
+                problems.append(exc.reason)
+                continue
             if e.id in seen:
-                raise ConfigError(setting, f"{where or e.name + ': '}the same exit is listed twice")
+                problems.append(f"{where or e.name + ': '}the same exit is listed twice")
+                continue
             seen.add(e.id)
             exits.append(e)
+        if len(problems) == 1:
+            raise ConfigError(setting, problems[0])
+        if problems:
+            raise ConfigProblems(setting, problems)
         if len(exits) > MAX_EXITS:
             raise ConfigError(setting, f"at most {MAX_EXITS} exits, got {len(exits)}")
         order = list(tiers)

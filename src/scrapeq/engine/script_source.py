@@ -24,6 +24,7 @@ SCRIPTS: dict[str, str] = {
     "downloaded": "downloaded-1.lua",
     "host_group": "host_group-1.lua",
     "enqueue": "enqueue-1.lua",
+    "exit_probe": "exit_probe-1.lua",
     "heartbeat": "heartbeat-1.lua",
     "job_info": "job_info-1.lua",
     "log_leader": "log_leader-1.lua",

@@ -204,6 +204,12 @@ def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
     return _call("breaker", str, domain=domain, action=action, seed=_seed(), **given)
 
 
+def exit_probe(ids: list[str]) -> Call[list[str]]:
+    """End the rest of the pool's exits ``ids`` (``lua/exit_probe-1.lua``); answers, an id
+    each, ``probe`` (it was down: the next claim may send it a probe) or ``up``."""
+    return _call("exit_probe", lambda raw: [str(x) for x in raw], ids=ids)
+
+
 def domain_set(
     domain: str, delay_ms: int | None = None, conc: int | str | None = None
 ) -> Call[tuple[int, int, bool]]:

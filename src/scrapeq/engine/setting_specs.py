@@ -23,7 +23,6 @@ from scrapeq.engine.urls import POLITENESS, SCOPES
 from scrapeq.errors import ConfigError
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
-_PROXY_SCHEMES = ("http", "https", "socks4", "socks5")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 _INT = re.compile(r"^[+-]?[0-9]+$")

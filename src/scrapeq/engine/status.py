@@ -43,11 +43,16 @@ def shape_figures(raw: dict[str, Any]) -> dict[str, int]:
     """Queue-wide counts: those of ``status`` (done since creation, the rest held now), the
     retries since creation, and the domains whose breaker is not closed (counted by the
     scripts: sq:{Q}:open and sq:{Q}:retired); on a queue that has followed links, what
-    became of them since its creation (:data:`LINK_FIGURES`)."""
+    became of them since its creation (:data:`LINK_FIGURES`); while every exit of the pool is
+    down, ``exits_down_ms``: how long until the first may carry a probe (the ``exits_down``
+    alarm of ``status``)."""
     stats = raw.get("stats") or {}
     figures = _plain_figures(raw, stats)
     if any(field in stats for field in LINK_FIGURES):
         figures.update({name: int(stats.get(field, 0)) for field, name in LINK_FIGURES.items()})
+    if raw.get("exits_down_until"):
+        wait = int(raw["exits_down_until"]) - int(raw.get("now") or 0)
+        figures["exits_down_ms"] = max(wait, 0)
     return figures
 
 

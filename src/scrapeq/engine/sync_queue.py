@@ -269,6 +269,13 @@ class Queue(_QueueBase):
         success rate, latency, bytes (passwords redacted)."""
         return self._drive(exit_ops.op_exits_info(self._route))
 
+    def exits_probe(self, ids: Sequence[str]) -> dict[str, bool]:
+        """End the rest of the pool's exits ``ids`` (``scrapeq proxies probe``): one that is
+        down may carry a probe at the next claim (its answer closes it). Answers each id and
+        whether it was down. An id not of the pool is refused before anything changes
+        (:class:`~scrapeq.errors.NotFound`)."""
+        return self._drive(exit_ops.op_exits_probe(self._route, list(ids)))
+
     def domain_exits(self, domain: str) -> dict[str, Any]:
         """A domain's tier, its benched exits and its requests and bytes per tier."""
         return self._drive(exit_ops.op_domain_exits(self._route, domain))
@@ -429,8 +436,9 @@ class Queue(_QueueBase):
 
     def figures(self) -> dict[str, int]:
         """Queue-wide counts (``done``, ``retried``, ``dead``, ``ready``, ``delayed``,
-        ``inflight``, ``open_breakers``, ``retired_domains``); the ones ``status`` shows agree
-        with it. Reads every domain's breaker: O(domains)."""
+        ``inflight``, ``open_breakers``, ``retired_domains``; ``exits_down_ms`` while every
+        exit of the pool is down); the ones ``status`` shows agree with it. Reads every
+        domain's breaker: O(domains)."""
         return self._drive(self._route._op_figures())
 
     def log_leader(

@@ -12,10 +12,10 @@ retry       timeout, connection error, 5xx, 408, 425, 403           yes         
 throttled   429, or 503 with a Retry-After                          no              charged
 fail        400, 404, 410, 451, other 4xx, invalid content,         dead at once    \\-
             a 304 to a request that was not conditional
-ours        our proxy down or refusing us (407), our network        no              \\-
+ours        our proxy down or refusing us (407, 401), our network   no              \\-
 ==========  ======================================================  ==============  =========
 
-A proxy that answers ``CONNECT`` for one target with anything but 200 or 407 (a 502 for a
+A proxy that answers ``CONNECT`` for one target with anything but 200, 401 or 407 (a 502 for a
 target it cannot reach, a 403 for one it will not reach) is that target's failure: ``retry``,
 charged to its domain, reason ``proxy_http_<status>``. Only a proxy we cannot reach, or one
 that refuses our credentials, fails every target alike: ``ours``. A proxy that refuses every
@@ -58,6 +58,7 @@ __all__ = [
     "Classification",
     "OurNetworkDown",
     "Outcome",
+    "ProxyRefused",
     "RobotsDisallowed",
     "classify_exception",
     "classify_response",
@@ -134,6 +135,11 @@ class RobotsDisallowed(ScrapeqError):
 
 class OurNetworkDown(ScrapeqError):
     """Our own network is failing (not the site's): no attempt spent, no domain blamed."""
+
+
+class ProxyRefused(ScrapeqError):
+    """Our proxy refused our credentials in its own name (a 407, a ``Proxy-Authenticate``,
+    tinyproxy's 401: :mod:`scrapeq.runtime.proxy_auth`): ``ours``, the exit's failure."""
 
 
 # --- Retry-After -------------------------------------------------------------------------------
@@ -329,6 +335,7 @@ _LEADING_RULES: Final[_ExcRules] = (
     ((BlockedAddress,), _Rule(_FAIL, "blocked_address", False)),
     ((RobotsDisallowed,), _Rule(_FAIL, "robots_disallowed", False)),
     ((OurNetworkDown,), _Rule(_OURS, "network_down", False)),
+    ((ProxyRefused,), _Rule(_OURS, "proxy_error", False)),
     ((InvalidURL,), _Rule(_FAIL, "invalid_url", False)),
     # Shutdown and interrupts are nobody's failure: no attempt spent, no domain blamed.
     ((asyncio.CancelledError,), _Rule(_OURS, "cancelled", False)),
@@ -394,8 +401,9 @@ def error_text(exc: BaseException) -> str:
     return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 3] + "..."
 
 
-#: A proxy's answer to CONNECT that fails every target alike: it refuses our credentials.
-_PROXY_REFUSES_US: Final = 407
+#: A proxy's answers to CONNECT that fail every target alike: it refuses our credentials
+#: (squid answers 407, tinyproxy 1.11 answers wrong credentials with 401).
+_PROXY_REFUSES_US: Final = frozenset({401, 407})
 
 
 def _from_proxy_answer(exc: BaseException, message: str) -> Classification | None:
@@ -404,7 +412,7 @@ def _from_proxy_answer(exc: BaseException, message: str) -> Classification | Non
     if not proxy_errors or not isinstance(exc, proxy_errors):
         return None
     status = getattr(exc, "status", None)
-    if status == _PROXY_REFUSES_US:
+    if status in _PROXY_REFUSES_US:
         return Classification(Outcome.OURS, "proxy_error", False, message=message)
     # The proxy is up and answered about this target alone: the target's failure.
     return Classification(Outcome.RETRY, f"proxy_http_{status}", True, message=message)

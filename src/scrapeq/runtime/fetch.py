@@ -28,9 +28,11 @@ its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and 
   we cannot reach surfaces as :class:`aiohttp.ClientProxyConnectionError`, one whose name does
   not resolve as :class:`.classify.OurNetworkDown` (both ``ours``: the exit's own failure with
   a pool); a proxy's refusal of ``CONNECT`` for one target as
-  :class:`aiohttp.ClientHttpProxyError` with its status (the target's failure, except 407:
-  ``ours``). Only ``http://`` and ``https://`` proxies are supported (aiohttp has no SOCKS
-  support built in).
+  :class:`aiohttp.ClientHttpProxyError` with its status (the target's failure, except 401/407:
+  ``ours``); a plain-http answer that is the proxy's own refusal of our credentials (a 407,
+  a ``Proxy-Authenticate``, tinyproxy's 401: :mod:`.proxy_auth`) as
+  :class:`.classify.ProxyRefused` (``ours``). Only ``http://`` and ``https://`` proxies are
+  supported (aiohttp has no SOCKS support built in).
 
 A private address in a URL is reported as ``BlockedAddress`` (``fail``, ``blocked_address``)
 whether it is literal or resolved; any other bad URL (a ``Location`` with a ``ftp:`` scheme,
@@ -80,6 +82,7 @@ from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.outgoing import Outgoing, after_redirect, same_origin
+from scrapeq.runtime.proxy_auth import ProxyAuthCheck
 from scrapeq.runtime.resolvers import GuardedResolver, StaticResolver, _refuse_private
 from scrapeq.runtime.response import Download, Response
 
@@ -196,6 +199,7 @@ class Fetcher:
         self._session: aiohttp.ClientSession | None = None  # direct connections
         self._via_proxy: aiohttp.ClientSession | None = None  # connections to the proxies
         self._prechecked: dict[tuple[str, int], float] = {}
+        self._proxy_auth = ProxyAuthCheck()
         self._deadlines = Deadlines(settings.request_timeout)
         self._closed = False
 
@@ -438,6 +442,8 @@ class Fetcher:
                 proxy=proxy,
                 auto_decompress=read is None,
             ) as resp:
+                if proxy is not None:  # the proxy refusing our credentials: ours
+                    await self._proxy_auth.check(proxy, url, resp.status, resp.headers)
                 location = resp.headers.get("Location")
                 if resp.status in _REDIRECT_STATUSES and location:
                     if redirects >= self.settings.max_redirects:

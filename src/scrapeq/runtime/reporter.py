@@ -9,7 +9,8 @@ of the last event it logged, kept in memory) and logs each transition once, on t
 (with the number of queued jobs its retirement sends to the dead letters), a global pause and
 its end, a lost job. Every ``log_every`` seconds it also logs one progress line on
 ``scrapeq.worker.progress``: done/s and the queue's counts (those of ``scrapeq status``) with
-the breakers not closed.
+the breakers not closed, and, while every exit of the pool is down, how many and when the
+first is back (``exits_down=2/2 (all proxies resting: next back in 12 s)``).
 
 Each renewal stores the leader's cursor in Redis (``sq:{Q}:log-cursor``, kept
 :data:`CURSOR_TTL` seconds). A new leader starts after that cursor, so a handover (the leader
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -302,11 +304,24 @@ class Reporter:
         if sample is None:  # the first sample of a lead: a rate needs two
             return
         rate = (figures["done"] - sample[1]["done"]) / max(now - sample[0], 1e-9)
+        note = _exits_down_note(self.queue, figures)
         shown = " ".join(f"{name}={value}" for name, value in figures.items())
         progress_log.info(
-            "progress done/s=%.1f %s", rate, shown,
+            "progress done/s=%.1f %s%s", rate, shown, note,
             extra={"done_per_s": round(rate, 2), **figures, "leader": self.id},
         )  # fmt: skip
+
+
+def _exits_down_note(queue: AsyncQueue, figures: dict[str, int]) -> str:
+    """The end of a progress line while every exit of the pool is down (``figures``'
+    ``exits_down_ms``, taken out): `` exits_down=2/2 (all proxies resting: next back in 12
+    s)``; else nothing. Nothing is claimed meanwhile: without it the line said only
+    ``done/s=0.0`` (issue 38 item 16)."""
+    wait = figures.pop("exits_down_ms", None)
+    if wait is None:
+        return ""
+    n = len(queue.exit_pool)
+    return f" exits_down={n}/{n} (all proxies resting: next back in {math.ceil(wait / 1000)} s)"
 
 
 def log_seed_deferred(job: Job, settlement: Settlement, status: str) -> None:
@@ -336,6 +351,7 @@ async def log_summary(queue: AsyncQueue, *, timeout: float = SUMMARY_TIMEOUT) ->
     except (TimeoutError, RedisUnavailable, ScriptError) as exc:
         log.warning("no summary: %s", str(exc) or f"redis did not answer within {timeout:g} s")
         return
+    figures.pop("exits_down_ms", None)  # a state of the moment, not a count
     shown = " ".join(f"{name}={value}" for name, value in figures.items())
     log.info("summary queue=%s %s (the queue's counts, as scrapeq status shows them)",
              queue.name, shown, extra=figures)  # fmt: skip

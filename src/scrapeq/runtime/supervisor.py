@@ -17,6 +17,10 @@ after :data:`RESTART_MIN`, since its death was one job's doing (a handler callin
 dies at once again and again (a broken start) is restarted ever later, doubling up to
 :data:`RESTART_MAX`, low enough that a slot comes back while the cause may have gone.
 
+A child's arguments may be built again before each start (``refresh``): a restarted child
+then starts from what its parent knows now (the proxy file read again, or the last pool
+read well), and a setting that went bad mid-run cannot make a crash loop of its restarts.
+
 Children start with SIGINT ignored: a terminal's Ctrl-C signals the whole foreground process
 group, and a child that took it directly *and* as the forwarded SIGTERM would see two
 signals and release its jobs at once instead of draining them. On Linux a child also gets
@@ -105,10 +109,12 @@ class _Supervisor:
         args: tuple[Any, ...],
         processes: int,
         kill_after: float | None,
+        refresh: Callable[[], tuple[Any, ...]] | None = None,
     ) -> None:
         self._ctx = multiprocessing.get_context("spawn")
         self._target = target
         self._args = args
+        self._refresh = refresh
         self._children: dict[int, multiprocessing.process.BaseProcess] = {}
         self._restart_at: dict[int, float] = {}
         self._backoff: dict[int, float] = {}
@@ -122,9 +128,10 @@ class _Supervisor:
 
     def _spawn(self, slot: int) -> None:
         self._settled[slot].value = 0
+        args = self._args if self._refresh is None else self._refresh()
         proc = self._ctx.Process(
             target=_child_main,
-            args=(self._target, (*self._args, slot), os.getpid(), self._settled[slot]),
+            args=(self._target, (*args, slot), os.getpid(), self._settled[slot]),
             name=f"scrapeq-worker-{slot}",
         )
         # The child inherits an ignored SIGINT (see the module docstring). SIGINT is blocked
@@ -213,6 +220,7 @@ def supervise(
     processes: int,
     *,
     kill_after: float | None = None,
+    refresh: Callable[[], tuple[Any, ...]] | None = None,
 ) -> int:
     """Run ``target(*args, slot)`` in ``processes`` child processes; answers the exit code.
 
@@ -224,9 +232,12 @@ def supervise(
         kill_after: seconds after the first SIGTERM/SIGINT when children still alive are
             killed (SIGKILL); after a second signal, :data:`KILL_MARGIN` seconds at most.
             ``None`` (the default): never.
+        refresh: called before each child is started, in this process: the ``args`` that
+            child gets (the CLI reads the proxy file again there, keeping the last good pool
+            when it no longer parses: ``interfaces/cli/workers.py``). None: ``args``.
 
     Returns:
         0, or 1 when a child ended otherwise than by exit 0 or SIGTERM while stopping (a
         killed child included).
     """
-    return _Supervisor(target, args, processes, kill_after).run()
+    return _Supervisor(target, args, processes, kill_after, refresh).run()

@@ -63,7 +63,9 @@
   records kind (default 'released') and msg in the history; the release past CFG.max_releases
   dead-letters the job as 'max_releases'. The delay is the caller's, or with `backoff` a
   full-jitter backoff over job.releases drawn here. A shutdown release (shutdown = true)
-  counts and records nothing.
+  counts and records nothing; nor does the settle of a resting exit's probe that failed,
+  whatever its outcome (includes/exits.lua, EX.settle_job: the exit's failure alone, the job
+  goes back ready as it was).
 
   Output: one status per item, in order:
     'done' | 'retried' | 'throttled' | 'released' | 'dead' | 'stale'
@@ -251,9 +253,10 @@ local function settle_throttle(job, it)
   return 'throttled'
 end
 
-local function settle_release(job, it)
+-- back: the failed probe of a resting exit, given back as it was (EX.settle_job)
+local function settle_release(job, it, back)
   job.attempts = math.max(job.attempts - 1, 0)
-  if it.shutdown ~= true then
+  if it.shutdown ~= true and not back then
     -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
     job.releases = (job.releases or 0) + 1
     push_error(job, it.kind or 'released', it.message)
@@ -311,7 +314,7 @@ local function settle_one(i, it)
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   -- (none when it was given back at its download's end: downloaded-1.lua)
   if lease_held_slot(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
-  if job.exit then EX.settle_job(job, it) end
+  local back = job.exit ~= nil and EX.settle_job(job, it)
   -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
   if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then
     redis.call('HINCRBY', k_dom(d), 'bytes', it.bytes)
@@ -343,10 +346,10 @@ local function settle_one(i, it)
     dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
     status = 'dead'
   else
-    status = settle_release(job, it)
+    status = settle_release(job, it, back)
   end
   TOUCHED[d] = true
-  history_settled(TALLY.add, status, job.lane, it.shutdown)
+  history_settled(TALLY.add, status, job.lane, it.shutdown or back)
   if status == 'dead' then return 'dead:' .. job.dead_reason end
   if notes then return WIRE.done(notes) end
   if it.backoff == true and (status == 'retried' or status == 'released') then

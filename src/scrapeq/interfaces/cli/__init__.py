@@ -28,7 +28,14 @@ from scrapeq.engine.settings import (
     Settings,
     load_settings,
 )
-from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
+from scrapeq.errors import (
+    ConfigError,
+    ConfigProblems,
+    InvalidURL,
+    NotFound,
+    PayloadTooLarge,
+    ScrapeqError,
+)
 from scrapeq.interfaces.cli import (
     enqueueing,
     jobs,
@@ -171,7 +178,6 @@ def _register_commands() -> None:
         queues.audit,
         per_domain.breakers,
         per_domain.domains,
-        proxies.proxies,
         services.demo,
         services.dashboard,
     ):
@@ -182,6 +188,7 @@ def _register_commands() -> None:
         (queues.queue_app, "queue"),
         (per_domain.breaker_app, "breaker"),
         (per_domain.domain_app, "domain"),
+        (proxies.proxies_app, "proxies"),
         (services.server_app, "server"),
     ):
         app.add_typer(group, name=name)
@@ -234,6 +241,10 @@ def _main(argv: list[str]) -> int:
         rv = command().main(args=args, prog_name="scrapeq", standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except ConfigProblems as exc:  # every bad line of a proxy file: one line each
+        for line in exc.lines():
+            _fail(line, 2)
+        return 2
     except _USER_ERRORS as exc:
         return _fail(str(exc), 2)
     except ScrapeqError as exc:

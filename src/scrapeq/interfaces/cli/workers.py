@@ -13,8 +13,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from scrapeq.engine.connection import async_client, sync_client
+from scrapeq.engine.exits import ExitPool, read_pool_file
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
+from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli.common import (
     _COUNT,
     _SECONDS,
@@ -286,9 +288,54 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
     # gone (the children have bounded their exits by then; the summary must not undo that).
     queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
     kill_after = settings.shutdown_grace + KILL_MARGIN
-    code = supervise(run_worker_process, (settings, url, options), processes, kill_after=kill_after)
+    keeper = PoolKeeper(settings)
+    code = supervise(
+        run_worker_process, (settings, url, options), processes, kill_after=kill_after,
+        refresh=lambda: (keeper.settings(), url, options),
+    )  # fmt: skip
     asyncio.run(_log_summary(queue, SUMMARY_MARGIN))
     raise typer.Exit(code)
+
+
+class PoolKeeper:
+    """The settings each supervised child starts with: the proxy file read again before each
+    start (so a pool rewritten well is taken up by the next child), its entries handed to the
+    child as ``proxy`` (the child reads no file); when the file no longer reads as a pool (a
+    half-written or garbled file), the last pool read well, said in one line once per problem
+    (issue 38 item 12: each successor died at start with a traceback, every 1-5 s)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._base = settings
+        self._good = self._resolved()  # read well at start: the CLI checked it already
+        self._said: str | None = None
+
+    def _resolved(self) -> Settings:
+        s = self._base
+        if s.proxy_file is None:
+            return s
+        entries = read_pool_file(Path(s.proxy_file))
+        pool = ExitPool.build([(t, "") for t in s.proxy] + entries, s.proxy_tiers,
+                              setting="proxy_file")  # fmt: skip
+        del pool  # checked: the same entries make the same pool in the child
+        return s.replace(proxy=(*s.proxy, *(text for text, _ in entries)), proxy_file=None)
+
+    def settings(self) -> Settings:
+        """The settings of the next child to start."""
+        try:
+            self._good = self._resolved()
+        except ConfigError as exc:
+            problem = str(exc)
+            if problem != self._said:
+                self._said = problem
+                log.warning("%s; worker processes started from now on keep the last good pool "
+                            "(%d exits) until it reads well again", problem,
+                            len(self._good.proxy))  # fmt: skip
+            return self._good
+        if self._said is not None:
+            self._said = None
+            log.info("proxy_file %s reads well again: new worker processes use it",
+                     self._base.proxy_file)  # fmt: skip
+        return self._good
 
 
 def _nothing_to_do(settings: Settings, url: str, results: bool = False) -> bool:

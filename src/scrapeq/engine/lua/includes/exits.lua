@@ -230,7 +230,8 @@ end
 -- by the site, 'down' the exit failed itself, 'timeout', 'error' anything else the site did),
 -- `bytes` downloaded and `latency` ms. Counts it (the exit's and the domain's tier's), moves
 -- the exit's breaker and the pair's bench. Returns true when the domain has no usable exit
--- left after a ban (the caller charges its breaker: it is the site), else nil.
+-- left after a ban (the caller charges its breaker: it is the site), else nil; and whether
+-- the attempt was the exit's half-open probe and failed (the exit rests again).
 function EX.settle(id, d, result, bytes, latency, job_id)
   local ek, dk = k_exit(id), k_dexit(d)
   local t = EX.pool()[id]
@@ -246,6 +247,7 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     if bytes > 0 then TALLY.add(dk, 'y:' .. t, bytes) end
   end
   -- the exit's breaker
+  local probe_failed = false
   local f = redis.call('HMGET', ek, 'state', 'win', 'tdom', 'trips', 'probe')
   local state = f[1] or 'closed'
   local mark = (result == 'down' and '1') or (result == 'timeout' and 't') or '0'
@@ -258,6 +260,7 @@ function EX.settle(id, d, result, bytes, latency, job_id)
         {'exit', id})
     else
       EX.open_exit(id, (tonumber(f[4]) or 0) + 1, 'probe failed')
+      probe_failed = true
     end
   elseif state == 'closed' then
     local win = string.sub((f[2] or '') .. mark, -EX.WINDOW)
@@ -288,17 +291,20 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     stat('exit_bans')
     EX.down_map = nil
     local by_tier = EX.usable(EX.hash_map(dk))
-    if next(by_tier) == nil then return true end
+    if next(by_tier) == nil then return true, probe_failed end
   elseif result == 'ok' and redis.call('HEXISTS', dk, field) == 1 then
     redis.call('HDEL', dk, field)
   end
-  return nil
+  return nil, probe_failed
 end
 
 -- settle-1.lua: a settled job that was claimed through an exit (job.exit). `it`: its settle
 -- item (exit, bytes, latency; jar: its changes to the session's jar, jar.lua); a ban that
 -- leaves the domain no usable exit sets it.domain_failed (the breaker is charged: it is the
--- site). The job forgets its exit.
+-- site). A failed probe of a resting exit is the exit's failure alone (issue 38 item 8): the
+-- item becomes a give-back (answers true: a release that spends nothing of the job and tells
+-- its domain nothing), so an outage of every exit dead-letters no job. The job forgets its
+-- exit.
 function EX.settle_job(job, it)
   local id = job.exit
   job.exit, job.jar = nil, nil
@@ -315,9 +321,15 @@ function EX.settle_job(job, it)
       redis.call('HSET', k_exit(id), 'probe', '')
       redis.call('HSET', K.EXITS_DOWN, id, NOW)
     end
-    return
+    return false
   end
-  if EX.settle(id, job.domain, it.exit, it.bytes, it.latency, job.id) then
+  local charged, probe_failed = EX.settle(id, job.domain, it.exit, it.bytes, it.latency, job.id)
+  if probe_failed then
+    it.outcome, it.delay, it.backoff = 'release', 0, nil
+    it.domain_failed, it.latency, it.overload, it.retry_after = nil, nil, nil, nil
+    return true
+  elseif charged then
     it.domain_failed = true
   end
+  return false
 end
