@@ -285,3 +285,29 @@ async def test_an_existing_postgres_table_gets_the_new_columns(postgres_url: str
     again = sink_from_url(postgres_url)
     await again.open()  # migrated already
     await again.close()
+
+
+async def test_a_refused_line_written_after_the_settle_keeps_its_outcome(
+    postgres_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 item 2, with revisit on: the line is written after the settle (the job is
+    done already): a refusal wrote it again after each pause, for ever. It is written once
+    without its result, still done."""
+    from scrapeq.runtime.worker import Worker
+
+    caplog.set_level("WARNING", logger="scrapeq")
+    sink = sink_from_url(postgres_url)
+    async with sites(ok) as (site,):
+        q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True, revisit="on"))
+        try:
+            await q.enqueue(site.url("/nul"))
+            worker = Worker(q, burst=True, sink=sink, handler=_nul_text, max_runtime=3)
+            await asyncio.wait_for(worker.run_async(), 30)
+            owed = await q.owed_count()
+        finally:
+            await q.close()
+    (row,) = _rows(postgres_url)
+    assert (row["outcome"], row["result"], row["changed"]) == ("done", None, True)
+    assert row["error"].startswith("sink_refused: unsupported Unicode escape sequence")
+    assert site.hits["/nul"] == 1 and owed == 0
+    assert not [r for r in caplog.records if "writing its line again" in r.message]
