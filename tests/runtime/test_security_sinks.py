@@ -48,7 +48,7 @@ async def test_a_csv_cell_that_could_be_a_formula_starts_with_a_quote(
     await sink.close()
     (row,) = _rows(out)
     assert (row["result"], row["error"]) == ("'" + text, "'" + text)
-    assert (row["lane"], row["status"], row["id"]) == ("normal", "200", "a1"), "others as given"
+    assert (row["lane"], row["status"], row["job_id"]) == ("normal", "200", "a1"), "others as given"
 
 
 async def test_a_cr_inside_a_cell_keeps_the_row_whole(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ async def test_a_cr_inside_a_cell_keeps_the_row_whole(tmp_path: Path) -> None:
     await sink.write(record("a2", result="\r=1+1"))
     await sink.close()
     rows = _rows(out)
-    assert [r["id"] for r in rows] == ["a1", "a2"]
+    assert [r["job_id"] for r in rows] == ["a1", "a2"]
     assert (rows[0]["result"], rows[0]["error"]) == ("line 1\rline 2", "e\r\nf")
     assert (rows[0]["status"], rows[1]["result"]) == ("200", "'\r=1+1")
 

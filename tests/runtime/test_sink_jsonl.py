@@ -25,7 +25,7 @@ import pytest
 import scrapeq
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
-from scrapeq.runtime.sinks.csvfile import CSV_FIELDS, csv_line
+from scrapeq.runtime.sinks.csvfile import csv_header, csv_line
 from support.proc_helpers import communicate, reap
 from support.sites import ok, sites
 
@@ -97,7 +97,7 @@ def test_a_csv_write_past_the_size_limit_leaves_nothing_behind(tmp_path: Path) -
     """The CSV sink appends as the JSONL one (sinks/_lines.py): a line cut short by a full
     disk is cut back, and the file stays readable CSV."""
     out = tmp_path / "res.csv"
-    header = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
+    header = csv_header()
     line = csv_line({"id": 0, "url": "x" * 100})
     limit = len(header) + 8 * len(line) + len(line) // 2  # 8 fit, the 9th is cut short
     proc = subprocess.run(
@@ -110,7 +110,7 @@ def test_a_csv_write_past_the_size_limit_leaves_nothing_behind(tmp_path: Path) -
     text = out.read_text(encoding="utf-8")
     assert text.endswith("\n"), f"the file ends in a partial line: {text[-80:]!r}"
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert [int(r["id"]) for r in rows] == kept, "exactly the records whose write returned"
+    assert [int(r["job_id"]) for r in rows] == kept, "exactly the records whose write returned"
 
 
 async def test_dev_full_fails_each_write_and_close_does_not_raise() -> None:

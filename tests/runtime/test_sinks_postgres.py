@@ -218,3 +218,96 @@ def test_cli_says_when_the_database_is_unreachable(
     last = err.strip().splitlines()[-1]
     assert last.startswith("scrapeq: error: --results postgresql://***:***@127.0.0.1:9/db"), last
     assert "secret" not in err and "Traceback" not in err
+
+
+def _nul_text(job: Any, response: Any) -> dict[str, Any]:
+    """An API's JSON answer whose text holds ``\\u0000``: legal JSON, refused by jsonb."""
+    return {"text": "a\x00b"} if response.url.endswith("/nul") else {"text": "fine"}
+
+
+async def test_a_record_the_database_refuses_ends_its_job_dead_with_the_reason(
+    postgres_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 item 2: a record PostgreSQL refuses for its content (a ``\\u0000`` in a JSON
+    text) was released like a store that is down: fetched again 21 times, claims paused each
+    time, and then dead with no row and an empty error. It is written once, as the job's dead
+    row with the store's reason, its page fetched once, and no claim pauses."""
+    from scrapeq.runtime.worker import Worker
+
+    caplog.set_level("WARNING", logger="scrapeq")
+    sink = sink_from_url(postgres_url)
+    async with sites(ok) as (site,):
+        q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True))
+        try:
+            await q.enqueue_many([site.url("/nul"), site.url("/ok")])
+            worker = Worker(q, burst=True, sink=sink, handler=_nul_text)
+            await asyncio.wait_for(worker.run_async(), 30)
+            counts = (await q.status())["counts"]
+            dead = await q.dead_letters()
+        finally:
+            await q.close()
+    rows = {r["url"].rsplit("/", 1)[1]: r for r in _rows(postgres_url)}
+    assert site.hits["/nul"] == 1, "not fetched again"
+    assert (counts["done"], counts["dead"]) == (1, 1)
+    nul = rows["nul"]
+    assert nul["outcome"] == "dead" and nul["result"] is None
+    assert "unsupported Unicode escape sequence" in nul["error"], nul["error"]
+    assert nul["error"].startswith("sink_refused: ")
+    assert rows["ok"]["result"] == {"text": "fine"}
+    assert dead[0].dead_reason == "sink_refused"
+    assert not [r for r in caplog.records if "pausing claims" in r.message], "no pause"
+
+
+async def test_an_existing_postgres_table_gets_the_new_columns(postgres_url: str) -> None:
+    """Issue 38 items 4, 5: a table made by an earlier scrapeq (no changed, not_modified,
+    skipped, meta, crawl_id) keeps its rows and gets those columns, and a view of each URL's
+    latest row."""
+    table = _table(postgres_url)
+    with psycopg.connect(postgres_url.split("?")[0]) as db:
+        db.execute(_ddl(table))
+        db.execute(
+            f"INSERT INTO {table} (job_id, url, outcome) VALUES ('old', 'http://x/', 'done')"
+        )
+    sink = sink_from_url(postgres_url)
+    await sink.open()
+    await sink.write(record("a1", changed=True, not_modified=False, skipped="budget",
+                            meta={"page": 2}, crawl_id="c1"))  # fmt: skip
+    await sink.write(record("a2", url="http://x/", finished_at="2026-02-01T00:00:00+00:00"))
+    await sink.close()
+    rows = {r["job_id"]: r for r in _rows(postgres_url)}
+    assert rows["old"]["changed"] is None
+    a1 = rows["a1"]
+    assert (a1["changed"], a1["not_modified"], a1["skipped"], a1["meta"], a1["crawl_id"]) == (
+        True, False, "budget", {"page": 2}, "c1",
+    )  # fmt: skip
+    latest = _rows(postgres_url.replace(f"table={table}", f"table={table}_latest"))
+    assert sorted(r["job_id"] for r in latest) == ["a1", "a2"], "http://x/'s latest is a2"
+    again = sink_from_url(postgres_url)
+    await again.open()  # migrated already
+    await again.close()
+
+
+async def test_a_refused_line_written_after_the_settle_keeps_its_outcome(
+    postgres_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 item 2, with revisit on: the line is written after the settle (the job is
+    done already): a refusal wrote it again after each pause, for ever. It is written once
+    without its result, still done."""
+    from scrapeq.runtime.worker import Worker
+
+    caplog.set_level("WARNING", logger="scrapeq")
+    sink = sink_from_url(postgres_url)
+    async with sites(ok) as (site,):
+        q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True, revisit="on"))
+        try:
+            await q.enqueue(site.url("/nul"))
+            worker = Worker(q, burst=True, sink=sink, handler=_nul_text, max_runtime=3)
+            await asyncio.wait_for(worker.run_async(), 30)
+            owed = await q.owed_count()
+        finally:
+            await q.close()
+    (row,) = _rows(postgres_url)
+    assert (row["outcome"], row["result"], row["changed"]) == ("done", None, True)
+    assert row["error"].startswith("sink_refused: unsupported Unicode escape sequence")
+    assert site.hits["/nul"] == 1 and owed == 0
+    assert not [r for r in caplog.records if "writing its line again" in r.message]

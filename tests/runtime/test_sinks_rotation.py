@@ -25,12 +25,12 @@ import pytest
 
 from scrapeq import AsyncQueue
 from scrapeq.runtime.sinks import CsvSink, JsonlSink
-from scrapeq.runtime.sinks.csvfile import CSV_FIELDS, csv_line
+from scrapeq.runtime.sinks.csvfile import csv_header
 from scrapeq.runtime.worker import Worker
 from support.records import record
 from support.sites import ok, sites
 
-HEADER = csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True)))
+HEADER = csv_header()
 
 
 def _delete(path: Path) -> str:
@@ -53,7 +53,7 @@ def _jsonl_ids(text: str) -> list[str]:
 
 def _csv_ids(text: str) -> list[str]:
     assert text.startswith(HEADER), f"no header: {text[:80]!r}"
-    return [row["id"] for row in csv.DictReader(io.StringIO(text, newline=""))]
+    return [row["job_id"] for row in csv.DictReader(io.StringIO(text, newline=""))]
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -83,7 +83,7 @@ async def test_a_table_it_cannot_use_is_refused_before_any_write(
 
 
 _TYPED = {"depth": "INTEGER", "status": "INTEGER", "attempts": "INTEGER", "bytes": "INTEGER",
-          "elapsed_ms": "REAL"}  # fmt: skip
+          "elapsed_ms": "REAL", "changed": "INTEGER", "not_modified": "INTEGER"}  # fmt: skip
 
 
 def _ddl(strict: bool, **types: str) -> str:

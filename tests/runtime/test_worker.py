@@ -127,7 +127,9 @@ async def test_healthy_site_every_job_done_and_results_written(
         "meta",  # the request's meta (issue 23), null for a plain GET
         "final_url",  # issue 24: the URL fetched in the end (after redirects)
         "parent_url",  # issue 24: the linking job's URL (None for a seed)
+        "crawl_id",  # issue 38: the crawl the line belongs to (crawl --new starts another)
     }
+    assert rows[0]["crawl_id"] and len({r["crawl_id"] for r in rows}) == 1
     assert rows[0]["status"] == 200 and rows[0]["attempts"] == 1 and rows[0]["bytes"] > 0
     assert (await q.status())["counts"]["done"] == 30
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,13 @@ from scrapeq.errors import ConfigError
 if TYPE_CHECKING:
     from scrapeq.runtime.sinks import Sink
 
-__all__ = ["EXTRACT_HELP", "RESULTS_HELP", "extract_fields_of", "results_problem"]
+__all__ = [
+    "EXTRACT_HELP",
+    "RESULTS_HELP",
+    "extract_fields_of",
+    "results_problem",
+    "results_sink",
+]
 
 EXTRACT_HELP = (
     "Without a handler, each result holds these page fields (repeatable): any of "
@@ -23,20 +30,20 @@ EXTRACT_HELP = (
 )
 
 RESULTS_HELP = (
-    "Where results go: a file (JSON Lines; .csv: CSV), or a URL: sqlite:///FILE, "
+    "Where results go: a file (.jsonl: JSON Lines; .csv: CSV; .json: a JSON array), or a "
+    "URL: sqlite:///FILE, "
     "postgresql://HOST/DB (one row per job) or redis-stream://HOST/DB "
     "(see the README's Results)."
 )
 
 
-def results_problem(target: str) -> str | None:
+def results_problem(target: str, fields: Sequence[str] | None = None) -> str | None:
     """What is wrong with ``--results target`` (one line), or None once its sink was opened
-    (a file created or its header checked, a table created or its layout checked)."""
-    from scrapeq.runtime.sinks import sink_from_url  # the CLI starts without the sinks
-
+    (a file created or its header checked, a table created or its layout checked).
+    ``fields``: ``--extract``'s (a CSV file's columns, :func:`results_sink`)."""
     shown = _shown(target)
     try:
-        sink = sink_from_url(target)
+        sink = results_sink(target, fields)
     except ConfigError as exc:
         return f"--results {shown}: {exc.reason}"
     path = _file_of(sink)
@@ -51,6 +58,19 @@ def results_problem(target: str) -> str | None:
     except ConfigError as exc:
         return f"--results {shown}: {exc.reason}"
     return None
+
+
+def results_sink(target: str, fields: Sequence[str] | None = None) -> Sink:
+    """The sink of ``--results target``; with ``--extract``'s ``fields``, a new CSV file has a
+    column for each of the result's fields. ConfigError: a target it cannot use."""
+    from scrapeq.runtime.sinks import sink_from_url  # the CLI starts without the sinks
+
+    names: tuple[str, ...] = ()
+    if fields:
+        from scrapeq.runtime.extract import field_names
+
+        names = field_names(fields)
+    return sink_from_url(target, names)
 
 
 async def _open_and_close(sink: Sink) -> None:
@@ -70,9 +90,9 @@ async def _open_and_close(sink: Sink) -> None:
 
 
 def _file_of(sink: Sink) -> Path | None:
-    from scrapeq.runtime.sinks import CsvSink, JsonlSink, SqliteSink
+    from scrapeq.runtime.sinks import CsvSink, JsonArraySink, JsonlSink, SqliteSink
 
-    if isinstance(sink, JsonlSink | CsvSink | SqliteSink):
+    if isinstance(sink, JsonlSink | CsvSink | JsonArraySink | SqliteSink):
         return sink.path
     return None
 

@@ -34,9 +34,18 @@ from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
-from scrapeq.runtime.records import _about, _not_json, _record, _timed, _traceback_summary
+from scrapeq.runtime.records import (
+    SINK_REFUSED,
+    _about,
+    _not_json,
+    _record,
+    _timed,
+    _traceback_summary,
+    _write_or_refused,
+)
 from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
+from scrapeq.runtime.sinks import RecordRefused
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -372,7 +381,9 @@ class Attempts(WorkerCore):
     ) -> Settlement:
         assert self.sink is not None
         try:
-            await self.sink.write(record)
+            # a record the sink refuses for its content is written without its result, the
+            # job dead (runtime/records.py): written again, it would be refused again
+            written = await _write_or_refused(self.sink, record, dead=True)
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
@@ -388,6 +399,14 @@ class Attempts(WorkerCore):
                 jar=settlement.jar,
             )  # fmt: skip
         self._sink_failures = 0
+        if written is not record and settlement.outcome == "done":
+            dead = self.queue.failing(job, SINK_REFUSED, str(written["error"]),
+                                      domain_failed=settlement.domain_failed)  # fmt: skip
+            return dataclasses.replace(
+                dead, latency_ms=settlement.latency_ms, overload=settlement.overload,
+                exit_result=settlement.exit_result, bytes_in=settlement.bytes_in,
+                jar=settlement.jar,
+            )  # fmt: skip
         return settlement
 
     def _sink_failed(self) -> float:
@@ -409,9 +428,10 @@ class Attempts(WorkerCore):
         assert self.sink is not None
         while True:
             try:
-                await self.sink.write(record)
+                await _write_or_refused(self.sink, record, dead=False)
             except Exception as exc:
-                if self._stopping.is_set():
+                if self._stopping.is_set() or isinstance(exc, RecordRefused):
+                    # (refused even without its result: it stays owed, a take-over tries it)
                     log.error("job %s: done, but its results line could not be written (sink "
                               "failed); it stays owed: %s", job.id, redact_text(str(exc)),
                               extra=_about(job, "sink_failed"))  # fmt: skip

@@ -29,7 +29,7 @@ from scrapeq.errors import ConfigError
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.links import is_html
 
-__all__ = ["FIELDS", "extract_fields", "extractor", "parse_fields"]
+__all__ = ["FIELDS", "extract_fields", "extractor", "field_names", "parse_fields"]
 
 #: The common fields ``--extract`` gives by name, in this order.
 FIELDS: Final = ("title", "description", "canonical", "text")
@@ -80,6 +80,16 @@ def parse_fields(spec: str | Sequence[str]) -> tuple[str, ...]:
     if not fields:
         raise ConfigError("extract", f"no field: choose from {','.join(FIELDS)} or name=SELECTOR")
     return tuple(fields)
+
+
+def field_names(fields: Sequence[str]) -> tuple[str, ...]:
+    """The result's keys for ``fields`` (as :func:`parse_fields` gives them), in their order:
+    a common field's name, a named selector's name (``price`` of ``price=.price::text``)."""
+    names = []
+    for field in fields:
+        match = _NAMED.match(field) if field not in FIELDS else None
+        names.append(match.group(1) if match is not None else field)
+    return tuple(names)
 
 
 def _common(text: str) -> list[str]:

@@ -33,7 +33,7 @@ import orjson
 
 from scrapeq.engine.limits import MAX_OWED_LINE
 from scrapeq.engine.scripts import Settlement
-from scrapeq.runtime.records import _settled_line
+from scrapeq.runtime.records import _settled_line, _write_or_refused
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -115,7 +115,7 @@ class Owed(WorkerCore):
                 line = _settled_line(json.loads(owed.record), owed.answer)
                 if line is not None:
                     try:
-                        await self.sink.write(line)
+                        await _write_or_refused(self.sink, line, dead=False)
                     except Exception as exc:
                         where = {"job_id": owed.job_id, "kind": "sink_failed"}
                         log.warning("job %s: an owed results line could not be written, it "

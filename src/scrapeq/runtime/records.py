@@ -21,8 +21,16 @@ from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.outcomes import timed
+from scrapeq.runtime.sinks import RecordRefused, Sink
 
 log = logging.getLogger("scrapeq.worker")
+
+#: The queue's once-per-crawl flag (``Queue.once_flag``) whose value names the crawl: the time
+#: its first worker with a sink started. ``crawl --new`` forgets it with the other flags, so
+#: the next worker names a new crawl. Every results line carries it as ``crawl_id``.
+CRAWL_FLAG = "crawl_id"
+#: The dead-letter reason of a job whose results record the sink refused for its content.
+SINK_REFUSED = "sink_refused"
 
 
 def _timed(
@@ -174,3 +182,48 @@ def _record(
         "meta": redact_value(job.meta),  # a meta["proxy"] URL's credentials as ***
         "parent_url": redact_url(job.parent_url) if job.parent_url else None,
     }
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with every NUL of its texts (keys too) as U+FFFD, the replacement character."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+def _refused_line(record: dict[str, Any], reason: str, *, dead: bool) -> dict[str, Any]:
+    """The line written for ``record`` when the sink refused it for its content (``reason``):
+    without its ``result`` (null), NULs of its texts replaced (U+FFFD), the error
+    ``sink_refused: <reason>`` (before the line's own error, if any); ``dead``: its outcome
+    ``dead`` (the job is then settled dead)."""
+    own = record.get("error")
+    error = f"{SINK_REFUSED}: {reason}" + (f" (the line's error: {own})" if own else "")
+    line = {**record, "result": None, "error": error}
+    if dead:
+        line["outcome"] = "dead"
+    refused: dict[str, Any] = _without_nul(line)
+    return refused
+
+
+async def _write_or_refused(sink: Sink, record: dict[str, Any], *, dead: bool) -> dict[str, Any]:
+    """Write ``record`` to ``sink`` and answer it; when the sink refuses it for its content
+    (:class:`~scrapeq.runtime.sinks.RecordRefused`), write its :func:`_refused_line` instead,
+    once, and answer that. Raises what the sink raised otherwise (a store down), and
+    RecordRefused when even the refused line is refused."""
+    try:
+        await sink.write(record)
+        return record
+    except RecordRefused as exc:
+        line = _refused_line(record, exc.reason, dead=dead)
+        log.warning(
+            "job %s: the results sink refused its record (%s): its line is written without "
+            "its result%s", record.get("id"), redact_text(exc.reason),
+            ", and the job is dead" if dead and record.get("outcome") != "dead" else "",
+            extra={"job_id": record.get("id"), "kind": SINK_REFUSED},
+        )  # fmt: skip
+    await sink.write(line)
+    return line

@@ -16,7 +16,7 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
-from scrapeq.runtime.records import _about, _log_deferred
+from scrapeq.runtime.records import _about, _log_deferred, _write_or_refused
 from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
 
@@ -86,7 +86,7 @@ class Settler(WorkerCore):
         written."""
         assert self.sink is not None
         try:
-            await self.sink.write(record)
+            await _write_or_refused(self.sink, record, dead=True)
         except Exception as exc:
             log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
                         extra=_about(job, "sink_failed"))  # fmt: skip

@@ -42,6 +42,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from scrapeq.engine.job import Job
@@ -61,7 +62,7 @@ from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.owed import BURST_POLL, Owed
-from scrapeq.runtime.records import _line_before_settle, _settled_line
+from scrapeq.runtime.records import CRAWL_FLAG, _line_before_settle, _settled_line
 from scrapeq.runtime.records import _record as _record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
@@ -230,6 +231,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._hurry_at: float | None = None  # monotonic time of the second stop
         self._claim_pause_until = 0.0
         self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
+        self._crawl_id: str | None = None  # the crawl results lines name (_name_crawl)
         self._owed_acks: list[str] = []  # owed lines written, to acknowledge (runtime/owed.py)
         self._owed_failed: set[str] = set()  # owed lines whose write failed here
         self._robots: Robots | None = None
@@ -272,6 +274,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
         await self._open_sink()  # a store it cannot use stops us before any claim
+        await self._name_crawl()
         self._install_signals(loop)
         self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
@@ -326,6 +329,19 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             task.cancel()
         if late:
             log.warning("%d hook calls still running at exit: cancelled", len(late))
+
+    async def _name_crawl(self) -> None:
+        """With a sink: the crawl this run's results lines belong to (``crawl_id``), the
+        queue's once-per-crawl flag :data:`~scrapeq.runtime.records.CRAWL_FLAG`, set to now
+        by the crawl's first worker (``crawl --new`` forgets it: a new crawl, a new id)."""
+        if self.sink is None:
+            return
+        now = datetime.now(tz=UTC).isoformat(timespec="milliseconds")
+        try:
+            self._crawl_id = (await self.queue.once_flag(CRAWL_FLAG, now)).holder or None
+        except (RedisUnavailable, ScriptError) as exc:
+            log.warning("the queue's crawl could not be read, results lines carry no "
+                        "crawl_id: %s", exc)  # fmt: skip
 
     async def _warn_eviction(self) -> None:
         """Warn when Redis may evict keys: an evicted job key is a lost job."""
@@ -484,6 +500,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         try:
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
+                record["crawl_id"] = self._crawl_id
                 if not _line_before_settle(settlement, self.settings):
                     # Whether a retry, throttle or release ends the job, and what a done
                     # page's line says of its content and its budgets, are the settle

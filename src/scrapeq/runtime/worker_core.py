@@ -125,6 +125,7 @@ class WorkerCore:
     _hurry_at: float | None
     _claim_pause_until: float
     _sink_failures: int
+    _crawl_id: str | None  # the crawl of this run's results lines (Worker._name_crawl)
     _robots: Robots | None
     _crawl_delays: dict[str, float]
     _grouped: set[str] | None

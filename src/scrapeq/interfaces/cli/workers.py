@@ -39,6 +39,7 @@ from scrapeq.interfaces.results_opt import (
     RESULTS_HELP,
     extract_fields_of,
     results_problem,
+    results_sink,
 )
 
 
@@ -247,14 +248,14 @@ def _worker_options(
 ) -> WorkerOptions:
     """Check what a worker needs before any job is claimed: the results file, the bodies'
     folder, the handler (imported here, so a typo is one line and exit 2)."""
-    problem = results_problem(results) if results is not None else None
+    fields, problem = extract_fields_of(extract, settings.handler)
+    if problem is not None:
+        _die(problem, 2)
+    problem = results_problem(results, fields) if results is not None else None
     if problem is not None:
         _die(problem, 2)
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
-    fields, problem = extract_fields_of(extract, settings.handler)
-    if problem is not None:
-        _die(problem, 2)
     if settings.handler is not None:
         from scrapeq.runtime.handlers import import_handler
 
@@ -393,7 +394,6 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
         setup_logging(options.verbose, settings.log_format)
     from scrapeq.runtime.metrics import WorkerMetrics
     from scrapeq.runtime.reporter import log_summary
-    from scrapeq.runtime.sinks import sink_from_url
     from scrapeq.runtime.worker import Worker
 
     metrics = None
@@ -410,7 +410,7 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
-        sink = sink_from_url(options.results) if options.results else None
+        sink = results_sink(options.results, options.extract) if options.results else None
         w = Worker(
             queue,
             handler=_handler(settings, options),

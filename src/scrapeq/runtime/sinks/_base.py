@@ -7,7 +7,23 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CallableSink", "Sink"]
+__all__ = ["CallableSink", "RecordRefused", "Sink"]
+
+
+class RecordRefused(Exception):
+    """The store refused this one record for its content, not for being unreachable: a text
+    PostgreSQL does not take (a NUL, ``\\u0000`` in JSON), a value too large for its column.
+    Writing it again cannot work, so the worker writes the job's line without its result
+    instead (docs/DESIGN.md, "Results lines"), where a store that is down gets the job
+    released and claims paused.
+
+    Attributes:
+        reason: the store's first line about it (``unsupported Unicode escape sequence``).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @runtime_checkable

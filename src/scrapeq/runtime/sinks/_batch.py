@@ -3,9 +3,11 @@ the next, one transaction each.
 
 A ``write`` returns once the transaction holding its record committed (the worker acks the job
 only then), and raises when it failed: the worker then releases the job without spending an
-attempt and pauses claiming. The store is used from one thread of its own (a database driver
-blocks, and a SQLite connection belongs to a thread); it is a daemon thread, so a store that
-never answers cannot hold the process's exit.
+attempt and pauses claiming. When the store refused that record alone for its content (a data
+error, the record written again alone), it raises :class:`~._base.RecordRefused`: the worker
+then writes the job's line without its result. The store is used from one thread of its own
+(a database driver blocks, and a SQLite connection belongs to a thread); it is a daemon
+thread, so a store that never answers cannot hold the process's exit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from scrapeq.runtime.handlers import DaemonThreads
 
+from ._base import RecordRefused
 from ._rows import row_of
 
 __all__ = ["BatchSink"]
@@ -99,8 +102,13 @@ class BatchSink(ABC, Generic[DB]):
             _answer(batch, RuntimeError(f"sink write cancelled: {exc}"))
             raise
         except Exception as exc:
-            if len(batch) == 1 or not self._row_error(exc):
+            if not self._row_error(exc):
                 _answer(batch, exc)
+                return
+            if len(batch) == 1:  # this record's content: writing it again cannot work
+                refused = self._refused(exc)
+                refused.__cause__ = exc
+                _answer(batch, refused)
                 return
             # one record the store refuses (a NUL in a text, say) fails alone, not its batch
             for one in batch:
@@ -121,6 +129,11 @@ class BatchSink(ABC, Generic[DB]):
         """Whether ``exc`` may come from one record of the batch (its rows are then written
         one by one, so the others are kept): a data error, not a lost connection."""
         return False
+
+    def _refused(self, exc: Exception) -> RecordRefused:
+        """What a write of one record whose store refused it (``exc``, a row error) raises."""
+        text = str(exc).strip()
+        return RecordRefused(text.splitlines()[0] if text else type(exc).__name__)
 
     def _store(self, rows: Sequence[tuple[Any, ...]]) -> None:
         db = self._connect()

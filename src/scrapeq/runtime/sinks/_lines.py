@@ -54,6 +54,8 @@ class LineFile:
 
     #: Access mode of the descriptor (the CSV sink reads its header back: ``O_RDWR``).
     _MODE = os.O_WRONLY
+    #: Open with ``O_APPEND`` (the JSON array sink writes before its closing ``]``: no).
+    _APPEND = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -71,10 +73,21 @@ class LineFile:
         """What to append for ``data`` to a file whose ``fstat`` is ``info``."""
         return data
 
+    def _encode(self, data: bytes) -> bytes:
+        """The bytes of ``data`` for the file open now (called under the lock, once the file is
+        open: the CSV sink writes its record in the columns of the file's header)."""
+        return data
+
+    def _append_regular(self, fd: int, info: os.stat_result, data: bytes) -> None:
+        """Append ``data`` to the regular file ``fd`` (``info``: its ``fstat``) whole, or
+        nothing, under the lock."""
+        append_whole(fd, self._lines(info, data), info)
+
     def _open(self) -> int:
         if self._fd is None:
             self._prepare()
-            flags = self._MODE | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            append = os.O_APPEND if self._APPEND else 0
+            flags = self._MODE | append | os.O_CREAT | os.O_CLOEXEC
             fd = os.open(self.path, flags, 0o666)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -97,12 +110,12 @@ class LineFile:
                 if stat.S_ISREG(info.st_mode):
                     gone = self._gone(info)
                     if gone is None:
-                        append_whole(fd, self._lines(info, data), info)
+                        self._append_regular(fd, info, self._encode(data))
                         if os.fstat(fd).st_nlink > 0:
                             return
                         gone = "was deleted while a line was written to it"
                 else:
-                    append_whole(fd, data, info)
+                    append_whole(fd, self._encode(data), info)
                     return
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

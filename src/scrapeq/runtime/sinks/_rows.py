@@ -1,8 +1,16 @@
-"""The table layout of the database sinks: one row per job, its last results record.
+"""The table layout of the database sinks (and the CSV file's columns): one row per job, its
+last results record.
 
 A row is keyed by the job's id: a job written again (a retry after a sink failure, a job
 re-delivered because its worker died between the write and the ack, a dead letter replayed)
 updates its row, never adds one. docs/INTERFACE.md documents the layout.
+
+**Migrations.** The columns of :data:`ADDED` came after the first layout (issue 38): a table
+made before lacks them, and the sink adds each one missing (``ALTER TABLE ... ADD COLUMN``,
+NULL in the rows already there) when it opens the table; every other column must be there
+(a table without one is refused, as before). The view ``<table>_latest`` (:func:`view_sql`:
+each URL's row of the latest ``finished_at``) is created with the table, or then, and made
+again when a column was added (a view's columns are fixed when it is made).
 """
 
 from __future__ import annotations
@@ -15,15 +23,18 @@ from typing import Any
 from scrapeq.errors import ConfigError
 
 __all__ = [
+    "ADDED",
     "COLUMNS",
     "JSON_COLUMNS",
     "KEY",
+    "LATEST",
     "check_layout",
     "check_types",
     "create_sql",
     "row_of",
     "table_name",
     "upsert_sql",
+    "view_sql",
 ]
 
 #: Column -> the results record's field it holds (docs/INTERFACE.md, "Results").
@@ -46,9 +57,20 @@ COLUMNS: dict[str, str] = {
     "result": "result",
     "links": "links",
     "body_path": "body_path",
+    "changed": "changed",
+    "not_modified": "not_modified",
+    "skipped": "skipped",
+    "meta": "meta",
+    "crawl_id": "crawl_id",
 }
+#: Columns added to the first layout (issue 38): added to an existing table that lacks them.
+ADDED = ("changed", "not_modified", "skipped", "meta", "crawl_id")
 #: Columns holding JSON (TEXT in SQLite, JSONB in PostgreSQL).
-JSON_COLUMNS = frozenset({"result", "links"})
+JSON_COLUMNS = frozenset({"result", "links", "meta"})
+#: Columns holding true or false (INTEGER 0/1 in SQLite, boolean in PostgreSQL).
+BOOL_COLUMNS = frozenset({"changed", "not_modified"})
+#: The view of each URL's latest row is named ``<table>`` + this.
+LATEST = "_latest"
 #: The upsert's key.
 KEY = "job_id"
 
@@ -102,10 +124,26 @@ def upsert_sql(table: str, marks: Iterable[str]) -> str:
     )
 
 
+def view_sql(table: str) -> str | None:
+    """The ``SELECT`` of the view ``<table>_latest``: each URL's row whose attempt finished
+    last (ties: the greatest job id; a row without ``finished_at`` comes last); None when the
+    view's name would be over 63 characters (PostgreSQL would cut it)."""
+    if len(table) + len(LATEST) > 63:
+        return None
+    names = ", ".join(COLUMNS)
+    return (
+        f"SELECT {names} FROM (SELECT {names}, row_number() OVER (PARTITION BY url "
+        f"ORDER BY finished_at IS NULL, finished_at DESC, {KEY} DESC) AS scrapeq_rank "
+        f"FROM {table}) AS ranked "
+        "WHERE scrapeq_rank = 1"
+    )
+
+
 def check_layout(table: str, have: Collection[str], keyed: Callable[[], bool]) -> None:
-    """Refuse (ConfigError) a table without every column (``have``: its columns) or, asked
-    then, not ``keyed`` by :data:`KEY` alone: an upsert needs one row per job."""
-    missing = [c for c in COLUMNS if c not in have]
+    """Refuse (ConfigError) a table without every column (``have``: its columns; those of
+    :data:`ADDED` the sink adds) or, asked then, not ``keyed`` by :data:`KEY` alone: an upsert
+    needs one row per job."""
+    missing = [c for c in COLUMNS if c not in have and c not in ADDED]
     if missing:
         raise ConfigError(
             "results",

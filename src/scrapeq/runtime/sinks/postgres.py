@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -9,21 +10,37 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from scrapeq.engine.urls import REDACTED, redact_text, redact_url
 from scrapeq.errors import ConfigError
 
+from ._base import RecordRefused
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, check_layout, check_types, create_sql, table_name, upsert_sql
+from ._rows import (
+    ADDED,
+    COLUMNS,
+    KEY,
+    LATEST,
+    check_layout,
+    check_types,
+    create_sql,
+    table_name,
+    upsert_sql,
+    view_sql,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresSink"]
 
+log = logging.getLogger("scrapeq.sinks")
+
 #: Seconds to connect, at most (unless the URL says ``connect_timeout``).
 CONNECT_TIMEOUT = 10
 
 _TYPES = {"depth": "integer", "status": "integer", "attempts": "integer", "bytes": "bigint",
           "elapsed_ms": "double precision", "finished_at": "timestamptz", "result": "jsonb",
-          "links": "jsonb"}  # fmt: skip
-_CASTS = {"finished_at": "::timestamptz", "result": "::jsonb", "links": "::jsonb"}
+          "links": "jsonb", "changed": "boolean", "not_modified": "boolean",
+          "meta": "jsonb"}  # fmt: skip
+_CASTS = {"finished_at": "::timestamptz", "result": "::jsonb", "links": "::jsonb",
+          "meta": "::jsonb"}  # fmt: skip
 
 # What an existing table's columns may be: types that keep what the sink writes as it is
 # (PostgreSQL would also take, say, an integer elapsed_ms, a date finished_at or a char(n)
@@ -40,6 +57,9 @@ _WANTED: dict[str, tuple[str, frozenset[str]]] = {
                                                           "timestamp without time zone"}),
     "result": ("jsonb", _TEXTS | {"jsonb", "json"}),
     "links": ("jsonb", _TEXTS | {"jsonb", "json"}),
+    "meta": ("jsonb", _TEXTS | {"jsonb", "json"}),
+    "changed": ("boolean", frozenset({"boolean"})),
+    "not_modified": ("boolean", frozenset({"boolean"})),
 }  # fmt: skip
 
 
@@ -92,7 +112,9 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
             db = self._connect()
             with db.transaction():
                 db.execute(create_sql(self.table, _TYPES, "text", ("url", "outcome")))
+                added = _migrate(db, self.table)
             _check_layout(db, self.table)
+            _make_view(db, self.table, again=added)
         except psycopg.Error as exc:
             self._disconnect()
             raise ConfigError("results", f"postgresql: {self._said(exc)}") from None
@@ -117,6 +139,58 @@ class PostgresSink(BatchSink["psycopg.Connection[Any]"]):
         import psycopg
 
         return isinstance(exc, psycopg.DataError | psycopg.IntegrityError)
+
+    def _refused(self, exc: Exception) -> RecordRefused:
+        return RecordRefused(self._said(exc))
+
+
+def _columns(db: psycopg.Connection[Any], table: str) -> set[str]:
+    return {
+        name
+        for (name,) in db.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped",
+            (table,),
+        )
+    }
+
+
+def _migrate(db: psycopg.Connection[Any], table: str) -> bool:
+    """Add the columns of :data:`ADDED` the table lacks (a table of an earlier scrapeq), in the
+    caller's transaction; answers whether it added any."""
+    missing = [c for c in ADDED if c not in _columns(db, table)]
+    for column in missing:
+        db.execute(
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_TYPES.get(column, 'text')}"
+        )
+    return bool(missing)
+
+
+def _make_view(db: psycopg.Connection[Any], table: str, *, again: bool) -> None:
+    """The view ``<table>_latest`` (``_rows.view_sql``), made when missing, or ``again``
+    (columns were added). A relation of that name that is not a view is left alone; another
+    worker making the view at the same time is fine."""
+    import psycopg
+
+    select = view_sql(table)
+    if select is None:
+        return
+    view = table + LATEST
+    with db.transaction():
+        found = db.execute(
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (view,)
+        ).fetchone()
+    if found is not None and (found[0] != "v" or not again):
+        if found[0] != "v":
+            log.warning("results table %s: %s is not scrapeq's view of each URL's latest "
+                        "row: left as it is", table, view)  # fmt: skip
+        return
+    try:
+        with db.transaction():
+            db.execute(f"DROP VIEW IF EXISTS {view}")
+            db.execute(f"CREATE VIEW {view} AS {select}")
+    except (psycopg.errors.DuplicateTable, psycopg.errors.UniqueViolation):
+        pass  # another worker made it
 
 
 def _check_layout(db: psycopg.Connection[Any], table: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,15 +11,28 @@ from typing import Any
 from scrapeq.errors import ConfigError
 
 from ._batch import BatchSink
-from ._rows import COLUMNS, KEY, check_layout, check_types, create_sql, table_name, upsert_sql
+from ._rows import (
+    ADDED,
+    COLUMNS,
+    KEY,
+    LATEST,
+    check_layout,
+    check_types,
+    create_sql,
+    table_name,
+    upsert_sql,
+    view_sql,
+)
 
 __all__ = ["SqliteSink"]
+
+log = logging.getLogger("scrapeq.sinks")
 
 #: Seconds a write waits for another process's transaction on the same file.
 BUSY_TIMEOUT = 30.0
 
 _TYPES = {"depth": "INTEGER", "status": "INTEGER", "attempts": "INTEGER", "bytes": "INTEGER",
-          "elapsed_ms": "REAL"}  # fmt: skip
+          "elapsed_ms": "REAL", "changed": "INTEGER", "not_modified": "INTEGER"}  # fmt: skip
 
 
 def _wanted(column: str) -> tuple[str, frozenset[str]]:
@@ -67,7 +81,9 @@ class SqliteSink(BatchSink[sqlite3.Connection]):
         try:
             db = self._connect()
             db.execute(create_sql(self.table, _TYPES, "TEXT", (KEY, "url", "outcome")))
+            added = _migrate(db, self.table)
             _check_layout(db, self.table)
+            _make_view(db, self.table, again=added)
         except sqlite3.Error as exc:
             self._disconnect()
             raise ConfigError("results", f"sqlite {self.path}: {exc}") from exc
@@ -79,6 +95,48 @@ class SqliteSink(BatchSink[sqlite3.Connection]):
 
     def _row_error(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError)
+
+
+def _migrate(db: sqlite3.Connection, table: str) -> bool:
+    """Add the columns of :data:`ADDED` the table lacks (a table of an earlier scrapeq);
+    answers whether it added any. Another process adding the same column meanwhile is
+    fine."""
+    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    if not have:
+        return False  # no such table: the layout check says so
+    added = False
+    for column in ADDED:
+        if column not in have:
+            try:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {_TYPES.get(column, 'TEXT')}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):
+                    raise
+            added = True
+    return added
+
+
+def _make_view(db: sqlite3.Connection, table: str, *, again: bool) -> None:
+    """The view ``<table>_latest`` (``_rows.view_sql``), made when missing, or ``again``
+    (columns were added). A table or view of that name made by someone else is left alone."""
+    select = view_sql(table)
+    if select is None:
+        return
+    view = table + LATEST
+    found = db.execute("SELECT type FROM sqlite_master WHERE name = ?", (view,)).fetchone()
+    if found is not None and (found[0] != "view" or not again):
+        if found[0] != "view":
+            log.warning("results table %s: %s is a %s, not scrapeq's view of each URL's "
+                        "latest row: left as it is", table, view, found[0])  # fmt: skip
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(f"DROP VIEW IF EXISTS {view}")
+        db.execute(f"CREATE VIEW {view} AS {select}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _check_layout(db: sqlite3.Connection, table: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
@@ -9,6 +10,7 @@ from scrapeq.errors import ConfigError
 
 from ._base import Sink
 from .csvfile import CsvSink
+from .jsonarray import JsonArraySink
 from .jsonl import JsonlSink
 from .sqlite import SqliteSink
 from .stream import RedisStreamSink
@@ -16,12 +18,25 @@ from .stream import RedisStreamSink
 __all__ = ["sink_from_url"]
 
 _SCHEMES = ("sqlite", "postgresql", "redis-stream")
+#: A results file's extension (lower case) -> the sink writing it; a path without one is JSON
+#: Lines (``results``, ``/dev/stdout``).
+_FILES: dict[str, type[JsonlSink] | type[CsvSink] | type[JsonArraySink]] = {
+    "": JsonlSink, ".jsonl": JsonlSink, ".ndjson": JsonlSink, ".jl": JsonlSink,
+    ".csv": CsvSink, ".json": JsonArraySink,
+}  # fmt: skip
+#: What the files' extensions write, in a refusal's words.
+FILE_FORMATS = (
+    ".jsonl, .ndjson or .jl (JSON Lines), .csv (CSV), .json (a JSON array); "
+    "no extension: JSON Lines"
+)
 
 
-def sink_from_url(url: str | Path) -> Sink:
+def sink_from_url(url: str | Path, result_fields: Sequence[str] = ()) -> Sink:
     """The sink ``url`` names.
 
-    - a path: JSON Lines (``.csv``: CSV with a header);
+    - a path: by its extension, JSON Lines (``.jsonl``, ``.ndjson``, ``.jl``, or none), CSV
+      with a header (``.csv``; ``result_fields``: the result's field names, a column each),
+      a JSON array (``.json``); another extension is refused;
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (``?table=NAME``,
       default ``results``);
     - ``postgresql://user@host:port/db?table=NAME`` (psycopg 3: ``scrapeq[postgres]``);
@@ -29,13 +44,17 @@ def sink_from_url(url: str | Path) -> Sink:
       TLS): XADD to a stream (``key`` default ``scrapeq:results``, ``maxlen`` 1,000,000).
 
     Raises:
-        ConfigError: an unknown scheme, a missing path, a bad table name.
+        ConfigError: an unknown scheme or file extension, a missing path, a bad table name.
     """
     text = str(url)
     scheme, sep, _ = text.partition("://")
     if not sep or (len(scheme) == 1 and scheme.isalpha()):  # a path (C:// is a drive)
         path = Path(text)
-        return CsvSink(path) if path.suffix.lower() == ".csv" else JsonlSink(path)
+        suffix = path.suffix.lower()
+        kind = _FILES.get(suffix)
+        if kind is None:
+            raise ConfigError("results", f"{suffix} files are not written: {FILE_FORMATS}")
+        return CsvSink(path, result_fields) if kind is CsvSink else kind(path)
     scheme = scheme.lower()
     if scheme == "sqlite":
         return _sqlite(text)
