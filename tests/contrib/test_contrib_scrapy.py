@@ -998,6 +998,10 @@ def test_a_304_goes_on_only_when_its_request_was_conditional(redis_url: str) -> 
 
     settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "unasked304",
                 "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                # what the add-on installs: a scheduler without it refuses at open
+                "DOWNLOADER_MIDDLEWARES": {"scrapeq.contrib.scrapy.ReportMiddleware": 950,
+                    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None},
+                "SPIDER_MIDDLEWARES": {"scrapeq.contrib.scrapy.ReportMiddleware": 10},
                 "SCRAPEQ_SETTINGS": {"allow_private": True}}  # fmt: skip
     crawler = get_crawler(_Spider, settings)
     spider = _Spider.from_crawler(crawler)
