@@ -58,6 +58,8 @@ __all__ = [
     "Classification",
     "OurNetworkDown",
     "Outcome",
+    "ProxyDown",
+    "ProxyRefused",
     "RobotsDisallowed",
     "classify_exception",
     "classify_response",
@@ -134,6 +136,20 @@ class RobotsDisallowed(ScrapeqError):
 
 class OurNetworkDown(ScrapeqError):
     """Our own network is failing (not the site's): no attempt spent, no domain blamed."""
+
+
+class ProxyDown(OurNetworkDown):
+    """An exit's proxy cannot be reached (the ``impersonate`` fetcher's form of aiohttp's
+    ``ClientProxyConnectionError``): ``ours``, reason ``proxy_error``, the exit down."""
+
+
+class ProxyRefused(ScrapeqError):
+    """A proxy answered ``CONNECT`` with ``status`` (the ``impersonate`` fetcher's form of
+    aiohttp's ``ClientHttpProxyError``): classified as that one is."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- Retry-After -------------------------------------------------------------------------------
@@ -328,6 +344,7 @@ _LEADING_RULES: Final[_ExcRules] = (
     ((BodyTooLarge,), _Rule(_FAIL, "body_too_large", False)),
     ((BlockedAddress,), _Rule(_FAIL, "blocked_address", False)),
     ((RobotsDisallowed,), _Rule(_FAIL, "robots_disallowed", False)),
+    ((ProxyDown,), _Rule(_OURS, "proxy_error", False)),
     ((OurNetworkDown,), _Rule(_OURS, "network_down", False)),
     ((InvalidURL,), _Rule(_FAIL, "invalid_url", False)),
     # Shutdown and interrupts are nobody's failure: no attempt spent, no domain blamed.
@@ -400,8 +417,11 @@ _PROXY_REFUSES_US: Final = 407
 
 def _from_proxy_answer(exc: BaseException, message: str) -> Classification | None:
     """An aiohttp ``ClientHttpProxyError``: the proxy answered CONNECT with ``status``."""
-    proxy_errors = _aiohttp_types("ClientHttpProxyError")
-    if not proxy_errors or not isinstance(exc, proxy_errors):
+    proxy_errors: tuple[type[BaseException], ...] = (
+        ProxyRefused,
+        *_aiohttp_types("ClientHttpProxyError"),
+    )
+    if not isinstance(exc, proxy_errors):
         return None
     status = getattr(exc, "status", None)
     if status == _PROXY_REFUSES_US:
