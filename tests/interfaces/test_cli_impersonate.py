@@ -71,8 +71,12 @@ def test_domain_set_fetcher_says_it_and_bad_names_are_one_line(capsys: Any, redi
     q.enqueue("https://shop.example.com/p")
     (job,) = q.claim(1).jobs
     assert job.domain_fetcher == "impersonate"
+    code, out, _ = run(capsys, *base, "domains", "--json")
+    assert code == 0 and [d.get("fetcher") for d in json.loads(out)] == ["impersonate"]
     code, out, _ = run(capsys, *base, "domain", "set", "shop.example.com", "--fetcher", "default")
     assert code == 0 and "fetcher" not in out
+    code, out, _ = run(capsys, *base, "domains", "--json")
+    assert [d.get("fetcher") for d in json.loads(out)] == [None]
     for argv in (["domain", "set", "shop.example.com", "--fetcher", "chrome"],
                  ["enqueue", "https://shop.example.com/q", "--fetcher", "chrome"],
                  ["worker", "--burst", "--fetcher", "browser"]):  # fmt: skip

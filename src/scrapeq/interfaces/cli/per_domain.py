@@ -160,6 +160,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
                 "skipped", "max_pages_skipped"):  # fmt: skip
         if key in info:  # revisit = on, or a per-domain budget (max_bytes, max_pages)
             out[key] = info[key]
+    if "fetcher" in info:  # domain set --fetcher (issue 42)
+        out["fetcher"] = info["fetcher"]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]
