@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.abc
 import pytest
 
 from scrapeq import AsyncQueue, ConfigError
@@ -152,6 +153,41 @@ async def test_curl_connects_to_the_address_the_fetcher_resolved_and_checked(
         with pytest.raises(ConnectionRefusedError):
             await browser.fetch(site.url("/", host="shop.test"))
     assert site.served == ["GET /pinned HTTP/1.1"]
+
+
+class _Answers(aiohttp.abc.AbstractResolver):
+    """A name's several addresses, in order (a round-robin DNS answer)."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        return [
+            aiohttp.abc.ResolveResult(
+                hostname=host, host=a, port=port, family=socket.AF_INET, proto=0, flags=0
+            )
+            for a in self.addresses
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_every_checked_address_of_a_name_is_pinned_in_its_order(
+    site: FingerprintSite,
+) -> None:
+    # 127.0.0.2 refuses (the site listens on 127.0.0.1): curl goes on to the next answer
+    async with ImpersonateFetcher(_settings(), resolver=_Answers("127.0.0.2", "127.0.0.1")) as b:
+        resp = await b.fetch(site.url("/second", host="shop.test"))
+    assert resp.status == 200 and site.served == ["GET /second HTTP/1.1"]
+    # one private answer among public ones refuses the name (allow_private off)
+    guarded = _settings(allow_private=False)
+    async with ImpersonateFetcher(guarded, resolver=_Answers(PUBLIC_IP, "10.1.2.3")) as b:
+        with pytest.raises(BlockedAddress, match=re.escape("resolves to 10.1.2.3")):
+            await b.fetch(site.url("/", host="shop.test"))
+    assert len(site.hellos) == 1
 
 
 # --- exits -------------------------------------------------------------------------------------

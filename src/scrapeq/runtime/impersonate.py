@@ -137,9 +137,10 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def _pin(host: str, port: int, address: str) -> str:
-    """A ``CURLOPT_RESOLVE`` entry: curl connects to ``address`` for ``host:port``."""
-    shown = f"[{address}]" if ":" in address else address
+def _pin(host: str, port: int, addresses: list[str]) -> str:
+    """A ``CURLOPT_RESOLVE`` entry: curl connects to one of ``addresses`` (in order, as
+    it would to a name's answers) for ``host:port``, and to nothing else."""
+    shown = ",".join(f"[{a}]" if ":" in a else a for a in addresses)
     return f"{host}:{port}:{shown}"
 
 
@@ -269,22 +270,23 @@ class ImpersonateFetcher(Fetcher):
             if not name or _is_ip(name):
                 return ()
             # the connection to a proxy is exempt from the guard (SECURITY.md)
-            return (_pin(name, _port(p), await self._first(name, _port(p), guard=False)),)
+            return (_pin(name, _port(p), await self._addresses(name, _port(p), guard=False)),)
         if not host or _is_ip(host):  # a literal: refused before this when it is private
             return ()
         port = _port(parts)
-        address = await self._first(host, port, guard=not self.settings.allow_private)
-        return (_pin(host, port, address),)
+        addresses = await self._addresses(host, port, guard=not self.settings.allow_private)
+        return (_pin(host, port, addresses),)
 
-    async def _first(self, host: str, port: int, *, guard: bool) -> str:
-        """The address curl connects to for ``host``: looked up through this fetcher's
-        resolver; with ``guard``, refused when *any* address is private."""
+    async def _addresses(self, host: str, port: int, *, guard: bool) -> list[str]:
+        """The addresses curl may connect to for ``host``: looked up through this fetcher's
+        resolver; with ``guard``, refused when *any* of them is private."""
         results = await self._resolver().resolve(host, port, socket.AF_UNSPEC)
         if not results:
             raise socket.gaierror(socket.EAI_NONAME, f"{host} does not resolve")
         if guard:
             _refuse_private(host, results)
-        return str(results[0]["host"]).split("%", 1)[0]
+        found = (str(r["host"]).split("%", 1)[0] for r in results)
+        return list(dict.fromkeys(found))
 
 
 def _new_session(target: str, cafile: str | None) -> AsyncSession[Any]:
