@@ -276,6 +276,7 @@ def test_domain_concurrency_cap(make_queue: MakeQueue) -> None:
         "delay": 0.0,
         "concurrency": 5,
         "adaptive": False,
+        "fetcher": None,  # the domain's own (issue 42): none set
     }
     assert len(q.claim(10).jobs) == 3
     assert q.claim(10).jobs == []
@@ -341,6 +342,7 @@ def test_domain_delay_override(make_queue: MakeQueue) -> None:
         "delay": 0.0,
         "concurrency": 2,
         "adaptive": True,
+        "fetcher": None,
     }
     q.domain_set(dom(2), delay=10, concurrency=3)
     q.enqueue_many([url(s, p) for s in (1, 2, 3) for p in range(3)])

@@ -89,6 +89,8 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "revisit_min_interval": 60,
     "revisit_max_interval": 2592000,
     "max_bytes": None,
+    "fetcher": "http",
+    "impersonate_target": "chrome152",
 }
 
 

@@ -401,10 +401,16 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_breaker(domain, "trip", cooldown))
 
     async def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
+        self,
+        domain: str,
+        *,
+        delay: float | None = None,
+        concurrency: int | str | None = None,
+        fetcher: str | None = None,
     ) -> dict[str, Any]:
-        """Set a domain's politeness overrides; answers what is now in force."""
-        return await self._drive(self._route._op_domain_set(domain, delay, concurrency))
+        """Set a domain's politeness overrides and its fetcher (``http``, ``impersonate``;
+        ``default``: none, the worker's setting decides); answers what is now in force."""
+        return await self._drive(self._route._op_domain_set(domain, delay, concurrency, fetcher))
 
     async def host_group(self, host: str, address: str) -> str:
         """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it

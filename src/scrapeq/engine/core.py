@@ -59,6 +59,7 @@ from scrapeq.engine.scripts import (
     Settled,
     Settlement,
 )
+from scrapeq.engine.setting_specs import FETCHERS
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.settlement import SettlementBuilders
 from scrapeq.engine.status import (
@@ -145,6 +146,7 @@ class _QueueCore(SettlementBuilders):
         unique: bool | str | None = None,
         expires: float | None = None,
         fingerprint64: int | None = None,
+        fetcher: str | None = None,
     ) -> EnqueueSpec:
         """Validate one job without touching Redis.
 
@@ -167,6 +169,9 @@ class _QueueCore(SettlementBuilders):
                 bytes of Scrapy's request fingerprint as an unsigned integer). Signed and
                 unsigned integers are taken; a queue's clients must agree on one form,
                 since the seen-set keeps the number as given.
+            fetcher: what fetches the job: ``http`` (aiohttp) or ``impersonate`` (a
+                browser's TLS fingerprint, curl_cffi). Default: its domain's
+                (``domain set --fetcher``), else the worker's ``fetcher`` setting.
 
         Raises:
             InvalidURL: the URL is refused.
@@ -175,6 +180,8 @@ class _QueueCore(SettlementBuilders):
         request = None
         if isinstance(url, Request):
             request, url = url, url.url
+        if fetcher is not None and fetcher not in FETCHERS:
+            raise ConfigError("fetcher", f"expected {' or '.join(FETCHERS)}, got {fetcher!r}")
         target = parse_target(url, allow_private=self.settings.allow_private)
         lanes = self.settings.lanes
         lane_name = lane if lane is not None else lanes.default_lane
@@ -194,6 +201,7 @@ class _QueueCore(SettlementBuilders):
             payload_json=payload_json,
             expires_ms=expires_ms,
             request_json=request_json,
+            fetcher=fetcher,
             **dedup,
         )
 
@@ -473,17 +481,28 @@ class _QueueCore(SettlementBuilders):
         return str((yield scripts.breaker(domain, action, cool_ms)))
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | str | None
+        self,
+        domain: str,
+        delay: float | None,
+        concurrency: int | str | None,
+        fetcher: str | None = None,
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
         if concurrency is not None and concurrency != "auto":
             check_count("concurrency", concurrency)
-        got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
+        if fetcher is not None and fetcher != "default" and fetcher not in FETCHERS:
+            words = ", ".join((*FETCHERS, "default"))
+            raise ConfigError("fetcher", f"expected {words}, got {fetcher!r}")
+        fetcher_arg = -1 if fetcher == "default" else fetcher
+        got_delay, got_conc, adaptive, got_fetcher = yield scripts.domain_set(
+            domain, delay_ms, concurrency, fetcher_arg
+        )
         return {
             "domain": domain,
             "delay": got_delay / 1000,
             "concurrency": got_conc,
             "adaptive": adaptive,
+            "fetcher": got_fetcher,
         }
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:

@@ -59,6 +59,8 @@ _LONG = {
     "rd": "rv_due",
     "sg": "signature",
     "sj": "jar",
+    "fe": "fetcher",
+    "dfe": "domain_fetcher",
 }  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -195,6 +197,10 @@ class Job:
         etag, last_modified: a revisit's validators (includes/revisit.lua): sent as
             ``If-None-Match`` and ``If-Modified-Since``.
         rv_due: a revisit's due time (s): which visit of its URL's chain it is.
+        fetcher: the job's own fetcher (``http``, ``impersonate``), as enqueued; None: none.
+        domain_fetcher: its domain's fetcher as its claim found it (``domain set
+            --fetcher``); None: none set. The worker goes through :attr:`fetcher`, else this,
+            else its ``fetcher`` setting.
     """
 
     id: str
@@ -226,6 +232,8 @@ class Job:
     etag: str | None = None
     last_modified: str | None = None
     rv_due: int | None = None
+    fetcher: str | None = None
+    domain_fetcher: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -283,6 +291,8 @@ class Job:
             get("etag"),
             get("last_modified"),
             get("rv_due"),
+            get("fetcher"),
+            get("domain_fetcher"),
         )
 
     @property

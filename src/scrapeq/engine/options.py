@@ -22,6 +22,7 @@ class JobOptions(TypedDict, total=False):
     unique: bool | str | None
     expires: float | None
     fingerprint64: int | None
+    fetcher: str | None
 
 
 class RetryOptions(TypedDict, total=False):

@@ -207,10 +207,14 @@ class PartitionRouter(ABC):
         )
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | str | None
+        self,
+        domain: str,
+        delay: float | None,
+        concurrency: int | str | None,
+        fetcher: str | None = None,
     ) -> Op[dict[str, Any]]:
         yield from self._schema.op_all()
-        op = self.core._op_domain_set(domain, delay, concurrency)
+        op = self.core._op_domain_set(domain, delay, concurrency, fetcher)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(

@@ -41,6 +41,8 @@ class EnqueueSpec:
         request_json: what the job sends, stored form (``Request.to_text``); None: a GET.
         weight: the page's weight for revisits (None: 1); a sitemap's ``priority`` x 2 by
             default (0.5 its default: weight 1).
+        fetcher: the job's own fetcher (``http``, ``impersonate``); None: its domain's, else
+            the worker's ``fetcher`` setting.
         lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
             visit makes it due now: past the seen-set, and when a pending job holds the URL
             (``unique``) that job is made due instead of a second one (includes/enqueue.lua).
@@ -63,6 +65,7 @@ class EnqueueSpec:
     parent_url: str | None = None
     weight: float | None = None
     lastmod: int | None = None
+    fetcher: str | None = None
 
     def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
@@ -78,28 +81,24 @@ class EnqueueSpec:
             "delay": self.delay_ms,
             "max_attempts": self.max_attempts,
         }
-        if self.payload_json is not None:
-            arg["payload"] = self.payload_json
-        if self.expires_ms is not None:
-            arg["expires"] = self.expires_ms
-        if self.fingerprint is not None:
-            arg["fp"] = self.fingerprint
-        if self.unique is not None:
-            arg["unique"] = self.unique
-        if self.seen is not None:
-            arg["seen"] = self.seen
+        optional = (
+            ("payload", self.payload_json),
+            ("expires", self.expires_ms),
+            ("fp", self.fingerprint),
+            ("unique", self.unique),
+            ("seen", self.seen),
+            ("parent", self.parent),
+            ("request", self.request_json),
+            ("parent_url", self.parent_url),
+            ("weight", self.weight),
+            ("lastmod", self.lastmod),
+            ("fetcher", self.fetcher),
+        )
+        for name, value in optional:
+            if value is not None:
+                arg[name] = value
         if self.depth:
             arg["depth"] = self.depth
-        if self.parent is not None:
-            arg["parent"] = self.parent
-        if self.request_json is not None:
-            arg["request"] = self.request_json
-        if self.parent_url is not None:
-            arg["parent_url"] = self.parent_url
-        if self.weight is not None:
-            arg["weight"] = self.weight
-        if self.lastmod is not None:
-            arg["lastmod"] = self.lastmod
         return arg
 
 

@@ -211,15 +211,22 @@ def exit_probe(ids: list[str]) -> Call[list[str]]:
 
 
 def domain_set(
-    domain: str, delay_ms: int | None = None, conc: int | str | None = None
-) -> Call[tuple[int, int, bool]]:
-    """Set politeness overrides (-1 restores the default; conc may be ``auto``); answers
-    (delay_ms, conc, adaptive): conc is the limit in force, adaptive whether it adapts."""
+    domain: str,
+    delay_ms: int | None = None,
+    conc: int | str | None = None,
+    fetcher: str | int | None = None,
+) -> Call[tuple[int, int, bool, str | None]]:
+    """Set politeness overrides (-1 restores the default; conc may be ``auto``) and the
+    domain's fetcher (-1: none); answers (delay_ms, conc, adaptive, fetcher): conc is the
+    limit in force, adaptive whether it adapts, fetcher the domain's own (None: none)."""
 
-    def parse(raw: list[Any]) -> tuple[int, int, bool]:
-        return int(raw[0]), int(raw[1]), bool(int(raw[2]))
+    def parse(raw: list[Any]) -> tuple[int, int, bool, str | None]:
+        found = raw[3] if len(raw) > 3 else b""
+        name = found.decode() if isinstance(found, bytes) else str(found or "")
+        return int(raw[0]), int(raw[1]), bool(int(raw[2])), name or None
 
-    return _call("domain_set", parse, domain=domain, **_given(delay_ms=delay_ms, conc=conc))
+    given = _given(delay_ms=delay_ms, conc=conc, fetcher=fetcher)
+    return _call("domain_set", parse, domain=domain, **given)
 
 
 def host_group(host: str, key: str) -> Call[str]:

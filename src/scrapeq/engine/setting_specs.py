@@ -272,6 +272,23 @@ def _check_session(name: str, value: Any) -> None:
         raise ConfigError(name, f"expected none or sticky, got {value!r}")
 
 
+#: The fetchers a job can go through (setting ``fetcher``, a job's and a domain's own):
+#: ``http`` (aiohttp) or ``impersonate`` (curl_cffi with a browser's TLS fingerprint).
+FETCHERS = ("http", "impersonate")
+_TARGET = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def _check_fetcher(name: str, value: Any) -> None:
+    if value not in FETCHERS:
+        raise ConfigError(name, f"expected {' or '.join(FETCHERS)}, got {value!r}")
+
+
+def _check_target(name: str, value: Any) -> None:
+    # the name is checked against curl_cffi's targets when an impersonate fetcher starts
+    if not _TARGET.match(value):
+        raise ConfigError(name, f"expected a browser target such as chrome152, got {value!r}")
+
+
 def _check_markers(name: str, value: Any) -> None:
     for marker in value:
         if len(marker) > 200 or _CONTROL.search(marker):

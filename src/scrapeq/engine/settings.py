@@ -57,6 +57,7 @@ from scrapeq.engine.setting_specs import (
     _check_cluster,
     _check_conc,
     _check_duration,
+    _check_fetcher,
     _check_handler,
     _check_header,
     _check_log_format,
@@ -72,6 +73,7 @@ from scrapeq.engine.setting_specs import (
     _check_scope,
     _check_seen_filter,
     _check_session,
+    _check_target,
     _count,
     _fraction,
     _meta,
@@ -294,6 +296,11 @@ class Settings:
     revisit_max_interval: float = _seconds(30 * 86400.0)
     # Bytes a domain may download before its follow-ups and revisits are skipped.
     max_bytes: int | None = _setting("optional_int", None, le=MAX_SCRIPT_INT, check=_at_least(1))
+    # What fetches a job that names no fetcher, on a domain that names none: http (aiohttp)
+    # or impersonate (curl_cffi, a browser's TLS fingerprint: the impersonate extra).
+    fetcher: str = _setting("str", "http", check=_check_fetcher)
+    # The browser the impersonate fetcher's TLS handshake and headers look like (curl_cffi).
+    impersonate_target: str = _setting("str", "chrome152", check=_check_target)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

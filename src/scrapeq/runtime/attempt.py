@@ -21,7 +21,7 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
-from scrapeq.errors import Banned, Permanent, Retry
+from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
     Classification,
@@ -29,9 +29,10 @@ from scrapeq.runtime.classify import (
     classify_exception,
     classify_response,
 )
-from scrapeq.runtime.fetch import Response, UnknownExit
+from scrapeq.runtime.fetch import Fetcher, Response, UnknownExit
 from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
+from scrapeq.runtime.impersonate import FetcherUnavailable, ImpersonateFetcher
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import (
@@ -116,7 +117,7 @@ class Attempts(WorkerCore):
             if self.metrics is not None and fetching:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             verdict = classify_exception(exc)
-            if fetching and not isinstance(exc, UnknownExit):
+            if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
                 seen.result = exit_result(verdict)
             out = self._from_classification(job, verdict, None, started, exc, seen)
             if not verdict.counts_against_domain:  # no answer of the site's to learn from
@@ -180,29 +181,40 @@ class Attempts(WorkerCore):
             return settlement, None
         return settlement, _record(job, "done", response, started, None, None)
 
+    def _fetcher_for(self, job: Job) -> Fetcher:
+        """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
+        domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
+        setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
+        assert self._fetcher is not None
+        name = job.fetcher or job.domain_fetcher or self.settings.fetcher
+        if name != "impersonate":
+            return self._fetcher
+        if self._impersonator is None:
+            try:
+                self._impersonator = ImpersonateFetcher(self.settings, pool=self.queue.exit_pool)
+            except ConfigError as exc:  # curl_cffi missing here: ours, not the site's
+                raise FetcherUnavailable(exc.reason) from None
+        return self._impersonator
+
     async def _fetch(self, job: Job) -> Response:
         """Fetch a job's URL, sending its request when it has one (a plain GET is called
         as before requests existed, so a fetcher subclass without ``request=`` still works)."""
-        assert self._fetcher is not None
+        fetcher = self._fetcher_for(job)
         revisit = conditional(job)
         if revisit is not None:  # a revisit: If-None-Match / If-Modified-Since
             if job.jar:  # session = sticky: the domain's cookies go with it
                 revisit = jar_request(revisit, job.jar, job.url)
             if job.exit is not None:
-                return await self._fetcher.fetch(
-                    job.url, normalised=True, request=revisit, exit=job.exit
-                )
-            return await self._fetcher.fetch(job.url, normalised=True, request=revisit)
+                return await fetcher.fetch(job.url, normalised=True, request=revisit, exit=job.exit)
+            return await fetcher.fetch(job.url, normalised=True, request=revisit)
         if job.exit is not None:  # only with a pool: a fetcher of the user's may not know exits
             request = None if job.request_text is None else job.request
             if job.jar:  # session = sticky: the domain's cookies go with it
                 request = jar_request(request or Request(job.url), job.jar, job.url)
-            return await self._fetcher.fetch(
-                job.url, normalised=True, request=request, exit=job.exit
-            )
+            return await fetcher.fetch(job.url, normalised=True, request=request, exit=job.exit)
         if job.request_text is None:
-            return await self._fetcher.fetch(job.url, normalised=True)
-        return await self._fetcher.fetch(job.url, normalised=True, request=job.request)
+            return await fetcher.fetch(job.url, normalised=True)
+        return await fetcher.fetch(job.url, normalised=True, request=job.request)
 
     async def _learn_group(self, job: Job) -> None:
         """``politeness = ip``: after a host's first fetch in this process, file the host

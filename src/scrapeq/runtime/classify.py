@@ -58,6 +58,8 @@ __all__ = [
     "Classification",
     "OurNetworkDown",
     "Outcome",
+    "ProxyAnswered",
+    "ProxyDown",
     "ProxyRefused",
     "RobotsDisallowed",
     "classify_exception",
@@ -140,6 +142,21 @@ class OurNetworkDown(ScrapeqError):
 class ProxyRefused(ScrapeqError):
     """Our proxy refused our credentials in its own name (a 407, a ``Proxy-Authenticate``,
     tinyproxy's 401: :mod:`scrapeq.runtime.proxy_auth`): ``ours``, the exit's failure."""
+
+
+class ProxyDown(OurNetworkDown):
+    """An exit's proxy cannot be reached (the ``impersonate`` fetcher's form of aiohttp's
+    ``ClientProxyConnectionError``): ``ours``, reason ``proxy_error``, the exit down."""
+
+
+class ProxyAnswered(ScrapeqError):
+    """A proxy answered ``CONNECT`` with ``status`` (the ``impersonate`` fetcher's form of
+    aiohttp's ``ClientHttpProxyError``): classified as that one is (401 and 407: the proxy
+    refuses us, ``ours``; another status: the target's failure)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- Retry-After -------------------------------------------------------------------------------
@@ -334,6 +351,7 @@ _LEADING_RULES: Final[_ExcRules] = (
     ((BodyTooLarge,), _Rule(_FAIL, "body_too_large", False)),
     ((BlockedAddress,), _Rule(_FAIL, "blocked_address", False)),
     ((RobotsDisallowed,), _Rule(_FAIL, "robots_disallowed", False)),
+    ((ProxyDown,), _Rule(_OURS, "proxy_error", False)),
     ((OurNetworkDown,), _Rule(_OURS, "network_down", False)),
     ((ProxyRefused,), _Rule(_OURS, "proxy_error", False)),
     ((InvalidURL,), _Rule(_FAIL, "invalid_url", False)),
@@ -408,8 +426,11 @@ _PROXY_REFUSES_US: Final = frozenset({401, 407})
 
 def _from_proxy_answer(exc: BaseException, message: str) -> Classification | None:
     """An aiohttp ``ClientHttpProxyError``: the proxy answered CONNECT with ``status``."""
-    proxy_errors = _aiohttp_types("ClientHttpProxyError")
-    if not proxy_errors or not isinstance(exc, proxy_errors):
+    proxy_errors: tuple[type[BaseException], ...] = (
+        ProxyAnswered,
+        *_aiohttp_types("ClientHttpProxyError"),
+    )
+    if not isinstance(exc, proxy_errors):
         return None
     status = getattr(exc, "status", None)
     if status in _PROXY_REFUSES_US:

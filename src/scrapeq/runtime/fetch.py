@@ -232,10 +232,8 @@ class Fetcher:
     async def address(self, host: str) -> str | None:
         """The first address ``host`` resolves to, through this fetcher's resolver (what its
         requests connect to; ``politeness = ip``); None when it does not resolve."""
-        self._ensure_session()
-        assert self._inner is not None
         try:
-            found = await self._inner.resolve(host, 0)
+            found = await self._resolver().resolve(host, 0)
         except OSError:
             return None
         return str(found[0]["host"]) if found else None
@@ -262,16 +260,22 @@ class Fetcher:
             self._via_proxy = self._new_session(self._proxy_hosts)
         return self._via_proxy
 
-    def _new_session(self, exempt: frozenset[str]) -> aiohttp.ClientSession:
+    def _resolver(self) -> aiohttp.abc.AbstractResolver:
+        """The resolver that does the look-ups (unguarded: callers check what it answers),
+        created on first use."""
         if self._closed:
             raise RuntimeError("Fetcher is closed")
         if self._inner is None:
             self._inner = self._given_resolver or aiohttp.DefaultResolver()
             self._given_resolver = None
+        return self._inner
+
+    def _new_session(self, exempt: frozenset[str]) -> aiohttp.ClientSession:
+        inner = self._resolver()
         resolver = (
-            self._inner
+            inner
             if self.settings.allow_private
-            else GuardedResolver(self._inner, exempt=exempt, owns_inner=False)
+            else GuardedResolver(inner, exempt=exempt, owns_inner=False)
         )
         connector = aiohttp.TCPConnector(
             limit=_CONNECTION_LIMIT,
@@ -387,15 +391,14 @@ class Fetcher:
         (status, headers, body, final url, redirects, elapsed). ``read`` reads the final body
         as sent (no decompression); None: :meth:`_read_body`, decompressed."""
         proxy = self._proxy_for(exit)
-        session = self._session_for(proxy)
         out = Outgoing.of(request) if request is not None else None
         started = time.monotonic()
         with self._deadlines.start():
             current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
-                status, headers, body, final_url, location = await self._hop(
-                    session, current, proxy, redirects, out, read
+                status, headers, body, final_url, location = await self._send(
+                    current, proxy, redirects, out, read
                 )
                 if cookies is not None and hasattr(headers, "getall"):
                     cookies.extend((current, v) for v in headers.getall("Set-Cookie", ()))
@@ -416,6 +419,18 @@ class Fetcher:
             # a claim made with another pool than this worker's: not a fault of the site's
             raise UnknownExit(f"exit {exit} is not in this worker's proxy pool")
         return self._exit_urls[exit]
+
+    async def _send(
+        self,
+        url: str,
+        proxy: str | None,
+        redirects: int,
+        out: Outgoing | None,
+        read: _BodyReader | None,
+    ) -> tuple[int, Mapping[str, str], bytes, str, str | None]:
+        """One hop of :meth:`_follow`: (status, headers, body, url, Location to follow or
+        None). Another transport (:mod:`.impersonate`) replaces this method alone."""
+        return await self._hop(self._session_for(proxy), url, proxy, redirects, out, read)
 
     async def _hop(
         self,
@@ -496,8 +511,7 @@ class Fetcher:
         now = time.monotonic()
         if self._prechecked.get(key, 0.0) > now or _is_ip_literal(host):
             return
-        assert self._inner is not None
-        _refuse_private(host, await self._inner.resolve(host, port, socket.AF_UNSPEC))
+        _refuse_private(host, await self._resolver().resolve(host, port, socket.AF_UNSPEC))
         if len(self._prechecked) >= _PRECHECK_MAX:
             self._prechecked.clear()
         self._prechecked[key] = now + _DNS_TTL

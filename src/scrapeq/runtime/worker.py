@@ -58,6 +58,7 @@ from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
 from scrapeq.runtime.gc_tuning import GC_THRESHOLD as GC_THRESHOLD
 from scrapeq.runtime.gc_tuning import tuned_gc
 from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
+from scrapeq.runtime.impersonate import ImpersonateFetcher
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
@@ -184,6 +185,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self.sink = sink
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
+        self._impersonator = None  # the impersonate fetcher, made when first needed
         self.burst = burst
         self.max_runtime = max_runtime
         self.tune_gc = tune_gc
@@ -376,10 +378,13 @@ class Worker(Shutdown, Leases, Attempts, Owed):
     def _open_resources(self) -> None:
         if self._fetcher is None:
             self._fetcher = Fetcher(self.settings, pool=self.queue.exit_pool)
-        if self.settings.respect_robots:
-            self._robots = Robots(
-                self._fetcher, self.queue.client, self.queue.keys.prefix + "robots:"
+        default = self._fetcher
+        if self.settings.fetcher == "impersonate":  # refused here, at start, without curl_cffi
+            default = self._impersonator = ImpersonateFetcher(
+                self.settings, pool=self.queue.exit_pool
             )
+        if self.settings.respect_robots:  # robots.txt through the setting's fetcher
+            self._robots = Robots(default, self.queue.client, self.queue.keys.prefix + "robots:")
         self._handler_deadlines = Deadlines(self.settings.handler_timeout)
         self._handler_threads = DaemonThreads(HANDLER_THREADS, "scrapeq-handler")
         self._call_handler = handler_caller(
@@ -404,6 +409,8 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._handler_threads.shutdown()  # never waits: a stuck handler's thread ends with us
         if self._own_fetcher and self._fetcher is not None:
             await self._fetcher.close()
+        if self._impersonator is not None:
+            await self._impersonator.close()
         if self.sink is not None:
             await self.sink.close()
 

@@ -101,6 +101,7 @@ class WorkerCore:
     _hook_tasks: set[asyncio.Future[Any]]
     _fetcher: Fetcher | None
     _own_fetcher: bool
+    _impersonator: Fetcher | None
     _follow: FollowPolicy
     _bodies: BodyStore | None
     _adapted: bool

@@ -12,7 +12,7 @@
     failures_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms}, ...]
     with revisit on, max_bytes set or such figures kept: revisit_load, revisit_pages,
     freshness, revisits_skipped, bytes, skipped; with max_pages set or a cut counted:
-    max_pages_skipped.
+    max_pages_skipped; with its own fetcher set (domain set --fetcher): fetcher.
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -32,7 +32,7 @@ for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
     'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb',
-    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip')
+    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip', 'fetcher')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
@@ -53,6 +53,8 @@ for i, d in ipairs(ARG.domains) do
     failures_last_hour = last_hour(f[20], f[21], f[22]),
     failures_baseline = tonumber(f[23]) or 0,
   }
+  -- its own fetcher (domain_set-1.lua), when one is set
+  if f[32] then out[i].fetcher = f[32] end
   -- with an exit pool: the tier it fetches at (includes/exits.lua) and its benched exits
   if #CFG.exits > 0 then
     local x = redis.call('HGETALL', k_dexit(d))

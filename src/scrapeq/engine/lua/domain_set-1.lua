@@ -4,14 +4,18 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {domain, delay_ms?, conc?}
+    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
+      fetcher   'http' or 'impersonate': what fetches the domain's jobs that name none (a
+                claim hands it to each job as domain_fetcher: claim-1.lua); -1: none (the
+                worker's setting decides)
       absent fields are left as they are
 
-  Output: {delay_ms, conc, auto} now in force (the defaults when no override is set); auto
-  is 1 when the domain's limit adapts (conc is then its limit now).
+  Output: {delay_ms, conc, auto, fetcher} now in force (the defaults when no override is
+  set); auto is 1 when the domain's limit adapts (conc is then its limit now); fetcher is
+  the domain's own, '' when none.
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
   to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1), before any write.
@@ -27,6 +31,7 @@ local refused = arg_refusal(function()
       or conc < 1 or conc > MAX_INT or conc ~= math.floor(conc)) then
     refuse('conc', "expected an integer in [1, " .. MAX_INT .. "], 'auto' or -1", conc)
   end
+  if ARG.fetcher ~= nil and ARG.fetcher ~= -1 then check_enum(ARG.fetcher, 'fetcher', FETCHERS) end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -43,8 +48,14 @@ elseif ARG.conc then
   if ARG.conc < 0 then redis.call('HDEL', dk, 'conc')
   else redis.call('HSET', dk, 'conc', math.floor(ARG.conc)) end
 end
-local f = redis.call('HMGET', dk, 'delay', 'conc')
+if ARG.fetcher == -1 then
+  redis.call('HDEL', dk, 'fetcher')
+elseif ARG.fetcher then
+  redis.call('HSET', dk, 'fetcher', ARG.fetcher)
+end
+local f = redis.call('HMGET', dk, 'delay', 'conc', 'fetcher')
 refile(d)
 local auto = adaptive_on(f[2])
 local alim = auto and redis.call('HGET', dk, 'alim') or nil
-return {tonumber(f[1]) or CFG.delay_ms, domain_cap(f[2], 'closed', alim), auto and 1 or 0}
+return {tonumber(f[1]) or CFG.delay_ms, domain_cap(f[2], 'closed', alim), auto and 1 or 0,
+  f[3] or ''}

@@ -126,6 +126,25 @@ def _emit_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
+#: ``--fetcher`` of ``enqueue``, ``worker`` and ``crawl``: what fetches the jobs (issue 42).
+FetcherOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME",
+        help="http (default) or impersonate (a browser's TLS fingerprint: the impersonate extra).",
+    ),
+]
+
+
+def _fetcher_name(fetcher: str | None) -> str | None:
+    """``--fetcher``'s value, checked (exit 2 for an unknown one)."""
+    from scrapeq.engine.setting_specs import FETCHERS
+
+    if fetcher is not None and fetcher not in FETCHERS:
+        _die(f"--fetcher takes {' or '.join(FETCHERS)}, got {fetcher!r}", 2)
+    return fetcher
+
+
 #: ``--allow-private`` and ``--no-allow-private`` are two flags, one help row each: as one
 #: switch its ``--no-`` form took a column of its own, which cut option names at 80 columns.
 AllowPrivate = Annotated[

@@ -18,10 +18,12 @@ from scrapeq.interfaces.cli.common import (
     _SECONDS,
     AllowPrivate,
     Context,
+    FetcherOpt,
     RefusePrivate,
     _die,
     _emit_json,
     _error_line,
+    _fetcher_name,
     _private,
     _settings,
 )
@@ -122,6 +124,7 @@ def enqueue(
     resume_from: ResumeFrom = None, method: Method = None, header: Header = None,
     data: Data = None, json_body: JsonBody = None, form: Form = None, cookie: Cookie = None,
     meta: Meta = None, requests: Requests = None, sitemap: SitemapOpt = None,
+    fetcher: FetcherOpt = None,
 ) -> None:  # fmt: skip
     """Add jobs; invalid URLs are reported one per line on stderr and not added.
 
@@ -137,8 +140,10 @@ def enqueue(
       scrapeq enqueue https://api.example.com/search --json-body '{"q": "shoes"}'
       scrapeq enqueue --requests requests.jsonl --unique
       scrapeq enqueue --sitemap https://shop.example.com/sitemap.xml --unique
+      scrapeq enqueue https://shop.example.com/ --fetcher impersonate
     """
     settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
+    fetcher = _fetcher_name(fetcher)
     flags = RequestFlags(
         method, tuple(header or ()), data, json_body, tuple(form or ()), tuple(cookie or ()), meta
     )
@@ -148,7 +153,7 @@ def enqueue(
                  "--file, --requests, --resume-from or request flags", 2)  # fmt: skip
         jobs: dict[str, Any] = dict(
             lane=lane, delay=delay, max_attempts=max_attempts, payload=_payload_object(payload),
-            unique=_unique_mode(unique), expires=expires,
+            unique=_unique_mode(unique), expires=expires, fetcher=fetcher,
         )  # fmt: skip
         _enqueue_sitemaps(settings, sitemap, jobs, as_json)
         return
@@ -161,7 +166,7 @@ def enqueue(
     _unique_mode(unique)
     options: dict[str, Any] = dict(
         lane=lane, delay=delay, max_attempts=max_attempts, payload=payload_value, unique=unique,
-        expires=expires,
+        expires=expires, fetcher=fetcher,
     )  # fmt: skip
     q = Context(settings).queue()
     run = _new_run(q, options, template, as_json, resume_from)

@@ -9,6 +9,7 @@ import typer
 
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import ms_to_iso
+from scrapeq.engine.setting_specs import FETCHERS
 from scrapeq.engine.status import learned_timing
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (
@@ -159,6 +160,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
                 "skipped", "max_pages_skipped"):  # fmt: skip
         if key in info:  # revisit = on, or a per-domain budget (max_bytes, max_pages)
             out[key] = info[key]
+    if "fetcher" in info:  # domain set --fetcher (issue 42)
+        out["fetcher"] = info["fetcher"]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]
@@ -182,18 +185,32 @@ def domain_set(
             help="Jobs in flight at once: a number, or auto (learned).",
         ),
     ] = None,
+    fetcher: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="What fetches its jobs that name none: http, impersonate, or default "
+            "(the worker's fetcher setting).",
+        ),
+    ] = None,
 ) -> None:
     """Set a domain's politeness overrides.
 
     Examples:
       scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
       scrapeq domain set shop-43.example.com --concurrency auto
+      scrapeq domain set shop-43.example.com --fetcher impersonate
     """
     _domain_arg(domain)
-    if delay is None and concurrency is None:
-        _die("give --delay and/or --concurrency", 2)
+    if delay is None and concurrency is None and fetcher is None:
+        _die("give --delay, --concurrency and/or --fetcher", 2)
+    if fetcher is not None and fetcher not in (*FETCHERS, "default"):
+        _die(f"--fetcher takes {', '.join((*FETCHERS, 'default'))}, got {fetcher!r}", 2)
     q = Context(_settings(ctx)).queue()
     conc = int(concurrency) if concurrency not in (None, "auto") else concurrency
-    got = q.domain_set(domain, delay=delay, concurrency=conc)
+    got = q.domain_set(domain, delay=delay, concurrency=conc, fetcher=fetcher)
     limit = f"auto (now {got['concurrency']})" if got["adaptive"] else str(got["concurrency"])
-    typer.echo(f"{domain}: delay {got['delay']:g}s, concurrency {limit}")
+    line = f"{domain}: delay {got['delay']:g}s, concurrency {limit}"
+    if got["fetcher"] is not None:
+        line += f", fetcher {got['fetcher']}"
+    typer.echo(line)

@@ -22,11 +22,13 @@ from scrapeq.interfaces.cli.common import (
     _SECONDS,
     AllowPrivate,
     Context,
+    FetcherOpt,
     RefusePrivate,
     _bind_problem,
     _confirm,
     _die,
     _error_line,
+    _fetcher_name,
     _private,
     _settings,
     log,
@@ -117,15 +119,18 @@ def worker(
     request_timeout: RequestTimeout = None, lease: Lease = None,
     domain_concurrency: DomainConcurrency = None, domain_delay: DomainDelay = None,
     log_format: LogFormat = None, log_every: LogEvery = None, metrics_port: MetricsPort = None,
+    fetcher: FetcherOpt = None,
 ) -> None:  # fmt: skip
     """Run workers: claim, fetch, classify and settle jobs until stopped.
 
     Examples:
       scrapeq worker --concurrency 200 --results results.jsonl
       scrapeq worker --processes 4 --burst --handler myproject.parse:product
+      scrapeq worker --fetcher impersonate  # jobs that name no fetcher look like Chrome
     """
     settings = _settings(
         ctx, allow_private=_private(allow_private, no_allow_private),
+        fetcher=_fetcher_name(fetcher),
         handler_timeout=handler_timeout, max_job_time=max_job_time, handler=handler,
         log_format=log_format, log_every=log_every, request_timeout=request_timeout,
         lease=lease, domain_concurrency=domain_concurrency, domain_delay=domain_delay,
@@ -155,7 +160,7 @@ def crawl(
     extract: Extract = None, concurrency: Concurrency = 100, processes: Processes = 1,
     save_bodies: SaveBodies = None, allow_private: AllowPrivate = False,
     no_allow_private: RefusePrivate = False, log_every: LogEvery = None, new: New = False,
-    yes: Yes = False, sitemaps: Sitemaps = False,
+    yes: Yes = False, sitemaps: Sitemaps = False, fetcher: FetcherOpt = None,
 ) -> None:  # fmt: skip
     """Crawl from the seeds: follow links in scope until none is left, then exit 0.
 
@@ -175,6 +180,7 @@ def crawl(
     settings = root.with_defaults(respect_robots=True).replace(**_given(
         allow_private=_private(allow_private, no_allow_private), handler=handler,
         scope=scope, max_depth=max_depth, max_pages=max_pages, log_every=log_every,
+        fetcher=_fetcher_name(fetcher),
     ))  # fmt: skip
     options = _worker_options(
         settings, concurrency, True, None, results, save_bodies, follow_links=True,
@@ -254,6 +260,13 @@ def _worker_options(
     problem = results_problem(results, fields) if results is not None else None
     if problem is not None:
         _die(problem, 2)
+    if settings.fetcher == "impersonate":  # one line naming the extra, before any claim
+        from scrapeq.runtime.impersonate import require_curl_cffi
+
+        try:
+            require_curl_cffi()
+        except ConfigError as exc:
+            _die(str(exc), 2)
     if save_bodies is not None and not save_bodies.is_dir():
         _die(f"--save-bodies {save_bodies}: not a folder", 2)
     if settings.handler is not None:

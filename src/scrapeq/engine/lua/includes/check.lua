@@ -115,6 +115,9 @@ local function check_enum(v, name, words)
   refuse(name, 'expected one of ' .. table.concat(words, ', '), v)
 end
 
+-- The fetchers a job or a domain may name (engine/setting_specs.py: FETCHERS).
+local FETCHERS = {'http', 'impersonate'}
+
 local function check_bool(v, name)
   if type(v) ~= 'boolean' then refuse(name, 'expected true or false', v) end
 end

@@ -53,6 +53,7 @@ local function check_spec(s)
   if s.request ~= nil then check_str(s.request, 'request') end  -- kept as text, never decoded
   if s.weight ~= nil then check_num(s.weight, 'weight', 1e-6, 1e6) end
   if s.lastmod ~= nil then check_int(s.lastmod, 'lastmod', 0, 4294967295) end
+  if s.fetcher ~= nil then check_enum(s.fetcher, 'fetcher', FETCHERS) end
 end
 
 -- The suffix of new ids: '.<partition>'.
@@ -132,7 +133,7 @@ local function enqueue_spec(s)
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
     created = NOW, eligible = NOW + s.delay, payload = s.payload,
     depth = s.depth, parent = s.parent, request = s.request, parent_url = s.parent_url,
-    weight = s.weight}
+    weight = s.weight, fetcher = s.fetcher}
   if s.expires then job.expires = NOW + s.expires end
   if s.fp and hold_all and not holder then
     redis.call('HSET', K.UNIQUE, s.fp, id)
