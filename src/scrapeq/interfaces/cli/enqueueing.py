@@ -168,14 +168,24 @@ def enqueue(
         lane=lane, delay=delay, max_attempts=max_attempts, payload=payload_value, unique=unique,
         expires=expires, fetcher=fetcher,
     )  # fmt: skip
+    _enqueue_input(settings, options, template, urls, source, requests is not None,
+                   as_json, resume_from)  # fmt: skip
+
+
+def _enqueue_input(
+    settings: Settings, options: dict[str, Any], template: Callable[[str], Any] | None,
+    urls: list[str] | None, source: str | None, requests: bool, as_json: bool,
+    resume_from: int | None,
+) -> None:  # fmt: skip
+    """Send the URL arguments (all checked first), then the file's lines, in batches."""
     q = Context(settings).queue()
     run = _new_run(q, options, template, as_json, resume_from)
     if urls:
         _check_arguments(q, urls, template, options)
-    mode = unique or settings.unique
+    mode = options["unique"] or settings.unique
     with _input(source) as stream:
         try:
-            run.run(_items(urls, stream, requests is not None, run.resume_from), _refused)
+            run.run(_items(urls, stream, requests, run.resume_from), _refused)
         except EnqueueFailed as failed:
             raise typer.Exit(say_failure(failed, mode, as_json=as_json)) from None
     _report(run, mode, as_json)

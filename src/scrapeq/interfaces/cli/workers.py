@@ -126,7 +126,7 @@ def worker(
     Examples:
       scrapeq worker --concurrency 200 --results results.jsonl
       scrapeq worker --processes 4 --burst --handler myproject.parse:product
-      scrapeq worker --fetcher impersonate  # jobs that name no fetcher look like Chrome
+      scrapeq worker --fetcher impersonate  # a browser's TLS handshake
     """
     settings = _settings(
         ctx, allow_private=_private(allow_private, no_allow_private),
