@@ -209,6 +209,7 @@ CASES: dict[str, Cases] = {
             ("n = 0", lambda w: {"n": 0, "seed": 1}),
             ("a seed that is not a number", lambda w: {"n": 1, "seed": "x"}),
             ("urgent not a boolean", lambda w: {"n": 1, "seed": 1, "urgent": "yes"}),
+            ("a domain that is not a string", lambda w: {"n": 1, "seed": 1, "domain": 7}),
         ),
     ),
     "clear": Cases(
@@ -273,6 +274,8 @@ CASES: dict[str, Cases] = {
             ("an unknown unique mode", lambda w: {"jobs": [w.spec("/x", unique="always")]}),
             ("jobs not a list", lambda w: {"jobs": "x"}),
             ("a request that is not text", lambda w: {"jobs": [w.spec("/x", request={"m": 1})]}),
+            ("a known URL's time below 0", lambda w: {"jobs": [w.spec("/x"), w.spec(at=-1)]}),
+            ("a known URL without unique = 'seen'", lambda w: {"jobs": [w.spec("/x", at=0)]}),
         ),
     ),
     "downloaded": Cases(

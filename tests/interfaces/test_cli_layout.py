@@ -15,7 +15,7 @@ PACKAGE = Path(scrapeq.interfaces.cli.__file__).parent
 def test_help_lists_the_commands_then_the_groups_in_their_order() -> None:
     assert list(command().commands) == [
         "worker", "crawl", "enqueue", "status", "audit", "breakers", "domains", "proxies", "demo",
-        "dashboard", "dead", "job", "queue", "breaker", "domain", "server",
+        "dashboard", "dead", "job", "queue", "breaker", "domain", "server", "frontier",
     ]  # fmt: skip
 
 

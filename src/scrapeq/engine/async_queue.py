@@ -176,13 +176,16 @@ class AsyncQueue(_QueueBase):
         written. ``fingerprint64`` is one job's own: refused for more than one URL."""
         return await self._drive(self._route._op_enqueue(self.prepare_many(urls, **options)))
 
-    async def claim(self, n: int = 1, *, urgent_only: bool = False) -> Claimed:
+    async def claim(
+        self, n: int = 1, *, urgent_only: bool = False, domain: str | None = None
+    ) -> Claimed:
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits).
 
         ``urgent_only``: only jobs of the most urgent lane (as the wake stream signals them),
         none of another: for a share of a client's slots kept for urgent work. Its
-        ``next_due`` says nothing of the other lanes."""
-        return await self._drive(self._route._op_claim(n, urgent_only))
+        ``next_due`` says nothing of the other lanes. ``domain``: only that domain's jobs,
+        when its limits let it dispatch now (the URLFrontier service's GetURLs of one key)."""
+        return await self._drive(self._route._op_claim(n, urgent_only, domain))
 
     async def settle_many(self, items: Sequence[Settlement]) -> list[Settled]:
         """Settle many jobs in one call; a stale token answers ``stale`` for its item (each

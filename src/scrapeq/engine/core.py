@@ -248,9 +248,9 @@ class _QueueCore(SettlementBuilders):
             results.extend(_enqueue_result(a) for a in answers)
         return results
 
-    def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
+    def _op_claim(self, n: int, urgent: bool = False, domain: str | None = None) -> Op[Claimed]:
         check_claim_size(n)
-        next_ms, texts = yield scripts.claim(n, urgent=urgent)
+        next_ms, texts = yield scripts.claim(n, urgent=urgent, domain=domain)
         jobs = [Job.from_json(t) for t in texts]
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
 

@@ -132,6 +132,8 @@ def _enqueue_result(answer: str) -> EnqueueResult:
         return EnqueueResult(answer[5:], "dead")
     if answer == "limit":
         return EnqueueResult("", "limit")
+    if answer == "known":
+        return EnqueueResult("", "known")
     return EnqueueResult(answer, "added")
 
 

@@ -144,13 +144,14 @@ class PartitionRouter(ABC):
         keys = self.parts[self._part(spec.domain)]
         warn_if_resized(self.core._dedup.seen, (yield Command(("HGET", keys.meta, "seen"))))
 
-    def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
+    def _op_claim(self, n: int, urgent: bool = False, domain: str | None = None) -> Op[Claimed]:
         yield from self._op_check_parts()
-        return (yield from self._claim(n, urgent))
+        return (yield from self._claim(n, urgent, domain))
 
     @abstractmethod
-    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
-        """Claim up to ``n`` jobs (the queue checked); ``urgent``: of the most urgent lane only."""
+    def _claim(self, n: int, urgent: bool, domain: str | None = None) -> Op[Claimed]:
+        """Claim up to ``n`` jobs (the queue checked); ``urgent``: of the most urgent lane
+        only; ``domain``: of that domain only."""
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         yield from self._schema.op_all()
@@ -388,8 +389,8 @@ class SinglePartitionRouter(PartitionRouter):
     def _enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         return self.core._op_enqueue(specs)
 
-    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
-        return self.core._op_claim(n, urgent)
+    def _claim(self, n: int, urgent: bool, domain: str | None = None) -> Op[Claimed]:
+        return self.core._op_claim(n, urgent, domain)
 
     def _settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         return self.core._op_settle(items)

@@ -18,7 +18,8 @@ class EnqueueResult:
         status: ``added``; ``duplicate`` (a pending job has the URL); ``seen`` (``unique=
             "seen"``: the queue's seen-set has the URL); ``dead`` (its domain is retired:
             the job went straight to the dead letters, replayable); or ``limit`` (a
-            follow-up cut by ``max_pages``).
+            follow-up cut by ``max_pages``); ``known`` (a known URL never to be visited again,
+            ``EnqueueSpec.at_ms`` = 0: the seen-set has it now).
     """
 
     id: str

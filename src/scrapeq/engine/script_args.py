@@ -43,6 +43,9 @@ class EnqueueSpec:
             default (0.5 its default: weight 1).
         lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
             visit makes it due now (the seen-set and a pending revisit do not hold it back).
+        at_ms: a known URL (the URLFrontier service's import, with ``unique = "seen"``):
+            epoch ms of its next visit, earlier ones first; 0: never again (the seen-set
+            records it, no job is made). It replaces ``delay_ms``.
     """
 
     url: str
@@ -62,6 +65,7 @@ class EnqueueSpec:
     parent_url: str | None = None
     weight: float | None = None
     lastmod: int | None = None
+    at_ms: int | None = None
 
     def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
@@ -77,28 +81,21 @@ class EnqueueSpec:
             "delay": self.delay_ms,
             "max_attempts": self.max_attempts,
         }
-        if self.payload_json is not None:
-            arg["payload"] = self.payload_json
-        if self.expires_ms is not None:
-            arg["expires"] = self.expires_ms
-        if self.fingerprint is not None:
-            arg["fp"] = self.fingerprint
-        if self.unique is not None:
-            arg["unique"] = self.unique
-        if self.seen is not None:
-            arg["seen"] = self.seen
-        if self.depth:
-            arg["depth"] = self.depth
-        if self.parent is not None:
-            arg["parent"] = self.parent
-        if self.request_json is not None:
-            arg["request"] = self.request_json
-        if self.parent_url is not None:
-            arg["parent_url"] = self.parent_url
-        if self.weight is not None:
-            arg["weight"] = self.weight
-        if self.lastmod is not None:
-            arg["lastmod"] = self.lastmod
+        optional = (
+            ("payload", self.payload_json),
+            ("expires", self.expires_ms),
+            ("fp", self.fingerprint),
+            ("unique", self.unique),
+            ("seen", self.seen),
+            ("depth", self.depth or None),
+            ("parent", self.parent),
+            ("request", self.request_json),
+            ("parent_url", self.parent_url),
+            ("weight", self.weight),
+            ("lastmod", self.lastmod),
+            ("at", self.at_ms),
+        )
+        arg.update((name, value) for name, value in optional if value is not None)
         return arg
 
 

@@ -140,14 +140,16 @@ def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[
     return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
-def claim(n: int, *, urgent: bool = False) -> Call[tuple[int, list[str]]]:
+def claim(
+    n: int, *, urgent: bool = False, domain: str | None = None
+) -> Call[tuple[int, list[str]]]:
     """Claim up to ``n`` jobs; answers (ms until the next due time or -1, job JSON texts).
-    ``urgent``: only jobs of the most urgent lane."""
+    ``urgent``: only jobs of the most urgent lane; ``domain``: only that domain's."""
 
     def parse(raw: list[Any]) -> tuple[int, list[str]]:
         return int(raw[0]), [str(j) for j in raw[1:]]
 
-    return _call("claim", parse, n=n, seed=_seed(), **_given(urgent=urgent or None))
+    return _call("claim", parse, n=n, seed=_seed(), **_given(urgent=urgent or None, domain=domain))
 
 
 def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[Settled]]:

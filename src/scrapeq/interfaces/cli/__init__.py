@@ -31,6 +31,7 @@ from scrapeq.engine.settings import (
 from scrapeq.errors import ConfigError, InvalidURL, NotFound, PayloadTooLarge, ScrapeqError
 from scrapeq.interfaces.cli import (
     enqueueing,
+    frontier,
     jobs,
     per_domain,
     proxies,
@@ -183,6 +184,7 @@ def _register_commands() -> None:
         (per_domain.breaker_app, "breaker"),
         (per_domain.domain_app, "domain"),
         (services.server_app, "server"),
+        (frontier.frontier_app, "frontier"),
     ):
         app.add_typer(group, name=name)
 

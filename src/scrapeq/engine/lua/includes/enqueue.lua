@@ -51,6 +51,12 @@ local function check_spec(s)
   if s.request ~= nil then check_str(s.request, 'request') end  -- kept as text, never decoded
   if s.weight ~= nil then check_num(s.weight, 'weight', 1e-6, 1e6) end
   if s.lastmod ~= nil then check_int(s.lastmod, 'lastmod', 0, 4294967295) end
+  if s.at ~= nil then
+    check_int(s.at, 'at', 0, MAX_INT)
+    if s.unique ~= 'seen' or s.parent ~= nil then
+      refuse('at', "is a known URL's, with unique = 'seen' and no parent", s.at)
+    end
+  end
 end
 
 -- The suffix of new ids: '.<partition>'.
@@ -102,8 +108,29 @@ local function over_max_pages(s)
   return nil
 end
 
+local new_job
+
+-- A known URL (`at`: the URLFrontier service's import of a URL its client already knows):
+-- held back while a pending job has it ('dup:<id>': that job's lease settles it); else it
+-- joins the seen-set, and with at = 0 (never again) that is all ('known'); else a job due
+-- at `at` (server ms): later is a delay, earlier an offset of its priority, so a URL due
+-- long ago comes before one due just now, as the frontier API orders them.
+local function enqueue_known(s)
+  local holder = s.fp and ENQ.hold_all and redis.call('HGET', K.UNIQUE, s.fp)
+  if holder then return 'dup:' .. holder end
+  seen_add(s.seen)
+  if s.at == 0 then return 'known' end
+  if s.at > NOW then
+    s.delay = math.min(s.at - NOW, MAX_MS)
+  else
+    s.off = s.off + math.max(s.at - NOW, -MAX_MS)
+  end
+  return new_job(s, nil)
+end
+
 local function enqueue_spec(s)
   if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K.HOSTS, s.domain) or s.domain end
+  if s.at then return enqueue_known(s) end
   local hold_all = ENQ.hold_all
   local holder = s.fp and hold_all and redis.call('HGET', K.UNIQUE, s.fp)
   local over = over_max_pages(s)
@@ -122,6 +149,12 @@ local function enqueue_spec(s)
   if holder and s.unique and not fresher then return 'dup:' .. holder end
   if not new and not fresher then return 'seen' end
   if fresher then holder = nil end
+  return new_job(s, holder)
+end
+
+-- Make the job of spec s (its checks passed); holder: the job holding its fp, or nil.
+new_job = function(s, holder)
+  local hold_all = ENQ.hold_all
   local id = new_id()
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
