@@ -72,3 +72,40 @@ def test_a_claim_of_one_domain_keeps_its_politeness(make_queue: Callable[..., Qu
     q.enqueue_many([f"http://a.example/{i}" for i in range(3)])
     assert len(q.claim(10, domain="a.example").jobs) == 1
     assert q.claim(10, domain="a.example").jobs == []  # its next slot is a minute away
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_domains_own_max_pages_caps_capped_specs(
+    make_queue: Callable[..., Queue], partitions: int
+) -> None:
+    q = make_queue(partitions=partitions)
+    q.domain_set("c.example", max_pages=2)
+    specs = [
+        dataclasses.replace(q.prepare(f"http://c.example/{i}", unique="seen"), capped=True)
+        for i in range(4)
+    ]
+    assert [r.status for r in q.enqueue_many(specs)] == ["added", "added", "limit", "limit"]
+    assert q.enqueue("http://c.example/plain").status == "added"  # not capped: not cut
+    q.domain_set("c.example", max_pages=-1)
+    spec = dataclasses.replace(q.prepare("http://c.example/9", unique="seen"), capped=True)
+    assert q.enqueue_many([spec])[0].status == "added"
+
+
+def test_a_domain_blocked_until_a_time_waits_then_is_lifted(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue()
+    q.enqueue("http://w.example/1")
+    q.domain_set("w.example", blocked_until=time.time() + 3600)
+    assert q.claim(5).jobs == []
+    q.domain_set("w.example", blocked_until=0)
+    assert [j.url for j in q.claim(5).jobs] == ["http://w.example/1"]
+
+
+def test_a_block_time_out_of_range_is_refused(make_queue: Callable[..., Queue]) -> None:
+    from scrapeq.errors import ConfigError
+
+    q = make_queue()
+    for bad in (-1, float("nan"), 1e12):
+        with pytest.raises(ConfigError, match="blocked_until"):
+            q.domain_set("w.example", blocked_until=bad)

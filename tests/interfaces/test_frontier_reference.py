@@ -181,3 +181,13 @@ def test_bad_items_are_skipped_and_the_stream_goes_on(fclient: Client) -> None:
     acks = fclient.put(items)
     assert [a.status for a in acks] == [SKIPPED] * 5 + [OK]
     assert acks[2].ID == "empty" and acks[5].ID == "http://b.example/ok"
+
+
+def test_a_rescheduled_url_is_held_against_an_import(fclient: Client) -> None:
+    fclient.put([discovered("http://h.example/a")])
+    (info,) = fclient.get(key="h.example", delay_requestable=30)
+    later = int(time.time()) + 3600
+    assert [a.status for a in fclient.put([known(info.url, later, meta=info)])] == [OK]
+    # its next visit holds the URL: an import without the lease does not add a second one
+    assert [a.status for a in fclient.put([known(info.url, later)])] == [FAIL]
+    assert fclient.stats("h.example").size == 1

@@ -33,7 +33,7 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
-        self.loop.close()
+        # not closed: grpc's poller thread may still hand the loop a callback at exit
 
 
 class FrontierProcess:

@@ -397,10 +397,22 @@ class AsyncQueue(_QueueBase):
         return await self._drive(self._route._op_breaker(domain, "trip", cooldown))
 
     async def domain_set(
-        self, domain: str, *, delay: float | None = None, concurrency: int | str | None = None
+        self,
+        domain: str,
+        *,
+        delay: float | None = None,
+        concurrency: int | str | None = None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> dict[str, Any]:
-        """Set a domain's politeness overrides; answers what is now in force."""
-        return await self._drive(self._route._op_domain_set(domain, delay, concurrency))
+        """Set a domain's politeness overrides; answers what is now in force.
+
+        ``max_pages``: the domain's own cap on jobs enqueued, for the URLFrontier service's
+        URLs (enqueued ``capped``); -1 restores the queue's. ``blocked_until``: epoch
+        seconds before which the domain dispatches nothing (a later wait already set
+        stays); 0 lifts such a wait now."""
+        op = self._route._op_domain_set(domain, delay, concurrency, max_pages, blocked_until)
+        return await self._drive(op)
 
     async def host_group(self, host: str, address: str) -> str:
         """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it

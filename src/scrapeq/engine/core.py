@@ -26,6 +26,7 @@ from scrapeq.engine.oputil import (
     _chunks,
     _dead_job,
     _enqueue_result,
+    _epoch_ms,
     _event,
     _expires_ms,
     _job_info,
@@ -473,12 +474,23 @@ class _QueueCore(SettlementBuilders):
         return str((yield scripts.breaker(domain, action, cool_ms)))
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | str | None
+        self,
+        domain: str,
+        delay: float | None,
+        concurrency: int | str | None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
         if concurrency is not None and concurrency != "auto":
             check_count("concurrency", concurrency)
-        got_delay, got_conc, adaptive = yield scripts.domain_set(domain, delay_ms, concurrency)
+        if max_pages is not None and max_pages != -1:
+            check_count("max_pages", max_pages, minimum=0)
+        until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
+        call = scripts.domain_set(
+            domain, delay_ms, concurrency, max_pages=max_pages, until_ms=until_ms
+        )
+        got_delay, got_conc, adaptive = yield call
         return {
             "domain": domain,
             "delay": got_delay / 1000,

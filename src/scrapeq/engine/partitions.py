@@ -208,10 +208,15 @@ class PartitionRouter(ABC):
         )
 
     def _op_domain_set(
-        self, domain: str, delay: float | None, concurrency: int | str | None
+        self,
+        domain: str,
+        delay: float | None,
+        concurrency: int | str | None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> Op[dict[str, Any]]:
         yield from self._schema.op_all()
-        op = self.core._op_domain_set(domain, delay, concurrency)
+        op = self.core._op_domain_set(domain, delay, concurrency, max_pages, blocked_until)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(

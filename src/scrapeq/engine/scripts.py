@@ -207,15 +207,23 @@ def breaker(domain: str, action: str, cool_ms: int | None = None) -> Call[str]:
 
 
 def domain_set(
-    domain: str, delay_ms: int | None = None, conc: int | str | None = None
+    domain: str,
+    delay_ms: int | None = None,
+    conc: int | str | None = None,
+    *,
+    max_pages: int | None = None,
+    until_ms: int | None = None,
 ) -> Call[tuple[int, int, bool]]:
-    """Set politeness overrides (-1 restores the default; conc may be ``auto``); answers
-    (delay_ms, conc, adaptive): conc is the limit in force, adaptive whether it adapts."""
+    """Set politeness overrides (-1 restores the default; conc may be ``auto``), the
+    domain's own ``max_pages`` (for capped specs), a wait until server ms ``until_ms`` (0
+    lifts it); answers (delay_ms, conc, adaptive): conc is the limit in force, adaptive
+    whether it adapts."""
 
     def parse(raw: list[Any]) -> tuple[int, int, bool]:
         return int(raw[0]), int(raw[1]), bool(int(raw[2]))
 
-    return _call("domain_set", parse, domain=domain, **_given(delay_ms=delay_ms, conc=conc))
+    given = _given(delay_ms=delay_ms, conc=conc, max_pages=max_pages, until_ms=until_ms)
+    return _call("domain_set", parse, domain=domain, **given)
 
 
 def host_group(host: str, key: str) -> Call[str]:

@@ -4,17 +4,23 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {domain, delay_ms?, conc?}
+    ARGV[3]  JSON {domain, delay_ms?, conc?, max_pages?, until_ms?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
+      max_pages the domain's own max_pages (0 to 10^14 - 1), for the specs enqueued
+                `capped` (includes/enqueue.lua); -1 restores the queue's
+      until_ms  server time in ms before which the domain dispatches nothing (its `next`,
+                as a Retry-After parks it; a later `next` already set stays); 0 lifts
+                such a wait now (the URLFrontier service's BlockQueueUntil)
       absent fields are left as they are
 
   Output: {delay_ms, conc, auto} now in force (the defaults when no override is set); auto
   is 1 when the domain's limit adapts (conc is then its limit now).
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
-  to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1), before any write.
+  to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1; max_pages -1 or 0 to 10^14 - 1;
+  until_ms 0 to 10^14 - 1), before any write.
 ]]
 --@include common
 --@include domain
@@ -27,6 +33,10 @@ local refused = arg_refusal(function()
       or conc < 1 or conc > MAX_INT or conc ~= math.floor(conc)) then
     refuse('conc', "expected an integer in [1, " .. MAX_INT .. "], 'auto' or -1", conc)
   end
+  if ARG.max_pages ~= nil and ARG.max_pages ~= -1 then
+    check_int(ARG.max_pages, 'max_pages', 0, MAX_INT)
+  end
+  if ARG.until_ms ~= nil then check_int(ARG.until_ms, 'until_ms', 0, MAX_INT) end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -42,6 +52,18 @@ if ARG.conc == 'auto' then
 elseif ARG.conc then
   if ARG.conc < 0 then redis.call('HDEL', dk, 'conc')
   else redis.call('HSET', dk, 'conc', math.floor(ARG.conc)) end
+end
+if ARG.max_pages then
+  if ARG.max_pages < 0 then redis.call('HDEL', dk, 'maxp')
+  else redis.call('HSET', dk, 'maxp', ARG.max_pages) end
+end
+if ARG.until_ms then
+  local nxt = tonumber(redis.call('HGET', dk, 'next')) or 0
+  if ARG.until_ms == 0 then
+    if nxt > NOW then redis.call('HSET', dk, 'next', NOW) end
+  elseif ARG.until_ms > nxt then
+    redis.call('HSET', dk, 'next', ARG.until_ms)
+  end
 end
 local f = redis.call('HMGET', dk, 'delay', 'conc')
 refile(d)

@@ -24,6 +24,10 @@
                at       a known URL (the URLFrontier service's import, unique = 'seen', no
                         parent): server time in ms of its next visit, 0 never again
                         (includes/enqueue.lua, enqueue_known); it replaces delay
+               succeeds with at: the id of the job this is the next visit of (a settle's
+                        follow-up): its held fingerprint is taken over, not a duplicate
+               capped   true: counted against its domain's max_pages as a follow-up is
+                        (the domain's own, set by domain_set-1.lua, else CFG.max_pages)
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and

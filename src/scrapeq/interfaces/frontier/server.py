@@ -133,6 +133,7 @@ async def start(options: ServeOptions, settings: Settings, redis_url: str) -> Ru
         port = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
     else:
         port = server.add_insecure_port(address)
+    service.node = f"{host}:{port}"  # the port bound, when 0 asked for any
     await server.start()
     return Running(server, port, crawls)
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -38,11 +37,14 @@ __all__ = ["FrontierService"]
 
 log = logging.getLogger("scrapeq.frontier")
 
+M = TypeVar("M")
 OK, SKIPPED, FAIL = pb.AckMessage.OK, pb.AckMessage.SKIPPED, pb.AckMessage.FAIL
 #: Items of a PutURLs stream written in one engine call at most.
 PUT_BATCH = 256
 #: The lease of a GetURLs that asks for none (``delay_requestable`` = 0), seconds.
 DEFAULT_LEASE_S = 30.0
+#: The latest BlockQueueUntil time kept (a later one blocks until then): the year 5138.
+MAX_EPOCH_S = 99_999_999_999
 
 
 @dataclasses.dataclass
@@ -99,11 +101,36 @@ class FrontierService(pb_grpc.URLFrontierServicer):
     async def _put(self, items: Sequence[pb.URLItem]) -> list[pb.AckMessage]:
         batch = _Batch()
         pending = [self._plan(item, batch) for item in items]
+        await self._run(batch)
+        return [pb.AckMessage(ID=p.ack_id, status=p.status) for p in pending]
+
+    async def _run(self, batch: _Batch) -> None:
         for crawl, entries in batch.enqueue.items():
             await self._run_enqueue(crawl, entries)
         for crawl, settles in batch.settle.items():
             await self._run_settle(crawl, settles)
-        return [pb.AckMessage(ID=p.ack_id, status=p.status) for p in pending]
+
+    async def PutDiscovered(
+        self,
+        request_iterator: AsyncIterator[pb.DiscoveredBatch],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.BatchAck]:
+        # a batch is one message: the stream's bound counts batches, acked as wholes
+        ahead: asyncio.Queue[pb.DiscoveredBatch | None] = asyncio.Queue(
+            max(1, self.max_unacked // PUT_BATCH)
+        )
+        reader = asyncio.ensure_future(_read_into(request_iterator, ahead))
+        try:
+            while (message := await ahead.get()) is not None:
+                batch = _Batch()
+                pending = [
+                    self._plan(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)), batch)
+                    for info in message.items
+                ]
+                await self._run(batch)
+                yield pb.BatchAck(ID=message.ID, statuses=[p.status for p in pending])
+        finally:
+            reader.cancel()
 
     def _plan(self, item: pb.URLItem, batch: _Batch) -> _Pending:
         kind = item.WhichOneof("item")
@@ -117,7 +144,7 @@ class FrontierService(pb_grpc.URLFrontierServicer):
             meta = {k: list(v.values) for k, v in info.metadata.items()}
             lease = lease_of(meta) if kind == "known" else None
             at = item.known.refetchable_from_date if kind == "known" else None
-            spec = self._spec(queue, info, meta, at, lease is not None)
+            spec = self._spec(queue, info, meta, at)
         except (BadItem, ScrapeqError) as exc:
             log.warning("PutURLs: %s skipped: %s", pending.ack_id[:200], exc)
             pending.status = SKIPPED
@@ -125,7 +152,7 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         if lease is None:
             batch.enqueue.setdefault(crawl, []).append((spec, pending))
         else:
-            follow = () if spec.delay_ms < 0 else (spec,)
+            follow = () if at == 0 else (dataclasses.replace(spec, succeeds=lease[0]),)
             settle = Settlement(lease[0], lease[1], "done", follow=follow)
             batch.settle.setdefault(crawl, []).append((settle, pending))
         return pending
@@ -136,20 +163,14 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         info: pb.URLInfo,
         meta: dict[str, list[str]],
         at: int | None,
-        leased: bool,
     ) -> EnqueueSpec:
-        """The job spec of an item: a discovered URL (``at`` None), a known URL's import
-        (``at_ms``), or a leased URL's next visit (delay_ms -1: none)."""
-        payload = metadata_payload(meta)
-        if at is None or not leased:
-            spec = queue.prepare(info.url, unique="seen", payload=payload)
-            if at is not None:
-                spec = dataclasses.replace(spec, at_ms=at * 1000)
-        elif at == 0:
-            spec = dataclasses.replace(queue.prepare(info.url), delay_ms=-1)
+        """The job spec of an item: a discovered URL (``at`` None), or a known one due at
+        ``at`` (an import, or a leased URL's next visit)."""
+        spec = queue.prepare(info.url, unique="seen", payload=metadata_payload(meta))
+        if at is None:  # a new URL counts against its queue's crawl limit
+            spec = dataclasses.replace(spec, capped=True)
         else:
-            delay = min(max(at - time.time(), 0.0), 100 * 365 * 86400)
-            spec = queue.prepare(info.url, unique="off", payload=payload, delay=delay)
+            spec = dataclasses.replace(spec, at_ms=min(at, MAX_EPOCH_S) * 1000)
         if info.key:
             spec = dataclasses.replace(spec, domain=check_key(info.key))
         return spec
@@ -314,6 +335,41 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         await queue.domain_set(request.key, delay=float(request.delay_requestable))
         return pb.Empty()
 
+    async def SetCrawlLimit(
+        self, request: pb.CrawlLimitParams, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        queue = await self._check(context, self.crawls.queue, request.crawlID or DEFAULT_CRAWL)
+        await self._check(context, check_key, request.key)
+        await queue.domain_set(request.key, max_pages=request.limit or -1)
+        return pb.Empty()
+
+    async def BlockQueueUntil(
+        self, request: pb.BlockQueueParams, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        queue = await self._check(context, self.crawls.queue, request.crawlID or DEFAULT_CRAWL)
+        await self._check(context, check_key, request.key)
+        until = min(request.time, MAX_EPOCH_S)
+        await queue.domain_set(request.key, blocked_until=until)
+        return pb.Empty()
+
+    async def GetURLStatus(
+        self, request: pb.URLStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.URLItem:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetURLStatus: not yet in scrapeq")
+        raise AssertionError  # abort raises
+
+    async def ListURLs(
+        self, request: pb.ListUrlParams, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.URLItem]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListURLs: not yet in scrapeq")
+        yield pb.URLItem()  # never reached: abort raises
+
+    async def PurgeURLs(
+        self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext
+    ) -> pb.Long:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PurgeURLs: not yet in scrapeq")
+        raise AssertionError  # abort raises
+
     async def SetActive(self, request: pb.Active, context: grpc.aio.ServicerContext) -> pb.Empty:
         self.active = request.state
         return pb.Empty()
@@ -340,9 +396,7 @@ def _active(row: dict[str, Any]) -> bool:
     return bool(row["ready"] + row["delayed"] + row["inflight"])
 
 
-async def _read_into(
-    requests: AsyncIterator[pb.URLItem], ahead: asyncio.Queue[pb.URLItem | None]
-) -> None:
+async def _read_into(requests: AsyncIterator[M], ahead: asyncio.Queue[M | None]) -> None:
     """Read a stream into ``ahead`` (bounded: a full queue stops the reading), then None."""
     try:
         async for item in requests:
