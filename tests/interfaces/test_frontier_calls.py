@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
-from support.frontier import Client, discovered
+from support.frontier import Client, discovered, known
 
 OK, SKIPPED = pb.AckMessage.OK, pb.AckMessage.SKIPPED
 
@@ -139,3 +139,19 @@ def test_list_nodes_crawls_and_count(fclient: Client, frontier: Any) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         fclient.stub.CountURLs(pb.CountUrlParams(filter="x"))
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_get_url_status_says_when_a_url_is_due(fclient: Client, bounce: Any) -> None:
+    later = int(time.time()) + 3600
+
+    fclient.put([known("http://g.example/later", later), discovered("http://g.example/now")])
+    bounce()
+    item = fclient.stub.GetURLStatus(pb.URLStatusRequest(url="http://g.example/later"))
+    assert item.known.info.url == "http://g.example/later"
+    assert abs(item.known.refetchable_from_date - later) <= 1
+    (served,) = fclient.get(key="g.example", delay_requestable=60)
+    item = fclient.stub.GetURLStatus(pb.URLStatusRequest(url=served.url, key="g.example"))
+    assert abs(item.known.refetchable_from_date - (time.time() + 60)) <= 3  # its lease's end
+    with pytest.raises(grpc.RpcError) as caught:
+        fclient.stub.GetURLStatus(pb.URLStatusRequest(url="http://g.example/unknown"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND

@@ -8,6 +8,7 @@ express is a pair of helpers in :mod:`scrapeq.engine.flavours`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
@@ -323,6 +324,16 @@ class AsyncQueue(_QueueBase):
         flight until when, dead, done) and what it holds; None when there is no such job (a
         done job is deleted unless ``keep_done`` keeps it). One atomic look."""
         return await self._drive(self._route._op_job_info(job_id))
+
+    async def url_job(self, url: str | Request, *, domain: str | None = None) -> JobInfo | None:
+        """Where the job holding ``url`` is (as :meth:`job_info`), found by its fingerprint
+        (URLs compare as ``unique`` compares them; ``domain``: the key it was filed under,
+        when not its host). None when no pending or leased job holds it: the URL is
+        unknown, done, dead, or was enqueued before the queue's first unique enqueue."""
+        spec = self.prepare(url, unique="pending")
+        if domain is not None:
+            spec = dataclasses.replace(spec, domain=domain)
+        return await self._drive(self._route._op_url_job(spec))
 
     async def cancel(
         self,

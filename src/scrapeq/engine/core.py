@@ -349,6 +349,10 @@ class _QueueCore(SettlementBuilders):
         key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
         return int((yield Command(("ZCARD", key))))
 
+    def _op_url_holder(self, fingerprint: str) -> Op[str | None]:
+        held = yield Command(("HGET", self.keys.unique, fingerprint))
+        return None if held is None else str(held)
+
     def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
         place: JobPlace = yield scripts.job_info(job_id)
         if place.place == "unknown" or place.text is None:

@@ -286,6 +286,17 @@ class PartitionRouter(ABC):
     def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
         return (yield from self._on(self.core._op_job_info(job_id), self._part_of_id(job_id)))
 
+    def _op_url_job(self, spec: EnqueueSpec) -> Op[JobInfo | None]:
+        """The job holding ``spec``'s fingerprint, on its domain's partition, then where it
+        is (two reads: the job may move between them)."""
+        if spec.fingerprint is None:
+            return None
+        yield from self._op_check_parts_read()
+        held = yield from self._on(
+            self.core._op_url_holder(spec.fingerprint), self._part(spec.domain)
+        )
+        return None if held is None else (yield from self._op_job_info(held))
+
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
         return (yield from self._on(self.core._op_get_job(job_id), self._part_of_id(job_id)))
 

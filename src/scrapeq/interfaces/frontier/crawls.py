@@ -126,9 +126,10 @@ class Crawls:
         return [c for c in map(self.crawl_of, names) if c]
 
 
-def job_info_metadata(job: Job) -> dict[str, Any]:
-    """A served job's metadata: its payload's lists, and its lease."""
+def job_info_metadata(job: Job, *, lease: bool = True) -> dict[str, Any]:
+    """A job's metadata: its payload's lists, and (a served job's) its lease."""
     payload = job.payload if isinstance(job.payload, dict) else {}
     meta: dict[str, Any] = {k: v for k, v in payload.items() if isinstance(v, list)}
-    meta[LEASE_KEY] = [lease_text(job)]
+    if lease:
+        meta[LEASE_KEY] = [lease_text(job)]
     return meta

@@ -355,8 +355,28 @@ class FrontierService(pb_grpc.URLFrontierServicer):
     async def GetURLStatus(
         self, request: pb.URLStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.URLItem:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetURLStatus: not yet in scrapeq")
-        raise AssertionError  # abort raises
+        crawl = request.crawlID or DEFAULT_CRAWL
+        queue = await self._check(context, self.crawls.queue, crawl)
+        if request.key:
+            await self._check(context, check_key, request.key)
+        try:
+            found = await queue.url_job(request.url, domain=request.key or None)
+        except ScrapeqError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if found is None or found.state not in ("ready", "delayed", "inflight"):
+            # done, never seen and dead are not told apart: the seen-set is not read here
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no queued or leased URL")
+        job = found.job
+        info = pb.URLInfo(url=job.url, key=job.domain, crawlID=crawl)
+        for k, v in job_info_metadata(job, lease=False).items():
+            info.metadata[k].values.extend(v)
+        due_ms = found.lease_deadline_ms if found.state == "inflight" else found.eligible_ms
+        date = max(1, (due_ms or found.now_ms) // 1000)  # 0 would say "never again"
+        return pb.URLItem(
+            known=pb.KnownURLItem(info=info, refetchable_from_date=date),
+            ID=job.url,
+            creation_date=job.created_ms // 1000 if job.created_ms else 0,
+        )
 
     async def ListURLs(
         self, request: pb.ListUrlParams, context: grpc.aio.ServicerContext
