@@ -12,9 +12,10 @@ redis-server; the clients are this process (grpcio, blocking stubs, one channel 
 * **2 streams to 2 services**: the same with a second service process on the same Redis,
   one stream each (the services share nothing but Redis).
 * **discovered batches**: the same over PutDiscovered, batches of 50 URLs (a page's links).
-* **memory**: ``used_memory`` growth over the URLs queued (jobs, seen-set, domains,
-  registry), per URL, measured after the 1-stream run (N URLs queued).
-* **GetURLs 100**: with Q URLs queued (Q = 100,000 by default, over 1,000 hosts), GetURLs of
+* **memory**: ``used_memory`` growth over the URLs queued (jobs, their held fingerprints,
+  seen-set, domains, registry), per URL, measured after the 1-stream run (N URLs queued);
+  the service runs with ``seen_capacity`` = N (the seen-set sized for the crawl).
+* **GetURLs 100**: with Q URLs queued (Q = 100,000 by default, over 10,000 hosts), GetURLs of
   100 URLs (``max_queues`` 100, ``max_urls_per_queue`` 1, lease 60 s), repeated R times; the
   latency of each call from the request to the last URL received (p50, p95, max).
 
@@ -49,18 +50,21 @@ from scrapeq.engine.launcher import free_port  # noqa: E402
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb  # noqa: E402
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc  # noqa: E402
 
-HOSTS = 1000
+#: Hosts of the ingestion runs, and of the queue GetURLs serves from (each host gives at most
+#: its politeness limit a call: 2 leased at once with domain_concurrency auto).
+HOSTS, GET_HOSTS = 1_000, 10_000
 
 
-def url(run: str, i: int) -> str:
-    """A distinct 60-character URL of one of HOSTS hosts."""
-    text = f"https://h{i % HOSTS:04d}.example.com/{run}/item/{i:012d}"
+def url(run: str, i: int, hosts: int = HOSTS) -> str:
+    """A distinct 60-character URL of one of ``hosts`` hosts."""
+    text = f"https://h{i % hosts:05d}.example.com/{run}/item/{i:012d}"
     return text + "x" * (60 - len(text))
 
 
 def items(run: str, start: int, stop: int) -> Iterator[pb.URLItem]:
+    hosts = GET_HOSTS if run == "get" else HOSTS
     for i in range(start, stop):
-        info = pb.URLInfo(url=url(run, i))
+        info = pb.URLInfo(url=url(run, i, hosts))
         yield pb.URLItem(discovered=pb.DiscoveredURLItem(info=info))
 
 
@@ -129,10 +133,11 @@ def used_memory(client: redis.Redis) -> int:
 class Service:
     """``scrapeq frontier serve`` as a process on a free loopback port."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, **settings: str) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
         env["PYTHONPATH"] = str(ROOT / "src")
+        env.update({f"SCRAPEQ_{k.upper()}": v for k, v in settings.items()})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "scrapeq", "--redis", redis_url, "frontier", "serve",
              "--grpc", f"127.0.0.1:{self.port}"],
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[list[object]] = []
     with private_redis(args.redis_server) as server:
         client = redis.Redis.from_url(server.url)
-        service = Service(server.url)
+        # the seen-set sized for the run (seen_capacity), as a crawl of that size states it
+        service = Service(server.url, seen_capacity=str(n))
         try:
             base = used_memory(client)
             ok, secs = ingest([service.target], "one", n, 1)
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(["PutURLs, 1 stream", ok, secs, ok / secs])
             ok, secs = ingest([service.target], "two", n, 2)
             rows.append(["PutURLs, 2 streams", ok, secs, ok / secs])
-            second = Service(server.url)
+            second = Service(server.url, seen_capacity=str(n))
             try:
                 ok, secs = ingest([service.target, second.target], "pair", n, 2)
             finally:
@@ -184,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(["PutDiscovered, batches of 50", ok, secs, ok / secs])
             client.flushall()
             service.stop()
-            service = Service(server.url)
+            service = Service(server.url, seen_capacity=str(queued))
             ingest([service.target], "get", queued, 2)
             latencies, served = get_latencies(service.target, calls)
         finally:
@@ -192,10 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/frontier.py: redis {server.version}, {load_note()}")
         print(format_table(["ingestion", "URLs acked", "seconds", "URLs/s"], rows))
         print(
-            f"\nmemory: {per_url:.0f} bytes of Redis per URL queued ({n:,} URLs, {HOSTS:,} hosts)"
+            f"\nmemory: {per_url:.0f} bytes of Redis per URL queued ({n:,} URLs, {HOSTS:,} hosts,"
+            f" seen_capacity {n:,})"
         )
         print(
-            f"\nGetURLs of 100 URLs from a queue of {queued:,} ({calls} calls, {served:,} served):"
+            f"\nGetURLs of 100 URLs from a queue of {queued:,} over {GET_HOSTS:,} hosts"
+            f" ({calls} calls, {served:,} served):"
             f" p50 {pct(latencies, 50):.1f} ms, p95 {pct(latencies, 95):.1f} ms,"
             f" max {max(latencies):.1f} ms"
         )

@@ -155,3 +155,19 @@ def test_get_url_status_says_when_a_url_is_due(fclient: Client, bounce: Any) -> 
     with pytest.raises(grpc.RpcError) as caught:
         fclient.stub.GetURLStatus(pb.URLStatusRequest(url="http://g.example/unknown"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_list_urls_pages_through_queued_and_leased_urls(fclient: Client, bounce: Any) -> None:
+    fclient.put([discovered(f"http://q.example/{i}") for i in range(5)])
+    fclient.put([discovered("http://other.example/Z")])
+    fclient.get(key="q.example", delay_requestable=60)  # some leased: still listed
+    bounce()
+
+    def listed(**params: Any) -> list[str]:
+        return [i.known.info.url for i in fclient.stub.ListURLs(pb.ListUrlParams(**params))]
+
+    assert sorted(listed(key="q.example")) == [f"http://q.example/{i}" for i in range(5)]
+    assert len(listed()) == 6
+    assert len(listed(key="q.example", start=2, size=2)) == 2
+    assert listed(filter="/z", ignoreCase=True) == ["http://other.example/Z"]
+    assert listed(filter="/z") == []

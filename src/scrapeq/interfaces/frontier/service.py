@@ -19,6 +19,7 @@ import grpc
 
 from scrapeq.engine.async_queue import AsyncQueue
 from scrapeq.engine.core import MAX_CLAIM
+from scrapeq.engine.job import JobInfo
 from scrapeq.engine.script_args import EnqueueSpec, Settlement
 from scrapeq.errors import NotFound, ScrapeqError
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
@@ -43,6 +44,8 @@ OK, SKIPPED, FAIL = pb.AckMessage.OK, pb.AckMessage.SKIPPED, pb.AckMessage.FAIL
 PUT_BATCH = 256
 #: The lease of a GetURLs that asks for none (``delay_requestable`` = 0), seconds.
 DEFAULT_LEASE_S = 30.0
+#: URLs of each state ListURLs reads at most (``job list``'s bound).
+LIST_LIMIT = 1000
 #: The latest BlockQueueUntil time kept (a later one blocks until then): the year 5138.
 MAX_EPOCH_S = 99_999_999_999
 
@@ -366,23 +369,26 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         if found is None or found.state not in ("ready", "delayed", "inflight"):
             # done, never seen and dead are not told apart: the seen-set is not read here
             await context.abort(grpc.StatusCode.NOT_FOUND, "no queued or leased URL")
-        job = found.job
-        info = pb.URLInfo(url=job.url, key=job.domain, crawlID=crawl)
-        for k, v in job_info_metadata(job, lease=False).items():
-            info.metadata[k].values.extend(v)
-        due_ms = found.lease_deadline_ms if found.state == "inflight" else found.eligible_ms
-        date = max(1, (due_ms or found.now_ms) // 1000)  # 0 would say "never again"
-        return pb.URLItem(
-            known=pb.KnownURLItem(info=info, refetchable_from_date=date),
-            ID=job.url,
-            creation_date=job.created_ms // 1000 if job.created_ms else 0,
-        )
+        return _url_item(found, crawl)
 
     async def ListURLs(
         self, request: pb.ListUrlParams, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.URLItem]:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListURLs: not yet in scrapeq")
-        yield pb.URLItem()  # never reached: abort raises
+        crawl = request.crawlID or DEFAULT_CRAWL
+        queue = await self._check(context, self.crawls.queue, crawl)
+        if request.key:
+            await self._check(context, check_key, request.key)
+        size = request.size or 100
+        # bounded reads (job list's): the first start + size of each state, at most 1,000
+        limit = min(request.start + size, LIST_LIMIT)
+        found: list[pb.URLItem] = []
+        for state in ("ready", "delayed", "inflight"):
+            listed = await queue.list_jobs(state, domain=request.key or None, limit=limit)
+            found.extend(_url_item(info, crawl) for info in listed.jobs)
+        if request.HasField("filter") and request.filter:
+            found = [i for i in found if _matches(i.known.info.url, request)]
+        for item in found[request.start : request.start + size]:
+            yield item
 
     async def PurgeURLs(
         self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext
@@ -409,6 +415,28 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         python_level = {"TRACE": "DEBUG", "WARN": "WARNING"}.get(level, level)
         logging.getLogger(request.package or None).setLevel(python_level)
         return pb.Empty()
+
+
+def _url_item(found: JobInfo, crawl: str) -> pb.URLItem:
+    """A queued or leased job as GetURLStatus and ListURLs answer it: when it is due (a
+    leased one: when its lease ends), its metadata, its creation date."""
+    job = found.job
+    info = pb.URLInfo(url=job.url, key=job.domain, crawlID=crawl)
+    for k, v in job_info_metadata(job, lease=False).items():
+        info.metadata[k].values.extend(v)
+    due_ms = found.lease_deadline_ms if found.state == "inflight" else found.eligible_ms
+    date = max(1, (due_ms or found.now_ms) // 1000)  # 0 would say "never again"
+    return pb.URLItem(
+        known=pb.KnownURLItem(info=info, refetchable_from_date=date),
+        ID=job.url,
+        creation_date=job.created_ms // 1000 if job.created_ms else 0,
+    )
+
+
+def _matches(url: str, request: pb.ListUrlParams) -> bool:
+    if request.ignoreCase:
+        return request.filter.casefold() in url.casefold()
+    return request.filter in url
 
 
 def _active(row: dict[str, Any]) -> bool:
