@@ -34,6 +34,9 @@ def test_a_token_is_required_on_every_call(frontier_loop: Any, redis_url: str) -
         with pytest.raises(grpc.RpcError) as caught:
             client.put([discovered("http://a.example/")], metadata=[("authorization", "Bearer x")])
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as caught:
+            client.get()
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         auth = [("authorization", f"Bearer {TOKEN}")]
         acks = client.put([discovered("http://a.example/")], metadata=auth)
         assert [a.status for a in acks] == [pb.AckMessage.OK]

@@ -97,9 +97,11 @@ def _refusal(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
     async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
 
-    streaming = str(details.method).endswith(("/PutURLs", "/PutDiscovered"))
-    if streaming:
+    method = str(details.method).rpartition("/")[2]
+    if method in ("PutURLs", "PutDiscovered"):
         return grpc.stream_stream_rpc_method_handler(deny)
+    if method in ("GetURLs", "ListURLs"):
+        return grpc.unary_stream_rpc_method_handler(deny)
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
