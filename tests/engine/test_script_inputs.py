@@ -209,6 +209,7 @@ CASES: dict[str, Cases] = {
             ("n = 0", lambda w: {"n": 0, "seed": 1}),
             ("a seed that is not a number", lambda w: {"n": 1, "seed": "x"}),
             ("urgent not a boolean", lambda w: {"n": 1, "seed": 1, "urgent": "yes"}),
+            ("a domain that is not a string", lambda w: {"n": 1, "seed": 1, "domain": 7}),
         ),
     ),
     "clear": Cases(
@@ -245,6 +246,9 @@ CASES: dict[str, Cases] = {
             ("a concurrency past what Lua writes exactly", lambda w: {"domain": D, "conc": 1e20}),
             ("a delay past 100 years", lambda w: {"domain": D, "delay_ms": 1e20}),
             ("a concurrency of 0", lambda w: {"domain": D, "conc": 0}),
+            ("a max_pages below -1", lambda w: {"domain": D, "max_pages": -2}),
+            ("a wait past what Lua writes exactly", lambda w: {"domain": D, "until_ms": 1e20}),
+            ("a wait that is no number", lambda w: {"domain": D, "until_ms": "soon"}),
         ),
     ),
     "domains": Cases(
@@ -273,6 +277,10 @@ CASES: dict[str, Cases] = {
             ("an unknown unique mode", lambda w: {"jobs": [w.spec("/x", unique="always")]}),
             ("jobs not a list", lambda w: {"jobs": "x"}),
             ("a request that is not text", lambda w: {"jobs": [w.spec("/x", request={"m": 1})]}),
+            ("a known URL's time below 0", lambda w: {"jobs": [w.spec("/x"), w.spec(at=-1)]}),
+            ("a known URL without unique = 'seen'", lambda w: {"jobs": [w.spec("/x", at=0)]}),
+            ("a capped flag that is no boolean", lambda w: {"jobs": [w.spec("/x", capped=1)]}),
+            ("succeeds without at", lambda w: {"jobs": [w.spec("/x", succeeds="a1")]}),
         ),
     ),
     "downloaded": Cases(

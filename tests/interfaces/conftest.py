@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -42,3 +43,36 @@ def passworded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp("pw")
     with running(find_redis_server(), port, args, admin_url, workdir) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def frontier_loop() -> Iterator[Any]:
+    """The event loop thread the URLFrontier services of the session run on."""
+    from support.frontier import LoopThread
+
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def frontier(redis_url: str, frontier_loop: Any) -> Iterator[Any]:
+    """A URLFrontier service on a free loopback port over the test Redis (restartable), with
+    short backoffs so a lease that expired serves its URL again at once."""
+    from scrapeq.engine.settings import Settings
+    from support.frontier import FrontierProcess
+
+    settings = Settings(redis_url=redis_url, backoff_base=0.001, backoff_cap=0.001)
+    service = FrontierProcess(frontier_loop, redis_url, settings)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def fclient(frontier: Any) -> Iterator[Any]:
+    """A blocking client of the ``frontier`` service."""
+    from support.frontier import Client
+
+    client = Client(frontier.target)
+    yield client
+    client.close()

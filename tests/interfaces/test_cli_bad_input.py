@@ -54,6 +54,8 @@ EXIT = {
 CLOSED_PORT = free_port()
 #: The dashboard must fail before it binds; its port is free when the module is collected.
 DASHBOARD_PORT = str(free_port())
+#: The URLFrontier service must fail before it binds too.
+FRONTIER_PORT = str(free_port())
 MISSING = "/nonexistent-scrapeq-test/missing"
 
 
@@ -178,6 +180,18 @@ COMMANDS: dict[tuple[str, ...], Spec] = {
     ),
     ("server", "status"): Spec(bad_values=(("--json=1",), ("extra",)), redis=False),
     ("server", "stop"): Spec(bad_values=(("extra",),), redis=False),
+    ("frontier", "serve"): Spec(
+        ("--grpc", f"127.0.0.1:{FRONTIER_PORT}"),
+        bad_values=(
+            ("--grpc", "nowhere"),
+            ("--grpc", "0.0.0.0:7071"),
+            ("--token", "too-short"),
+            ("--max-unacked", "1"),
+            ("--tls-cert", __file__),
+            ("extra",),
+        ),
+        missing_files=(("--tls-cert", f"{MISSING}/c.pem", "--tls-key", f"{MISSING}/k.pem"),),
+    ),
 }
 
 #: Spellings that are not a domain (``host[:port]`` as scrapeq writes it): a blank, a space,

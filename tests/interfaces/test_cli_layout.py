@@ -15,7 +15,7 @@ PACKAGE = Path(scrapeq.interfaces.cli.__file__).parent
 def test_help_lists_the_commands_then_the_groups_in_their_order() -> None:
     assert list(command().commands) == [
         "worker", "crawl", "enqueue", "status", "audit", "breakers", "domains", "demo",
-        "dashboard", "dead", "job", "queue", "breaker", "domain", "proxies", "server",
+        "dashboard", "dead", "job", "queue", "breaker", "domain", "proxies", "server", "frontier",
     ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ express is a pair of helpers in :mod:`scrapeq.engine.flavours`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
@@ -176,13 +177,16 @@ class AsyncQueue(_QueueBase):
         written. ``fingerprint64`` is one job's own: refused for more than one URL."""
         return await self._drive(self._route._op_enqueue(self.prepare_many(urls, **options)))
 
-    async def claim(self, n: int = 1, *, urgent_only: bool = False) -> Claimed:
+    async def claim(
+        self, n: int = 1, *, urgent_only: bool = False, domain: str | None = None
+    ) -> Claimed:
         """Claim up to ``n`` jobs (most urgent first, honouring every domain's limits).
 
         ``urgent_only``: only jobs of the most urgent lane (as the wake stream signals them),
         none of another: for a share of a client's slots kept for urgent work. Its
-        ``next_due`` says nothing of the other lanes."""
-        return await self._drive(self._route._op_claim(n, urgent_only))
+        ``next_due`` says nothing of the other lanes. ``domain``: only that domain's jobs,
+        when its limits let it dispatch now (the URLFrontier service's GetURLs of one key)."""
+        return await self._drive(self._route._op_claim(n, urgent_only, domain))
 
     async def settle_many(self, items: Sequence[Settlement]) -> list[Settled]:
         """Settle many jobs in one call; a stale token answers ``stale`` for its item (each
@@ -328,6 +332,16 @@ class AsyncQueue(_QueueBase):
         done job is deleted unless ``keep_done`` keeps it). One atomic look."""
         return await self._drive(self._route._op_job_info(job_id))
 
+    async def url_job(self, url: str | Request, *, domain: str | None = None) -> JobInfo | None:
+        """Where the job holding ``url`` is (as :meth:`job_info`), found by its fingerprint
+        (URLs compare as ``unique`` compares them; ``domain``: the key it was filed under,
+        when not its host). None when no pending or leased job holds it: the URL is
+        unknown, done, dead, or was enqueued before the queue's first unique enqueue."""
+        spec = self.prepare(url, unique="pending")
+        if domain is not None:
+            spec = dataclasses.replace(spec, domain=domain)
+        return await self._drive(self._route._op_url_job(spec))
+
     async def cancel(
         self,
         *,
@@ -407,10 +421,20 @@ class AsyncQueue(_QueueBase):
         delay: float | None = None,
         concurrency: int | str | None = None,
         fetcher: str | None = None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides and its fetcher (``http``, ``impersonate``;
-        ``default``: none, the worker's setting decides); answers what is now in force."""
-        return await self._drive(self._route._op_domain_set(domain, delay, concurrency, fetcher))
+        ``default``: none, the worker's setting decides); answers what is now in force.
+
+        ``max_pages``: the domain's own cap on jobs enqueued, for the URLFrontier service's
+        URLs (enqueued ``capped``); -1 restores the queue's. ``blocked_until``: epoch
+        seconds before which the domain dispatches nothing (a later wait already set
+        stays); 0 lifts such a wait now."""
+        op = self._route._op_domain_set(
+            domain, delay, concurrency, fetcher, max_pages, blocked_until
+        )
+        return await self._drive(op)
 
     async def host_group(self, host: str, address: str) -> str:
         """``politeness = ip``: file ``host`` (``host[:port]``) under ``ip:<address>`` unless it

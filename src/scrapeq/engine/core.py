@@ -26,6 +26,7 @@ from scrapeq.engine.oputil import (
     _chunks,
     _dead_job,
     _enqueue_result,
+    _epoch_ms,
     _event,
     _expires_ms,
     _job_info,
@@ -256,9 +257,9 @@ class _QueueCore(SettlementBuilders):
             results.extend(_enqueue_result(a) for a in answers)
         return results
 
-    def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
+    def _op_claim(self, n: int, urgent: bool = False, domain: str | None = None) -> Op[Claimed]:
         check_claim_size(n)
-        next_ms, texts = yield scripts.claim(n, urgent=urgent)
+        next_ms, texts = yield scripts.claim(n, urgent=urgent, domain=domain)
         jobs = [Job.from_json(t) for t in texts]
         return Claimed(jobs, None if next_ms < 0 else next_ms / 1000)
 
@@ -355,6 +356,10 @@ class _QueueCore(SettlementBuilders):
     def _op_dead_count(self, domain: str | None) -> Op[int]:
         key = self.keys.dead if domain is None else self.keys.domain_dead(domain)
         return int((yield Command(("ZCARD", key))))
+
+    def _op_url_holder(self, fingerprint: str) -> Op[str | None]:
+        held = yield Command(("HGET", self.keys.unique, fingerprint))
+        return None if held is None else str(held)
 
     def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
         place: JobPlace = yield scripts.job_info(job_id)
@@ -486,6 +491,8 @@ class _QueueCore(SettlementBuilders):
         delay: float | None,
         concurrency: int | str | None,
         fetcher: str | None = None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> Op[dict[str, Any]]:
         delay_ms = _seconds_ms("delay", delay)
         if concurrency is not None and concurrency != "auto":
@@ -494,9 +501,13 @@ class _QueueCore(SettlementBuilders):
             words = ", ".join((*FETCHERS, "default"))
             raise ConfigError("fetcher", f"expected {words}, got {fetcher!r}")
         fetcher_arg = -1 if fetcher == "default" else fetcher
-        got_delay, got_conc, adaptive, got_fetcher = yield scripts.domain_set(
-            domain, delay_ms, concurrency, fetcher_arg
+        if max_pages is not None and max_pages != -1:
+            check_count("max_pages", max_pages, minimum=0)
+        until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
+        call = scripts.domain_set(
+            domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms
         )
+        got_delay, got_conc, adaptive, got_fetcher = yield call
         return {
             "domain": domain,
             "delay": got_delay / 1000,

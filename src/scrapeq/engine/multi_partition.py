@@ -36,7 +36,7 @@ from scrapeq.engine.oputil import (
 )
 from scrapeq.engine.partitions import PartitionRouter
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, ReplayResult
-from scrapeq.engine.routing import PARTITION_RECHECK, _merge_status, _stream_key
+from scrapeq.engine.routing import PARTITION_RECHECK, _merge_status, _stream_key, partition_of
 from scrapeq.engine.scripts import (
     Call,
     Command,
@@ -143,8 +143,15 @@ class MultiPartitionRouter(PartitionRouter):
         answers = _in_order(len(specs), [answers for answers, _ in replies], owners)
         return [_enqueue_result(answer) for answer in answers]
 
-    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
+    def _claim(self, n: int, urgent: bool, domain: str | None = None) -> Op[Claimed]:
         check_claim_size(n)
+        if domain is not None:  # its partition alone holds its jobs
+            call = scripts.claim(n, urgent=urgent, domain=domain)
+            home = self.parts[partition_of(domain, self.partitions)]
+            next_ms, texts = yield call.on(home.prefix)
+            return Claimed(
+                [Job.from_json(t) for t in texts], None if next_ms < 0 else next_ms / 1000
+            )
         if urgent:
             return (yield from self._claim_urgent(n))
         now = time.monotonic()

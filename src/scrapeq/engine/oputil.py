@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from scrapeq.engine import scripts
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
-from scrapeq.engine.limits import check_json_depth, check_seconds
+from scrapeq.engine.limits import MAX_SCRIPT_INT, check_json_depth, check_seconds
 from scrapeq.engine.results import EnqueueResult
 from scrapeq.engine.scripts import (
     EnqueueSpec,
@@ -37,6 +38,15 @@ def _seconds_ms(name: str, value: float | None, *, allow_none: bool = True) -> i
             return None
         raise ConfigError(name, "a number of seconds is required")
     return round(check_seconds(name, value) * 1000)
+
+
+def _epoch_ms(name: str, value: float) -> int:
+    """A point in time given as epoch seconds, in ms: a finite number from 0 to what Lua
+    writes exactly (10^14 - 1 ms, the year 5138)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 <= value * 1000 <= MAX_SCRIPT_INT:
+        raise ConfigError(name, f"expected epoch seconds from 0 to 10^11, got {value!r}")
+    return round(value * 1000)
 
 
 def _expires_ms(expires: float | None) -> int | None:
@@ -132,6 +142,8 @@ def _enqueue_result(answer: str) -> EnqueueResult:
         return EnqueueResult(answer[5:], "dead")
     if answer == "limit":
         return EnqueueResult("", "limit")
+    if answer == "known":
+        return EnqueueResult("", "known")
     return EnqueueResult(answer, "added")
 
 

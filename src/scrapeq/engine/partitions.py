@@ -144,13 +144,14 @@ class PartitionRouter(ABC):
         keys = self.parts[self._part(spec.domain)]
         warn_if_resized(self.core._dedup.seen, (yield Command(("HGET", keys.meta, "seen"))))
 
-    def _op_claim(self, n: int, urgent: bool = False) -> Op[Claimed]:
+    def _op_claim(self, n: int, urgent: bool = False, domain: str | None = None) -> Op[Claimed]:
         yield from self._op_check_parts()
-        return (yield from self._claim(n, urgent))
+        return (yield from self._claim(n, urgent, domain))
 
     @abstractmethod
-    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
-        """Claim up to ``n`` jobs (the queue checked); ``urgent``: of the most urgent lane only."""
+    def _claim(self, n: int, urgent: bool, domain: str | None = None) -> Op[Claimed]:
+        """Claim up to ``n`` jobs (the queue checked); ``urgent``: of the most urgent lane
+        only; ``domain``: of that domain only."""
 
     def _op_settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         yield from self._schema.op_all()
@@ -212,9 +213,11 @@ class PartitionRouter(ABC):
         delay: float | None,
         concurrency: int | str | None,
         fetcher: str | None = None,
+        max_pages: int | None = None,
+        blocked_until: float | None = None,
     ) -> Op[dict[str, Any]]:
         yield from self._schema.op_all()
-        op = self.core._op_domain_set(domain, delay, concurrency, fetcher)
+        op = self.core._op_domain_set(domain, delay, concurrency, fetcher, max_pages, blocked_until)
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(
@@ -283,6 +286,17 @@ class PartitionRouter(ABC):
 
     def _op_job_info(self, job_id: str) -> Op[JobInfo | None]:
         return (yield from self._on(self.core._op_job_info(job_id), self._part_of_id(job_id)))
+
+    def _op_url_job(self, spec: EnqueueSpec) -> Op[JobInfo | None]:
+        """The job holding ``spec``'s fingerprint, on its domain's partition, then where it
+        is (two reads: the job may move between them)."""
+        if spec.fingerprint is None:
+            return None
+        yield from self._op_check_parts_read()
+        held = yield from self._on(
+            self.core._op_url_holder(spec.fingerprint), self._part(spec.domain)
+        )
+        return None if held is None else (yield from self._op_job_info(held))
 
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
         return (yield from self._on(self.core._op_get_job(job_id), self._part_of_id(job_id)))
@@ -392,8 +406,8 @@ class SinglePartitionRouter(PartitionRouter):
     def _enqueue(self, specs: Sequence[EnqueueSpec]) -> Op[list[EnqueueResult]]:
         return self.core._op_enqueue(specs)
 
-    def _claim(self, n: int, urgent: bool) -> Op[Claimed]:
-        return self.core._op_claim(n, urgent)
+    def _claim(self, n: int, urgent: bool, domain: str | None = None) -> Op[Claimed]:
+        return self.core._op_claim(n, urgent, domain)
 
     def _settle(self, items: Sequence[Settlement]) -> Op[list[Settled]]:
         return self.core._op_settle(items)

@@ -18,8 +18,9 @@ class EnqueueResult:
         status: ``added``; ``duplicate`` (a pending job has the URL; with revisit on, a
             sitemap ``lastmod`` newer than the URL's last visit makes that job due now);
             ``seen`` (``unique="seen"``: the queue's seen-set has the URL); ``dead`` (its
-            domain is retired: the job went straight to the dead letters, replayable); or
-            ``limit`` (a follow-up cut by ``max_pages``).
+            domain is retired: the job went straight to the dead letters, replayable);
+            ``limit`` (a follow-up cut by ``max_pages``); or ``known`` (a known URL never to
+            be visited again, ``EnqueueSpec.at_ms`` = 0: the seen-set has it now).
     """
 
     id: str

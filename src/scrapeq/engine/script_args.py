@@ -46,6 +46,15 @@ class EnqueueSpec:
         lastmod: a sitemap's ``lastmod`` (epoch s): with revisit on, newer than the URL's last
             visit makes it due now: past the seen-set, and when a pending job holds the URL
             (``unique``) that job is made due instead of a second one (includes/enqueue.lua).
+        at_ms: a known URL (the URLFrontier service's import, with ``unique = "seen"``):
+            epoch ms of its next visit, earlier ones first; 0: never again (the seen-set
+            records it, no job is made). It replaces ``delay_ms``.
+        succeeds: with ``at_ms``, as a follow-up of a ``done`` settlement: the settled job's
+            id. The new job is its next visit and takes its fingerprint over (a pending job
+            holding the URL is otherwise a duplicate).
+        capped: counted against its domain's ``max_pages`` as a follow-up is (the domain's
+            own, ``domain_set(max_pages=)``, else the setting): the URLFrontier service's
+            discovered URLs, for SetCrawlLimit.
     """
 
     url: str
@@ -66,6 +75,9 @@ class EnqueueSpec:
     weight: float | None = None
     lastmod: int | None = None
     fetcher: str | None = None
+    at_ms: int | None = None
+    succeeds: str | None = None
+    capped: bool = False
 
     def child_of(self, parent: str, depth: int, parent_url: str | None = None) -> EnqueueSpec:
         """This spec as a follow-up of job ``parent`` (at ``parent_url``), ``depth`` links
@@ -87,18 +99,18 @@ class EnqueueSpec:
             ("fp", self.fingerprint),
             ("unique", self.unique),
             ("seen", self.seen),
+            ("depth", self.depth or None),
             ("parent", self.parent),
             ("request", self.request_json),
             ("parent_url", self.parent_url),
             ("weight", self.weight),
             ("lastmod", self.lastmod),
             ("fetcher", self.fetcher),
+            ("at", self.at_ms),
+            ("succeeds", self.succeeds),
+            ("capped", self.capped or None),
         )
-        for name, value in optional:
-            if value is not None:
-                arg[name] = value
-        if self.depth:
-            arg["depth"] = self.depth
+        arg.update((name, value) for name, value in optional if value is not None)
         return arg
 
 

@@ -140,14 +140,16 @@ def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[
     return _call("enqueue", parse, jobs=[s.as_arg() for s in specs])
 
 
-def claim(n: int, *, urgent: bool = False) -> Call[tuple[int, list[str]]]:
+def claim(
+    n: int, *, urgent: bool = False, domain: str | None = None
+) -> Call[tuple[int, list[str]]]:
     """Claim up to ``n`` jobs; answers (ms until the next due time or -1, job JSON texts).
-    ``urgent``: only jobs of the most urgent lane."""
+    ``urgent``: only jobs of the most urgent lane; ``domain``: only that domain's."""
 
     def parse(raw: list[Any]) -> tuple[int, list[str]]:
         return int(raw[0]), [str(j) for j in raw[1:]]
 
-    return _call("claim", parse, n=n, seed=_seed(), **_given(urgent=urgent or None))
+    return _call("claim", parse, n=n, seed=_seed(), **_given(urgent=urgent or None, domain=domain))
 
 
 def settle(items: Sequence[Settlement], pid: str | None = None) -> Call[list[Settled]]:
@@ -215,17 +217,24 @@ def domain_set(
     delay_ms: int | None = None,
     conc: int | str | None = None,
     fetcher: str | int | None = None,
+    *,
+    max_pages: int | None = None,
+    until_ms: int | None = None,
 ) -> Call[tuple[int, int, bool, str | None]]:
-    """Set politeness overrides (-1 restores the default; conc may be ``auto``) and the
-    domain's fetcher (-1: none); answers (delay_ms, conc, adaptive, fetcher): conc is the
-    limit in force, adaptive whether it adapts, fetcher the domain's own (None: none)."""
+    """Set politeness overrides (-1 restores the default; conc may be ``auto``), the
+    domain's fetcher (-1: none), its own ``max_pages`` (for capped specs), a wait until
+    server ms ``until_ms`` (0 lifts it); answers (delay_ms, conc, adaptive, fetcher): conc
+    is the limit in force, adaptive whether it adapts, fetcher the domain's own (None:
+    none)."""
 
     def parse(raw: list[Any]) -> tuple[int, int, bool, str | None]:
         found = raw[3] if len(raw) > 3 else b""
         name = found.decode() if isinstance(found, bytes) else str(found or "")
         return int(raw[0]), int(raw[1]), bool(int(raw[2])), name or None
 
-    given = _given(delay_ms=delay_ms, conc=conc, fetcher=fetcher)
+    given = _given(
+        delay_ms=delay_ms, conc=conc, fetcher=fetcher, max_pages=max_pages, until_ms=until_ms
+    )
     return _call("domain_set", parse, domain=domain, **given)
 
 

@@ -414,9 +414,16 @@ def _env_values(env: Mapping[str, str]) -> dict[str, object]:
 
 
 #: ``SCRAPEQ_*`` variables that are not settings but are read by scrapeq (the settings file,
-#: the redis-server binary to embed, the dashboard's token) or by its tests (screenshots).
+#: the redis-server binary to embed, the dashboard's and the frontier's tokens) or by its
+#: tests (screenshots).
 OTHER_ENV_NAMES = frozenset(
-    {"SCRAPEQ_CONFIG", "SCRAPEQ_REDIS_SERVER", "SCRAPEQ_DASHBOARD_TOKEN", "SCRAPEQ_SCREENSHOTS"}
+    {
+        "SCRAPEQ_CONFIG",
+        "SCRAPEQ_REDIS_SERVER",
+        "SCRAPEQ_DASHBOARD_TOKEN",
+        "SCRAPEQ_FRONTIER_TOKEN",
+        "SCRAPEQ_SCREENSHOTS",
+    }
 )
 #: The unknown variables this process has warned about (each once).
 _WARNED_ENV: set[str] = set()

@@ -11,7 +11,12 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON (conc, delay_ms, lease_ms, batch, ...)
-    ARGV[3]  JSON {n = max jobs, seed = random seed, urgent = true (optional)}
+    ARGV[3]  JSON {n = max jobs, seed = random seed, urgent = true (optional),
+             domain = a domain (optional)}
+
+  `domain`: claim only jobs of that domain, up to n, when it may dispatch now (it is in
+  domains:ready: its politeness slot, concurrency cap and breaker allow it); nothing else
+  (the URLFrontier service's GetURLs for one queue key).
 
   `urgent`: claim only jobs of the most urgent lane (domain.lua: is_urgent), none other: a
   client keeps a share of its slots for urgent work and fills it with such claims (Scrapy on
@@ -42,6 +47,7 @@ local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reser
 local refused = arg_refusal(function()
   check_int(ARG.n, 'n', 1, MAX_CLAIM)
   if ARG.urgent ~= nil then check_bool(ARG.urgent, 'urgent') end
+  if ARG.domain ~= nil then check_str(ARG.domain, 'domain') end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -230,7 +236,18 @@ local function take_run(d, room, bound, out, head)
   return known
 end
 
+-- Jobs of one domain only, when it may dispatch now (ARG.domain).
+local function pick_domain(d, n)
+  local out = {}
+  local head = redis.call('ZSCORE', K.READY, d)
+  if not head then return out end
+  local known = take_run(d, n, '+inf', out, head)
+  refile(d, true, known)
+  return out
+end
+
 local function pick(n)
+  if ARG.domain then return pick_domain(ARG.domain, n) end
   local out = {}
   local guard = 0
   while #out < n and CLAIMED_BYTES < CLAIM_BYTES and guard < 2 * n + 50 do

@@ -4,13 +4,18 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?}
+    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?, max_pages?, until_ms?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
       fetcher   'http' or 'impersonate': what fetches the domain's jobs that name none (a
                 claim hands it to each job as domain_fetcher: claim-1.lua); -1: none (the
                 worker's setting decides)
+      max_pages the domain's own max_pages (0 to 10^14 - 1), for the specs enqueued
+                `capped` (includes/enqueue.lua); -1 restores the queue's
+      until_ms  server time in ms before which the domain dispatches nothing (its `next`,
+                as a Retry-After parks it; a later `next` already set stays); 0 lifts
+                such a wait now (the URLFrontier service's BlockQueueUntil)
       absent fields are left as they are
 
   Output: {delay_ms, conc, auto, fetcher} now in force (the defaults when no override is
@@ -18,7 +23,8 @@
   the domain's own, '' when none.
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
-  to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1), before any write.
+  to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1; max_pages -1 or 0 to 10^14 - 1;
+  until_ms 0 to 10^14 - 1), before any write.
 ]]
 --@include common
 --@include domain
@@ -32,6 +38,10 @@ local refused = arg_refusal(function()
     refuse('conc', "expected an integer in [1, " .. MAX_INT .. "], 'auto' or -1", conc)
   end
   if ARG.fetcher ~= nil and ARG.fetcher ~= -1 then check_enum(ARG.fetcher, 'fetcher', FETCHERS) end
+  if ARG.max_pages ~= nil and ARG.max_pages ~= -1 then
+    check_int(ARG.max_pages, 'max_pages', 0, MAX_INT)
+  end
+  if ARG.until_ms ~= nil then check_int(ARG.until_ms, 'until_ms', 0, MAX_INT) end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -52,6 +62,18 @@ if ARG.fetcher == -1 then
   redis.call('HDEL', dk, 'fetcher')
 elseif ARG.fetcher then
   redis.call('HSET', dk, 'fetcher', ARG.fetcher)
+end
+if ARG.max_pages then
+  if ARG.max_pages < 0 then redis.call('HDEL', dk, 'maxp')
+  else redis.call('HSET', dk, 'maxp', ARG.max_pages) end
+end
+if ARG.until_ms then
+  local nxt = tonumber(redis.call('HGET', dk, 'next')) or 0
+  if ARG.until_ms == 0 then
+    if nxt > NOW then redis.call('HSET', dk, 'next', NOW) end
+  elseif ARG.until_ms > nxt then
+    redis.call('HSET', dk, 'next', ARG.until_ms)
+  end
 end
 local f = redis.call('HMGET', dk, 'delay', 'conc', 'fetcher')
 refile(d)

@@ -21,6 +21,13 @@
                         text, kept verbatim like payload (absent: a plain GET of url;
                         scrapeq/engine/request.py); fp then covers method and body
                parent_url  that job's URL (absent for a seed; kept for its results line)
+               at       a known URL (the URLFrontier service's import, unique = 'seen', no
+                        parent): server time in ms of its next visit, 0 never again
+                        (includes/enqueue.lua, enqueue_known); it replaces delay
+               succeeds with at: the id of the job this is the next visit of (a settle's
+                        follow-up): its held fingerprint is taken over, not a duplicate
+               capped   true: counted against its domain's max_pages as a follow-up is
+                        (the domain's own, set by domain_set-1.lua, else CFG.max_pages)
 
   Fingerprints (sq:{Q}:unique, fp -> id of the pending job holding it): a unique job takes
   its fp. Once the queue has had a unique enqueue (field 'uq' of sq:{Q}:meta, set here and
@@ -51,6 +58,7 @@
     "dead:<id>"     added straight to the dead letters: its domain is retired
     "limit"         skipped (a follow-up, with parent): its domain has CFG.max_pages jobs
                     enqueued and its URL is new (includes/enqueue.lua)
+    "known"         a known URL with at = 0: added to the seen-set, no job made
     flag            1 when the queue has had a unique enqueue (jobs without uniqueness
                     should carry fp from now on), else 0
 

@@ -38,6 +38,7 @@ from scrapeq.errors import (
 )
 from scrapeq.interfaces.cli import (
     enqueueing,
+    frontier,
     jobs,
     per_domain,
     proxies,
@@ -190,6 +191,7 @@ def _register_commands() -> None:
         (per_domain.domain_app, "domain"),
         (proxies.proxies_app, "proxies"),
         (services.server_app, "server"),
+        (frontier.frontier_app, "frontier"),
     ):
         app.add_typer(group, name=name)
 

@@ -14,7 +14,7 @@
     (domain.lua: is_urgent), adds the call's one entry to the wake stream (sq:{Q}:wake,
     capped at one entry: idle workers block on it). Returns of enqueue_begin: whether
     the queue has had a unique enqueue.
-  A spec with `parent` (a follow-up) is skipped as 'limit' (counted links:max_pages, and in
+  A spec with `parent` (a follow-up), or `capped`, is skipped as 'limit' (counted links:max_pages, and in
   its domain's hash `pgskip`) when its domain already has CFG.max_pages jobs enqueued (its
   count in the registry, common.lua), when that is set, and its URL is new (one the seen-set
   or a pending job has is answered as such); as 'limit' (counted links:max_bytes, and in the
@@ -54,6 +54,17 @@ local function check_spec(s)
   if s.weight ~= nil then check_num(s.weight, 'weight', 1e-6, 1e6) end
   if s.lastmod ~= nil then check_int(s.lastmod, 'lastmod', 0, 4294967295) end
   if s.fetcher ~= nil then check_enum(s.fetcher, 'fetcher', FETCHERS) end
+  if s.capped ~= nil then check_bool(s.capped, 'capped') end
+  if s.at ~= nil then
+    check_int(s.at, 'at', 0, MAX_INT)
+    if s.unique ~= 'seen' or s.parent ~= nil then
+      refuse('at', "is a known URL's, with unique = 'seen' and no parent", s.at)
+    end
+  end
+  if s.succeeds ~= nil then
+    check_str(s.succeeds, 'succeeds')
+    if s.at == nil then refuse('succeeds', 'goes with at', s.succeeds) end
+  end
 end
 
 -- The suffix of new ids: '.<partition>'.
@@ -94,9 +105,13 @@ end
 
 -- A follow-up past its domain's budget: 'max_pages' (jobs enqueued), 'max_bytes' (bytes
 -- downloaded, counted by settle-1.lua), or nil.
+-- `capped`: a spec that is not a follow-up counted the same way (the URLFrontier service's
+-- discovered URLs), against the domain's own max_pages (`maxp` in its hash, set by
+-- domain_set-1.lua: SetCrawlLimit) when it has one.
 local function over_max_pages(s)
-  if not s.parent then return nil end
-  local cap = tonumber(CFG.max_pages)
+  if not s.parent and not s.capped then return nil end
+  local cap = s.capped and tonumber(redis.call('HGET', k_dom(s.domain), 'maxp'))
+  cap = cap or tonumber(CFG.max_pages)
   if cap and registry_enq(s.domain) >= cap then return 'max_pages' end
   cap = tonumber(CFG.max_bytes)
   if cap and (tonumber(redis.call('HGET', k_dom(s.domain), 'bytes')) or 0) >= cap then
@@ -105,8 +120,31 @@ local function over_max_pages(s)
   return nil
 end
 
+local new_job
+
+-- A known URL (`at`: the URLFrontier service's import of a URL its client already knows):
+-- held back while a pending job has it ('dup:<id>': that job's lease settles it), unless
+-- that job is `succeeds`, the job this one is the next visit of (settled in the same call:
+-- the new job takes its fingerprint over, so the URL stays held); else it
+-- joins the seen-set, and with at = 0 (never again) that is all ('known'); else a job due
+-- at `at` (server ms): later is a delay, earlier an offset of its priority, so a URL due
+-- long ago comes before one due just now, as the frontier API orders them.
+local function enqueue_known(s)
+  local holder = s.fp and ENQ.hold_all and redis.call('HGET', K.UNIQUE, s.fp)
+  if holder and holder ~= s.succeeds then return 'dup:' .. holder end
+  seen_add(s.seen)
+  if s.at == 0 then return 'known' end
+  if s.at > NOW then
+    s.delay = math.min(s.at - NOW, MAX_MS)
+  else
+    s.off = s.off + math.max(s.at - NOW, -MAX_MS)
+  end
+  return new_job(s, nil)
+end
+
 local function enqueue_spec(s)
   if CFG.politeness == 'ip' then s.domain = redis.call('HGET', K.HOSTS, s.domain) or s.domain end
+  if s.at then return enqueue_known(s) end
   local hold_all = ENQ.hold_all
   local holder = s.fp and hold_all and redis.call('HGET', K.UNIQUE, s.fp)
   local over = over_max_pages(s)
@@ -128,6 +166,13 @@ local function enqueue_spec(s)
     return 'dup:' .. holder
   end
   if not new and not fresher then return 'seen' end
+  return new_job(s, holder)
+end
+
+-- Make the job of spec s (its checks passed); holder: the job holding its fp, or nil (a spec
+-- without uniqueness does not take over a fingerprint another job holds).
+new_job = function(s, holder)
+  local hold_all = ENQ.hold_all
   local id = new_id()
   local job = {id = id, url = s.url, domain = s.domain, lane = s.lane, off = s.off,
     attempts = 0, max_attempts = s.max_attempts, throttles = 0, token = 0,
