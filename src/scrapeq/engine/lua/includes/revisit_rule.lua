@@ -52,7 +52,8 @@
   share (budget / pages tracked).
 ]]
 
-local RV = {ITER = 8, PITER = 100, MU_LO = 1e-9, MU_HI = 1e9, HLO = -40, HHI = 40, KEEP = 0.5}
+local RV = {ITER = 8, PITER = 100, MU_LO = 1e-9, MU_HI = 1e9, HLO = -40, HHI = 40, KEEP = 0.5,
+  KEPT = 0.01}
 
 -- Estimated change rate per hour; nil before any interval was observed.
 function RV.rate(p)
@@ -139,7 +140,14 @@ end
 -- demand falls as mu rises, solved on log mu by regula falsi with the Illinois rule (the
 -- bracket kept; tens of demands, not the ~60 of a bisection). A target above what the pages
 -- can take (each at cfg.min) gives the lowest price, one below their floors the highest.
-function RV.price(h, target, cfg, n)
+-- mu0: the domain's last price, kept when its demand is within RV.KEPT of the target.
+function RV.price(h, target, cfg, n, mu0)
+  -- the last price still meets the target within RV.KEPT (a visit moves one page): kept,
+  -- one demand instead of tens
+  if mu0 and mu0 > RV.MU_LO and mu0 < RV.MU_HI
+    and math.abs(RV.demand(h, mu0, cfg, n) - target) <= RV.KEPT * target then
+    return mu0
+  end
   local a, b = math.log(RV.MU_LO), math.log(RV.MU_HI)
   local ga = RV.demand(h, RV.MU_LO, cfg, n) - target
   if ga <= 0 then return RV.MU_LO end
@@ -188,7 +196,7 @@ function RV.visits(p, lam, d, cfg)
   local estimated = 0
   for _, e in pairs(d.h) do estimated = estimated + e[1] end
   local share = cfg.budget * math.min(estimated / math.max(d.n, 1), 1)
-  local mu = RV.price(d.h, math.max(cfg.budget - d.l0, share), cfg, d.n)
+  local mu = RV.price(d.h, math.max(cfg.budget - d.l0, share), cfg, d.n, d.mu)
   -- the page's bucket's mean rate (its own estimate shrunk to its peers': within a factor of
   -- 2, a page that changes faster than its visits looks slower the rarer they are)
   local e = d.h[RV.bucket(lam, cfg.w)]
