@@ -16,7 +16,8 @@ Two live runs over the same change log, each ``--seconds`` long, with a fresh qu
   does the rest;
 - ``uniform``: revisits off, ``unique = seen`` with ``recrawl_after``: the bench enqueues every
   page again every ``pages / budget`` s (as a cron re-enqueuing a sitemap would), staggered;
-  no validators are sent (a page enqueued again is a new job).
+  no validators are sent (a page enqueued again is a new job); page k of a domain's m comes
+  back at (k + 1) P / m s, then every P = pages / budget s: the budget's pace from the start;
 
 and, from the change log alone,
 
@@ -205,6 +206,10 @@ def worker_env(settings: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def pages_of(fleet: list[LivePage], domain: int) -> int:
+    return max(1, sum(1 for p in fleet if p.domain == domain))
+
+
 def run_live(name: str, url: str, sites: Sites, settings: dict[str, Any], seconds: float,
              folder: Path, uniform_every: float | None) -> dict[str, Any]:  # fmt: skip
     """One live run: a fresh queue, the worker process, ``seconds`` of crawling."""
@@ -229,9 +234,11 @@ def run_live(name: str, url: str, sites: Sites, settings: dict[str, Any], second
             for p in sites.fleet:
                 k = per_domain.get(p.domain, 0)
                 per_domain[p.domain] = k + 1
-                phase.append(uniform_every * k / max(1, sum(
-                    1 for x in sites.fleet if x.domain == p.domain)))  # fmt: skip
-            nxt = [uniform_every + phase[i] for i in range(n)]
+                phase.append(uniform_every * k / pages_of(sites.fleet, p.domain))
+            # page k of a domain of m again at (k + 1) P / m, then every P: a page every P / m
+            # s, the budget's pace, from the first second on
+            nxt = [phase[i] + uniform_every / pages_of(sites.fleet, sites.fleet[i].domain)
+                   for i in range(n)]  # fmt: skip
             while (now := time.monotonic() - sites.t0) < seconds:
                 due = [i for i in range(n) if nxt[i] <= now]
                 if due:
