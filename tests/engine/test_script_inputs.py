@@ -379,6 +379,14 @@ CASES: dict[str, Cases] = {
             ("a fractional n", lambda w: {"n": 2.5}),
         ),
     ),
+    "page_info": Cases(
+        wrapped(lambda w: scripts.page_info(["http://a.test/p"])),
+        (
+            ("urls not a list", lambda w: {"urls": "http://a.test/p"}),
+            ("a URL that is not a string", lambda w: {"urls": ["http://a.test/p", 5]}),
+            ("more than 100 URLs", lambda w: {"urls": ["http://a.test/p"] * 101}),
+        ),
+    ),
     "partitions": Cases(
         wrapped(lambda w: scripts.partitions(1)),
         (

@@ -46,7 +46,10 @@ def seed(q: Queue) -> None:
 
 @pytest.fixture
 def seeded(make_queue: Callable[..., Queue]) -> Queue:
-    q = make_queue(revisit="on", revisit_min_interval=1)
+    # busy.test's pages change every visit, 40 days apart: a budget of a visit per 1,000 h
+    # is too small to keep them fresh (with the default one, spare, they would be visited
+    # every second and estimated fresh)
+    q = make_queue(revisit="on", revisit_min_interval=1, revisit_budget=0.001)
     seed(q)
     return q
 
@@ -179,3 +182,37 @@ async def test_dashboard_says_what_a_budget_stopped(
     (row,) = listing["items"]
     assert row["budget"] == "max_pages: 1 links" == page["domain"]["budget"]
     assert row["revisit_pages"] == 0 and row["revisit_load"] is None
+
+
+def test_job_show_and_domains_url_give_a_pages_rate_next_visit_and_freshness(
+    seeded: Queue, redis_url: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:  # fmt: skip
+    # issue 37: a page's estimated change rate, next visit and expected freshness
+    busy = seeded.page_info("http://busy.test/p/0")
+    assert busy["tracked"] and busy["domain"] == "busy.test"
+    assert busy["intervals"] == 3 and busy["changes"] == 3 and busy["rate"] > 0
+    assert busy["due"] - busy["last"] == busy["interval"] > 0 and 0 < busy["freshness"] < 1
+    calm = seeded.page_info("http://calm.test/p/0")
+    assert calm["changes"] == 0 and calm["rate"] == 0 and calm["freshness"] == 1
+    assert seeded.page_info("http://calm.test/never")["tracked"] is False
+    scrub_env(monkeypatch, tmp_path, columns=200)
+    monkeypatch.setenv("SCRAPEQ_REVISIT", "on")
+    monkeypatch.setenv("SCRAPEQ_REVISIT_BUDGET", "0.001")  # the budget shown is the settings'
+
+    code, out, err = run(capsys, "--redis", redis_url, "domains", "http://busy.test/p/0")
+    assert code == 0, err
+    assert "busy.test" in out and "changes/h" in out and "next visit" in out
+    assert "expected freshness" in out and "of budget" in out
+    code, out, err = run(capsys, "--redis", redis_url, "domains", "http://busy.test/p/0", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["page"]["rate"] == pytest.approx(busy["rate"])
+    assert doc["domain"]["revisit_budget"] == 0.001
+    job = seeded.list_jobs("delayed", domain="busy.test").jobs[0].job
+    code, out, err = run(capsys, "--redis", redis_url, "job", "show", job.id, "--json")
+    assert code == 0, err
+    assert json.loads(out)["revisit"]["url"] == job.url
+    code, out, err = run(capsys, "--redis", redis_url, "job", "show", job.id)
+    assert code == 0, err
+    assert "estimated" in out and "changes/h" in out and "expected freshness" in out

@@ -71,7 +71,7 @@ from scrapeq.engine.status import (
     shape_history,
     shape_status,
 )
-from scrapeq.engine.urls import parse_target, politeness_key
+from scrapeq.engine.urls import domain_of, parse_target, politeness_key
 from scrapeq.errors import (
     ConfigError,
     InvalidURL,
@@ -484,6 +484,15 @@ class _QueueCore(SettlementBuilders):
     def _op_breaker(self, domain: str, action: str, cooldown: float | None) -> Op[str]:
         cool_ms = _seconds_ms("cooldown", cooldown)
         return str((yield scripts.breaker(domain, action, cool_ms)))
+
+    def _op_page_info(self, url: str) -> Op[dict[str, Any]]:
+        """A page's revisit state (``page_info-1.lua``): its ``domain`` (its jobs'), ``tracked``,
+        and when it is its last and next visit (s), estimated change rate (per hour), interval,
+        expected freshness."""
+        got: list[dict[str, Any]] = yield scripts.page_info([url])
+        page = got[0] if got else {"url": url, "tracked": False}
+        page["domain"] = self._politeness_domain(domain_of(url))  # its jobs' domain
+        return page
 
     def _op_domain_set(
         self,

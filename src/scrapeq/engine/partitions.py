@@ -34,6 +34,7 @@ from scrapeq.engine.routing import _retarget, partition_of, partition_of_id
 from scrapeq.engine.schema import SchemaOpener
 from scrapeq.engine.scripts import Command, EnqueueSpec, Op, Settled, Settlement
 from scrapeq.engine.seen import warn_if_resized
+from scrapeq.engine.urls import domain_of
 from scrapeq.errors import ConfigError
 
 __all__ = ["PartitionRouter", "SinglePartitionRouter"]
@@ -206,6 +207,12 @@ class PartitionRouter(ABC):
         return (
             yield from self._on(self.core._op_breaker(domain, action, cooldown), self._part(domain))
         )
+
+    def _op_page_info(self, url: str) -> Op[dict[str, Any]]:
+        yield from self._schema.op_all()
+        op = self.core._op_page_info(url)
+        domain = self.core._politeness_domain(domain_of(url))
+        return (yield from self._on(op, self._part(domain)))
 
     def _op_domain_set(
         self,

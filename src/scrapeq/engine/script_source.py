@@ -32,6 +32,7 @@ SCRIPTS: dict[str, str] = {
     "once": "once-1.lua",
     "owed_ack": "owed_ack-1.lua",
     "owed_take": "owed_take-1.lua",
+    "page_info": "page_info-1.lua",
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",

@@ -520,6 +520,17 @@ def domain_info(domains: Sequence[str]) -> Call[list[dict[str, Any]]]:
     return _call("domain_info", parse, domains=list(domains))
 
 
+def page_info(urls: Sequence[str]) -> Call[list[dict[str, Any]]]:
+    """Pages' revisit state (read only, ``lua/page_info-1.lua``): estimated change rate, the
+    next visit, the expected freshness; at most 100 URLs of one partition."""
+
+    def parse(raw: Any) -> list[dict[str, Any]]:
+        value = json.loads(raw)
+        return value if isinstance(value, list) else []
+
+    return _call("page_info", parse, urls=list(urls))
+
+
 def partitions(given: int) -> Call[str]:
     """Record (on a queue's first partitioned use) or check the queue's number of partitions
     (``lua/partitions-1.lua``); refused with ``SQ_PARTITIONS`` when it differs."""

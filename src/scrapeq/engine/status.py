@@ -137,7 +137,7 @@ def shape_domain(info: dict[str, Any]) -> dict[str, Any]:
 
 #: A domain's revisit figures that ``status`` shows beside its row (revisit = on): its revisit
 #: load (visits an hour its pages are scheduled at), pages tracked, estimated freshness.
-REVISIT_FIELDS = ("revisit_load", "revisit_pages", "freshness")
+REVISIT_FIELDS = ("revisit_load", "revisit_pages", "revisit_budget", "freshness")
 
 
 def shape_revisits(stats: dict[str, Any]) -> dict[str, Any] | None:

@@ -407,6 +407,14 @@ class Queue(_QueueBase):
         """Open a domain's breaker now, for ``cooldown`` seconds (default: next cooldown)."""
         return self._drive(self._route._op_breaker(domain, "trip", cooldown))
 
+    def page_info(self, url: str) -> dict[str, Any]:
+        """A page's revisit state (``revisit = on``): its ``domain``, ``tracked``; when tracked,
+        its last and next visit (``last``, ``due``: epoch s), ``intervals`` observed and
+        ``changes`` among them, its estimated change ``rate`` per hour (None before an
+        interval was observed), the ``interval`` scheduled (s) and the expected ``freshness``
+        at it."""
+        return self._drive(self._route._op_page_info(url))
+
     def domain_set(
         self,
         domain: str,

@@ -28,6 +28,7 @@ __all__ = [
     "human_until",
     "job_view",
     "jobs_table",
+    "page_revisit_line",
     "pick_domains",
     "printable",
     "queues_table",
@@ -104,7 +105,9 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
         )  # fmt: skip
     parts: list[Any] = [totals, lanes, domains]
     if data.get("revisits"):
-        parts.append(Text(revisits_line(data["revisits"])))
+        budget = next((d["revisit_budget"] for d in data["domains"] if d.get("revisit_budget")),
+                      None)  # fmt: skip
+        parts.append(Text(revisits_line(data["revisits"], budget)))
     if data.get("paused_until"):
         until = f"{data['paused_until']} ({human_until(data['paused_until'])})"
         parts.append(Text(f"dispatch paused until {until}", style="bold red"))
@@ -172,24 +175,47 @@ def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Tabl
 
 
 #: The revisit columns of the domain tables (revisit = on).
-_REVISIT_COLUMNS = ("revisits/h", "fresh")
+_REVISIT_COLUMNS = ("revisits/h", "of budget", "fresh")
 
 
-def _revisit_cells(d: dict[str, Any]) -> tuple[str, str]:
-    """A domain's revisit load (visits an hour its pages are scheduled at) and estimated
-    freshness; ``-`` when it has none."""
+def _revisit_cells(d: dict[str, Any]) -> tuple[str, str, str]:
+    """A domain's revisit load (visits an hour its pages are scheduled at), its share of the
+    revisit budget and its estimated freshness; ``-`` when it has none."""
     if not d.get("revisit_pages"):
-        return "-", "-"
+        return "-", "-", "-"
     fresh = d.get("freshness")
-    return f"{d['revisit_load']:.1f}", "-" if fresh is None else f"{100 * fresh:.0f}%"
+    budget = d.get("revisit_budget")
+    used = f"{100 * d['revisit_load'] / budget:.0f}% of {budget:g}" if budget else "-"
+    return f"{d['revisit_load']:.1f}", used, "-" if fresh is None else f"{100 * fresh:.0f}%"
 
 
-def revisits_line(figures: dict[str, Any]) -> str:
-    """``status``'s queue-wide revisit figures in one line."""
+def revisits_line(figures: dict[str, Any], budget: float | None = None) -> str:
+    """``status``'s queue-wide revisit figures in one line; ``budget``: a domain's revisit
+    budget (visits an hour), when known."""
     fresh = figures["freshness"]
     shown = "not estimated yet" if fresh is None else f"{100 * fresh:.1f}%"
+    of = f" (budget {budget:g}/h a domain)" if budget else ""
     return (f"revisits: {figures['pages']} pages tracked, {figures['load']:.1f} visits/h "
-            f"scheduled, estimated freshness {shown}")  # fmt: skip
+            f"scheduled{of}, estimated freshness {shown}")  # fmt: skip
+
+
+def page_revisit_line(page: dict[str, Any]) -> str:
+    """A page's revisit state (``Queue.page_info``) in one line, for ``job show`` and
+    ``domains URL``."""
+    if not page.get("tracked"):
+        return "revisit: not tracked (no visit settled with revisit = on)"
+    rate = page["rate"]
+    est = ("rate not estimated yet (no interval observed)" if rate is None
+           else f"estimated {rate:.3g} changes/h ({page['changes']} of {page['intervals']} "
+           "intervals changed)")  # fmt: skip
+    fresh = page["freshness"]
+    due = datetime.fromtimestamp(page["due"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    wait = page["due"] - page["now"]
+    when = f"in {human_duration(wait)}" if wait > 0 else "now (due)"
+    shown = "-" if fresh is None else f"{100 * fresh:.1f}%"
+    every = human_duration(page["interval"])
+    return (f"revisit: {est}; next visit {when}, {due} (every {every}); "
+            f"expected freshness {shown}")  # fmt: skip
 
 
 def exits_table(exits: list[dict[str, Any]]) -> Table:

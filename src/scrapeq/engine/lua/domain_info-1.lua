@@ -11,8 +11,9 @@
     concurrency, next_ms, dead_last_hour, dead_baseline, failures_last_hour,
     failures_baseline, adaptive, limit, interval_ms, baseline_ms, latency_ms}, ...]
     with revisit on, max_bytes set or such figures kept: revisit_load, revisit_pages,
-    freshness, revisits_skipped, bytes, skipped; with max_pages set or a cut counted:
-    max_pages_skipped; with its own fetcher set (domain set --fetcher): fetcher.
+    revisit_budget (the revisit budget, visits per domain-hour), freshness, revisits_skipped,
+    bytes, skipped; with max_pages set or a cut counted: max_pages_skipped; with its own
+    fetcher set (domain set --fetcher): fetcher.
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -78,6 +79,7 @@ for i, d in ipairs(ARG.domains) do
     local w = tonumber(r[4]) or 0
     out[i].revisit_load = tonumber(r[1]) or 0
     out[i].revisit_pages = tonumber(r[2]) or 0
+    out[i].revisit_budget = CFG.rv_budget
     out[i].freshness = w > 0 and (tonumber(r[3]) or 0) / w or cjson.null
     out[i].revisits_skipped = tonumber(r[5]) or 0
     out[i].bytes = tonumber(r[6]) or 0

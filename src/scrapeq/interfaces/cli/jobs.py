@@ -140,14 +140,22 @@ def job_show(
       scrapeq job show b1f
       scrapeq job show b1f --json | jq .state
     """
-    q = Context(_settings(ctx)).queue()
+    settings = _settings(ctx)
+    q = Context(settings).queue()
     info = q.job_info(job_id)
     if info is None:
         _die(_no_job(q, job_id, hint=True), 2)
+    # revisit = on: the page's estimated change rate, next visit, expected freshness
+    page = q.page_info(info.job.url) if settings.revisit == "on" else None
     if as_json:
-        _emit_json(info.as_dict(queue=q.name))
+        doc = info.as_dict(queue=q.name)
+        if page is not None:
+            doc["revisit"] = page
+        _emit_json(doc)
         return
     _console().print(render.job_view(info, q.name))
+    if page is not None:
+        _console().print(render.page_revisit_line(page))
 
 
 @job_app.command("list")

@@ -11,6 +11,7 @@ from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import ms_to_iso
 from scrapeq.engine.setting_specs import FETCHERS
 from scrapeq.engine.status import learned_timing
+from scrapeq.errors import InvalidURL
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (
     _COUNT,
@@ -118,8 +119,15 @@ def breaker_trip(
     typer.echo(f"{domain}: {state}")
 
 
+_URL_HELP = (
+    "A page: its domain's row and the page's revisit state (estimated change rate, next "
+    "visit, expected freshness)."
+)
+
+
 def domains(
     ctx: typer.Context,
+    url: Annotated[str | None, typer.Argument(metavar="[URL]", help=_URL_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     state: Annotated[list[str] | None, typer.Option(metavar="STATE", help=_STATE_HELP)] = None,
     sort: Annotated[str, typer.Option(metavar="KEY", help=_SORT_HELP)] = "name",
@@ -130,8 +138,12 @@ def domains(
     Examples:
       scrapeq domains --sort ready --limit 10
       scrapeq domains --state retired --json
+      scrapeq domains https://shop.example.com/p/1
     """
     _check_listing(state, sort)
+    if url is not None:
+        _page(ctx, url, as_json)
+        return
     infos = _existing_queue(ctx).domains_info()
     rows = render.pick_domains(infos, states=state, sort=sort, limit=limit)
     tiers = ExitPool.from_settings(_settings(ctx)).tiers
@@ -142,6 +154,22 @@ def domains(
         _emit_json([_domain_json(d) for d in rows])
         return
     _console().print(render.domains_table(rows, total=len(infos)))
+
+
+def _page(ctx: typer.Context, url: str, as_json: bool) -> None:
+    """``domains URL``: the page's domain's row and the page's revisit state."""
+    q = _existing_queue(ctx)
+    try:
+        page = q.page_info(url)
+    except InvalidURL as exc:
+        _die(str(exc), 2)
+    infos = q.domains_info([page["domain"]])
+    if as_json:
+        _emit_json({"domain": _domain_json(infos[0]) if infos else None, "page": page})
+        return
+    if infos:
+        _console().print(render.domains_table(infos))
+    _console().print(render.page_revisit_line(page))
 
 
 def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +184,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
     limit = info["limit"]
     out["limit"] = round(limit, 2) if isinstance(limit, float) else limit
     out.update(learned_timing(info))
-    for key in ("revisit_load", "revisit_pages", "freshness", "revisits_skipped", "bytes",
+    for key in ("revisit_load", "revisit_pages", "revisit_budget", "freshness", "revisits_skipped",
+                "bytes",
                 "skipped", "max_pages_skipped"):  # fmt: skip
         if key in info:  # revisit = on, or a per-domain budget (max_bytes, max_pages)
             out[key] = info[key]

@@ -11,7 +11,10 @@
   a fixed 28 bytes whatever the site sends. bench/revisit_state.py measures it.
 
   Per-domain, in the domain's hash: rvmu (the price mu, hours), rvl (revisit load: visits per
-  hour its pages are scheduled at), rvn (pages tracked), rvfw and rvw (sums of weight x
+  hour its pages are scheduled at), rvl0 (of it, the pages with no estimated rate: new, or no
+  change seen), rvh (the histogram of its estimated pages' rates RV.price solves over: JSON
+  {bucket: [pages, sum of weights, sum of rates]}, buckets factors of 2 of rate / weight, at
+  most 81), rvn (pages tracked), rvfw and rvw (sums of weight x
   estimated freshness and of weight), rvskip (revisits not scheduled: the domain was past
   max_bytes), bytes (bytes downloaded, counted by settle).
 
@@ -61,7 +64,7 @@ function RV.fresher(url, lastmod)
   return page ~= nil and lastmod > page.last
 end
 
-RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes'}
+RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes', 'rvl0', 'rvh'}
 
 -- The queue's sums of its domains' figures (K.STATS, for status): what a visit changed.
 RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'}}
@@ -92,8 +95,9 @@ function RV.settle(job, it, notes)
   if it.signature then sig = RV.unhex(it.signature) end
   local dk = k_dom(job.domain)
   local got = redis.call('HMGET', dk, unpack(RV.DOM))
+  local hist = got[8] and cjson.decode(got[8]) or {}
   local dom = {mu = tonumber(got[1]), load = tonumber(got[2]), n = tonumber(got[3]),
-    fw = tonumber(got[4]), w = tonumber(got[5])}
+    fw = tonumber(got[4]), w = tonumber(got[5]), l0 = tonumber(got[7]), h = hist}
   local weight = tonumber(job.weight) or 1
   local p, d, interval = RV.step(page, dom, {now = math.floor(NOW / 1000), changed = changed},
     {budget = CFG.rv_budget, min = CFG.rv_min_ms / 1000, max = CFG.rv_max_ms / 1000,
@@ -106,7 +110,8 @@ function RV.settle(job, it, notes)
     if stale and page and page.due > p.last then p.due = page.due end
   end
   redis.call('HSET', key, field, struct.pack(RV.FMT, p.last, p.due, p.tc, p.tu, p.n, p.x) .. sig)
-  redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w)
+  redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w,
+    'rvl0', d.l0, 'rvh', next(d.h) and cjson.encode(d.h) or '{}')
   RV.total(dom, d)
   if over then notes.revisit_skipped = 1 end
   if stale or over then return nil end

@@ -15,9 +15,11 @@
     scheduled after it), n (intervals observed), x (of them, those that ended in a change),
     tc, tu (s: total length of the intervals that ended changed, unchanged)
   obs: now (s), changed (true, false; nil: no observation, a first visit)
-  dom (the domain's): mu (the Lagrange multiplier, hours; nil: not yet), load (the revisit
-    rate its pages are scheduled at, fetches per hour), n (pages tracked), fw, w (sums of
-    weight x estimated freshness and of weight, over the pages whose rate is estimated)
+  dom (the domain's): mu (the price, hours; the last one solved), load (the revisit rate its
+    pages are scheduled at, fetches per hour), l0 (of it, the pages with no estimate or no
+    change seen), n (pages tracked), fw, w (sums of weight x estimated freshness and of
+    weight, over the pages whose rate is estimated), h (histogram of the pages whose
+    estimated rate is > 0: bucket (RV.bucket) -> {pages, sum of weights, sum of rates})
   cfg: budget (fetches per hour for the domain's revisits), min, max (s: the shortest and the
     longest interval), w (the page's weight, > 0)
 
@@ -34,15 +36,24 @@
   F(lambda, f) = (f / lambda)(1 - exp(-lambda / f)), the time-averaged freshness of a page of
   rate lambda visited f times per unit time (Cho & Garcia-Molina 2003). Lagrange: each page's
   f solves w dF/df = mu, dF/df = (1 - (1 + r) e^-r) / lambda with r = lambda / f, solved for r
-  by bisection (RV_ITER steps). A page whose marginal value never reaches mu (w / lambda <=
-  mu: it changes too fast to be kept fresh at this price) or that never changed is visited
-  at the floor (every cfg.max s). mu is one number per domain, moved after each visit by
-  feedback (x exp(ETA (load - budget) / budget)) so the domain's scheduled load meets its
-  budget: a decentralised solution of the same optimum (each page is decided at its own
-  visit, with the domain's current price).
+  by Newton's method (RV.ratio), within the bounds (RV.clamp: concave F, so the clamped
+  optimum is the optimum in the box). A page whose marginal value never reaches mu (w /
+  lambda <= mu: it changes too fast to be kept fresh at this price) gets the box's floor: not
+  cfg.max but RV.KEEP of a fair share, so it is still watched (its estimate, and the price,
+  move; a page sent 30 days away would be re-estimated in 30 days).
+
+  The price (RV.price) is solved at every visit, not stepped: by bisection on log mu over the
+  domain's histogram of estimated rates (pages in factors of 2 of lambda / w, each bucket's
+  mean rate and weight), so that the estimated pages' demand meets what the budget leaves
+  after the pages with no estimate (l0; the estimated pages keep at least their fair share).
+  A domain under its budget gets a lower price at once, the lowest when every page is at
+  cfg.min; no unit of time is assumed. A page with no change seen yet backs off (its next
+  interval as long as it was watched unchanged) up to the floor; a new page gets a fair
+  share (budget / pages tracked).
 ]]
 
-local RV = {ETA = 0.02, ITER = 60, MU0 = 1.0, MU_LO = 1e-9, MU_HI = 1e9}
+local RV = {ITER = 8, PITER = 100, MU_LO = 1e-9, MU_HI = 1e9, HLO = -40, HHI = 40, KEEP = 0.5,
+  KEPT = 0.01}
 
 -- Estimated change rate per hour; nil before any interval was observed.
 function RV.rate(p)
@@ -60,48 +71,149 @@ function RV.fresh(lam, f)
   return (1 - math.exp(-r)) / r
 end
 
+-- r > 0 with (1 + r) e^-r = 1 - c, 0 < c < 1: log(1 + r) - r = log(1 - c) =: L, solved by
+-- Newton's method (the left side is concave and falling: from below the root, one step
+-- lands above it and the next ones come down to it), from the lower bound
+-- (a + sqrt(a^2 + 8a)) / 2, a = -L (log(1 + r) >= 2r / (2 + r)). Series where r or c is
+-- tiny, so no digits are lost to 1 - c or log(1 + r) - r.
+function RV.ratio(c)
+  local a
+  if c < 1e-4 then a = c + c * c / 2 + c * c * c / 3 else a = -math.log(1 - c) end
+  local r = 0.5 * (a + math.sqrt(a * a + 8 * a))
+  for _ = 1, RV.ITER do
+    local g
+    if r < 1e-2 then
+      g = r * r * (-1 / 2 + r * (1 / 3 + r * (-1 / 4 + r * (1 / 5 + r * (-1 / 6 + r / 7)))))
+    else
+      g = math.log(1 + r) - r
+    end
+    local step = (g + a) * (1 + r) / r
+    r = r + step
+    if math.abs(step) <= 1e-13 * r then break end
+  end
+  return r
+end
+
 -- The optimal visits per hour at price mu (0: not worth a visit at any rate).
 function RV.freq(lam, w, mu)
   if lam <= 0 or w / lam <= mu then return 0 end
-  local c = 1 - mu * lam / w  -- (1 + r) e^-r = c, decreasing in r from 1 to 0
-  local lo, hi = math.log(1e-9), math.log(700)
-  for _ = 1, RV.ITER do
-    local mid = 0.5 * (lo + hi)
-    local r = math.exp(mid)
-    if (1 + r) * math.exp(-r) > c then lo = mid else hi = mid end
-  end
-  return lam / math.exp(0.5 * (lo + hi))
+  return lam / RV.ratio(mu * lam / w)
 end
 
--- The visits per hour of a page (rate lam, nil: unknown) within the bounds.
-function RV.visits(lam, dom, cfg)
-  local f
-  if lam == nil then
-    f = cfg.budget / math.max(dom.n, 1)  -- not yet estimated: a fair share
-  else
-    f = RV.freq(lam, cfg.w, dom.mu)
-  end
-  return math.min(math.max(f, 3600 / cfg.max), 3600 / cfg.min)
+-- The histogram bucket of a page of rate lam (> 0) and weight w: factors of 2 of lam / w.
+function RV.bucket(lam, w)
+  local b = math.floor(math.log(lam / w) / math.log(2))
+  return tostring(math.min(math.max(b, RV.HLO), RV.HHI))
 end
 
--- A page's part of its domain's sums: its scheduled rate, and its weighted freshness.
+-- A page of rate lam > 0 and weight w into (sign 1) or out of (-1) its domain's histogram
+-- d.h: bucket -> {pages, sum of weights, sum of rates}.
+function RV.hist(d, lam, w, sign)
+  local k = RV.bucket(lam, w)
+  local e = d.h[k] or {0, 0, 0}
+  e = {e[1] + sign, math.max(e[2] + sign * w, 0), math.max(e[3] + sign * lam, 0)}
+  if e[1] <= 0 then d.h[k] = nil else d.h[k] = e end
+end
+
+-- Visits per hour within the bounds: every cfg.min s at most, every cfg.max s at least; a
+-- page seen to change (keep: true) at least at RV.KEEP of a fair share (budget / pages), so
+-- a page the price leaves out now is still estimated when the price moves.
+function RV.clamp(f, cfg, keep, n)
+  local lo = 3600 / cfg.max
+  if keep then lo = math.max(lo, RV.KEEP * cfg.budget / math.max(n or 1, 1)) end
+  return math.min(math.max(f, lo), 3600 / cfg.min)
+end
+
+-- The load (visits per hour) the histogram's pages would be scheduled at, at price mu
+-- (n: the domain's pages tracked).
+function RV.demand(h, mu, cfg, n)
+  local total = 0
+  for _, e in pairs(h) do
+    if e[1] > 0 and e[2] > 0 then
+      total = total + e[1] * RV.clamp(RV.freq(e[3] / e[1], e[2] / e[1], mu), cfg, true, n)
+    end
+  end
+  return total
+end
+
+-- The price at which the histogram's pages are scheduled at `target` visits per hour:
+-- demand falls as mu rises, solved on log mu by regula falsi with the Illinois rule (the
+-- bracket kept; tens of demands, not the ~60 of a bisection). A target above what the pages
+-- can take (each at cfg.min) gives the lowest price, one below their floors the highest.
+-- mu0: the domain's last price, kept when its demand is within RV.KEPT of the target.
+function RV.price(h, target, cfg, n, mu0)
+  -- the last price still meets the target within RV.KEPT (a visit moves one page): kept,
+  -- one demand instead of tens
+  if mu0 and mu0 > RV.MU_LO and mu0 < RV.MU_HI
+    and math.abs(RV.demand(h, mu0, cfg, n) - target) <= RV.KEPT * target then
+    return mu0
+  end
+  local a, b = math.log(RV.MU_LO), math.log(RV.MU_HI)
+  local ga = RV.demand(h, RV.MU_LO, cfg, n) - target
+  if ga <= 0 then return RV.MU_LO end
+  local gb = RV.demand(h, RV.MU_HI, cfg, n) - target
+  if gb >= 0 then return RV.MU_HI end
+  local side = 0
+  for _ = 1, RV.PITER do
+    local x = (a * gb - b * ga) / (gb - ga)
+    local g = RV.demand(h, math.exp(x), cfg, n) - target
+    if math.abs(g) <= 1e-9 * target or b - a <= 1e-16 * math.abs(x) then return math.exp(x) end
+    if g > 0 then
+      a, ga = x, g
+      if side == 1 then gb = gb / 2 end
+      side = 1
+    else
+      b, gb = x, g
+      if side == -1 then ga = ga / 2 end
+      side = -1
+    end
+  end
+  return math.exp(0.5 * (a + b))
+end
+
+-- A page's part of its domain's sums: its scheduled rate (load; l0 too when it is not in the
+-- histogram: no estimate yet, or no change seen), and its weighted freshness.
 function RV.part(p, dom, sign, w)
   local f = 3600 / math.max(p.due - p.last, 1)
   dom.load = math.max(dom.load + sign * f, 0)
   local lam = RV.rate(p)
+  if lam == nil or lam <= 0 then dom.l0 = math.max(dom.l0 + sign * f, 0) end
   if lam ~= nil then
     dom.fw = math.max(dom.fw + sign * w * RV.fresh(lam, f), 0)
     dom.w = math.max(dom.w + sign * w, 0)
   end
 end
 
+-- The visits per hour of page p (its state after this visit) and the domain's price.
+--   no estimate yet (a first visit): a fair share of the budget, budget / pages tracked;
+--   no change seen yet: back off, the next interval as long as it has been watched unchanged
+--     (so a page that never changes reaches the floor in a few visits, whatever the scale);
+--   an estimated rate: the optimum at the domain's price, solved now over the histogram for
+--     the budget the other pages leave (at least the estimated pages' fair share of it).
+function RV.visits(p, lam, d, cfg)
+  if lam == nil then return RV.clamp(cfg.budget / math.max(d.n, 1), cfg), d.mu end
+  if lam <= 0 then return RV.clamp(3600 / math.max(p.tc + p.tu, 1), cfg), d.mu end
+  local estimated = 0
+  for _, e in pairs(d.h) do estimated = estimated + e[1] end
+  local share = cfg.budget * math.min(estimated / math.max(d.n, 1), 1)
+  local mu = RV.price(d.h, math.max(cfg.budget - d.l0, share), cfg, d.n, d.mu)
+  -- the page's bucket's mean rate (its own estimate shrunk to its peers': within a factor of
+  -- 2, a page that changes faster than its visits looks slower the rarer they are)
+  local e = d.h[RV.bucket(lam, cfg.w)]
+  return RV.clamp(RV.freq(e[3] / e[1], cfg.w, mu), cfg, true, d.n), mu
+end
+
 function RV.step(page, dom, obs, cfg)
-  local d = {mu = dom.mu or RV.MU0, load = dom.load or 0, n = dom.n or 0, fw = dom.fw or 0,
-    w = dom.w or 0}
+  local h = {}
+  for k, e in pairs(dom.h or {}) do h[k] = {e[1], e[2], e[3]} end
+  local d = {mu = dom.mu or RV.MU_HI, load = dom.load or 0, n = dom.n or 0, fw = dom.fw or 0,
+    w = dom.w or 0, l0 = dom.l0 or 0, h = h}
   local now = math.floor(obs.now)
   local p
   if page then
     RV.part(page, d, -1, cfg.w)
+    local old = RV.rate(page)
+    if old ~= nil and old > 0 then RV.hist(d, old, cfg.w, -1) end
     p = {n = page.n, x = page.x, tc = page.tc, tu = page.tu}
     local t = now - page.last
     if t > 0 and obs.changed ~= nil then
@@ -121,14 +233,12 @@ function RV.step(page, dom, obs, cfg)
     p.n, p.x = math.floor(p.n / 2), math.floor(p.x / 2)
     p.tc, p.tu = math.floor(p.tc / 2), math.floor(p.tu / 2)
   end
-  local f = RV.visits(RV.rate(p), d, cfg)
+  local lam = RV.rate(p)
+  if lam ~= nil and lam > 0 then RV.hist(d, lam, cfg.w, 1) end
+  local f, mu = RV.visits(p, lam, d, cfg)
+  d.mu = mu
   local interval = math.max(math.floor(3600 / f + 0.5), 1)
   p.last, p.due = now, now + interval
   RV.part(p, d, 1, cfg.w)
-  if cfg.budget > 0 then
-    local mu = d.mu * math.exp(RV.ETA * math.min(math.max((d.load - cfg.budget) / cfg.budget,
-      -1), 1))
-    d.mu = math.min(math.max(mu, RV.MU_LO), RV.MU_HI)
-  end
   return p, d, interval
 end
