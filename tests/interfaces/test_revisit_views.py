@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,8 @@ async def test_dashboard_shows_revisits_in_chromium(web_queue: AsyncQueue) -> No
             await card.wait_for()
             text = (await card.inner_text()).lower()  # headers are shown in capitals
             assert "pages tracked" in text and "freshness" in text and " %" in text, text
+            # the scheduled revisits against the budget they are measured by (issue 37)
+            assert "of the budget/h" in text and re.search(r"\d+ % of \d", text), text
             assert errors == [], errors
         finally:
             await browser.close()

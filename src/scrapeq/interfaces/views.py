@@ -147,6 +147,11 @@ def domain_row(info: Row, now_ms: int) -> dict[str, Any]:
         # revisit = on: its revisit load (visits an hour), pages tracked, estimated freshness
         revisit_load=_rounded(info.get("revisit_load"), 9) if info.get("revisit_pages") else None,
         revisit_pages=info.get("revisit_pages") or 0,
+        # the budget that load is measured against (visits a domain-hour, as the queue's
+        # settings set it)
+        revisit_budget=_rounded(info.get("revisit_budget"), 9)
+        if info.get("revisit_pages")
+        else None,
         freshness=_rounded(info.get("freshness"), 4),
         budget=budget_cuts(info) or None,
     )

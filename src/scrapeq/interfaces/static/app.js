@@ -241,10 +241,19 @@ function revisitLoad(d) { return d.revisit_pages ? Number(d.revisit_load).toFixe
 
 function freshness(f) { return f === null || f === undefined ? "–" : (100 * f).toFixed(1) + " %"; }
 
+// The revisit budget the domain's scheduled load is measured against (visits a domain-hour),
+// and the share of it the scheduled revisits use.
+function budgetUse(d) {
+  if (!d.revisit_pages || !d.revisit_budget) return "–";
+  const budget = Number(d.revisit_budget);
+  const shown = budget >= 10 ? budget.toFixed(0) : String(Number(budget.toPrecision(2)));
+  return (100 * Number(d.revisit_load) / budget).toFixed(0) + " % of " + shown;
+}
+
 function revisitsCard(d) {
   if (!d.revisit_pages && !d.budget) return [];
-  const row = el("tr", {}, td(num(d.revisit_pages)), td(revisitLoad(d)), td(freshness(d.freshness)), td(d.budget ?? "–", "l"));
-  return [card("Revisits and budgets", table(["pages tracked", "revisits/h", "freshness", th("budget stopped", "l")], [row]))];
+  const row = el("tr", {}, td(num(d.revisit_pages)), td(revisitLoad(d)), td(budgetUse(d)), td(freshness(d.freshness)), td(d.budget ?? "–", "l"));
+  return [card("Revisits and budgets", table(["pages tracked", "revisits/h", "of the budget/h", "freshness", th("budget stopped", "l")], [row]))];
 }
 
 async function domains(view) {
