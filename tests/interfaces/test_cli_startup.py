@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import scrapeq
 
 _LOADED = "import json, sys; {}; print(json.dumps(sorted(sys.modules)))"
@@ -31,6 +33,42 @@ def test_the_cli_loads_no_http_client() -> None:
     loaded = _modules_after("import scrapeq.interfaces.cli")
     assert "aiohttp" not in loaded
     assert not any(m.startswith("scrapeq.runtime.worker") for m in loaded)
+
+
+def test_the_cli_loads_no_redis_client() -> None:
+    """Building the command tree imports neither redis-py (~0.1 s: its asyncio and cluster
+    clients come with the package) nor the engine's queue: the commands import them when
+    they run."""
+    loaded = _modules_after("import scrapeq.interfaces.cli")
+    assert not any(m == "redis" or m.startswith("redis.") for m in loaded)
+    assert not {"scrapeq.engine.queue", "scrapeq.engine.connection", "asyncio"} & loaded
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_load_no_redis_client(flag: str) -> None:
+    loaded = _modules_after_command(flag)
+    assert not any(m == "redis" or m.startswith("redis.") for m in loaded)
+    assert not {"scrapeq.engine.async_queue", "scrapeq.engine.sync_queue"} & loaded
+    assert "scrapeq.engine.embedded" not in loaded  # nothing to stop: none was started
+
+
+def test_a_command_still_loads_what_it_uses() -> None:
+    """The check above is not vacuous: a command that reads the queue imports the client (here
+    against a port where nothing listens: it fails, after the import)."""
+    loaded = _modules_after_command("--redis", "redis://127.0.0.1:1/0", "status")
+    assert {"redis", "scrapeq.engine.sync_queue"} <= loaded
+
+
+def _modules_after_command(*argv: str) -> set[str]:
+    """The modules loaded once ``scrapeq ARGV`` has run (in a fresh interpreter)."""
+    statement = (
+        f"from scrapeq.interfaces.cli import main; main({list(argv)!r}); sys.stdout.write('\\n')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED.format(statement)],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    return set(json.loads(out.splitlines()[-1]))
 
 
 def test_every_public_name_is_there_on_first_use() -> None:

@@ -27,13 +27,13 @@ import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import SplitResult, urlsplit
 
-from publicsuffixlist import PublicSuffixList
-from w3lib.url import canonicalize_url
-
 from scrapeq.errors import ConfigError, InvalidURL
+
+if TYPE_CHECKING:
+    from publicsuffixlist import PublicSuffixList
 
 __all__ = [
     "MAX_URL_BYTES",
@@ -257,6 +257,8 @@ def canonical_url(url: str, *, keep_fragments: bool = False, keep_blank_values: 
         fragment = urlsplit(url.strip()).fragment
         if fragment:
             text += "#" + _PERCENT.sub(_normalise_escape, fragment)
+    from w3lib.url import canonicalize_url  # on first use: w3lib takes ~15 ms to import
+
     return canonicalize_url(
         text, keep_blank_values=keep_blank_values, keep_fragments=keep_fragments
     )
@@ -479,6 +481,8 @@ def _normalise_escape(match: re.Match[str]) -> str:
 
 @functools.cache
 def _suffix_list() -> PublicSuffixList:
+    from publicsuffixlist import PublicSuffixList  # on first use, as its list
+
     return PublicSuffixList()  # the bundled snapshot, ICANN and private sections
 
 

@@ -3,7 +3,10 @@ nothing to do says."""
 
 from __future__ import annotations
 
-from scrapeq.engine.scripts import Renewed
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapeq.engine.scripts import Renewed
 
 __all__ = ["NEW_HELP", "new_crawl_line", "nothing_to_do_line"]
 

@@ -20,17 +20,10 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import redis
 import typer
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from scrapeq.engine.connection import SyncClient
-from scrapeq.engine.queue import EnqueueResult, Queue
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import EnqueueSpec
 from scrapeq.errors import (
     ConfigError,
     InvalidRequest,
@@ -40,6 +33,12 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces import render
+
+if TYPE_CHECKING:  # the queue and its Redis client are the command's to import, when it runs
+    from scrapeq.engine.connection import SyncClient
+    from scrapeq.engine.queue import EnqueueResult, Queue
+    from scrapeq.engine.request import Request
+    from scrapeq.engine.scripts import EnqueueSpec
 
 __all__ = [
     "BATCH",
@@ -100,6 +99,10 @@ def read_items(
 def send_once(client: SyncClient) -> None:
     """Send each call of ``client`` once: a lost answer raises instead of sending the call
     again (a plain client; a cluster client keeps its own retries across failovers)."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     if isinstance(client, redis.Redis):
         client.set_retry(Retry(NoBackoff(), 0))
 

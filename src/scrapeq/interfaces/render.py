@@ -1,21 +1,28 @@
-"""Rich tables for the CLI: status, dead letters, breakers, domains. Pure rendering."""
+"""Rich tables for the CLI: status, dead letters, breakers, domains. Pure rendering.
+
+rich is imported by the functions that build its tables, not with this module: commands
+that print JSON or one line (``status --json``, ``--version``) start without it.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
-
-from scrapeq.engine.audit import AuditReport
-from scrapeq.engine.job import Job, JobInfo, ms_to_iso
-from scrapeq.engine.listing import JobListing
+from scrapeq.engine.job import ms_to_iso
 from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.interfaces import views
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from scrapeq.engine.audit import AuditReport
+    from scrapeq.engine.job import Job, JobInfo
+    from scrapeq.engine.listing import JobListing
 
 __all__ = [
     "DOMAIN_SORTS",
@@ -41,6 +48,8 @@ _STATE_STYLE = {"open": "bold red", "half_open": "yellow", "retired": "bold mage
 
 
 def _state(state: str) -> Text:
+    from rich.text import Text
+
     return Text(state, style=_STATE_STYLE.get(state, "green"))
 
 
@@ -75,6 +84,10 @@ def _shown(title: str, shown: int, total: int | None) -> str:
 
 def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
     """The `status` screen: totals, lanes, the domains worth a look, alarms."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     c = data["counts"]
     totals = Table(title=f"queue {data['queue']}", show_edge=False)
     for name in _COUNTS:
@@ -120,6 +133,8 @@ def status_view(data: dict[str, Any], *, limit: int = 15) -> Group:
 def dead_table(jobs: list[Job], total: int | None = None, now_ms: float | None = None) -> Table:
     """Dead letters, newest first, with when they died, reason and last error; ``total``: how
     many the queue (or the domain) holds, for the footer ``50 of 150``."""
+    from rich.table import Table
+
     caption = None if total is None else f"{len(jobs)} of {total}"
     table = Table(title=f"dead letters ({len(jobs)})", show_edge=False, caption=caption)
     for col in ("id", "domain", "lane", "attempts", "died", "reason", "last error", "url"):
@@ -139,6 +154,8 @@ def dead_table(jobs: list[Job], total: int | None = None, now_ms: float | None =
 def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
     """Breakers in the order given: state, failures, window (failures/calls), trips, cooldown;
     ``total``: how many domains there are when ``infos`` is a selection."""
+    from rich.table import Table
+
     table = Table(title=_shown("breakers", len(infos), total), show_edge=False)
     for col in ("domain", "state", "fails", "window", "trips", "open"):
         table.add_column(col)
@@ -154,6 +171,8 @@ def breakers_table(infos: list[dict[str, Any]], total: int | None = None) -> Tab
 
 def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Table:
     """Domains in the order given: politeness and counts; ``total`` as for breakers."""
+    from rich.table import Table
+
     table = Table(title=_shown("domains", len(infos), total), show_edge=False)
     tiers = any("tier" in d for d in infos)  # with an exit pool
     revisits = any(d.get("revisit_pages") for d in infos)  # pages revisited
@@ -220,6 +239,8 @@ def page_revisit_line(page: dict[str, Any]) -> str:
 
 def exits_table(exits: list[dict[str, Any]]) -> Table:
     """The exit pool: each exit's state, tier and counts (names are redacted already)."""
+    from rich.table import Table
+
     table = Table(title=f"exits ({len(exits)})", show_edge=False)
     for col in ("exit", "id", "tier", "state", "requests", "ok", "bans", "failures",
                 "timeouts", "success", "latency", "bytes", "spend"):  # fmt: skip
@@ -237,6 +258,8 @@ def exits_table(exits: list[dict[str, Any]]) -> Table:
 
 def domain_exits_table(domain: str, info: dict[str, Any]) -> Table:
     """A domain's tier, its benched exits and its requests and bytes per tier."""
+    from rich.table import Table
+
     table = Table(title=f"{domain}: tier {info['tier']}", show_edge=False)
     for col in ("tier", "requests", "bytes", "benched exits"):
         table.add_column(col)
@@ -278,6 +301,10 @@ def print_to(console: Console, renderable: Any) -> None:
 
 def audit_view(report: AuditReport) -> Group:
     """The `audit` screen: what was checked, then each problem (and what repair did)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     c = report.checked
     head = (
         f"audit of queue {report.queue}: {c['jobs']} jobs, {c['domains']} domains, "
@@ -301,6 +328,8 @@ def audit_view(report: AuditReport) -> Group:
 
 def queues_table(rows: list[dict[str, Any]]) -> Table:
     """The queues on a Redis, each with its counts (``queue list``)."""
+    from rich.table import Table
+
     table = Table(title=f"queues ({len(rows)})", show_edge=False)
     table.add_column("queue")
     for name in _COUNTS:
@@ -414,6 +443,9 @@ def _request_line(shown: dict[str, Any] | None) -> str:
 
 def job_view(info: JobInfo, queue: str) -> Group:
     """The ``job show`` screen: where the job is, its fields, its error history."""
+    from rich.console import Group
+    from rich.table import Table
+
     job, now = info.job, info.now_ms
     fields = Table(title=f"job {job.id} in queue {queue!r}", show_edge=False, show_header=False)
     fields.add_column(style="bold")
@@ -449,6 +481,8 @@ def job_view(info: JobInfo, queue: str) -> Group:
 def jobs_table(listings: list[JobListing], counts: dict[str, int], where: str) -> Table:
     """``job list``: the jobs of each listing in its order, one row each; ``counts``: how many
     the queue (or the domain ``where`` names) holds in each state, for the title."""
+    from rich.table import Table
+
     shown = ", ".join(f"{x.state} {len(x.jobs)} of {counts.get(x.state, 0)}" for x in listings)
     table = Table(title=f"jobs{where}: {shown}", show_edge=False)
     for col in ("id", "state", "domain", "lane", "attempts", "when", "url"):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from redis.exceptions import RedisError
 
 from scrapeq.errors import ConfigError
 
@@ -46,6 +43,10 @@ def results_problem(target: str, fields: Sequence[str] | None = None) -> str | N
         sink = results_sink(target, fields)
     except ConfigError as exc:
         return f"--results {shown}: {exc.reason}"
+    import asyncio  # asyncio and redis here, not with the module: tens of ms to import
+
+    from redis.exceptions import RedisError
+
     path = _file_of(sink)
     if path is not None and not path.parent.is_dir():
         return f"--results {shown}: folder {path.parent} does not exist"

@@ -211,16 +211,21 @@ def main(argv: list[str] | None = None) -> int:
     (1 or 2) stops the embedded Redis it started: a first command with a typo leaves nothing
     running.
     """
-    from scrapeq.engine.embedded import started_servers
-
-    before = len(started_servers())
+    before = len(_started_servers())
     try:
         code = _main(sys.argv[1:] if argv is None else list(argv))
     finally:
         close_opened()
     if code in (1, 2):
-        _stop_started(started_servers()[before:])
+        _stop_started(_started_servers()[before:])
     return code
+
+
+def _started_servers() -> tuple[Path, ...]:
+    """The embedded servers this process started: none while :mod:`scrapeq.engine.embedded`
+    is not even imported (``--version`` and ``--help`` do not load it, nor a Redis client)."""
+    embedded = sys.modules.get("scrapeq.engine.embedded")
+    return () if embedded is None else tuple(embedded.started_servers())
 
 
 def _stop_started(data_dirs: tuple[Path, ...]) -> None:

@@ -12,19 +12,25 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
-from scrapeq.engine.connection import async_client, check_reachable, resolve_url, sync_client
-from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings, load_settings
 from scrapeq.engine.urls import domain_of
 from scrapeq.errors import InvalidURL, NotFound, RedisUnavailable
 from scrapeq.interfaces import render
 from scrapeq.interfaces.parsing import count_option, seconds_option
 from scrapeq.runtime.logs import formatter
+
+# The engine's queue and connections (redis-py: ~0.1 s to import), asyncio and rich are
+# imported by the commands that use them, when they run: ``--version`` and ``--help`` load no
+# Redis client (issue 38, item 18; tests/interfaces/test_cli_startup.py). The same holds in
+# every module of this package.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from scrapeq.engine.queue import AsyncQueue, Queue
 
 log = logging.getLogger("scrapeq")
 
@@ -50,6 +56,8 @@ class Context:
         return load_settings(config_file=self.config, overrides=self.overrides, defaults=defaults)
 
     def redis_url(self) -> str:
+        from scrapeq.engine.connection import resolve_url
+
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
 
     def checked_url(self) -> str:
@@ -58,6 +66,8 @@ class Context:
         Raises:
             RedisUnavailable: the URL cannot be used (one line, password hidden).
         """
+        from scrapeq.engine.connection import check_reachable, sync_client
+
         url = self.redis_url()
         client = sync_client(url, self.settings.cluster)
         try:
@@ -67,6 +77,9 @@ class Context:
         return url
 
     def queue(self) -> Queue:
+        from scrapeq.engine.connection import check_reachable, sync_client
+        from scrapeq.engine.sync_queue import Queue
+
         url = self.redis_url()
         client = sync_client(url, self.settings.cluster)
         check_reachable(client, url)
@@ -75,6 +88,9 @@ class Context:
         return queue
 
     def async_queue(self) -> AsyncQueue:
+        from scrapeq.engine.async_queue import AsyncQueue
+        from scrapeq.engine.connection import async_client
+
         return AsyncQueue(
             async_client(self.redis_url(), self.settings.cluster), settings=self.settings
         )
@@ -164,6 +180,8 @@ def _private(allow: bool, refuse: bool) -> bool | None:
 
 
 def _console() -> Console:
+    from rich.console import Console  # for the commands that print rich output only
+
     # Piped output is not folded at 80 columns: lines stay greppable.
     width = None if sys.stdout.isatty() else 200
     return Console(highlight=False, soft_wrap=False, width=width)

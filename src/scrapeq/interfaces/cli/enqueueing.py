@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from scrapeq.engine.queue import Queue
 from scrapeq.engine.settings import UNIQUE_MODES, Settings
 from scrapeq.engine.urls import parse_target
 from scrapeq.errors import ConfigError, InvalidURL
@@ -40,7 +38,8 @@ from scrapeq.interfaces.enqueue_file import (
 from scrapeq.interfaces.enqueue_requests import RequestFlags, read_requests
 from scrapeq.interfaces.parsing import json_object
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine's queue is imported when a command runs (see common)
+    from scrapeq.engine.queue import Queue
     from scrapeq.runtime.sitemaps import Problem
 
 # The options of enqueue (typer reads them from its signature).
@@ -226,6 +225,8 @@ def _enqueue_sitemaps(
     """``--sitemap``: each sitemap's pages (and its index's sitemaps') into the queue; one
     summary line, each refused or cut sitemap on a line of stderr."""
     # the fetcher (aiohttp) is loaded for the sitemaps only: other commands start without it
+    import asyncio
+
     from scrapeq.interfaces.enqueue_sitemaps import (
         SitemapFailed,
         SitemapRun,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from scrapeq.engine import listing
-from scrapeq.engine.queue import CancelResult, Queue
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (
     _SECONDS,
@@ -24,6 +22,9 @@ from scrapeq.interfaces.cli.common import (
     _unknown_domain_hint,
 )
 from scrapeq.interfaces.parsing import count_option
+
+if TYPE_CHECKING:  # the engine is imported when a command runs (see common)
+    from scrapeq.engine.queue import CancelResult, Queue
 
 dead_app = typer.Typer(help="Inspect, replay and purge dead letters.", no_args_is_help=True)
 
@@ -187,6 +188,8 @@ def job_list(
       scrapeq job list --domain shop-43.example.com
       scrapeq job list --state delayed --limit 50 --json
     """
+    from scrapeq.engine import listing
+
     _domain_arg(domain)
     if state is not None and state not in listing.JOB_STATES:
         _die(f"--state takes {', '.join(listing.JOB_STATES)}; got {state!r}", 2)
@@ -200,6 +203,8 @@ def job_list(
 def _print_job_list(
     q: Queue, states: tuple[str, ...], domain: str | None, limit: int, as_json: bool
 ) -> None:
+    from scrapeq.engine import listing
+
     listings = [q.list_jobs(s, domain=domain, limit=limit) for s in states]
     for partial in (x for x in listings if x.partial):
         typer.echo(

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from scrapeq.engine.queue import Queue
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (
     _COUNT,
@@ -114,6 +113,8 @@ def queue_list(
       scrapeq queue list
       scrapeq queue list --json | jq '.[].queue'
     """
+    from scrapeq.engine.sync_queue import Queue  # when the command runs (see common)
+
     settings = _settings(ctx)
     q = Context(settings).queue()
     found = q.known_queues(max_calls=_LIST_SCAN_CALLS)

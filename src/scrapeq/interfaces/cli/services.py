@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from scrapeq.engine.connection import redact
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli.common import (
@@ -177,6 +176,8 @@ def server_stop(ctx: typer.Context) -> None:
 def _note_redis_url(settings: Settings) -> None:
     """Say on stderr that the commands use another server than the embedded one."""
     if settings.redis_url is not None:
+        from scrapeq.engine.connection import redact
+
         typer.echo(
             f"scrapeq: note: redis_url is set ({redact(settings.redis_url)}): the other "
             "commands use that server, not this embedded one",

@@ -3,18 +3,15 @@ of one worker process (also the target of supervised children)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scrapeq.engine.connection import async_client, sync_client
 from scrapeq.engine.exits import ExitPool, read_pool_file
-from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli.common import (
@@ -43,6 +40,9 @@ from scrapeq.interfaces.results_opt import (
     results_problem,
     results_sink,
 )
+
+if TYPE_CHECKING:  # the engine's queue is imported when a command runs (see common)
+    from scrapeq.engine.queue import AsyncQueue, Queue
 
 
 def _duration(help_text: str) -> Any:
@@ -218,6 +218,8 @@ def _seed_sitemaps(settings: Settings, q: Queue, seeds: list[str]) -> int:
     """``--sitemaps``: the pages of the sitemaps the seeds' robots.txt files list, enqueued as
     seeds are (``unique=seen``); a sitemap that cannot be read is a warning, not the end of the
     crawl. Answers the jobs added."""
+    import asyncio
+
     from scrapeq.interfaces.enqueue_sitemaps import (
         SitemapRun,
         read_robots_sitemaps,
@@ -295,6 +297,10 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
         # supervisor once its children are gone.
         one = dataclasses.replace(options, summary=True)
         raise typer.Exit(run_worker_process(settings, url, one, 0))
+    import asyncio  # asyncio and the engine here, not with the module: see common
+
+    from scrapeq.engine.async_queue import AsyncQueue
+    from scrapeq.engine.connection import async_client
     from scrapeq.runtime.supervisor import KILL_MARGIN, SUMMARY_MARGIN, supervise
 
     # Built now, while Redis answers: building a client asks the server whether it is a
@@ -355,6 +361,9 @@ class PoolKeeper:
 def _nothing_to_do(settings: Settings, url: str, results: bool = False) -> bool:
     """No job ready, delayed or in flight (and, with ``results``, no results line owed to a
     sink): a burst worker would stop at once."""
+    from scrapeq.engine.connection import sync_client
+    from scrapeq.engine.sync_queue import Queue
+
     q = Queue(sync_client(url, settings.cluster), settings=settings)
     try:
         c = q.counts()
@@ -420,6 +429,11 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
                        f"{_bind_problem(exc)}", err=True)  # fmt: skip
             return 1
         log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
+
+    import asyncio
+
+    from scrapeq.engine.async_queue import AsyncQueue
+    from scrapeq.engine.connection import async_client
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)
