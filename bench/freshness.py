@@ -58,7 +58,7 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -125,8 +125,15 @@ def make_fleet(rng: random.Random, domains: int, pages: int, hours: float) -> li
     return fleet
 
 
-def fresh_time(page: Page, fetches: list[float], start: float, end: float) -> float:
-    """Hours within [start, end] that the copy of the last fetch equals the live page."""
+class Changing(Protocol):
+    """A page's change log: when its content changed (hours here, seconds in the live bench)."""
+
+    changes: list[float]
+
+
+def fresh_time(page: Changing, fetches: list[float], start: float, end: float) -> float:
+    """Time within [start, end] (the change log's unit) that the copy of the last fetch
+    equals the live page."""
     total = 0.0
     for i, t in enumerate(fetches):
         nxt = fetches[i + 1] if i + 1 < len(fetches) else end

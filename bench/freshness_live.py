@@ -60,6 +60,7 @@ from typing import Any
 from aiohttp import web
 
 from _redis import add_server_args, format_table, load_note, private_redis
+from freshness import fresh_time
 from freshness import oracle_rates as _oracle_rates
 from scrapeq import Queue
 from scrapeq.engine.settings import Settings
@@ -177,19 +178,6 @@ class Sites:
     def url(self, i: int) -> str:
         p = self.fleet[i]
         return f"http://127.0.0.1:{self.ports[p.domain]}{p.path}"
-
-
-def fresh_time(page: LivePage, fetches: list[float], start: float, end: float) -> float:
-    """Seconds within [start, end] that the copy of the last fetch equals the live page."""
-    total = 0.0
-    for k, t in enumerate(fetches):
-        nxt = fetches[k + 1] if k + 1 < len(fetches) else end
-        j = bisect.bisect_right(page.changes, t)
-        stale_at = page.changes[j] if j < len(page.changes) else end
-        a, b = max(t, start), min(nxt, stale_at, end)
-        if b > a:
-            total += b - a
-    return total
 
 
 def measure(fleet: list[LivePage], fetches: dict[int, list[float]], start: float,
