@@ -221,3 +221,21 @@ async def test_two_processes_share_the_crawl_and_survive_a_kill(
         assert len({url for url, n in handled.items() if n > 1} - lost) <= 1
     counts = await _counts(redis_url)
     assert counts["ready"] + counts["delayed"] + counts["inflight"] == 0
+
+
+async def test_a_refused_url_is_unprocessed_not_raised(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A URL scrapeq refuses (a private address without ``allow_private``) comes back as
+    crawlee's unprocessed request with one warning line; the batch's others are added."""
+    storage = ScrapeqStorageClient(redis_url, settings=Settings(queue="crawlee"))
+    rq_client = await storage.create_rq_client()
+    answer = await rq_client.add_batch_of_requests(
+        [Request.from_url("http://127.0.0.1:9/private"), Request.from_url("https://example.com/")]
+    )
+    assert [r.url for r in answer.unprocessed_requests] == ["http://127.0.0.1:9/private"]
+    assert [r.was_already_present for r in answer.processed_requests] == [False]
+    refused = [r for r in caplog.records if r.name == "scrapeq.crawlee"]
+    assert len(refused) == 1 and refused[0].exc_info is None
+    assert "127.0.0.1:9/private" in refused[0].getMessage()
+    await rq_client.drop()

@@ -328,7 +328,8 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
     async def is_finished(self) -> bool:
         if self._held:
             return False
-        counts = await self._read_counts()
+        # Read afresh: crawlee's pool asks twice a second at most.
+        counts = await self._read_counts(fresh=True)
         return counts["ready"] + counts["delayed"] + counts["inflight"] == 0
 
     def describe(self) -> dict[str, Any]:
