@@ -26,6 +26,7 @@ from crawlee.storages import RequestQueue
 from scrapeq.contrib.crawlee import ScrapeqStorageClient
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
+from support.browser import CHROMIUM, need_browser
 from support.sites import Handler, sites
 
 PAGES = 20
@@ -239,3 +240,44 @@ async def test_a_refused_url_is_unprocessed_not_raised(
     assert len(refused) == 1 and refused[0].exc_info is None
     assert "127.0.0.1:9/private" in refused[0].getMessage()
     await rq_client.drop()
+
+
+async def test_a_playwright_crawler_handles_every_page_once(redis_url: str) -> None:
+    """PlaywrightCrawler on the same queue, with Debian's chromium (never a downloaded one)."""
+    need_browser()
+    pytest.importorskip("browserforge")  # crawlee's playwright extra
+    from crawlee.crawlers import PlaywrightCrawler, PlaywrightCrawlingContext
+
+    handled: list[str] = []
+    async with sites(binary_tree(8)) as (site,):
+        crawler = PlaywrightCrawler(
+            storage_client=client(redis_url),
+            configure_logging=False,
+            headless=True,
+            browser_launch_options={"executable_path": str(CHROMIUM), "chromium_sandbox": False},
+        )
+
+        @crawler.router.default_handler
+        async def handle(context: PlaywrightCrawlingContext) -> None:
+            handled.append(context.request.url)
+            await context.enqueue_links()
+
+        await crawler.run([site.url("/")])
+        assert sorted(handled) == sorted(every_page(site.base, 8))
+        pages = {path: hits for path, hits in site.hits.items() if path != "/favicon.ico"}
+        assert all(hits == 1 for hits in pages.values()), site.hits
+
+
+async def test_a_job_that_holds_no_crawlee_request_is_dead_lettered(redis_url: str) -> None:
+    """A job put on the queue by something else (a plain scrapeq enqueue) is not handed to
+    crawlee: it fails as ``bad_payload``, one error line, and the fetch goes on."""
+    queue = AsyncQueue.from_url(redis_url, "crawlee", settings=Settings(allow_private=True))
+    try:
+        await queue.enqueue("https://example.com/plain", payload={"not": "a request"})
+        rq_client = await client(redis_url).create_rq_client()
+        assert await rq_client.fetch_next_request() is None
+        assert await queue.dead_count() == 1
+        assert (await queue.dead_letters())[0].url == "https://example.com/plain"
+        await rq_client.drop()
+    finally:
+        await queue.close()

@@ -240,9 +240,10 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
                 await self.queue.fail(job, "bad_payload", str(exc)[:200])
                 continue
             if request.unique_key in self._held:
-                # The same key twice (a reclaimed request's job and a lease given back):
-                # the one held already wins; this one is done.
-                await self.queue.ack(job)
+                # Held here already: its lease ran out (renewals failed) and the job came
+                # back to this client. Crawlee still works on it: the new lease is kept for
+                # its settlement, and it is not handed out twice.
+                self._held[request.unique_key] = job
                 continue
             self._held[request.unique_key] = job
             self._requests[request.unique_key] = request
