@@ -17,7 +17,6 @@ from scrapeq.engine.dedup import Dedup
 from scrapeq.engine.exits import ExitPool
 from scrapeq.engine.job import Job, JobInfo, ms_to_iso
 from scrapeq.engine.keys import QUEUE_SCAN_PATTERN, Keys, queue_of_marker, registry_bucket
-from scrapeq.engine.limits import check_count
 from scrapeq.engine.options import JobOptions
 from scrapeq.engine.oputil import (
     CALL_BYTES,
@@ -26,7 +25,6 @@ from scrapeq.engine.oputil import (
     _chunks,
     _dead_job,
     _enqueue_result,
-    _epoch_ms,
     _event,
     _expires_ms,
     _job_info,
@@ -37,6 +35,7 @@ from scrapeq.engine.oputil import (
     _spec_size,
     _stream_entries,
     _with_fingerprint,
+    domain_set_call,
 )
 from scrapeq.engine.owed_calls import OwedLine
 from scrapeq.engine.request import Request
@@ -503,19 +502,7 @@ class _QueueCore(SettlementBuilders):
         max_pages: int | None = None,
         blocked_until: float | None = None,
     ) -> Op[dict[str, Any]]:
-        delay_ms = _seconds_ms("delay", delay)
-        if concurrency is not None and concurrency != "auto":
-            check_count("concurrency", concurrency)
-        if fetcher is not None and fetcher != "default" and fetcher not in FETCHERS:
-            words = ", ".join((*FETCHERS, "default"))
-            raise ConfigError("fetcher", f"expected {words}, got {fetcher!r}")
-        fetcher_arg = -1 if fetcher == "default" else fetcher
-        if max_pages is not None and max_pages != -1:
-            check_count("max_pages", max_pages, minimum=0)
-        until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
-        call = scripts.domain_set(
-            domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms
-        )
+        call = domain_set_call(domain, delay, concurrency, fetcher, max_pages, blocked_until)
         got_delay, got_conc, adaptive, got_fetcher = yield call
         return {
             "domain": domain,

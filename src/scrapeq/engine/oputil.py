@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from scrapeq.engine import scripts
 from scrapeq.engine.job import Job, JobInfo, expand_stored, ms_to_iso
-from scrapeq.engine.limits import MAX_SCRIPT_INT, check_json_depth, check_seconds
+from scrapeq.engine.limits import MAX_SCRIPT_INT, check_count, check_json_depth, check_seconds
 from scrapeq.engine.results import EnqueueResult
 from scrapeq.engine.scripts import (
     EnqueueSpec,
@@ -18,6 +18,7 @@ from scrapeq.engine.scripts import (
     Op,
     Settlement,
 )
+from scrapeq.engine.setting_specs import FETCHERS
 from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import fingerprint
 from scrapeq.errors import (
@@ -47,6 +48,32 @@ def _epoch_ms(name: str, value: float) -> int:
     if not ok or not math.isfinite(value) or not 0 <= value * 1000 <= MAX_SCRIPT_INT:
         raise ConfigError(name, f"expected epoch seconds from 0 to 10^11, got {value!r}")
     return round(value * 1000)
+
+
+def domain_set_call(
+    domain: str,
+    delay: float | None,
+    concurrency: int | str | None,
+    fetcher: str | None,
+    max_pages: int | None,
+    blocked_until: float | None,
+) -> scripts.Call[tuple[int, int, bool, str | None]]:
+    """The ``domain_set`` script's call for a domain's overrides, every argument checked
+    (ConfigError naming it): delay (s), concurrency (``auto`` or >= 1), fetcher (a name of
+    FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s)."""
+    delay_ms = _seconds_ms("delay", delay)
+    if concurrency is not None and concurrency != "auto":
+        check_count("concurrency", concurrency)
+    if fetcher is not None and fetcher != "default" and fetcher not in FETCHERS:
+        words = ", ".join((*FETCHERS, "default"))
+        raise ConfigError("fetcher", f"expected {words}, got {fetcher!r}")
+    if max_pages is not None and max_pages != -1:
+        check_count("max_pages", max_pages, minimum=0)
+    until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
+    fetcher_arg = -1 if fetcher == "default" else fetcher
+    return scripts.domain_set(
+        domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms
+    )
 
 
 def _expires_ms(expires: float | None) -> int | None:
