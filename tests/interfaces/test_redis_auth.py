@@ -165,7 +165,7 @@ def test_the_readme_acl_grants_every_command_scrapeq_sends() -> None:
     granted = {w[1:] for w in readme_acl_line().split() if w.startswith("+")}
     missing = _lua_and_client_commands() - granted
     assert not missing, f"docs/guide/redis.md's ACL line lacks {sorted(missing)}: add them there"
-    assert not granted - _lua_and_client_commands(), "docs/guide/redis.md grants commands nothing sends"
+    assert not granted - _lua_and_client_commands(), "the guide grants commands nothing sends"
 
 
 async def test_an_acl_user_limited_to_the_queue_works_end_to_end(
