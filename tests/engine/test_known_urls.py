@@ -109,3 +109,43 @@ def test_a_block_time_out_of_range_is_refused(make_queue: Callable[..., Queue]) 
     for bad in (-1, float("nan"), 1e12):
         with pytest.raises(ConfigError, match="blocked_until"):
             q.domain_set("w.example", blocked_until=bad)
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_domains_crawl_limit_counts_its_jobs_done(
+    make_queue: Callable[..., Queue], partitions: int
+) -> None:
+    q = make_queue(
+        partitions=partitions,
+        domain_concurrency=10,
+        lease=0.2,
+        backoff_base=0.001,
+        backoff_cap=0.001,
+    )
+    for i in range(6):
+        q.enqueue(f"http://cl.example/{i}")
+    q.enqueue("http://free.example/1")
+    q.domain_set("cl.example", crawl_limit=3)
+    claimed = q.claim(10).jobs
+    jobs = [j for j in claimed if j.domain == "cl.example"]
+    assert len(jobs) == 3 and len(claimed) == 4  # done and in flight count against it
+    q.ack(jobs[0])
+    q.ack(next(j for j in claimed if j.domain == "free.example"))
+    assert q.claim(10).jobs == []  # 1 done + 2 in flight
+    time.sleep(0.3)  # two leases expire: their slots of the limit come back
+    q.reap()
+    assert len(q.claim(10).jobs) == 2
+    counts = q.counts()
+    assert counts["ready"] + counts["delayed"] == 3  # queued, not dropped
+    q.domain_set("cl.example", crawl_limit=-1)
+    time.sleep(0.01)  # the backoff of the jobs reaped
+    assert len(q.claim(10).jobs) == 3
+
+
+def test_a_crawl_limit_out_of_range_is_refused(make_queue: Callable[..., Queue]) -> None:
+    from scrapeq.errors import ConfigError
+
+    q = make_queue()
+    for bad in (0, -2, "3"):
+        with pytest.raises(ConfigError, match="crawl_limit"):
+            q.domain_set("w.example", crawl_limit=bad)  # type: ignore[arg-type]

@@ -53,15 +53,33 @@ def test_set_delay_for_every_queue_is_refused_with_a_reason(fclient: Client) -> 
     assert "domain_delay" in (caught.value.details() or "")
 
 
-def test_crawl_limit_caps_the_urls_a_queue_takes(fclient: Client, bounce: Any) -> None:
+def test_crawl_limit_counts_completed_urls_not_queued_ones(fclient: Client, bounce: Any) -> None:
+    def take() -> list[pb.URLInfo]:
+        return fclient.get(key="l.example", delay_requestable=60)
+
+    def complete(served: list[pb.URLInfo]) -> None:
+        acks = fclient.put([known(s.url, 0, meta=s) for s in served])
+        assert [a.status for a in acks] == [OK] * len(served)
+
     fclient.stub.SetCrawlLimit(pb.CrawlLimitParams(key="l.example", limit=3))
     bounce()
-    acks = fclient.put([discovered(f"http://l.example/{i}") for i in range(5)])
-    assert [a.status for a in acks] == [OK] * 5  # cut, not refused
-    assert fclient.stats("l.example").size == 3
+    acks = fclient.put([discovered(f"http://l.example/{i}") for i in range(7)])
+    assert [a.status for a in acks] == [OK] * 7
+    assert fclient.stats("l.example").size == 7  # every URL queued: the limit is on fetches
+    first = take()
+    assert len(first) == 2  # the domain's concurrency
+    complete(first)
+    bounce()
+    last = take()
+    assert len(last) == 1  # 2 completed + 1 in flight: the limit
+    assert take() == []
+    complete(last)
+    assert take() == []  # 3 completed
+    assert fclient.stats("l.example").size == 4  # the rest stay queued
+    fclient.stub.SetCrawlLimit(pb.CrawlLimitParams(key="l.example", limit=4))
+    assert len(take()) == 1
     fclient.stub.SetCrawlLimit(pb.CrawlLimitParams(key="l.example", limit=0))  # no limit
-    fclient.put([discovered("http://l.example/more")])
-    assert fclient.stats("l.example").size == 4
+    assert len(take()) == 1  # the concurrency again (one in flight)
 
 
 def test_block_queue_until_holds_a_queue_then_unblocks(fclient: Client, bounce: Any) -> None:

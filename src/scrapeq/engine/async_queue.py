@@ -431,6 +431,7 @@ class AsyncQueue(_QueueBase):
         fetcher: str | None = None,
         max_pages: int | None = None,
         blocked_until: float | None = None,
+        crawl_limit: int | None = None,
     ) -> dict[str, Any]:
         """Set a domain's politeness overrides and its fetcher (``http``, ``impersonate``;
         ``default``: none, the worker's setting decides); answers what is now in force.
@@ -438,9 +439,11 @@ class AsyncQueue(_QueueBase):
         ``max_pages``: the domain's own cap on jobs enqueued, for the URLFrontier service's
         URLs (enqueued ``capped``); -1 restores the queue's. ``blocked_until``: epoch
         seconds before which the domain dispatches nothing (a later wait already set
-        stays); 0 lifts such a wait now."""
+        stays); 0 lifts such a wait now. ``crawl_limit``: the domain's jobs done at most
+        (its ``done`` count): once done and in flight reach it nothing more is claimed
+        (its jobs stay queued); -1 removes it."""
         op = self._route._op_domain_set(
-            domain, delay, concurrency, fetcher, max_pages, blocked_until
+            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit
         )
         return await self._drive(op)
 

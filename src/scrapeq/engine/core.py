@@ -501,8 +501,11 @@ class _QueueCore(SettlementBuilders):
         fetcher: str | None = None,
         max_pages: int | None = None,
         blocked_until: float | None = None,
+        crawl_limit: int | None = None,
     ) -> Op[dict[str, Any]]:
-        call = domain_set_call(domain, delay, concurrency, fetcher, max_pages, blocked_until)
+        call = domain_set_call(
+            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit
+        )
         got_delay, got_conc, adaptive, got_fetcher = yield call
         return {
             "domain": domain,

@@ -57,10 +57,12 @@ def domain_set_call(
     fetcher: str | None,
     max_pages: int | None,
     blocked_until: float | None,
+    crawl_limit: int | None = None,
 ) -> scripts.Call[tuple[int, int, bool, str | None]]:
     """The ``domain_set`` script's call for a domain's overrides, every argument checked
     (ConfigError naming it): delay (s), concurrency (``auto`` or >= 1), fetcher (a name of
-    FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s)."""
+    FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s),
+    crawl_limit (jobs done at most, -1: none)."""
     delay_ms = _seconds_ms("delay", delay)
     if concurrency is not None and concurrency != "auto":
         check_count("concurrency", concurrency)
@@ -69,10 +71,18 @@ def domain_set_call(
         raise ConfigError("fetcher", f"expected {words}, got {fetcher!r}")
     if max_pages is not None and max_pages != -1:
         check_count("max_pages", max_pages, minimum=0)
+    if crawl_limit is not None and crawl_limit != -1:
+        check_count("crawl_limit", crawl_limit, minimum=1)
     until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
     fetcher_arg = -1 if fetcher == "default" else fetcher
     return scripts.domain_set(
-        domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms
+        domain,
+        delay_ms,
+        concurrency,
+        fetcher_arg,
+        max_pages=max_pages,
+        until_ms=until_ms,
+        crawl_limit=crawl_limit,
     )
 
 

@@ -220,10 +220,12 @@ def domain_set(
     *,
     max_pages: int | None = None,
     until_ms: int | None = None,
+    crawl_limit: int | None = None,
 ) -> Call[tuple[int, int, bool, str | None]]:
     """Set politeness overrides (-1 restores the default; conc may be ``auto``), the
     domain's fetcher (-1: none), its own ``max_pages`` (for capped specs), a wait until
-    server ms ``until_ms`` (0 lifts it); answers (delay_ms, conc, adaptive, fetcher): conc
+    server ms ``until_ms`` (0 lifts it), a cap on its jobs done (``crawl_limit``, -1: none);
+    answers (delay_ms, conc, adaptive, fetcher): conc
     is the limit in force, adaptive whether it adapts, fetcher the domain's own (None:
     none)."""
 
@@ -233,7 +235,12 @@ def domain_set(
         return int(raw[0]), int(raw[1]), bool(int(raw[2])), name or None
 
     given = _given(
-        delay_ms=delay_ms, conc=conc, fetcher=fetcher, max_pages=max_pages, until_ms=until_ms
+        delay_ms=delay_ms,
+        conc=conc,
+        fetcher=fetcher,
+        max_pages=max_pages,
+        until_ms=until_ms,
+        climit=crawl_limit,
     )
     return _call("domain_set", parse, domain=domain, **given)
 

@@ -166,7 +166,7 @@ end
 local function take_run(d, room, bound, out, head)
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until',
-    'alim', 'aivl', 'fetcher')
+    'alim', 'aivl', 'fetcher', 'climit', 'done')
   if not f[7] and adaptive_on(f[2]) and is_urgent(head) then
     f[7] = urgent_start()
     redis.call('HSET', dk, 'alim', f[7])
@@ -176,7 +176,11 @@ local function take_run(d, room, bound, out, head)
   if adaptive_on(f[2]) then delay = math.max(delay, math.floor(tonumber(f[8]) or 0)) end
   local budget = math.min(room, domain_cap(f[2], state, f[7]) - (tonumber(f[1]) or 0))
   if delay > 0 or state == 'half_open' then budget = math.min(budget, 1) end
-  local known = {f[1], f[5], f[4], f[6], f[2], f[7]}  -- inflight, next, state, open_until, conc, alim
+  if f[10] then  -- a crawl limit: its jobs done and in flight count against it
+    budget = math.min(budget, tonumber(f[10]) - (tonumber(f[11]) or 0) - (tonumber(f[1]) or 0))
+  end
+  -- inflight, next, state, open_until, conc, alim, climit, done
+  local known = {f[1], f[5], f[4], f[6], f[2], f[7], f[10], f[11]}
   budget = math.floor(budget)
   if budget < 1 then return known end
   -- With an exit pool, each job goes through an exit usable for d (includes/exits.lua); when

@@ -4,7 +4,7 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?, max_pages?, until_ms?}
+    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?, max_pages?, until_ms?, climit?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
@@ -16,6 +16,9 @@
       until_ms  server time in ms before which the domain dispatches nothing (its `next`,
                 as a Retry-After parks it; a later `next` already set stays); 0 lifts
                 such a wait now (the URLFrontier service's BlockQueueUntil)
+      climit    the domain's crawl limit (1 to 10^14 - 1): once its jobs done (its `done`
+                count) and in flight reach it, it dispatches nothing (refile parks it; its
+                jobs stay queued); -1 removes it (the URLFrontier service's SetCrawlLimit)
       absent fields are left as they are
 
   Output: {delay_ms, conc, auto, fetcher} now in force (the defaults when no override is
@@ -24,7 +27,7 @@
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
   to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1; max_pages -1 or 0 to 10^14 - 1;
-  until_ms 0 to 10^14 - 1), before any write.
+  until_ms 0 to 10^14 - 1; climit -1 or 1 to 10^14 - 1), before any write.
 ]]
 --@include common
 --@include domain
@@ -42,6 +45,7 @@ local refused = arg_refusal(function()
     check_int(ARG.max_pages, 'max_pages', 0, MAX_INT)
   end
   if ARG.until_ms ~= nil then check_int(ARG.until_ms, 'until_ms', 0, MAX_INT) end
+  if ARG.climit ~= nil and ARG.climit ~= -1 then check_int(ARG.climit, 'climit', 1, MAX_INT) end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -66,6 +70,10 @@ end
 if ARG.max_pages then
   if ARG.max_pages < 0 then redis.call('HDEL', dk, 'maxp')
   else redis.call('HSET', dk, 'maxp', ARG.max_pages) end
+end
+if ARG.climit then
+  if ARG.climit < 0 then redis.call('HDEL', dk, 'climit')
+  else redis.call('HSET', dk, 'climit', ARG.climit) end
 end
 if ARG.until_ms then
   local nxt = tonumber(redis.call('HGET', dk, 'next')) or 0

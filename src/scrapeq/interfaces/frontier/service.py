@@ -343,7 +343,8 @@ class FrontierService(pb_grpc.URLFrontierServicer):
     ) -> pb.Empty:
         queue = await self._check(context, self.crawls.queue, request.crawlID or DEFAULT_CRAWL)
         await self._check(context, check_key, request.key)
-        await queue.domain_set(request.key, max_pages=request.limit or -1)
+        # the API's limit counts URLs completed (fetched), not enqueued: the domain's done
+        await queue.domain_set(request.key, crawl_limit=request.limit or -1)
         return pb.Empty()
 
     async def BlockQueueUntil(

@@ -108,7 +108,7 @@ end
 -- File domain d where it belongs now. Returns true when it may dispatch.
 -- `from_ready`: the caller knows d is not in domains:wait (it was just taken from ready).
 -- `known`: the caller's current values of the fields read here (inflight, next, state,
--- open_until, conc, alim), saving the HMGET.
+-- open_until, conc, alim, climit, done), saving the HMGET.
 local function refile(d, from_ready, known)
   local dk = k_dom(d)
   local left = INFLIGHT_LEFT[d]
@@ -118,7 +118,7 @@ local function refile(d, from_ready, known)
     known = nil
   end
   local f = known or redis.call('HMGET', dk, 'inflight', 'next', 'state', 'open_until', 'conc',
-    'alim')
+    'alim', 'climit', 'done')
   local state = f[3] or 'closed'
   if state == 'retired' then
     redis.call('ZREM', K.READY, d)
@@ -145,7 +145,11 @@ local function refile(d, from_ready, known)
     redis.call('HSET', dk, 'state', 'half_open', 'probe', '')
     emit('half_open', d, 'cooldown over: one probe allowed')
   end
-  if (tonumber(f[1]) or 0) >= domain_cap(f[5], state, f[6]) then
+  -- at its cap, or at its crawl limit (`climit`, domain_set-1.lua: its jobs done and in
+  -- flight reach it): parked until a lease ends (or the limit moves)
+  local inflight, limit = tonumber(f[1]) or 0, tonumber(f[7])
+  if inflight >= domain_cap(f[5], state, f[6])
+      or (limit ~= nil and (tonumber(f[8]) or 0) + inflight >= limit) then
     redis.call('ZREM', K.READY, d)
     redis.call('ZREM', K.WAIT, d)
     return false
