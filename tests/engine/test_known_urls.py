@@ -149,3 +149,52 @@ def test_a_crawl_limit_out_of_range_is_refused(make_queue: Callable[..., Queue])
     for bad in (0, -2, "3"):
         with pytest.raises(ConfigError, match="crawl_limit"):
             q.domain_set("w.example", crawl_limit=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_walk_meets_every_pending_job_once(
+    make_queue: Callable[..., Queue], partitions: int
+) -> None:
+    q = make_queue(partitions=partitions, domain_concurrency=10)
+    for i in range(7):
+        q.enqueue(f"http://w{i % 3}.example/{i}")
+    q.enqueue("http://w0.example/later", delay=3600)
+    leased = q.claim(2).jobs
+    met: dict[str, str] = {}
+    for domain in ("w0.example", "w1.example", "w2.example"):
+        start = 0
+        while True:
+            jobs, read = q.walk_page("ready", domain=domain, start=start, count=2)
+            met.update((info.job.url, info.state) for info in jobs)
+            start += read
+            if read < 2:
+                break
+    for state in ("delayed", "inflight"):
+        for part in range(partitions):
+            jobs, _ = q.walk_page(state, part=part, start=0, count=100)
+            met.update((info.job.url, info.state) for info in jobs)
+    assert len(met) == 8
+    assert met["http://w0.example/later"] == "delayed"
+    assert {met[j.url] for j in leased} == {"inflight"}
+    jobs, _ = q.walk_page("delayed", domain="w1.example", count=100)
+    assert jobs == []  # kept to the domain's
+    from scrapeq.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        q.walk_page("ready")  # a ready walk is a domain's
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_url_seen_tells_a_url_done_from_one_never_seen(
+    make_queue: Callable[..., Queue], partitions: int
+) -> None:
+    q = make_queue(partitions=partitions)
+    q.enqueue("http://u.example/x")  # not unique: no seen-set yet
+    assert not q.url_seen("http://u.example/x")  # and reading records none
+    q.enqueue("http://u.example/a", unique="seen")
+    for job in q.claim(2).jobs:
+        q.ack(job)
+    assert not q.url_seen("http://u.example/x")
+    assert q.url_job("http://u.example/a") is None
+    assert q.url_seen("http://u.example/a")
+    assert not q.url_seen("http://u.example/b")

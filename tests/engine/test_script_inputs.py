@@ -249,6 +249,8 @@ CASES: dict[str, Cases] = {
             ("a max_pages below -1", lambda w: {"domain": D, "max_pages": -2}),
             ("a wait past what Lua writes exactly", lambda w: {"domain": D, "until_ms": 1e20}),
             ("a wait that is no number", lambda w: {"domain": D, "until_ms": "soon"}),
+            ("a crawl limit of 0", lambda w: {"domain": D, "climit": 0}),
+            ("a crawl limit that is no number", lambda w: {"domain": D, "climit": "ten"}),
         ),
     ),
     "domains": Cases(
@@ -385,6 +387,15 @@ CASES: dict[str, Cases] = {
             ("urls not a list", lambda w: {"urls": "http://a.test/p"}),
             ("a URL that is not a string", lambda w: {"urls": ["http://a.test/p", 5]}),
             ("more than 100 URLs", lambda w: {"urls": ["http://a.test/p"] * 101}),
+        ),
+    ),
+    "seen_has": Cases(
+        wrapped(lambda w: scripts.seen_has([{"b": 7, "f": "7"}])),
+        (
+            ("seen not a list", lambda w: {"seen": "7"}),
+            ("a fingerprint not in decimal", lambda w: {"seen": [{"b": 7, "f": "x7"}]}),
+            ("a bucket out of range", lambda w: {"seen": [{"b": -1, "f": "7"}]}),
+            ("more than 100 URLs", lambda w: {"seen": [{"b": 7, "f": "7"}] * 101}),
         ),
     ),
     "partitions": Cases(

@@ -28,6 +28,7 @@ __all__ = [
     "merge_listings",
     "op_job_list",
     "op_recent_errors",
+    "op_walk_page",
     "parse_recent_errors",
 ]
 
@@ -107,6 +108,27 @@ def op_job_list(
     jobs = yield from _load(keys, scored)
     infos = [_info(job, state, score, now_ms) for job, score in jobs]
     return JobListing(state, infos, partial)
+
+
+def op_walk_page(
+    keys: Keys, state: str, domain: str | None, start: int, count: int, clock_offset_ms: int = 0
+) -> Op[tuple[list[JobInfo], int]]:
+    """One page of a walk over every pending job: ``count`` entries from index ``start`` of
+    ``domain``'s ready queue (``state`` ready), or of the partition's delayed or in-flight
+    set, kept to ``domain``'s jobs when given. Answers the jobs (a job settled since the
+    range was read is left out) and how many entries were read: fewer than ``count`` is the
+    end. Not a snapshot: a job that moves while a walk goes on may be met twice or missed."""
+    now_ms = yield from server_ms_op(clock_offset_ms)
+    if state == "ready":
+        assert domain is not None
+        key = keys.domain_queue(domain)
+    else:
+        key = keys.delayed if state == "delayed" else keys.inflight
+    scored = _scores((yield Command(("ZRANGE", key, start, start + count - 1, "WITHSCORES"))))
+    jobs = yield from _load(keys, scored)
+    kept = [_info(job, state, score, now_ms) for job, score in jobs
+            if domain is None or job.domain == domain]  # fmt: skip
+    return kept, len(scored)
 
 
 def merge_listings(listings: Sequence[JobListing], limit: int) -> JobListing:

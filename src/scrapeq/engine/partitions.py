@@ -308,6 +308,13 @@ class PartitionRouter(ABC):
         )
         return None if held is None else (yield from self._op_job_info(held))
 
+    def _op_url_seen(self, spec: EnqueueSpec) -> Op[bool]:
+        """Whether ``spec``'s URL is in the seen-set of its domain's partition."""
+        if spec.seen is None:
+            return False
+        yield from self._op_check_parts_read()
+        return (yield from self._on(_seen_has(spec.seen), self._part(spec.domain)))
+
     def _op_get_job(self, job_id: str) -> Op[Job | None]:
         return (yield from self._on(self.core._op_get_job(job_id), self._part_of_id(job_id)))
 
@@ -371,6 +378,21 @@ class PartitionRouter(ABC):
         if domain is not None:
             return (yield from self._on(make(), self._part(domain)))
         return listing.merge_listings((yield from self._on_all(make)), limit)
+
+    def _op_walk_page(
+        self, state: str, domain: str | None, part: int | None, start: int, count: int
+    ) -> Op[tuple[list[JobInfo], int]]:
+        """A page of a walk (``listing.op_walk_page``) on partition ``part`` (None, and every
+        ready page: ``domain``'s)."""
+        if state not in listing.PENDING_STATES or (state == "ready" and domain is None):
+            raise ConfigError("state", "ready (of a domain), delayed or inflight")
+        check_count("count", count)
+        yield from self._schema.op_all()
+        offset = self.core.testing_clock_offset_ms
+        op = listing.op_walk_page(self.core.keys, state, domain, start, count, offset)
+        if part is None or state == "ready":
+            part = self._part(domain or "")
+        return (yield from self._on(op, part))
 
     @abstractmethod
     def _op_dead_letters(self, domain: str | None, limit: int) -> Op[list[Job]]:
@@ -478,3 +500,9 @@ class SinglePartitionRouter(PartitionRouter):
 
     def _op_events_after(self, after: str, count: int) -> Op[list[dict[str, str]]]:
         return self.core._op_events_after(after, count)
+
+
+def _seen_has(seen: dict[str, Any]) -> Op[bool]:
+    """Whether the seen-set holds the URL of seen-set argument ``seen`` (one partition)."""
+    got: list[bool] = yield scripts.seen_has([seen])
+    return got[0]

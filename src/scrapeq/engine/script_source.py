@@ -36,6 +36,7 @@ SCRIPTS: dict[str, str] = {
     "partitions": "partitions-1.lua",
     "purge": "purge-1.lua",
     "reap": "reap-1.lua",
+    "seen_has": "seen_has-1.lua",
     "renew": "renew-1.lua",
     "replay": "replay-1.lua",
     "settle": "settle-1.lua",

@@ -538,6 +538,12 @@ def page_info(urls: Sequence[str]) -> Call[list[dict[str, Any]]]:
     return _call("page_info", parse, urls=list(urls))
 
 
+def seen_has(seen: Sequence[dict[str, Any]]) -> Call[list[bool]]:
+    """Whether the seen-set holds URLs, by their seen-set arguments (read only,
+    ``lua/seen_has-1.lua``); at most 100 URLs of one partition."""
+    return _call("seen_has", lambda raw: [bool(int(x)) for x in raw], seen=list(seen))
+
+
 def partitions(given: int) -> Call[str]:
     """Record (on a queue's first partitioned use) or check the queue's number of partitions
     (``lua/partitions-1.lua``); refused with ``SQ_PARTITIONS`` when it differs."""

@@ -310,6 +310,22 @@ class Queue(_QueueBase):
         see :mod:`scrapeq.engine.listing`."""
         return self._drive(self._route._op_list_jobs(state, domain, limit))
 
+    def walk_page(
+        self,
+        state: str,
+        *,
+        domain: str | None = None,
+        part: int | None = None,
+        start: int = 0,
+        count: int = 500,
+    ) -> tuple[list[JobInfo], int]:
+        """One page of a walk over every pending job (the URLFrontier service's CountURLs,
+        ListURLs, PurgeURLs): ``count`` entries from index ``start`` of ``domain``'s ready
+        jobs (``state`` ready), or of partition ``part``'s (None: ``domain``'s) delayed or
+        inflight jobs, kept to ``domain``'s when given; answers the jobs and the entries
+        read (fewer than ``count``: the end). Bounded reads; not a snapshot."""
+        return self._drive(self._route._op_walk_page(state, domain, part, start, count))
+
     def dead_letters(self, domain: str | None = None, limit: int = 50) -> list[Job]:
         """Dead letters, newest first."""
         return self._drive(self._route._op_dead_letters(domain, limit))
@@ -334,6 +350,15 @@ class Queue(_QueueBase):
         if domain is not None:
             spec = dataclasses.replace(spec, domain=domain)
         return self._drive(self._route._op_url_job(spec))
+
+    def url_seen(self, url: str | Request, *, domain: str | None = None) -> bool:
+        """Whether the seen-set holds ``url`` (``unique = seen``: it was enqueued once; with
+        no job holding it, it is done, dead, cancelled or purged); ``domain`` as
+        :meth:`url_job`'s. False for a queue without a seen-set."""
+        spec = self.prepare(url, unique="seen")
+        if domain is not None:
+            spec = dataclasses.replace(spec, domain=domain)
+        return self._drive(self._route._op_url_seen(spec))
 
     def cancel(
         self,

@@ -19,7 +19,6 @@ import grpc
 
 from scrapeq.engine.async_queue import AsyncQueue
 from scrapeq.engine.core import MAX_CLAIM
-from scrapeq.engine.job import JobInfo
 from scrapeq.engine.script_args import EnqueueSpec, Settlement
 from scrapeq.errors import NotFound, ScrapeqError
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
@@ -33,6 +32,14 @@ from scrapeq.interfaces.frontier.crawls import (
     lease_of,
     metadata_payload,
 )
+from scrapeq.interfaces.frontier.urls import (
+    count_urls,
+    purge_urls,
+    url_filter,
+    url_item,
+    url_status,
+    walk,
+)
 
 __all__ = ["FrontierService"]
 
@@ -44,8 +51,6 @@ OK, SKIPPED, FAIL = pb.AckMessage.OK, pb.AckMessage.SKIPPED, pb.AckMessage.FAIL
 PUT_BATCH = 256
 #: The lease of a GetURLs that asks for none (``delay_requestable`` = 0), seconds.
 DEFAULT_LEASE_S = 30.0
-#: URLs of each state ListURLs reads at most (``job list``'s bound).
-LIST_LIMIT = 1000
 #: The latest BlockQueueUntil time kept (a later one blocks until then): the year 5138.
 MAX_EPOCH_S = 99_999_999_999
 
@@ -297,10 +302,13 @@ class FrontierService(pb_grpc.URLFrontierServicer):
     async def CountURLs(
         self, request: pb.CountUrlParams, context: grpc.aio.ServicerContext
     ) -> pb.Long:
-        if request.HasField("filter") and request.filter:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "CountURLs: filter not supported")
         queue = await self._check(context, self.crawls.queue, request.crawlID or DEFAULT_CRAWL)
-        rows = await self._domain_rows(queue, request.key)
+        if request.key:
+            await self._check(context, check_key, request.key)
+        if request.filter:  # each URL read: a walk (urls.walk)
+            keep = url_filter(request.filter, request.ignoreCase)
+            return pb.Long(value=await count_urls(queue, request.key, keep))
+        rows = await self._domain_rows(queue, request.key)  # counters: no URL read
         return pb.Long(value=sum(r["ready"] + r["delayed"] + r["inflight"] for r in rows))
 
     # --- changing -----------------------------------------------------------------------------
@@ -364,13 +372,13 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         if request.key:
             await self._check(context, check_key, request.key)
         try:
-            found = await queue.url_job(request.url, domain=request.key or None)
+            item = await url_status(queue, crawl, request.url, request.key)
         except ScrapeqError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if found is None or found.state not in ("ready", "delayed", "inflight"):
-            # done, never seen and dead are not told apart: the seen-set is not read here
-            await context.abort(grpc.StatusCode.NOT_FOUND, "no queued or leased URL")
-        return _url_item(found, crawl)
+        if item is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "a URL this crawl never took")
+            raise AssertionError  # abort raises
+        return item
 
     async def ListURLs(
         self, request: pb.ListUrlParams, context: grpc.aio.ServicerContext
@@ -379,23 +387,27 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         queue = await self._check(context, self.crawls.queue, crawl)
         if request.key:
             await self._check(context, check_key, request.key)
-        size = request.size or 100
-        # bounded reads (job list's): the first start + size of each state, at most 1,000
-        limit = min(request.start + size, LIST_LIMIT)
-        found: list[pb.URLItem] = []
-        for state in ("ready", "delayed", "inflight"):
-            listed = await queue.list_jobs(state, domain=request.key or None, limit=limit)
-            found.extend(_url_item(info, crawl) for info in listed.jobs)
-        if request.HasField("filter") and request.filter:
-            found = [i for i in found if _matches(i.known.info.url, request)]
-        for item in found[request.start : request.start + size]:
-            yield item
+        keep = url_filter(request.filter, request.ignoreCase)
+        skip, left = request.start, request.size or 100
+        async for page in walk(queue, request.key):  # read until the page is full
+            for info in page:
+                if not keep(info.job.url):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                yield url_item(info, crawl)
+                left -= 1
+                if not left:
+                    return
 
     async def PurgeURLs(
         self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext
     ) -> pb.Long:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PurgeURLs: not yet in scrapeq")
-        raise AssertionError  # abort raises
+        queue = await self._check(context, self.crawls.queue, request.crawlID or DEFAULT_CRAWL)
+        if request.key:
+            await self._check(context, check_key, request.key)
+        return pb.Long(value=await purge_urls(queue, request.key, request.days))
 
     async def SetActive(self, request: pb.Active, context: grpc.aio.ServicerContext) -> pb.Empty:
         self.active = request.state
@@ -416,28 +428,6 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         python_level = {"TRACE": "DEBUG", "WARN": "WARNING"}.get(level, level)
         logging.getLogger(request.package or None).setLevel(python_level)
         return pb.Empty()
-
-
-def _url_item(found: JobInfo, crawl: str) -> pb.URLItem:
-    """A queued or leased job as GetURLStatus and ListURLs answer it: when it is due (a
-    leased one: when its lease ends), its metadata, its creation date."""
-    job = found.job
-    info = pb.URLInfo(url=job.url, key=job.domain, crawlID=crawl)
-    for k, v in job_info_metadata(job, lease=False).items():
-        info.metadata[k].values.extend(v)
-    due_ms = found.lease_deadline_ms if found.state == "inflight" else found.eligible_ms
-    date = max(1, (due_ms or found.now_ms) // 1000)  # 0 would say "never again"
-    return pb.URLItem(
-        known=pb.KnownURLItem(info=info, refetchable_from_date=date),
-        ID=job.url,
-        creation_date=job.created_ms // 1000 if job.created_ms else 0,
-    )
-
-
-def _matches(url: str, request: pb.ListUrlParams) -> bool:
-    if request.ignoreCase:
-        return request.filter.casefold() in url.casefold()
-    return request.filter in url
 
 
 def _active(row: dict[str, Any]) -> bool:
