@@ -22,8 +22,11 @@ redis-server; the clients are this process (grpcio, blocking stubs, one channel 
 No bar is set by the issue: the figures are reported as measured. ``--quick``: N = 20,000,
 Q = 20,000, R = 20.
 
+``--src PATH``: the service runs the scrapeq of that source tree (default: this one's), so
+two commits are compared side by side: ``--src /work/main/src`` then without, alternately.
+
 Run: ``.venv/bin/python bench/frontier.py [--quick] [--urls N] [--queued Q] [--calls R]
-[--redis-server PATH]``
+[--src PATH] [--redis-server PATH]``
 """
 
 from __future__ import annotations
@@ -133,10 +136,13 @@ def used_memory(client: redis.Redis) -> int:
 class Service:
     """``scrapeq frontier serve`` as a process on a free loopback port."""
 
+    #: The source tree whose scrapeq the service runs (``--src``).
+    src = ROOT / "src"
+
     def __init__(self, redis_url: str, **settings: str) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEQ_")}
-        env["PYTHONPATH"] = str(ROOT / "src")
+        env["PYTHONPATH"] = str(self.src)
         env.update({f"SCRAPEQ_{k.upper()}": v for k, v in settings.items()})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "scrapeq", "--redis", redis_url, "frontier", "serve",
@@ -163,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--urls", type=int, default=None, help="URLs per ingestion run")
     parser.add_argument("--queued", type=int, default=None, help="queue size for GetURLs")
     parser.add_argument("--calls", type=int, default=None, help="GetURLs calls timed")
+    parser.add_argument("--src", type=Path, default=None, help="the service's source tree")
     add_server_args(parser)
     args = parser.parse_args(argv)
+    if args.src is not None:
+        Service.src = args.src.resolve()
     n = args.urls or (20_000 if args.quick else 50_000)
     queued = args.queued or (20_000 if args.quick else 100_000)
     calls = args.calls or (20 if args.quick else 50)
@@ -195,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             latencies, served = get_latencies(service.target, calls)
         finally:
             service.stop()
-        print(f"bench/frontier.py: redis {server.version}, {load_note()}")
+        print(
+            f"bench/frontier.py: redis {server.version}, service from {Service.src}, {load_note()}"
+        )
         print(format_table(["ingestion", "URLs acked", "seconds", "URLs/s"], rows))
         print(
             f"\nmemory: {per_url:.0f} bytes of Redis per URL queued ({n:,} URLs, {HOSTS:,} hosts,"

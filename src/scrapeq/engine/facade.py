@@ -11,11 +11,17 @@ several (:class:`~scrapeq.engine.multi_partition.MultiPartitionRouter`), chosen 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from scrapeq.engine.batch_prepare import prepare_seen
 from scrapeq.engine.core import _QueueCore
 from scrapeq.engine.keys import Keys
 from scrapeq.engine.multi_partition import MultiPartitionRouter
 from scrapeq.engine.partitions import PartitionRouter, SinglePartitionRouter
+from scrapeq.engine.script_args import EnqueueSpec
 from scrapeq.engine.settings import Settings
+from scrapeq.errors import ScrapeqError
 
 
 class _QueueBase(_QueueCore):
@@ -42,3 +48,14 @@ class _QueueBase(_QueueCore):
     def urgent_arrived(self) -> None:
         """Urgent work was enqueued (engine/wake.py): the next claim tries every partition."""
         self._route.urgent_arrived()
+
+    def prepare_seen(
+        self,
+        urls: Sequence[str],
+        payloads: Sequence[Any] | None = None,
+        extras: Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[EnqueueSpec | ScrapeqError]:
+        """``prepare(url, unique="seen", payload=...)`` for many plain URLs at once, each
+        spec with its ``extras`` fields; a URL refused is its error in its place
+        (:mod:`scrapeq.engine.batch_prepare`: each URL validated once)."""
+        return prepare_seen(self, urls, payloads, extras)

@@ -64,6 +64,19 @@ class _Pending:
 
 
 @dataclasses.dataclass
+class _Item:
+    """One PutURLs item read: its ack, crawl, URL, payload, spec fields and lease."""
+
+    pending: _Pending
+    crawl: str
+    url: str
+    payload: dict[str, list[str]] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lease: tuple[str, int] | None = None
+    at: int | None = None
+
+
+@dataclasses.dataclass
 class _Batch:
     """The engine calls of a run of PutURLs items, per crawl, and who waits on each."""
 
@@ -97,18 +110,34 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         batch_max = max(1, min(PUT_BATCH, self.max_unacked // 2))
         ahead: asyncio.Queue[pb.URLItem | None] = asyncio.Queue(self.max_unacked - batch_max)
         reader = asyncio.ensure_future(_read_into(request_iterator, ahead))
+        # a batch is planned (validated, fingerprinted: CPU) while the one before it is in
+        # Redis; it is written only once that one is done, so writes keep the stream's order
+        running: tuple[asyncio.Future[None], list[_Pending]] | None = None
         try:
             ended = False
             while not ended:
+                if running is not None and ahead.empty():  # nothing to plan: ack first
+                    for ack in await _acks(running):
+                        yield ack
+                    running = None
                 items, ended = await _take(ahead, batch_max)
-                for ack in await self._put(items):
+                batch = _Batch()
+                pending = self._plan_all(items, batch)
+                if running is not None:
+                    for ack in await _acks(running):
+                        yield ack
+                running = (asyncio.ensure_future(self._run(batch)), pending)
+            if running is not None:
+                for ack in await _acks(running):
                     yield ack
         finally:
             reader.cancel()
+            if running is not None:
+                running[0].cancel()
 
     async def _put(self, items: Sequence[pb.URLItem]) -> list[pb.AckMessage]:
         batch = _Batch()
-        pending = [self._plan(item, batch) for item in items]
+        pending = self._plan_all(items, batch)
         await self._run(batch)
         return [pb.AckMessage(ID=p.ack_id, status=p.status) for p in pending]
 
@@ -131,57 +160,67 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         try:
             while (message := await ahead.get()) is not None:
                 batch = _Batch()
-                pending = [
-                    self._plan(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)), batch)
-                    for info in message.items
-                ]
+                pending = self._plan_all(
+                    [pb.URLItem(discovered=pb.DiscoveredURLItem(info=i)) for i in message.items],
+                    batch,
+                )
                 await self._run(batch)
                 yield pb.BatchAck(ID=message.ID, statuses=[p.status for p in pending])
         finally:
             reader.cancel()
 
-    def _plan(self, item: pb.URLItem, batch: _Batch) -> _Pending:
+    def _plan_all(self, items: Sequence[pb.URLItem], batch: _Batch) -> list[_Pending]:
+        """Each item's pending ack, its engine call added to ``batch``: the items are read
+        one by one, then each crawl's URLs prepared at once (``prepare_seen``)."""
+        pending: list[_Pending] = []
+        by_crawl: dict[str, list[_Item]] = {}
+        for item in items:
+            entry = self._read(item)
+            pending.append(entry.pending)
+            if entry.pending.status == OK:
+                by_crawl.setdefault(entry.crawl, []).append(entry)
+        for crawl, entries in by_crawl.items():
+            queue = self.crawls.queue(crawl)
+            specs = queue.prepare_seen(
+                [e.url for e in entries], [e.payload for e in entries], [e.extra for e in entries]
+            )
+            for entry, spec in zip(entries, specs, strict=True):
+                if isinstance(spec, ScrapeqError):
+                    _skip(entry.pending, spec)
+                elif entry.lease is None:
+                    batch.enqueue.setdefault(crawl, []).append((spec, entry.pending))
+                else:
+                    job_id, token = entry.lease
+                    follow = () if entry.at == 0 else (spec,)
+                    settle = Settlement(job_id, token, "done", follow=follow)
+                    batch.settle.setdefault(crawl, []).append((settle, entry.pending))
+        return pending
+
+    def _read(self, item: pb.URLItem) -> _Item:
+        """What an item asks for: a discovered URL (``at`` None), or a known one due at
+        ``at`` (an import, or a leased URL's next visit: ``lease``); SKIPPED when bad."""
         kind = item.WhichOneof("item")
         info = item.known.info if kind == "known" else item.discovered.info
-        pending = _Pending(item.ID or info.url)
+        entry = _Item(_Pending(item.ID or info.url), info.crawlID or DEFAULT_CRAWL, info.url)
         try:
             if kind is None:
                 raise BadItem("neither discovered nor known")
-            crawl = info.crawlID or DEFAULT_CRAWL
-            queue = self.crawls.queue(crawl)
+            self.crawls.name(entry.crawl)
             meta = {k: list(v.values) for k, v in info.metadata.items()}
-            lease = lease_of(meta) if kind == "known" else None
-            at = item.known.refetchable_from_date if kind == "known" else None
-            spec = self._spec(queue, info, meta, at)
+            entry.payload = metadata_payload(meta)
+            if kind == "known":
+                entry.lease = lease_of(meta)
+                entry.at = item.known.refetchable_from_date
+                entry.extra = {"at_ms": min(entry.at, MAX_EPOCH_S) * 1000}
+                if entry.lease is not None:
+                    entry.extra["succeeds"] = entry.lease[0]
+            else:  # a new URL counts against its queue's crawl limit
+                entry.extra = {"capped": True}
+            if info.key:
+                entry.extra["domain"] = check_key(info.key)
         except (BadItem, ScrapeqError) as exc:
-            log.warning("PutURLs: %s skipped: %s", pending.ack_id[:200], exc)
-            pending.status = SKIPPED
-            return pending
-        if lease is None:
-            batch.enqueue.setdefault(crawl, []).append((spec, pending))
-        else:
-            follow = () if at == 0 else (dataclasses.replace(spec, succeeds=lease[0]),)
-            settle = Settlement(lease[0], lease[1], "done", follow=follow)
-            batch.settle.setdefault(crawl, []).append((settle, pending))
-        return pending
-
-    def _spec(
-        self,
-        queue: AsyncQueue,
-        info: pb.URLInfo,
-        meta: dict[str, list[str]],
-        at: int | None,
-    ) -> EnqueueSpec:
-        """The job spec of an item: a discovered URL (``at`` None), or a known one due at
-        ``at`` (an import, or a leased URL's next visit)."""
-        spec = queue.prepare(info.url, unique="seen", payload=metadata_payload(meta))
-        if at is None:  # a new URL counts against its queue's crawl limit
-            spec = dataclasses.replace(spec, capped=True)
-        else:
-            spec = dataclasses.replace(spec, at_ms=min(at, MAX_EPOCH_S) * 1000)
-        if info.key:
-            spec = dataclasses.replace(spec, domain=check_key(info.key))
-        return spec
+            _skip(entry.pending, exc)
+        return entry
 
     async def _run_enqueue(self, crawl: str, entries: list[tuple[EnqueueSpec, _Pending]]) -> None:
         queue = self.crawls.queue(crawl)
@@ -428,6 +467,17 @@ class FrontierService(pb_grpc.URLFrontierServicer):
         python_level = {"TRACE": "DEBUG", "WARN": "WARNING"}.get(level, level)
         logging.getLogger(request.package or None).setLevel(python_level)
         return pb.Empty()
+
+
+def _skip(pending: _Pending, why: Exception) -> None:
+    log.warning("PutURLs: %s skipped: %s", pending.ack_id[:200], why)
+    pending.status = SKIPPED
+
+
+async def _acks(running: tuple[asyncio.Future[None], list[_Pending]]) -> list[pb.AckMessage]:
+    """The acks of a batch once its engine calls are done."""
+    await running[0]
+    return [pb.AckMessage(ID=p.ack_id, status=p.status) for p in running[1]]
 
 
 def _active(row: dict[str, Any]) -> bool:
