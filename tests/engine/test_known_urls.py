@@ -198,3 +198,17 @@ def test_url_seen_tells_a_url_done_from_one_never_seen(
     assert q.url_job("http://u.example/a") is None
     assert q.url_seen("http://u.example/a")
     assert not q.url_seen("http://u.example/b")
+
+
+def test_a_domain_parked_at_its_crawl_limit_is_not_stranded(
+    make_queue: Callable[..., Queue],
+) -> None:
+    q = make_queue(domain_concurrency=10)
+    for i in range(3):
+        q.enqueue(f"http://audit.example/{i}")
+    q.domain_set("audit.example", crawl_limit=1)
+    (job,) = q.claim(10).jobs
+    q.ack(job)
+    assert q.claim(10).jobs == []
+    report = q.audit()
+    assert report.problems == [], report.problems

@@ -26,7 +26,8 @@
                             not its number of delayed jobs (exp, counted by the scan)
          lane_delayed_count lane, exp, obs: the same for a lane (stats delayed:<lane>)
          stranded_domain    d: ready jobs, yet the domain is in neither domains:ready nor
-                            domains:wait, nor at its cap with leases out (nor draining)
+                            domains:wait, nor at its cap with leases out, nor at its crawl
+                            limit (climit: done and leases reach it; nor draining)
          stale_fingerprint  fp, id: a de-duplication fingerprint held by a job that is no
                             longer pending
          duplicate_pending  id, fp: a pending job enqueued with uniqueness (its fp, without
@@ -363,7 +364,7 @@ function CHECKS.stranded_domain(it)
       or redis.call('ZSCORE', K.WAIT, d) then
     return false
   end
-  local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc', 'alim')
+  local f = redis.call('HMGET', k_dom(d), 'inflight', 'state', 'conc', 'alim', 'climit', 'done')
   local state = f[2] or 'closed'
   if state == 'retired' then
     if redis.call('SISMEMBER', K.RETIRING, d) == 1 then return false end
@@ -371,6 +372,10 @@ function CHECKS.stranded_domain(it)
     local leases = leases_of(d)
     if leases > 0 and leases >= domain_cap(f[3], state, f[4]) and (tonumber(f[1]) or 0) == leases then
       return false  -- at its cap: the next settle files it
+    end
+    if f[5] and (tonumber(f[6]) or 0) + leases >= tonumber(f[5])
+        and (tonumber(f[1]) or 0) == leases then
+      return false  -- at its crawl limit (domain_set-1.lua): parked until it moves
     end
   end
   local detail = 'state ' .. state .. ', inflight counter ' .. (f[1] or '0')
