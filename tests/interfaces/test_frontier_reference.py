@@ -176,11 +176,12 @@ def test_bad_items_are_skipped_and_the_stream_goes_on(fclient: Client) -> None:
         pb.URLItem(ID="empty"),
         pb.URLItem(known=pb.KnownURLItem(info=lease)),
         discovered("http://b.example/2", key="two words"),
+        discovered("http://b.example/big", big=["x" * 1_100_000]),  # over max_payload
         discovered("http://b.example/ok"),
     ]
     acks = fclient.put(items)
-    assert [a.status for a in acks] == [SKIPPED] * 5 + [OK]
-    assert acks[2].ID == "empty" and acks[5].ID == "http://b.example/ok"
+    assert [a.status for a in acks] == [SKIPPED] * 6 + [OK]  # one bad item fails no other
+    assert acks[2].ID == "empty" and acks[6].ID == "http://b.example/ok"
 
 
 def test_a_rescheduled_url_is_held_against_an_import(fclient: Client) -> None:

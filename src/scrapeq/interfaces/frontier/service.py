@@ -20,7 +20,7 @@ import grpc
 from scrapeq.engine.async_queue import AsyncQueue
 from scrapeq.engine.core import MAX_CLAIM
 from scrapeq.engine.script_args import EnqueueSpec, Settlement
-from scrapeq.errors import NotFound, ScrapeqError
+from scrapeq.errors import NotFound, PayloadTooLarge, ScrapeqError
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc
 from scrapeq.interfaces.frontier.crawls import (
@@ -184,7 +184,10 @@ class FrontierService(pb_grpc.URLFrontierServicer):
             specs = queue.prepare_seen(
                 [e.url for e in entries], [e.payload for e in entries], [e.extra for e in entries]
             )
+            limit = queue.settings.max_payload  # one item too large is its own, not the batch's
             for entry, spec in zip(entries, specs, strict=True):
+                if not isinstance(spec, ScrapeqError) and len(spec.payload_json or "") > limit:
+                    spec = PayloadTooLarge(f"metadata over max_payload ({limit:,} bytes)")
                 if isinstance(spec, ScrapeqError):
                     _skip(entry.pending, spec)
                 elif entry.lease is None:
