@@ -99,3 +99,25 @@ def test_get_url_status_knows_a_completed_url(fclient: Client, bounce: Any) -> N
     with pytest.raises(grpc.RpcError) as caught:
         fclient.stub.GetURLStatus(pb.URLStatusRequest(url="http://s.example/never"))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_walk_covers_every_partition(redis_url: str, frontier_loop: Any) -> None:
+    from scrapeq.engine.settings import Settings
+    from support.frontier import FrontierProcess
+
+    settings = Settings(redis_url=redis_url, partitions=3)
+    service = FrontierProcess(frontier_loop, redis_url, settings, prefix="parts.")
+    client = Client(service.target)
+    try:
+        client.put([discovered(f"http://p{i % 7}.example/{i}") for i in range(60)])
+        client.put([known(f"http://p{i}.example/later", int(time.time()) + 3600) for i in range(7)])
+        client.get(max_queues=7, max_urls_per_queue=1, delay_requestable=60)
+        assert count(client) == 67 == count(client, filter=".example/")
+        assert len(set(listed(client, size=100))) == 67
+        assert count(client, filter="/later") == 7 == len(listed(client, filter="/later"))
+        assert client.stub.PurgeURLs(pb.PurgeUrlParams(key="p3.example")).value == 10
+        assert client.stub.PurgeURLs(pb.PurgeUrlParams()).value == 57
+        assert count(client) == 0
+    finally:
+        client.close()
+        service.close()
