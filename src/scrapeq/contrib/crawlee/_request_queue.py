@@ -364,7 +364,9 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
             # Done, with the request as crawlee changed it enqueued again in the same call.
             # The breaker learns nothing from it (domain_failed None): the handler failed,
             # or nothing is known of the navigation.
+            # A follow-up of the job (``parent``): counted as the queue's ``links_queued``.
             again = self._spec(request, forefront=forefront, again=True)
+            again = again.child_of(job.id, job.depth)
             settlement = Settlement(job.id, job.token, "done", domain_failed=None, follow=(again,))
         await self._settle(settlement, request, "reclaimed")
         return ProcessedRequest(
