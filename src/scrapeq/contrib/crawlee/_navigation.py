@@ -90,17 +90,20 @@ class Navigations:
 
 
 def _answer(context: Any) -> tuple[int | None, str | None]:
-    """The status and ``Retry-After`` of a post-navigation context's answer."""
-    response = getattr(context, "http_response", None)
-    if response is not None:  # an HTTP crawler's: crawlee's HttpResponse
-        status = getattr(response, "status_code", None)
-        headers = getattr(response, "headers", None) or {}
-        return status, _header(headers, "retry-after")
-    response = getattr(context, "response", None)
-    if response is not None:  # a Playwright crawler's: playwright's Response
-        status = getattr(response, "status", None)
-        headers = getattr(response, "headers", None) or {}
-        return status, _header(headers, "retry-after")
+    """The status and ``Retry-After`` of a post-navigation context's answer: an HTTP
+    crawler's ``http_response`` (crawlee's HttpResponse), a Playwright crawler's ``response``
+    (Playwright's). A context that has neither (or raises for them, as an adaptive crawler's
+    may): (None, None), nothing known."""
+    for name, status_name in (("http_response", "status_code"), ("response", "status")):
+        try:
+            response = getattr(context, name, None)
+            if response is None:
+                continue
+            status = getattr(response, status_name, None)
+            headers = getattr(response, "headers", None) or {}
+        except Exception:
+            continue
+        return (status if isinstance(status, int) else None), _header(headers, "retry-after")
     return None, None
 
 
