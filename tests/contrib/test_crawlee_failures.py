@@ -183,3 +183,59 @@ async def test_counts_do_not_take_a_reclaim_for_a_new_request(redis_url: str) ->
     finally:
         await one.drop()
         await two.close()
+
+
+class _Context:
+    """A post-navigation context's shape: the request, and an HTTP crawler's answer."""
+
+    def __init__(self, key: str, status: int | None = None, **headers: str) -> None:
+        self.request = Request.from_url(f"http://127.0.0.1:9/{key}")
+        if status is not None:
+            self.http_response = type("R", (), {"status_code": status, "headers": headers})()
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "outcome", "reason", "charged"),
+    [
+        (200, {}, "ok", "ok", False),
+        (503, {}, "retry", "http_503", True),
+        (503, {"retry-after": "7"}, "throttled", "http_503", True),
+        (429, {}, "throttled", "http_429", True),
+        (403, {}, "retry", "http_403", True),
+        (404, {}, "fail", "http_404", False),
+    ],
+)
+async def test_an_answered_navigation_is_classified_as_the_worker_classifies_a_fetch(
+    status: int, headers: dict[str, str], outcome: str, reason: str, charged: bool
+) -> None:
+    from scrapeq.contrib.crawlee._navigation import Navigations
+
+    navigations = Navigations(slow_call=10.0)
+    context = _Context("a", status, **headers)
+    await navigations.before(context)
+    await navigations.after(context)
+    seen = navigations.verdict(context.request.unique_key)
+    assert seen is not None
+    verdict, seconds = seen
+    assert (verdict.outcome.value, verdict.reason, verdict.counts_against_domain) == (
+        outcome, reason, charged
+    )  # fmt: skip
+    assert seconds < 1.0
+    assert navigations.verdict(context.request.unique_key) is None  # forgotten once read
+
+
+async def test_a_navigation_never_answered_is_a_timeout_past_slow_call_else_refused() -> None:
+    from scrapeq.contrib.crawlee._navigation import Navigations
+
+    navigations = Navigations(slow_call=0.05)
+    quick, slow = _Context("quick"), _Context("slow")
+    await navigations.before(quick)
+    await navigations.before(slow)
+    seen = navigations.verdict(quick.request.unique_key)
+    assert (
+        seen is not None and seen[0].reason == "connection_error" and seen[0].counts_against_domain
+    )
+    await asyncio.sleep(0.06)
+    seen = navigations.verdict(slow.request.unique_key)
+    assert seen is not None and seen[0].reason == "timeout" and seen[0].counts_against_domain
+    assert navigations.verdict("never navigated") is None
