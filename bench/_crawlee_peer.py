@@ -103,7 +103,8 @@ def run_crawlee(
 
 def read_store(redis_url: str) -> dict[str, Any]:
     """The ``crawlee`` system's store: each request's file, handled (``handled_at``: it
-    ended, fetched or given up) or not (stranded: purged at the next start)."""
+    ended, fetched or given up) or not (stranded: purged at the next start). The storage
+    directory is removed once read."""
     queue = storage_dir(redis_url) / "request_queues" / "default"
     ended: list[str] = []
     unhandled: list[str] = []
@@ -115,6 +116,7 @@ def read_store(redis_url: str) -> dict[str, Any]:
         if not isinstance(request, dict) or "url" not in request:
             continue  # the queue's metadata
         (ended if request.get("handled_at") else unhandled).append(str(request["url"]))
+    shutil.rmtree(storage_dir(redis_url), ignore_errors=True)
     where = "request_queues/default (unhandled: purged at the next start)"
     return {
         "finished": {"request_queues/default (handled)": sorted(set(ended))} if ended else {},
