@@ -23,15 +23,21 @@ retry settings (3 retries, exponential backoff where it has one):
   backoff from 15 s);
 * ``celery``: a threads pool, ``autoretry_for`` with ``retry_backoff`` (1, 2, 4 s), 3 retries;
 * ``arq`` (when installed; it pins redis-py < 6, so it is not in the ``bench`` extra: see
-  ``--python-for``): an arq worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4.
+  ``--python-for``): an arq worker, ``Retry(defer=2 ** try)``, ``max_tries`` 4;
+* ``crawlee``: Crawlee for Python's ``HttpCrawler`` with its default storage (the file
+  system), ``max_request_retries`` 3, concurrency fixed at ``--concurrency``
+  (``bench/_crawlee_peer.py``);
+* ``crawlee-scrapeq``: the same crawler on :mod:`scrapeq.contrib.crawlee`'s storage client,
+  watched (its failed navigations charge scrapeq's breakers and are retried by scrapeq).
 
 The sync peers fetch with urllib (``bench/_fetch.py``): their 30 s timeout is a socket
 timeout (per connect, per read), as ``requests``' is, not a total deadline.
 
 ``--burst-after`` seconds into each run (10; 3 with ``--quick``) a burst of ``--burst`` (40)
 critical jobs for a separate loopback site is enqueued with the system's top priority (lane
-``critical``; Scrapy ``priority=100``; a ``critical`` queue listed first for RQ and Celery; a
-higher-priority actor on its own queue for Dramatiq; arq has none: the tail).
+``critical``; Scrapy ``priority=100``; Crawlee ``forefront=True``; a ``critical`` queue
+listed first for RQ and Celery; a higher-priority actor on its own queue for Dramatiq; arq has
+none: the tail).
 
 Each system runs in a child process (its own process group) until every healthy page and the
 whole burst are fetched, or ``--duration`` seconds (90; 12 with ``--quick``). The figures come
@@ -61,7 +67,8 @@ interpreter, with its own API where it has one) and from what the sites saw of i
   scrapeq): the queue's own ``done`` count.
 * ``failed``: ended without a page, as the system records it: scrapeq's dead letters; RQ's
   ``rq:failed:<queue>`` and ``rq:finished:<queue>`` registries (a 404 is a job that returned);
-  arq's ``arq:result:<id>`` records; Dramatiq's dead letters (``dramatiq:<queue>.XQ.msgs``).
+  arq's ``arq:result:<id>`` records; Dramatiq's dead letters (``dramatiq:<queue>.XQ.msgs``);
+  Crawlee's request files marked handled (``handled_at``: given up after its retries).
   A system that keeps no record of a job that ended (plain Scrapy with either queue,
   scrapy-redis, Celery without a result backend; Dramatiq for a job that returned) counts
   as failed a job whose every attempt had ended at the stop with a final answer (404) or
@@ -82,7 +89,8 @@ interpreter, with its own API where it has one) and from what the sites saw of i
   default, and running when its worker died), or never stored. Lost includes ``stranded``
   (in the JSON with its record): held in a record of a process that is gone that will not
   make it run again (RQ's ``rq:wip`` with no retry left: its cleanup records it failed,
-  unfetched).
+  unfetched; Crawlee's unhandled request files: its default queue is purged at the next
+  start).
 
 ``--quick`` (scrapeq and plain Scrapy, a tenth of the jobs) is what
 ``tests/e2e/test_bench_incident.py`` runs to check the harness works, not its speed. ``--runs N``
@@ -122,6 +130,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _burst_timeline
+import _crawlee_peer
 from _burst_timeline import Timeline
 from _redis import add_server_args, format_table, load_note, private_redis
 from scrapeq.demo.fleet import Fleet, SiteSpec, default_sites
@@ -448,6 +457,20 @@ def _child_celery(redis_url: str, urls: list[str], concurrency: int, burst: Burs
                   "--without-heartbeat"], redis_url)  # fmt: skip
 
 
+def _child_crawlee(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    _crawlee_peer.run_crawlee(
+        redis_url, urls, concurrency, burst.urls, burst.at, on_scrapeq=False,
+        timeout=TIMEOUT, retries=RETRIES, scrapeq_settings={},
+    )  # fmt: skip
+
+
+def _child_crawlee_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    _crawlee_peer.run_crawlee(
+        redis_url, urls, concurrency, burst.urls, burst.at, on_scrapeq=True,
+        timeout=TIMEOUT, retries=RETRIES, scrapeq_settings=_scrapeq_settings(),
+    )  # fmt: skip
+
+
 #: Each system's child, in the order a full run takes them (the table's rows).
 CHILDREN = {
     "scrapeq": _child_scrapeq,
@@ -459,6 +482,8 @@ CHILDREN = {
     "dramatiq": _child_dramatiq,
     "celery": _child_celery,
     "arq": _child_arq,
+    "crawlee": _child_crawlee,
+    "crawlee-scrapeq": _child_crawlee_scrapeq,
 }
 SYSTEMS = tuple(CHILDREN)
 
@@ -613,6 +638,8 @@ STORES: dict[str, Callable[[str], dict[str, Any]]] = {
     "rq": _store_rq,
     "dramatiq": _store_dramatiq,
     "celery": _store_celery,
+    "crawlee": _crawlee_peer.read_store,
+    "crawlee-scrapeq": _store_scrapeq,
 }
 
 #: Systems that keep no record of a job that ended (so the sites tell): "all" of them, or

@@ -107,6 +107,13 @@ async def test_a_failing_handler_is_retried_by_crawlee_then_given_up(redis_url: 
     assert failed == [site.url("/")]
     counts = await _counts(redis_url)
     assert counts["ready"] + counts["delayed"] + counts["inflight"] == 0
+    # Given up: a dead letter (it used to be acked done, a success for the breaker).
+    queue = AsyncQueue.from_url(redis_url, "crawlee", settings=Settings(allow_private=True))
+    try:
+        (dead,) = await queue.dead_letters()
+    finally:
+        await queue.close()
+    assert (dead.url, dead.dead_reason) == (site.url("/"), "handler_error")
 
 
 async def test_forefront_requests_come_first_and_unique_keys_dedupe(redis_url: str) -> None:

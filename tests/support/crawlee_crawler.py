@@ -1,4 +1,4 @@
-"""A crawlee BeautifulSoupCrawler on a scrapeq queue, as a process of its own.
+"""A crawlee BeautifulSoupCrawler on a scrapeq queue (watched), as a process of its own.
 
 ``python -m support.crawlee_crawler REDIS_URL QUEUE START_URL OUT [LEASE]``: crawls from
 START_URL (links of the same host), writing ``begin URL`` to OUT when its handler starts and
@@ -24,10 +24,8 @@ from scrapeq.engine.settings import Settings
 async def crawl(redis_url: str, queue: str, start: str, out: str, lease: float) -> None:
     # Four pages of the site at a time, shared by every process of the queue.
     settings = Settings(allow_private=True, queue=queue, lease=lease, domain_concurrency=4)
-    crawler = BeautifulSoupCrawler(
-        storage_client=ScrapeqStorageClient(redis_url, settings=settings),
-        configure_logging=False,
-    )
+    storage = ScrapeqStorageClient(redis_url, settings=settings)
+    crawler = storage.watch(BeautifulSoupCrawler(storage_client=storage, configure_logging=False))
 
     pause = float(os.environ.get("SCRAPEQ_TEST_HANDLER_PAUSE", "0"))
 

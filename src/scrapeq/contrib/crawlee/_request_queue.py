@@ -16,10 +16,26 @@ The methods, mapped:
   while crawlee works on it). Nothing claimable (every domain waiting for its politeness
   slot, or at its concurrency): None, and no claim again until the queue's next due time
   (at most ``IDLE_MAX``) or this client's next settlement.
-* ``mark_request_as_handled``: the job is done (``ack``): the breaker counts a success.
-* ``reclaim_request``: the job is done and the request, as crawlee changed it (its
-  ``retry_count``), is enqueued again in the same script call (a ``done`` settlement's
-  follow-up: atomic), in the urgent lane with ``forefront``. Crawlee counts its own retries.
+* ``mark_request_as_handled``: the job is done: the breaker counts a success (with a
+  watched crawler, :mod:`._navigation`: the navigation's latency, a slow one a failure).
+  Marked handled in crawlee's ``ERROR`` state (its retries spent), the job is dead-lettered
+  with the navigation's reason (``timeout``, ``http_503``, ...; ``handler_error`` when the
+  navigation was answered, or not seen), its domain charged when the reason says so;
+  ``SKIPPED`` (robots.txt): done, the breaker told nothing.
+* ``reclaim_request`` after a failure of the site (a watched crawler's navigation timed out,
+  was refused, answered 5xx, 403 or 429): the job is retried as scrapeq's worker retries a
+  fetch (``retry`` with the queue's backoff and ``max_attempts``, charged to the domain's
+  breaker; ``throttle`` for a 429), so a hanging or failing domain parks and the others go on.
+  Crawlee's count follows: a fetched request's ``retry_count`` adds the job's attempts spent,
+  so crawlee's ``max_request_retries`` still ends it (then marked handled ``ERROR``, above).
+  What crawlee changed in the request is not kept (the job's payload stays).
+* ``reclaim_request`` otherwise (the handler failed, or nothing is known): the job is done and
+  the request, as crawlee changed it (its ``retry_count``), is enqueued again in the same
+  script call (a ``done`` settlement's follow-up: atomic), in the urgent lane with
+  ``forefront``; the breaker learns nothing. Crawlee counts its own retries.
+* ``get_metadata``: pending = jobs ready, delayed or in flight (any process's); handled = jobs
+  done or dead less the reclaims' follow-ups (the queue's ``links_queued``: this client
+  enqueues no other follow-up), so a reclaim is never a new request; total = the two summed.
 * ``is_empty``: nothing ready or delayed in the queue (any process's) and nothing fetched
   here waiting; ``is_finished``: empty and nothing in flight in any process, so a crawl
   ends when every process's work is done, and not before a killed process's leases come
@@ -42,7 +58,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from crawlee import Request
+from crawlee import Request, RequestState
 from crawlee.storage_clients._base import RequestQueueClient
 from crawlee.storage_clients.models import (
     AddRequestsResponse,
@@ -51,10 +67,13 @@ from crawlee.storage_clients.models import (
     UnprocessedRequest,
 )
 
+from scrapeq.contrib.crawlee._navigation import Navigations
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.scripts import EnqueueSpec, Settlement
-from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge, StaleLease
+from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
+from scrapeq.runtime.classify import Classification, Outcome
+from scrapeq.runtime.outcomes import settlement_for, timed
 
 __all__ = ["IDLE_MAX", "ScrapeqRequestQueueClient", "unique_key_fingerprint"]
 
@@ -79,8 +98,11 @@ def _now() -> datetime:
 class ScrapeqRequestQueueClient(RequestQueueClient):
     """A crawlee request queue that is a scrapeq queue (module docstring)."""
 
-    def __init__(self, queue: AsyncQueue, *, id: str, name: str) -> None:
+    def __init__(
+        self, queue: AsyncQueue, *, id: str, name: str, navigations: Navigations | None = None
+    ) -> None:
         self.queue = queue
+        self.navigations = navigations or Navigations(queue.settings.slow_call)
         now = _now()
         self._metadata = RequestQueueMetadata(
             id=id,
@@ -105,13 +127,13 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
     # -- metadata ------------------------------------------------------------------------
 
     async def get_metadata(self) -> RequestQueueMetadata:
-        counts = await self._read_counts(fresh=True)
-        pending = counts["ready"] + counts["delayed"] + counts["inflight"]
-        self._metadata.handled_request_count = counts["done"] + counts["dead"]
+        figures = await self.queue.figures()
+        pending = figures["ready"] + figures["delayed"] + figures["inflight"]
+        reclaims = figures.get("links_queued", 0)  # each did one done (the module docstring)
+        handled = max(figures["done"] + figures["dead"] - reclaims, 0)
+        self._metadata.handled_request_count = handled
         self._metadata.pending_request_count = pending
-        self._metadata.total_request_count = max(
-            counts["enqueued"], pending + self._metadata.handled_request_count
-        )
+        self._metadata.total_request_count = handled + pending
         self._metadata.accessed_at = _now()
         return self._metadata
 
@@ -245,8 +267,11 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
                 # its settlement, and it is not handed out twice.
                 self._held[request.unique_key] = job
                 continue
+            if job.attempts > 1:  # retried by scrapeq (:meth:`reclaim_request`): crawlee's count
+                request.retry_count += job.attempts - 1
             self._held[request.unique_key] = job
             self._requests[request.unique_key] = request
+            self.navigations.forget(request.unique_key)
             self._counts = None
             self._start_beat()
             return request
@@ -283,16 +308,45 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
             return None
         if request.handled_at is None:
             request.handled_at = _now()
-        try:
-            await self.queue.ack(job)
-        except StaleLease:
-            log.warning("scrapeq: %s was handled after its lease ran out", request.url)
-        self._claim_after = 0.0  # its domain slot is free: claim again at once
-        self._metadata.modified_at = _now()
+        seen = self.navigations.verdict(request.unique_key)
+        if request.state == RequestState.ERROR:
+            settlement = self._failed(job, seen)
+        elif request.state == RequestState.SKIPPED:  # never fetched: nothing to learn
+            settlement = Settlement(job.id, job.token, "done", domain_failed=None)
+        elif seen is None:
+            settlement = self.queue.done(job)
+        else:
+            verdict, seconds = seen
+            failed = verdict.counts_against_domain if verdict.outcome is Outcome.OK else None
+            settlement = Settlement(job.id, job.token, "done", domain_failed=failed)
+            settlement = timed(settlement, verdict, seconds)
+        await self._settle(settlement, request, "handled")
         return ProcessedRequest(
             id=job.id, unique_key=request.unique_key, was_already_present=True,
             was_already_handled=True,
         )  # fmt: skip
+
+    def _failed(self, job: Job, seen: tuple[Classification, float] | None) -> Settlement:
+        """The dead letter of a request crawlee gave up on (its retries spent)."""
+        if seen is None or seen[0].outcome is Outcome.OK:
+            return self.queue.failing(job, "handler_error", "crawlee gave the request up")
+        verdict, seconds = seen
+        message = verdict.message or verdict.reason
+        charged = verdict.counts_against_domain or None
+        return timed(self.queue.failing(job, verdict.reason, message, domain_failed=charged),
+                     verdict, seconds)  # fmt: skip
+
+    async def _settle(self, settlement: Settlement, request: Request, what: str) -> str:
+        settled = await self.queue.settle_many([settlement])
+        status = settled[0] if settled else "stale"
+        if status == "stale":
+            log.warning("scrapeq: %s was %s after its lease ran out", request.url, what)
+        elif status == "dead" and settlement.outcome != "fail":
+            log.warning("scrapeq: %s died: %s (before crawlee's retries were spent)",
+                        request.url, settled[0].reason)  # fmt: skip
+        self._claim_after = 0.0  # its domain slot is free: claim again at once
+        self._metadata.modified_at = _now()
+        return status
 
     async def reclaim_request(
         self, request: Request, *, forefront: bool = False
@@ -300,16 +354,21 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
         job = self._take(request)
         if job is None:
             return None
-        again = self._spec(request, forefront=forefront, again=True)
-        # Done, with the request as crawlee changed it enqueued again in the same call.
-        # The breaker learns nothing from it (domain_failed None): crawlee does not say
-        # whether the site or the handler failed.
-        settlement = Settlement(job.id, job.token, "done", domain_failed=None, follow=(again,))
-        settled = await self.queue.settle_many([settlement])
-        if settled and settled[0] == "stale":
-            log.warning("scrapeq: %s was reclaimed after its lease ran out", request.url)
-        self._claim_after = 0.0
-        self._metadata.modified_at = _now()
+        seen = self.navigations.verdict(request.unique_key)
+        if seen is not None and _site_failed(seen[0]):
+            # The site failed: scrapeq retries the job itself (backoff, max_attempts) and its
+            # domain's breaker is charged; crawlee's retry_count follows the job's attempts.
+            verdict, seconds = seen
+            settlement = timed(settlement_for(self.queue, job, verdict), verdict, seconds)
+        else:
+            # Done, with the request as crawlee changed it enqueued again in the same call.
+            # The breaker learns nothing from it (domain_failed None): the handler failed,
+            # or nothing is known of the navigation.
+            # A follow-up of the job (``parent``): counted as the queue's ``links_queued``.
+            again = self._spec(request, forefront=forefront, again=True)
+            again = again.child_of(job.id, job.depth)
+            settlement = Settlement(job.id, job.token, "done", domain_failed=None, follow=(again,))
+        await self._settle(settlement, request, "reclaimed")
         return ProcessedRequest(
             id=job.id, unique_key=request.unique_key, was_already_present=True,
             was_already_handled=False,
@@ -336,3 +395,11 @@ class ScrapeqRequestQueueClient(RequestQueueClient):
     def describe(self) -> dict[str, Any]:
         """What this client holds (for logs and tests)."""
         return {"held": len(self._held), "added": self._added}
+
+
+def _site_failed(verdict: Classification) -> bool:
+    """Whether a navigation's verdict is a failure of the site to retry: a ``retry`` charged
+    to its domain (timeout, refused, 5xx, 403), or ``throttled`` (429, 503 + Retry-After)."""
+    if verdict.outcome is Outcome.THROTTLED:
+        return True
+    return verdict.outcome is Outcome.RETRY and verdict.counts_against_domain

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
+from typing import Any
 
 from crawlee.configuration import Configuration
 from crawlee.storage_clients import MemoryStorageClient, StorageClient
 from crawlee.storage_clients._base import DatasetClient, KeyValueStoreClient
 
+from scrapeq.contrib.crawlee._navigation import Navigations
 from scrapeq.contrib.crawlee._request_queue import ScrapeqRequestQueueClient
 from scrapeq.engine.connection import resolve_url
 from scrapeq.engine.queue import AsyncQueue
@@ -36,6 +38,8 @@ class ScrapeqStorageClient(StorageClient):
     given) is ``settings.queue``. Every queue is shared by every process on the same Redis:
     it is never purged on start (crawlee purges only unnamed storages, and this client names
     each); ``RequestQueue.purge()`` or ``drop()`` clears it.
+
+    :meth:`watch` a crawler so its requests' failures reach scrapeq's breakers and retries.
     """
 
     def __init__(
@@ -48,6 +52,23 @@ class ScrapeqStorageClient(StorageClient):
         self.settings = settings or Settings()
         self.redis_url = redis_url if redis_url is not None else self.settings.redis_url
         self.others = others or MemoryStorageClient()
+        self.navigations = Navigations(self.settings.slow_call)
+
+    def watch(self, crawler: Any) -> Any:
+        """Watch ``crawler``'s navigations (crawlee's pre- and post-navigation hooks), so a
+        request that failed is charged to its domain's breaker and retried by scrapeq when the
+        site failed (a timeout, a refused connection, a 5xx, a 403: a ``retry``; a 429:
+        ``throttle``), as scrapeq's worker does (:mod:`._navigation`). Answers ``crawler``.
+
+        A crawler with no navigation hooks (crawlee's ``BasicCrawler``) is refused
+        (``TypeError``)."""
+        before = getattr(crawler, "pre_navigation_hook", None)
+        after = getattr(crawler, "post_navigation_hook", None)
+        if not callable(before) or not callable(after):
+            raise TypeError(f"{type(crawler).__name__} has no navigation hooks to watch")
+        before(self.navigations.before)
+        after(self.navigations.after)
+        return crawler
 
     def get_storage_client_cache_key(self, configuration: Configuration) -> Hashable:
         # This client's own: crawlee caches opened storages under this key, and a queue's
@@ -96,4 +117,6 @@ class ScrapeqStorageClient(StorageClient):
         url = resolve_url(self.redis_url, self.settings.data_dir)
         queue = AsyncQueue.from_url(url, queue_name, settings=self.settings)
         # Named: crawlee's _purge_if_needed leaves it alone (a shared frontier).
-        return ScrapeqRequestQueueClient(queue, id=queue_name, name=queue_name)
+        return ScrapeqRequestQueueClient(
+            queue, id=queue_name, name=queue_name, navigations=self.navigations
+        )

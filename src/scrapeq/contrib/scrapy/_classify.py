@@ -3,7 +3,10 @@
 A timeout is a ``retry`` charged to the domain (``timeout``), a refused or lost connection a
 ``retry`` charged to it (``connection_error``), a name that does not resolve ``dns_error``;
 a request a middleware refused (``IgnoreRequest``: robots.txt, off-site) dies ``ignored``
-without blaming the domain. Anything else goes to
+without blaming the domain. A browser's navigation through scrapy-playwright that timed out
+(Playwright's ``TimeoutError``) is a ``timeout`` charged to the domain, one that failed with
+Chromium's ``net::ERR_*`` a ``connection_error`` (``dns_error`` for a name that does not
+resolve), charged too. Anything else goes to
 :func:`scrapeq.runtime.classify.classify_exception`.
 """
 
@@ -53,4 +56,22 @@ def classify_failure(exc: BaseException) -> Classification:
     for types, outcome, reason, counts in _RULES:
         if isinstance(exc, types):
             return Classification(outcome, reason, counts, message=message)
+    browser = _browser_failure(exc)
+    if browser is not None:
+        return Classification(Outcome.RETRY, browser, True, message=message)
     return classify_exception(exc)
+
+
+def _browser_failure(exc: BaseException) -> str | None:
+    """The reason of a Playwright navigation's failure (read by the exception's module and
+    name: Playwright need not be installed), or None."""
+    if not type(exc).__module__.startswith("playwright."):
+        return None
+    if type(exc).__name__ == "TimeoutError":
+        return "timeout"
+    text = str(exc)
+    if "net::ERR_NAME_NOT_RESOLVED" in text:
+        return "dns_error"
+    if "net::ERR_" in text:
+        return "connection_error"
+    return None
