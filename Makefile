@@ -13,8 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Both cores (pytest-xdist): each worker has its own session fixtures (redis-server, cluster,
+# temporary root); tests that must share one process carry an xdist_group marker.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # sync_queue.py is generated from async_queue.py (scripts/unasync.py): lint fails while it
 # differs from what the script writes, fmt writes it.

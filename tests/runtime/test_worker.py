@@ -27,6 +27,7 @@ from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink, JsonlSink
 from scrapeq.runtime.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
 from support.sites import drip, hang, ok, proxy, sites, slow, status
+from support.waiting import until
 
 pytestmark = pytest.mark.backends
 
@@ -484,7 +485,7 @@ async def test_graceful_stop_lets_in_flight_jobs_finish(
         await q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])
         worker = Worker(q, concurrency=5)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.2)
+        await until(lambda: site.total == 5, 10, "the five requests in flight")
         worker.stop()
         await asyncio.wait_for(task, 10)
     counts = (await q.status())["counts"]
@@ -499,7 +500,7 @@ async def test_stop_past_grace_releases_without_spending_attempts(
         ids = [r.id for r in await q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])]
         worker = Worker(q, concurrency=4)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.3)
+        await until(lambda: site.total == 4, 10, "the four requests in flight")
         worker.stop()
         await asyncio.wait_for(task, 10)
     counts = (await q.status())["counts"]
@@ -517,9 +518,9 @@ async def test_second_stop_releases_at_once(make_queue: Callable[..., AsyncQueue
         await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
         worker = Worker(q, concurrency=3)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.3)
+        await until(lambda: site.total == 3, 10, "the three requests in flight")
         worker.stop()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # time passes inside the 30 s grace (not a wait for a state)
         started = time.monotonic()
         worker.stop()
         await asyncio.wait_for(task, 10)
