@@ -13,21 +13,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Both cores (pytest-xdist): each worker has its own session fixtures (redis-server, cluster,
+# temporary root); tests that must share one process carry an xdist_group marker.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-# sync_queue.py is generated from async_queue.py (scripts/unasync.py): lint fails while it
-# differs from what the script writes, fmt writes it.
+# sync_queue.py is generated from async_queue.py (scripts/unasync.py), docs/reference/*.md
+# from the settings and the --help texts (scripts/gen_reference.py): lint fails while one
+# differs from what its script writes, fmt writes them.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples scripts
 	$(BIN)/ruff format --check src tests bench examples scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/unasync.py --check
+	$(BIN)/python scripts/gen_reference.py --check
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench scripts
 	$(BIN)/ruff check --fix src tests bench scripts
 	$(BIN)/python scripts/unasync.py
+	$(BIN)/python scripts/gen_reference.py
 
 $(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -27,6 +27,7 @@ from scrapeq.contrib.crawlee import ScrapeqStorageClient
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from support.browser import CHROMIUM, need_browser
+from support.readme import snippet
 from support.sites import Handler, sites
 
 PAGES = 20
@@ -73,6 +74,26 @@ async def test_a_beautifulsoup_crawler_handles_every_page_once(redis_url: str) -
     counts = await _counts(redis_url)
     assert counts["done"] == PAGES
     assert counts["ready"] + counts["delayed"] + counts["inflight"] == 0
+
+
+async def test_the_guides_crawlee_setup_crawls_as_printed(redis_url: str) -> None:
+    """docs/guide/crawlee.md's two lines, with this test's Redis: a watched crawl of a site."""
+    source = snippet("# crawlee_setup.py").replace("redis://localhost:6379/0", redis_url)
+    source = source.replace('Settings(queue="shop")', 'Settings(queue="shop", allow_private=True)')
+    scope: dict[str, object] = {}
+    exec(compile(source, "crawlee_setup.py", "exec"), scope)
+    crawler = scope["crawler"]
+    assert isinstance(crawler, BeautifulSoupCrawler)
+    handled: list[str] = []
+
+    @crawler.router.default_handler
+    async def handle(context: Context) -> None:
+        handled.append(context.request.url)
+        await context.enqueue_links()
+
+    async with sites(binary_tree(PAGES)) as (site,):
+        await crawler.run([site.url("/")])
+        assert sorted(handled) == sorted(every_page(site.base, PAGES))
 
 
 async def _counts(redis_url: str) -> dict[str, int]:

@@ -29,6 +29,7 @@ from support.browser import need_browser  # noqa: E402
 from support.proc_helpers import communicate  # noqa: E402
 from support.sites import Site, sites  # noqa: E402
 from support.sites import hang as _hang  # noqa: E402
+from support.waiting import until  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2] / "examples" / "scrapy_project"
 PAGES = 30
@@ -340,7 +341,8 @@ async def test_a_killed_process_whose_jobs_gave_their_slots_back_leaves_the_coun
             # another client's job of the site holds a slot while the dead leases run out
             q.enqueue(site.url("/p/9"))
             (other,) = q.claim(5).jobs
-            await asyncio.sleep(2.5)  # their 2 s leases run out
+            # their 2 s leases run out: the queue's clock moves on 2.5 s (no sleep)
+            q.testing_clock_offset_ms += 2_500
             assert q.reap()[0] == 2
             counts = q.counts()
             assert counts["inflight"] == 1 and counts["ready"] + counts["delayed"] == 2, counts
@@ -1054,7 +1056,12 @@ async def test_urgent_work_enqueued_by_another_client_wakes_the_crawl(redis_url:
     listener.start()
     q = AsyncQueue.from_url(redis_url, settings=settings)
     try:
-        await asyncio.sleep(0.3)  # its first read is outstanding
+
+        async def reading() -> bool:  # its first read is outstanding: a client blocked in XREAD
+            clients = await q.client.client_list()
+            return any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in clients)
+
+        await until(reading, 10, "the listener's blocking read")
         await q.enqueue("http://127.0.0.1:9/normal")
         await asyncio.to_thread(called.wait, 1.5)
         assert not called.is_set()

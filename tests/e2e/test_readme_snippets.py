@@ -1,4 +1,5 @@
-"""Every Python snippet of the README runs as printed (issue 21, item 15).
+"""Every Python snippet of the README and of the guides (docs/guide/*.md) runs as printed
+(issue 21, item 15; issue 39 moved most of them into the guides).
 
 Each ```python block opens with a ``# name`` line naming the test that runs it: the crawler
 (tests/e2e/test_readme_crawler.py), the Scrapy settings (tests/e2e/test_readme_scrapy.py)
@@ -18,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from support.proc_helpers import communicate
-from support.readme import README, snippets
+from support.readme import DOCUMENTS, README, blocks, snippets
 from support.sites import echo, sites
 
 #: The first line of each snippet -> the test that runs it as printed.
@@ -30,6 +31,7 @@ RUNNERS = {
         "tests/e2e/test_readme_snippets.py"
     ),
     "# results.py": "tests/e2e/test_readme_results.py",
+    "# crawlee_setup.py": "tests/contrib/test_contrib_crawlee.py",
     "# shop.py: the handler of `scrapeq worker --handler shop:parse` (revisit = on)": (
         "tests/runtime/test_revisit_lines.py"
     ),
@@ -38,9 +40,11 @@ RUNNERS = {
 
 def test_every_python_snippet_is_run_by_a_test() -> None:
     found = snippets()
-    assert len(found) == len(re.findall(r"```python\n", README.read_text(encoding="utf-8")))
-    assert set(found) == set(RUNNERS), "a README snippet no test runs (or a runner lost it)"
+    opened = sum(len(re.findall(r"```python\n", d.read_text(encoding="utf-8"))) for d in DOCUMENTS)
+    assert len(found) == opened == len(blocks()), "two snippets share a first line"
+    assert set(found) == set(RUNNERS), "a snippet no test runs (or a runner lost it)"
     assert all((README.parent / runner).is_file() for runner in RUNNERS.values())
+    assert "# quickstart.py" in README.read_text(encoding="utf-8"), "the front door's quick start"
 
 
 def test_every_python_snippet_is_a_valid_program() -> None:

@@ -73,6 +73,21 @@ def test_script_config_carries_the_release_budget() -> None:
     assert '"max_releases": 20' in scripts.ScriptConfig.from_settings(Settings()).to_json()
 
 
+def test_script_config_keeps_no_default_of_a_setting() -> None:
+    """Issue 39: the settings' defaults live in Settings only; ScriptConfig's fields have none
+    (a field from_settings forgot is a TypeError), but for the engine's two constants."""
+    import dataclasses
+
+    with_default = [
+        f.name
+        for f in dataclasses.fields(scripts.ScriptConfig)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
+    assert with_default == ["batch", "claim_bytes"]
+    with pytest.raises(TypeError):
+        scripts.ScriptConfig()  # type: ignore[call-arg]
+
+
 def test_transient_refusals_map_to_redis_unavailable() -> None:
     from scrapeq.errors import RedisUnavailable
 

@@ -326,7 +326,12 @@ CASES = list(_cases())
 
 
 def _id(case: Case) -> str:
-    return f"{' '.join(case.path)}: {case.kind}: {' '.join(case.tail[len(case.path) :])}"
+    """The case's test id: the same in every process (pytest-xdist's workers each collect the
+    module, each with its own free ports), so a port chosen at collection shows as ``PORT``."""
+    tail = " ".join(case.tail[len(case.path) :])
+    tail = tail.replace(f"--port {DASHBOARD_PORT}", "--port PORT")
+    tail = tail.replace(f"127.0.0.1:{FRONTIER_PORT}", "127.0.0.1:PORT")
+    return f"{' '.join(case.path)}: {case.kind}: {tail}"
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from scrapeq.engine.launcher import free_port
 from scrapeq.engine.settings import Settings
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from support.frontier import Client, FrontierProcess, discovered, known
+from support.processes import catches, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 24
@@ -169,7 +169,8 @@ def test_sigterm_stops_the_service(redis_url: str) -> None:
     proc = _serve(redis_url, "--grpc", f"127.0.0.1:{free_port()}")
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith("frontier on ")
-    time.sleep(0.2)
+    # the service's SIGTERM handler is installed (not a sleep: its SigCgt mask says so)
+    wait_until(lambda: catches(proc.pid, signal.SIGTERM), 10, "the SIGTERM handler")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     assert proc.returncode == 0

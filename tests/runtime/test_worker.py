@@ -27,6 +27,7 @@ from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink, JsonlSink
 from scrapeq.runtime.worker import GC_THRESHOLD, IDLE_MAX, Worker, tuned_gc
 from support.sites import drip, hang, ok, proxy, sites, slow, status
+from support.waiting import until
 
 pytestmark = pytest.mark.backends
 
@@ -374,6 +375,18 @@ async def test_a_proxy_refusing_one_target_charges_that_domain_and_never_pauses_
     """Issue 10: a proxy answering CONNECT with 502 for one dead target paused the whole
     worker for 2 s per job: 400 healthy jobs took 8 s instead of under 1 s."""
     unreachable = f"127.0.0.1:{free_port()}"
+    # the same 400 healthy jobs through a proxy with no dead target: what they take on this
+    # machine now (loaded or not), the bar's base
+    async with sites(ok, ok, ok, ok) as alone, proxy({}) as p0:
+        q0 = make_queue(queue="base", proxy=(p0.url,), domain_concurrency=10)
+        await q0.enqueue_many([s.url(f"/p/{i}") for s in alone for i in range(100)])
+
+        async def alone_done() -> bool:
+            infos = await q0.domains_info([s.domain for s in alone])
+            return sum(i["done"] for i in infos) == 400
+
+        base = await run_for(Worker(q0, concurrency=100), alone_done, timeout=30)
+    assert base is not None
     async with sites(ok, ok, ok, ok) as healthy, proxy({unreachable: 502}) as p:
         q = make_queue(proxy=(p.url,), domain_concurrency=10, breaker_failures=3)
         refused = await q.enqueue_many([f"https://{unreachable}/p/{i}" for i in range(20)])
@@ -386,8 +399,11 @@ async def test_a_proxy_refusing_one_target_charges_that_domain_and_never_pauses_
 
         elapsed = await run_for(worker, healthy_done, timeout=30)
         (info,) = await q.domains_info([unreachable])
-    # about 0.25 s here (1 s is the issue's bar); 2 s leaves room for a busy machine
-    assert elapsed is not None and elapsed < 2.0, f"400 healthy jobs took {elapsed} s"
+    # About 0.25 s on a quiet machine, as long as the same jobs alone (1 s was the issue's
+    # bar). The fault paused the worker 2 s per refused fetch, and the breaker lets at least
+    # 3 through (asserted below): >= 6 s more than alone. Measured against the base, the bar
+    # holds under load (make test: two test workers on two cores; a fixed 2 s failed there).
+    assert elapsed is not None and elapsed < base + 3.0, f"400 jobs: {elapsed} s, alone {base} s"
     assert sum(s.total for s in healthy) == 400 and sum(p.forwards.values()) == 400
     assert worker.stats.released == 0, "the proxy is up: nothing is ours"
     assert info["state"] == "open", "the refused target's own breaker tripped"
@@ -484,7 +500,7 @@ async def test_graceful_stop_lets_in_flight_jobs_finish(
         await q.enqueue_many([site.url(f"/p/{i}") for i in range(5)])
         worker = Worker(q, concurrency=5)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.2)
+        await until(lambda: site.total == 5, 10, "the five requests in flight")
         worker.stop()
         await asyncio.wait_for(task, 10)
     counts = (await q.status())["counts"]
@@ -499,7 +515,7 @@ async def test_stop_past_grace_releases_without_spending_attempts(
         ids = [r.id for r in await q.enqueue_many([site.url(f"/p/{i}") for i in range(4)])]
         worker = Worker(q, concurrency=4)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.3)
+        await until(lambda: site.total == 4, 10, "the four requests in flight")
         worker.stop()
         await asyncio.wait_for(task, 10)
     counts = (await q.status())["counts"]
@@ -517,9 +533,9 @@ async def test_second_stop_releases_at_once(make_queue: Callable[..., AsyncQueue
         await q.enqueue_many([site.url(f"/p/{i}") for i in range(3)])
         worker = Worker(q, concurrency=3)
         task = asyncio.create_task(worker.run_async())
-        await asyncio.sleep(0.3)
+        await until(lambda: site.total == 3, 10, "the three requests in flight")
         worker.stop()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # time passes inside the 30 s grace (not a wait for a state)
         started = time.monotonic()
         worker.stop()
         await asyncio.wait_for(task, 10)

@@ -44,6 +44,18 @@ def _stat(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()
 
 
+def catches(pid: int, signum: int) -> bool:
+    """``pid`` has a handler of its own for ``signum`` (its ``SigCgt`` mask): a process that
+    installs one after it starts (asyncio's ``add_signal_handler``) is ready for the signal,
+    where before it the default action (death) would run."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     fields = _stat(pid)

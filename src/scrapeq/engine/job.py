@@ -184,7 +184,7 @@ class Job:
         parent: the id of the job whose page linked this one (None for a seed).
         unused: expired leases whose attempt was given back (the worker died or stalled
             while this job's handler was not running, or never got the claim's reply); a
-            worker runs the handler of such a job alone (docs/DESIGN.md, "Decisions").
+            worker runs the handler of such a job alone (decision record docs/adr/0002).
         request_text: the stored form of what the job sends (:mod:`scrapeq.engine.request`);
             None for a plain ``GET`` of its URL. Read it as :attr:`request`.
         parent_url: that job's URL (None for a seed).

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.seen import DEFAULT_SEEN_BUCKETS, SeenLayout
+from scrapeq.engine.seen import SeenLayout
 
 #: The limit an adaptive domain starts at (within the bounds): the fixed default before
 #: adaptive limits existed.
@@ -20,79 +20,84 @@ class ScriptConfig:
     """The settings scripts need, in script units (ms, counts).
 
     Built from :class:`scrapeq.engine.settings.Settings` by :meth:`from_settings`; sent as
-    ``ARGV[2]`` with every call.
+    ``ARGV[2]`` with every call. The fields keep no defaults of their own: every setting's
+    default is in :class:`~scrapeq.engine.settings.Settings` (docs/reference/settings.md),
+    so a field :meth:`from_settings` forgets is an error, not a second, stale default.
+    Only the engine's constants (``batch``, ``claim_bytes``) have values here.
     """
 
-    conc: int = 2
-    delay_ms: int = 0
-    lease_ms: int = 60_000
-    batch: int = 100
-    fails: int = 5
-    window: int = 20
-    rate: float = 0.5
-    min_calls: int = 10
-    cool_ms: int = 120_000
-    cool_max_ms: int = 3_600_000
-    max_trips: int = 8
-    g_share: float = 0.5
-    g_min: int = 5
-    g_window_ms: int = 60_000
-    max_throttles: int = 20
-    max_releases: int = 20
-    backoff_base_ms: int = 15_000
-    backoff_cap_ms: int = 3_600_000
-    #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
-    #: arrive well within the client's socket timeout.
-    claim_bytes: int = 8 * 1024 * 1024
+    conc: int
+    delay_ms: int
+    lease_ms: int
+    fails: int
+    window: int
+    rate: float
+    min_calls: int
+    cool_ms: int
+    cool_max_ms: int
+    max_trips: int
+    g_share: float
+    g_min: int
+    g_window_ms: int
+    max_throttles: int
+    max_releases: int
+    backoff_base_ms: int
+    backoff_cap_ms: int
     #: How long a done job's key is kept (with ``done_at``); 0: deleted at once.
-    keep_done_ms: int = 0
+    keep_done_ms: int
     #: Jobs a domain may have enqueued before follow-ups to it are skipped (None: no cap).
-    max_pages: int | None = None
+    max_pages: int | None
     #: The seen-set's layout (``SeenLayout.stamp``); exact with recrawl_after, its slice;
     #: exact, the bucket count to record when the queue has none (seen_capacity's);
     #: bloom, its size and its chunks' in bits.
-    seen_layout: str = "exact"
-    seen_slice_ms: int = 0
-    seen_buckets: int = DEFAULT_SEEN_BUCKETS
-    seen_bits: int = 0
-    seen_chunk_bits: int = 0
+    seen_layout: str
+    seen_slice_ms: int
+    seen_buckets: int
+    seen_bits: int
+    seen_chunk_bits: int
     #: A domain idle this long (nothing queued or in flight, breaker closed) is forgotten by
     #: housekeeping; 0: never.
-    domain_ttl_ms: int = 0
+    domain_ttl_ms: int
     #: domain_concurrency = auto: adaptive limits (``conc`` is then the starting limit),
     #: within conc_min and conc_max (includes/adaptive.lua).
-    auto: bool = False
-    conc_min: int = 1
-    conc_max: int = 32
+    auto: bool
+    conc_min: int
+    conc_max: int
     #: auto: the limit a domain with no learned limit starts at when its head job is urgent
     #: (includes/domain.lua: is_urgent, urgent_start).
-    urgent_conc: int = 16
+    urgent_conc: int
     #: The most urgent lane's offset (ms): a ready job of priority <= now + urgent_ms is
     #: urgent (its enqueue wakes idle workers); None with a single lane.
-    urgent_ms: int | None = None
+    urgent_ms: int | None
     #: host | domain | ip: with ip, enqueue files a host under its learned group.
-    politeness: str = "host"
+    politeness: str
     #: The exit pool (engine/exits.py: ExitPool.wire): ``[[id, tier index], ...]``; empty: no
     #: pool, jobs carry no exit (includes/exits.lua).
-    exits: tuple[tuple[str, int], ...] = ()
+    exits: tuple[tuple[str, int], ...]
     #: A banned (exit, domain) pair's first rest and its cap; a dead exit's first cooldown
     #: and its cap; how long a domain stays up a tier before it tries the cheaper one.
-    ex_ban_ms: int = 300_000
-    ex_ban_max_ms: int = 21_600_000
-    ex_cool_ms: int = 60_000
-    ex_cool_max_ms: int = 3_600_000
-    ex_quiet_ms: int = 900_000
+    ex_ban_ms: int
+    ex_ban_max_ms: int
+    ex_cool_ms: int
+    ex_cool_max_ms: int
+    ex_quiet_ms: int
     #: session = sticky: one exit and one cookie jar per domain (includes/exits.lua).
-    sticky: bool = False
+    sticky: bool
     #: revisit = on: a done job's URL comes back by itself (includes/revisit.lua), within a
     #: budget of rv_budget revisits per domain-hour, every rv_min_ms to rv_max_ms.
-    rv: bool = False
-    rv_budget: float = 360.0
-    rv_min_ms: int = 60_000
-    rv_max_ms: int = 30 * 86_400_000
+    rv: bool
+    rv_budget: float
+    rv_min_ms: int
+    rv_max_ms: int
     #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
     #: cap).
-    max_bytes: int | None = None
+    max_bytes: int | None
+    # Not settings: constants of the engine, the same for every queue.
+    #: Jobs, domains or leases one housekeeping step handles at most.
+    batch: int = 100
+    #: Bytes of job texts one claim answers at most (one job at least): a claim's reply must
+    #: arrive well within the client's socket timeout.
+    claim_bytes: int = 8 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, s: Any, pool: ExitPool | None = None) -> ScriptConfig:

@@ -30,7 +30,7 @@ RESULTS_HELP = (
     "Where results go: a file (.jsonl: JSON Lines; .csv: CSV; .json: a JSON array), or a "
     "URL: sqlite:///FILE, "
     "postgresql://HOST/DB (one row per job) or redis-stream://HOST/DB "
-    "(see the README's Results)."
+    "(see docs/guide/results.md)."
 )
 
 

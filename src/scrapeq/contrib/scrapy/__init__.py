@@ -2,7 +2,7 @@
 
 One setting puts a project on scrapeq: ``ADDONS = {"scrapeq.contrib.scrapy.Addon": 0}``
 (:class:`Addon`, a Scrapy add-on) installs the three pieces below and takes Scrapy's retry
-middleware out (see README, "Scrapy"). A scheduler opened without them (the middleware
+middleware out (see docs/guide/scrapy.md). A scheduler opened without them (the middleware
 missing from either setting, Scrapy's retry on) refuses with one error line naming what is
 missing and the finish reason ``scrapeq_incomplete_setup``; a bad setting
 (``scrapeq_config_error``) or Redis out of reach (``scrapeq_redis_unavailable``) is one error
