@@ -37,6 +37,7 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces.cli import (
+    coercion,
     enqueueing,
     frontier,
     jobs,
@@ -273,9 +274,11 @@ def _main(argv: list[str]) -> int:
 def command() -> Any:
     """The app as a click command, its flags tidied for ``--help``: a flag (``--json``,
     ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``.
-    Built once per process (typer takes tens of ms to build it)."""
+    Built once per process (typer takes tens of ms to build it). Its values are coerced
+    without pydantic where typer's coercion would answer the same (:mod:`.coercion`)."""
     root = typer.main.get_command(app)
     _hide_flag_types(root)
+    coercion.install(root)
     return root
 
 
