@@ -10,7 +10,8 @@ typer 0.29 loads to coerce the value of an option (``typer._adapters``: pydantic
 redis`` (redis-py 8 imports its asyncio and cluster clients with the package), and the last
 two together: the floor of a command that talks to Redis. Runs alternate (one of each
 command, then again), so a burst of load on the machine falls on every row alike; each row
-shows the median and the minimum of its runs.
+shows the median and the minimum of its runs' wall time, and the median of their CPU time
+(user + system, of the child process).
 
 ``--src DIR`` (repeatable, e.g. ``--src /work/other/src --src src``) runs every command with
 ``PYTHONPATH=DIR`` for each tree named, alternating trees too, to compare two versions of the
@@ -59,15 +60,21 @@ _COMMANDS: list[tuple[str, list[str], bool]] = [
 ]
 
 
-def _run(argv: list[str], env: dict[str, str]) -> float:
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The wall time of one run, and its CPU time (user + system, of the child): on a machine
+    shared with other work, the CPU time moves much less with the load than the wall time."""
     start = time.perf_counter()
-    done = subprocess.run(
+    child = subprocess.Popen(
         [sys.executable, *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    assert child.stderr is not None
+    stderr = child.stderr.read()
+    _pid, status, usage = os.wait4(child.pid, 0)
     took = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()}")
-    return took
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}): {stderr.decode()}")
+    return took, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -104,9 +111,12 @@ def main() -> None:
         for _row, argv, tree in runs:  # untimed: writes the bytecode cache
             _run(argv, envs[tree])
         times: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.n):
             for row, argv, tree in runs:
-                times.setdefault((row, tree), []).append(_run(argv, envs[tree]))
+                wall, used = _run(argv, envs[tree])
+                times.setdefault((row, tree), []).append(wall)
+                cpu.setdefault((row, tree), []).append(used)
         code = "compiled from source each run" if args.no_bytecode else "from cached bytecode"
         print(f"redis-server {server.version}; {args.n} runs each, {code}; {load_note()}")
         print(f"python {sys.version.split()[0]} ({sys.executable})\n")
@@ -114,8 +124,9 @@ def main() -> None:
         for row, _argv, tree in runs:
             took = times[(row, tree)]
             label = row if len(trees) == 1 or not row.startswith("scrapeq") else f"{row} [{tree}]"
-            rows.append([label, statistics.median(took), min(took)])
-        print(format_table(["command", "median s", "min s"], rows))
+            used = statistics.median(cpu[(row, tree)])
+            rows.append([label, statistics.median(took), min(took), used])
+        print(format_table(["command", "median s", "min s", "CPU median s"], rows))
 
 
 if __name__ == "__main__":

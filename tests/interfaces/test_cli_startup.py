@@ -75,3 +75,32 @@ def test_every_public_name_is_there_on_first_use() -> None:
     for name in scrapeq.__all__:
         assert getattr(scrapeq, name) is not None
     assert sorted(dir(scrapeq)) == sorted(scrapeq.__all__)
+
+
+def test_status_and_enqueue_load_no_pydantic_and_no_http_client() -> None:
+    """typer 0.29 would coerce their values with pydantic (~0.07 s): the CLI's own coercion
+    answers them (scrapeq.interfaces.cli.coercion). Against a port where nothing listens:
+    the commands fail after parsing their values and importing the queue."""
+    for argv in (
+        ["--redis", "redis://127.0.0.1:1/0", "-v", "status", "--json"],
+        ["--redis", "redis://127.0.0.1:1/0", "enqueue", "https://example.com/a", "--lane", "x"],
+    ):
+        loaded = _modules_after_command(*argv)
+        assert "scrapeq.engine.sync_queue" in loaded, argv
+        assert not any(m.split(".")[0] in ("pydantic", "pydantic_core") for m in loaded), argv
+        assert not {"typer._adapters", "aiohttp"} & loaded, argv
+
+
+def test_a_command_builds_its_own_options_only() -> None:
+    """typer builds a command's options from its signature (~25 ms for the whole tree): the
+    root builds a command or group when it is first looked up, so ``status`` builds its own;
+    ``--help`` lists them all, so it builds them all (tests/interfaces/test_cli_help.py)."""
+    statement = (
+        "from scrapeq.interfaces.cli import command, main; "
+        "main(['--redis', 'redis://127.0.0.1:1/0', 'status']); "
+        "print(); print(sorted(command().commands._built))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", statement], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.splitlines()[-1] == "['status']", done.stderr

@@ -13,9 +13,11 @@ the order ``--help`` lists them, and runs it (:func:`main`).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import logging.handlers
 import sys
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,6 +39,7 @@ from scrapeq.errors import (
     ScrapeqError,
 )
 from scrapeq.interfaces.cli import (
+    coercion,
     enqueueing,
     frontier,
     jobs,
@@ -273,10 +276,78 @@ def _main(argv: list[str]) -> int:
 def command() -> Any:
     """The app as a click command, its flags tidied for ``--help``: a flag (``--json``,
     ``--burst``, ``-v``, ``--help``) takes no value, so it shows no ``<bool>``/``<int>``.
-    Built once per process (typer takes tens of ms to build it)."""
-    root = typer.main.get_command(app)
-    _hide_flag_types(root)
+    Its values are coerced without pydantic where typer's coercion would answer the same
+    (:mod:`.coercion`). Built once per process, each command or group when first looked up
+    (:class:`_LazyCommands`): typer takes ~25 ms to build the whole tree."""
+    registered = app.registered_commands, app.registered_groups
+    app.registered_commands, app.registered_groups = [], []
+    try:  # the root group alone: its callback and the global options
+        root: Any = typer.main.get_command(app)
+    finally:
+        app.registered_commands, app.registered_groups = registered
+    _tidy(root)
+    root.commands = _LazyCommands(_builders())
     return root
+
+
+def _tidy(cmd: Any) -> None:
+    _hide_flag_types(cmd)
+    coercion.install(cmd)
+
+
+def _builders() -> dict[str, Callable[[], Any]]:
+    """How typer builds each command and group of ``app`` (``typer.main.get_group_from_info``
+    does the same for all at once), in the order ``--help`` lists them."""
+    options = {
+        "pretty_exceptions_short": app.pretty_exceptions_short,
+        "rich_markup_mode": app.rich_markup_mode,
+        "suggest_commands": getattr(app, "suggest_commands", True),
+    }
+    builders: dict[str, Callable[[], Any]] = {}
+    for info in app.registered_commands:
+        assert info.callback is not None
+        name = info.name or typer.main.get_command_name(info.callback.__name__)
+        builders[name] = _build(typer.main.get_command_from_info, info, options)
+    for group in app.registered_groups:
+        assert group.name
+        builders[group.name] = _build(typer.main.get_group_from_info, group, options)
+    return builders
+
+
+def _build(build: Callable[..., Any], info: Any, options: dict[str, Any]) -> Callable[[], Any]:
+    accepted = inspect.signature(build).parameters  # typer's keywords differ by version
+    return functools.partial(build, info, **{k: v for k, v in options.items() if k in accepted})
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """The root's commands by name (typer and click read them by name, or all to list them):
+    each built, tidied and kept when first read, so ``scrapeq status`` builds the options of
+    ``status`` only."""
+
+    def __init__(self, builders: dict[str, Callable[[], Any]]) -> None:
+        self._builders = builders
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            built = self._builders[name]()
+            _tidy(built)
+            self._built[name] = built
+        return self._built[name]
+
+    def __setitem__(self, name: str, cmd: Any) -> None:
+        self._builders.setdefault(name, lambda: cmd)
+        self._built[name] = cmd
+
+    def __delitem__(self, name: str) -> None:
+        del self._builders[name]
+        self._built.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
 
 
 def _hide_flag_types(cmd: Any) -> None:
