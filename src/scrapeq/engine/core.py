@@ -177,33 +177,23 @@ class _QueueCore(SettlementBuilders):
             InvalidURL: the URL is refused.
             ConfigError: another argument is bad (names it).
         """
-        request = None
-        if isinstance(url, Request):
-            request, url = url, url.url
+        # checked in this order: the first bad argument is the one named
+        request, url = (url, url.url) if isinstance(url, Request) else (None, url)
         if fetcher is not None and fetcher not in FETCHERS:
             raise ConfigError("fetcher", f"expected {' or '.join(FETCHERS)}, got {fetcher!r}")
         target = parse_target(url, allow_private=self.settings.allow_private)
         lanes = self.settings.lanes
         lane_name = lane if lane is not None else lanes.default_lane
-        off_ms = lanes.offset_ms(lane_name)
-        attempts = self._max_attempts(max_attempts)
-        payload_json = _payload_json(payload)
-        expires_ms = _expires_ms(expires)
+        off_ms, attempts = lanes.offset_ms(lane_name), self._max_attempts(max_attempts)
+        payload_json, expires_ms = _payload_json(payload), _expires_ms(expires)
         request_json = None if request is None else request.to_text()
         dedup = self._dedup.fields(url, request, unique, request_json is not None, fingerprint64)
         return EnqueueSpec(
-            url=target.url,
-            domain=self._politeness_domain(target.domain),
-            lane=lane_name,
-            off_ms=off_ms,
-            delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,
-            max_attempts=attempts,
-            payload_json=payload_json,
-            expires_ms=expires_ms,
-            request_json=request_json,
-            fetcher=fetcher,
-            **dedup,
-        )
+            url=target.url, domain=self._politeness_domain(target.domain), lane=lane_name,
+            off_ms=off_ms, delay_ms=_seconds_ms("delay", delay, allow_none=False) or 0,
+            max_attempts=attempts, payload_json=payload_json, expires_ms=expires_ms,
+            request_json=request_json, fetcher=fetcher, **dedup,
+        )  # fmt: skip
 
     def prepare_many(
         self, urls: Iterable[str | Request | EnqueueSpec], **options: Unpack[JobOptions]

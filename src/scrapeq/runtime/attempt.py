@@ -22,6 +22,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
     Classification,
@@ -426,8 +427,7 @@ class Attempts(WorkerCore):
         60 s); answers the pause, seconds."""
         if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
             self._sink_failures += 1
-        doubled: float = OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8)
-        pause = min(doubled, SINK_PAUSE_MAX)
+        pause = backoff(OURS_PAUSE, self._sink_failures, SINK_PAUSE_MAX)
         self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
         return pause
 

@@ -16,6 +16,7 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.records import _about, _log_deferred, _write_or_refused
 from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
@@ -114,7 +115,7 @@ class Settler(WorkerCore):
             await self._flush_pending()
 
     async def _flush_pending(self) -> None:
-        reconnect = RECONNECT_MIN
+        failures = 0  # settle calls failed in a row: the reconnect's backoff
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             sent = time.monotonic()
@@ -129,8 +130,8 @@ class Settler(WorkerCore):
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
                 self._redis_failed(exc, "settling")
-                await asyncio.sleep(reconnect)
-                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                failures += 1
+                await asyncio.sleep(backoff(RECONNECT_MIN, failures, RECONNECT_MAX))
                 continue
             self._health.ok(sent)
             progress.settled(len(batch))

@@ -51,6 +51,7 @@ from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
 from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
@@ -450,7 +451,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
 
     async def _claim_until_stopped(self) -> None:
         deadline = None if self.max_runtime is None else time.monotonic() + self.max_runtime
-        reconnect = RECONNECT_MIN
+        failures = 0  # claims failed in a row: the reconnect's backoff
         while not self._stopping.is_set():
             self._slot_freed.clear()
             if deadline is not None and time.monotonic() >= deadline:
@@ -470,10 +471,11 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
                 self._redis_failed(exc, "claiming")
-                await self._wait_for(self._stopping, reconnect)
-                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                failures += 1
+                wait = backoff(RECONNECT_MIN, failures, RECONNECT_MAX)
+                await self._wait_for(self._stopping, wait)
                 continue
-            reconnect = RECONNECT_MIN
+            failures = 0
             self._health.ok(sent)
             now = time.monotonic()
             if self.metrics is not None:

@@ -239,9 +239,10 @@ end
 
 local function settle_throttle(job, it)
   job.attempts = job.attempts - 1
+  local spent = RULE.budget_spent(job, 'throttles')
   job.throttles = (job.throttles or 0) + 1
   park_domain(job.domain, it.retry_after)
-  if job.throttles > CFG.max_throttles then
+  if spent then
     push_error(job, it.kind or 'throttled', it.message)
     dead_letter(job, 'max_throttles', nil)
     return 'dead'
@@ -258,9 +259,10 @@ local function settle_release(job, it, back)
   job.attempts = math.max(job.attempts - 1, 0)
   if it.shutdown ~= true and not back then
     -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
+    local spent = RULE.budget_spent(job, 'releases')
     job.releases = (job.releases or 0) + 1
     push_error(job, it.kind or 'released', it.message)
-    if job.releases > CFG.max_releases then
+    if spent then
       dead_letter(job, 'max_releases', nil)
       return 'dead'
     end

@@ -31,6 +31,7 @@
 ]]
 --@include tally
 --@include jar
+--@include backoff
 
 local EX = {FAILS = 3, MIN = 4, WINDOW = 10}
 
@@ -192,9 +193,7 @@ end
 
 -- Cooldown of an exit's n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
 function EX.exit_cooldown(trips)
-  local base = CFG.ex_cool_ms * (2 ^ math.min(trips - 1, 40))
-  if base > CFG.ex_cool_max_ms then base = CFG.ex_cool_max_ms end
-  return math.floor(base * (0.8 + 0.4 * math.random()))
+  return RULE.backoff(CFG.ex_cool_ms, CFG.ex_cool_max_ms, trips, 'band')
 end
 
 function EX.open_exit(id, trips, why)
@@ -281,9 +280,7 @@ function EX.settle(id, d, result, bytes, latency, job_id)
   if result == 'ban' then
     local _, strikes = EX.bench_of(redis.call('HGET', dk, field))
     strikes = strikes + 1
-    local rest = CFG.ex_ban_ms * (2 ^ math.min(strikes - 1, 40))
-    if rest > CFG.ex_ban_max_ms then rest = CFG.ex_ban_max_ms end
-    rest = math.floor(rest)
+    local rest = RULE.backoff(CFG.ex_ban_ms, CFG.ex_ban_max_ms, strikes)
     redis.call('HSET', dk, field, (NOW + rest) .. ':' .. strikes)
     if redis.call('HGET', dk, 's') == id then redis.call('HDEL', dk, 's', 'sj') end  -- rotate
     emit('exit_benched', d, string.format('exit %s banned; benched for %.1f s (ban %d)', id,

@@ -83,9 +83,8 @@ end
 -- max_attempts + 1 deaths, and a job in flight beside every one of them keeps its budget
 -- (twice over). Returns whether it was given back.
 local function give_back(job, deadline)
-  local unused = job.unused or 0
-  if unused >= 2 * job.max_attempts then return false end
-  job.unused = unused + 1
+  if RULE.budget_spent(job, 'give_backs') then return false end
+  job.unused = (job.unused or 0) + 1
   job.attempts = math.max(job.attempts - 1, 0)
   if deadline > (tonumber(job.claimed) or 0) + (job.lm or CFG.lease_ms) then
     push_error(job, 'worker_lost', 'lease expired while its handler was not running (the '
