@@ -275,8 +275,13 @@ function EX.settle(id, d, result, bytes, latency, job_id)
       redis.call('HSET', ek, 'win', win, 'tdom', tdom)
     end
   end
-  -- the (exit, domain) pair
-  local field = 'b:' .. id
+  return EX.pair_settle(id, d, result), probe_failed
+end
+
+-- The (exit, domain) pair after an attempt through exit `id` for domain d (EX.settle): a ban
+-- benches it, an answer clears its strikes. True when a ban left d no usable exit, else nil.
+function EX.pair_settle(id, d, result)
+  local dk, field = k_dexit(d), 'b:' .. id
   if result == 'ban' then
     local _, strikes = EX.bench_of(redis.call('HGET', dk, field))
     strikes = strikes + 1
@@ -288,11 +293,11 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     stat('exit_bans')
     EX.down_map = nil
     local by_tier = EX.usable(EX.hash_map(dk))
-    if next(by_tier) == nil then return true, probe_failed end
+    if next(by_tier) == nil then return true end
   elseif result == 'ok' and redis.call('HEXISTS', dk, field) == 1 then
     redis.call('HDEL', dk, field)
   end
-  return nil, probe_failed
+  return nil
 end
 
 -- settle-1.lua: a settled job that was claimed through an exit (job.exit). `it`: its settle
