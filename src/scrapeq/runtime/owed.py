@@ -3,14 +3,14 @@ and the line's write (:class:`Owed`).
 
 A line the worker writes from the settle's answer (a done page with revisit on, or with
 follow-ups under ``max_pages``/``max_bytes``; a retry, throttle or release the settle may make
-dead: :func:`~scrapeq.runtime.records._line_before_settle`) used to exist only in the worker's
+dead: :func:`~scrapeq.runtime.records.line_before_settle`) used to exist only in the worker's
 memory between the settle and the sink's write. Its settle item now carries the attempt's
 record (``line``), and the settle script that makes the line due keeps the record and its
 answer in the queue's owed-lines ledger, in the same call (``engine/lua/includes/owed.lua``).
 The worker acknowledges the line once its sink took it (acknowledgements are batched, every
 :data:`ACK_EVERY` seconds). Every ``lease / 3`` seconds a worker with a sink takes over the
 lines nobody acknowledged within ``lease`` seconds of their settle (their worker died, or its
-sink keeps failing): it builds each with :func:`~scrapeq.runtime.records._settled_line`, the
+sink keeps failing): it builds each with :func:`~scrapeq.runtime.records.settled_line`, the
 one home of the line's shape, from the stored record and answer, writes it to its own sink
 and acknowledges it. A line written whose acknowledgement was lost (a kill between the two)
 is written again: at least once, like every results line (docs/DESIGN.md "Results lines").
@@ -33,7 +33,7 @@ import orjson
 
 from scrapeq.engine.limits import MAX_OWED_LINE
 from scrapeq.engine.scripts import Settlement
-from scrapeq.runtime.records import _settled_line, _write_or_refused
+from scrapeq.runtime.records import settled_line, write_or_refused
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -112,10 +112,10 @@ class Owed(WorkerCore):
         while True:
             taken = await self.queue.owed_take(TAKE_BATCH)
             for owed in taken:
-                line = _settled_line(json.loads(owed.record), owed.answer)
+                line = settled_line(json.loads(owed.record), owed.answer)
                 if line is not None:
                     try:
-                        await _write_or_refused(self.sink, line, dead=False)
+                        await write_or_refused(self.sink, line, dead=False)
                     except Exception as exc:
                         where = {"job_id": owed.job_id, "kind": "sink_failed"}
                         log.warning("job %s: an owed results line could not be written, it "

@@ -64,8 +64,8 @@ from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.owed import BURST_POLL, Owed
-from scrapeq.runtime.records import CRAWL_FLAG, _line_before_settle, _settled_line
-from scrapeq.runtime.records import _record as _record
+from scrapeq.runtime.records import CRAWL_FLAG, line_before_settle, settled_line
+from scrapeq.runtime.records import make_record as make_record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
 from scrapeq.runtime.settler import SETTLE_MAX as SETTLE_MAX
@@ -510,7 +510,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
                 record["crawl_id"] = self._crawl_id
-                if not _line_before_settle(settlement, self.settings):
+                if not line_before_settle(settlement, self.settings):
                     # Whether a retry, throttle or release ends the job, and what a done
                     # page's line says of its content and its budgets, are the settle
                     # script's to say: the line is written from its answer (docs/DESIGN.md).
@@ -518,7 +518,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                     # written (runtime/owed.py): a kill before the write loses no line.
                     flight.submitted = True
                     owed = self._owe(settlement, record)
-                    line = _settled_line(record, await self._submit(owed, job))
+                    line = settled_line(record, await self._submit(owed, job))
                     if line is None:
                         return
                     if line["outcome"] == "dead":
