@@ -63,7 +63,7 @@ from scrapeq.runtime.impersonate import ImpersonateFetcher
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.owed import BURST_POLL, Owed
+from scrapeq.runtime.owed import BURST_POLL, OwedLines
 from scrapeq.runtime.records import CRAWL_FLAG, line_before_settle, settled_line
 from scrapeq.runtime.records import make_record as make_record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
@@ -118,7 +118,7 @@ def default_handler(job: Job, response: Response) -> dict[str, Any]:
     }
 
 
-class Worker(Shutdown, Leases, Attempts, Owed):
+class Worker(Shutdown, Leases, Attempts):
     """Run jobs from a queue.
 
     Args:
@@ -235,8 +235,9 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._claim_pause_until = 0.0
         self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
         self._crawl_id: str | None = None  # the crawl results lines name (_name_crawl)
-        self._owed_acks: list[str] = []  # owed lines written, to acknowledge (runtime/owed.py)
-        self._owed_failed: set[str] = set()  # owed lines whose write failed here
+        # the owed-lines ledger's side of this worker (runtime/owed.py)
+        self._lines = OwedLines(self.queue, self.sink, self.settings, self._health,
+                                self._redis_failed, self._loops_end)  # fmt: skip
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -293,7 +294,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
         tasks = [settler, beater, waker]
         if self.sink is not None:  # lines owed: acknowledged, taken over (runtime/owed.py)
-            tasks.append(asyncio.create_task(self._owed_loop(), name="scrapeq-owed"))
+            tasks.append(asyncio.create_task(self._lines.loop(), name="scrapeq-owed"))
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -306,7 +307,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._close_owed(self._exit_deadline())
+            await self._lines.close(self._exit_deadline())
             await self._end_hooks()
             await self._close_reporter(reporting)
             self._report_unsent()
@@ -487,7 +488,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
-                if await self._owed_settled():
+                if await self._lines.settled():
                     log.info("burst: every job is done or dead")
                     break
                 # lines owed by a worker: written by it, or taken over once overdue
@@ -517,7 +518,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                     # The settle that makes the line due keeps it owed in Redis until it is
                     # written (runtime/owed.py): a kill before the write loses no line.
                     flight.submitted = True
-                    owed = self._owe(settlement, record)
+                    owed = self._lines.owe(settlement, record)
                     line = settled_line(record, await self._submit(owed, job))
                     if line is None:
                         return
@@ -528,9 +529,9 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                     if owed.line is None:
                         return
                     if written:
-                        self._owed_written(job.id)
+                        self._lines.written(job.id)
                     else:  # it stays owed: a take-over writes it
-                        self._owed_failed.add(job.id)
+                        self._lines.failed.add(job.id)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)
