@@ -13,7 +13,7 @@
               call), false = a success; absent = no information (released, our own fault, 404)
       delay   ms before the job is eligible again (retry, throttle, release)
       backoff true: no delay given (retry, release but a shutdown's); this script draws it,
-              the full-jitter backoff of includes/jobs.lua (backoff_ms) over the attempts
+              the full-jitter backoff of includes/jobs.lua (RULE.backoff_ms) over the attempts
               spent (retry) or the releases taken (release), and answers it
       retry_after    ms the whole domain is parked (Retry-After); throttle and retry
       kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
@@ -294,78 +294,73 @@ do
   if PRE.n > 0 then PRE.raw = call_many('MGET', nil, keys) end
 end
 
--- settle_one and its outcome's dispatch, in a block: settle_outcome costs the script no
--- top-level local (tests/engine/test_lua_locals.py).
-local settle_one
-do
-  -- The job moved by the item's outcome, after its domain was charged: (status, notes).
-  local function settle_outcome(job, it, back)
-    if it.backoff == true and it.shutdown ~= true then  -- the delay left to the queue
-      if it.outcome == 'retry' then
-        it.delay = backoff_ms(job.attempts)
-      elseif it.outcome == 'release' then
-        it.delay = backoff_ms((job.releases or 0) + 1)
-      end
+-- The job moved by the item's outcome, after its domain was charged: (status, notes).
+local function settle_outcome(job, it, back)
+  if it.backoff == true and it.shutdown ~= true then  -- the delay left to the queue
+    if it.outcome == 'retry' then
+      it.delay = RULE.backoff_ms(job.attempts)
+    elseif it.outcome == 'release' then
+      it.delay = RULE.backoff_ms((job.releases or 0) + 1)
     end
-    if it.outcome == 'done' then
-      return settle_done(job, it)
-    elseif it.outcome == 'retry' then
-      park_domain(job.domain, it.retry_after)
-      local delay = math.max(it.delay or 0, it.retry_after or 0)
-      return retry_or_dead(job, delay, it.kind or 'error', it.message)
-    elseif it.outcome == 'throttle' then
-      return settle_throttle(job, it)
-    elseif it.outcome == 'fail' then
-      dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
-      return 'dead'
-    end
-    return settle_release(job, it, back)
   end
+  if it.outcome == 'done' then
+    return settle_done(job, it)
+  elseif it.outcome == 'retry' then
+    park_domain(job.domain, it.retry_after)
+    local delay = math.max(it.delay or 0, it.retry_after or 0)
+    return retry_or_dead(job, delay, it.kind or 'error', it.message)
+  elseif it.outcome == 'throttle' then
+    return settle_throttle(job, it)
+  elseif it.outcome == 'fail' then
+    dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
+    return 'dead'
+  end
+  return settle_release(job, it, back)
+end
 
-  function settle_one(i, it)
-    -- the job, when its token owns it and it is in flight; else stale, nothing changed
-    local id = it.id
-    local job
-    if i > PRE.n then
-      flush_items()  -- read item by item from here: the store must be current
-      job = load_job(id)
-    elseif PRE.gone[id] then
-      return 'stale'
-    else
-      -- read ahead; false (missing, or not a string value) reads again: GET answers exactly
-      job = load_job(id, PRE.raw[i] or nil)
-    end
-    if not job or job.token ~= it.token then return 'stale' end
-    -- not in flight (reaped, or settled already): the ZREM changed nothing
-    if redis.call('ZREM', K.INFLIGHT, id) == 0 then return 'stale' end
-    PRE.gone[id] = true
-    DONE.leased[#DONE.leased + 1] = id
-    local d = job.domain
-    -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
-    -- (none when it was given back at its download's end: downloaded-1.lua)
-    if lease_held_slot(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
-    local back = job.exit ~= nil and EX.settle_job(job, it)
-    -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
-    if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then
-      redis.call('HINCRBY', k_dom(d), 'bytes', it.bytes)
-    end
-    -- may excuse an overload (then `it` is a throttle)
-    it.domain_failed = adaptive_outcome(d, job, it)
-    if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
-      breaker_outcome(d, it.domain_failed, job.id, it.kind or it.reason or it.outcome, it.message)
-    elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
-      redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
-    end
-    local status, notes = settle_outcome(job, it, back)
-    TOUCHED[d] = true
-    history_settled(TALLY.add, status, job.lane, it.shutdown or back)
-    if status == 'dead' then return 'dead:' .. job.dead_reason end
-    if notes then return WIRE.done(notes) end
-    if it.backoff == true and (status == 'retried' or status == 'released') then
-      return status .. ':' .. it.delay
-    end
-    return status
+local function settle_one(i, it)
+  -- the job, when its token owns it and it is in flight; else stale, nothing changed
+  local id = it.id
+  local job
+  if i > PRE.n then
+    flush_items()  -- read item by item from here: the store must be current
+    job = load_job(id)
+  elseif PRE.gone[id] then
+    return 'stale'
+  else
+    -- read ahead; false (missing, or not a string value) reads again: GET answers exactly
+    job = load_job(id, PRE.raw[i] or nil)
   end
+  if not job or job.token ~= it.token then return 'stale' end
+  -- not in flight (reaped, or settled already): the ZREM changed nothing
+  if redis.call('ZREM', K.INFLIGHT, id) == 0 then return 'stale' end
+  PRE.gone[id] = true
+  DONE.leased[#DONE.leased + 1] = id
+  local d = job.domain
+  -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
+  -- (none when it was given back at its download's end: downloaded-1.lua)
+  if lease_held_slot(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
+  local back = job.exit ~= nil and EX.settle_job(job, it)
+  -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
+  if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then
+    redis.call('HINCRBY', k_dom(d), 'bytes', it.bytes)
+  end
+  -- may excuse an overload (then `it` is a throttle)
+  it.domain_failed = adaptive_outcome(d, job, it)
+  if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
+    breaker_outcome(d, it.domain_failed, job.id, it.kind or it.reason or it.outcome, it.message)
+  elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
+    redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
+  end
+  local status, notes = settle_outcome(job, it, back)
+  TOUCHED[d] = true
+  history_settled(TALLY.add, status, job.lane, it.shutdown or back)
+  if status == 'dead' then return 'dead:' .. job.dead_reason end
+  if notes then return WIRE.done(notes) end
+  if it.backoff == true and (status == 'retried' or status == 'released') then
+    return status .. ':' .. it.delay
+  end
+  return status
 end
 
 local function settle_all()

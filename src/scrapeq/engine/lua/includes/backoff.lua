@@ -1,7 +1,7 @@
 --[[
   The one backoff shape of the engine (issue 39): the wait after the n-th failure in a row is
   base * 2^(n-1) ms (n below 1 counts as 1), capped at `cap`, then jittered by `jitter`:
-    'full'  uniform(0, bound): a job's retry, release or give-back (jobs.lua, backoff_ms)
+    'full'  uniform(0, bound): a job's retry, release or give-back (jobs.lua, RULE.backoff_ms)
     'band'  bound * uniform(0.8, 1.2): a domain's breaker (breaker.lua) and an exit's
             (exits.lua) cooling down after a trip
     nil     none: an exit benched for a domain after a ban (exits.lua)
