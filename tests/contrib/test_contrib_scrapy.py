@@ -1034,6 +1034,39 @@ def test_a_304_goes_on_only_when_its_request_was_conditional(redis_url: str) -> 
         scheduler.close("finished")
 
 
+def test_with_one_lane_no_urgent_only_claim_is_made(redis_url: str) -> None:
+    """Urgency is what the enqueue script says (issue 39), not ``lane == names[0]``: with one
+    lane nothing is urgent, so scheduling work makes no urgent-only claim (before, every
+    enqueue was taken for urgent work and made an empty one)."""
+    from scrapy.utils.test import get_crawler
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "onelane",
+                "SCRAPEQ_SETTINGS": {"allow_private": True, "lanes": {"normal": 0}},
+                "CONCURRENT_REQUESTS": 8, "SCRAPEQ_URGENT_SLOTS": 3}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    queue = scheduler.frontier.queue
+    claim, urgent_claims = queue.claim, []
+
+    def recorded(n: int, **kw: Any) -> Any:  # the real claim, its urgent-only calls counted
+        if kw.get("urgent_only"):
+            urgent_claims.append(n)
+        return claim(n, **kw)
+
+    queue.claim = recorded
+    try:
+        for n in range(3):
+            scheduler.enqueue_request(scrapy.Request(f"http://127.0.0.{1 + n}:9/o/{n}"))
+        assert len(_drain(scheduler)) == 3
+        assert urgent_claims == []
+        assert crawler.stats.get_value("scrapeq/claimed_urgent_only") is None
+    finally:
+        scheduler.close("finished")
+
+
 def _drain(scheduler: Any) -> list[Any]:
     """The requests the scheduler hands out now (as Scrapy's engine asks while it has room)."""
     out = []

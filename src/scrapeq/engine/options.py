@@ -23,6 +23,8 @@ class JobOptions(TypedDict, total=False):
     expires: float | None
     fingerprint64: int | None
     fetcher: str | None
+    sitemap_priority: float | None
+    lastmod: float | None
 
 
 class RetryOptions(TypedDict, total=False):

@@ -170,9 +170,10 @@ def _with_fingerprint(spec: EnqueueSpec) -> EnqueueSpec:
     return dataclasses.replace(spec, fingerprint=fingerprint(spec.url))
 
 
-def _enqueue_result(answer: str) -> EnqueueResult:
+def _enqueue_result(reply: tuple[str, bool]) -> EnqueueResult:
+    answer, urgent = reply
     if answer.startswith("dup:"):
-        return EnqueueResult(answer[4:], "duplicate")
+        return EnqueueResult(answer[4:], "duplicate", urgent)
     if answer == "seen":
         return EnqueueResult("", "seen")
     if answer.startswith("dead:"):
@@ -181,7 +182,7 @@ def _enqueue_result(answer: str) -> EnqueueResult:
         return EnqueueResult("", "limit")
     if answer == "known":
         return EnqueueResult("", "known")
-    return EnqueueResult(answer, "added")
+    return EnqueueResult(answer, "added", urgent)
 
 
 def _dead_job(job_id: str, text: str) -> Job:

@@ -21,10 +21,15 @@ class EnqueueResult:
             domain is retired: the job went straight to the dead letters, replayable);
             ``limit`` (a follow-up cut by ``max_pages``); or ``known`` (a known URL never to
             be visited again, ``EnqueueSpec.at_ms`` = 0: the seen-set has it now).
+        urgent: the job went ready now as urgent work (the enqueue script's ``is_urgent``: at
+            least as urgent as a fresh job of the most urgent lane; never with one lane), or
+            a duplicate made due now did: idle workers were woken for it. What a client
+            keeping slots for urgent work reads (Scrapy on scrapeq).
     """
 
     id: str
     status: str
+    urgent: bool = field(default=False, compare=False)
 
     @property
     def added(self) -> bool:

@@ -5,12 +5,13 @@ settle's answer. Split from :mod:`.scripts`, which re-exports them."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from scrapeq.engine.limits import MAX_OWED_LINE
 from scrapeq.engine.wire import SETTLE_ITEM
-from scrapeq.errors import PayloadTooLarge
+from scrapeq.errors import ConfigError, PayloadTooLarge
 
 # A settle item's wire names (engine/wire.py), looked up once for Settlement.as_arg.
 _W_ID, _W_TOKEN, _W_OUTCOME = SETTLE_ITEM["job_id"], SETTLE_ITEM["token"], SETTLE_ITEM["outcome"]
@@ -27,6 +28,41 @@ _W_EXIT, _W_BYTES, _W_JAR = SETTLE_ITEM["exit_result"], SETTLE_ITEM["bytes_in"],
 _W_NOT_MODIFIED, _W_CHANGED = SETTLE_ITEM["not_modified"], SETTLE_ITEM["changed"]
 _W_SIGNATURE, _W_ETAG = SETTLE_ITEM["signature"], SETTLE_ITEM["etag"]
 _W_LAST_MODIFIED, _W_LINE = SETTLE_ITEM["last_modified"], SETTLE_ITEM["line"]
+
+
+#: The least weight a sitemap's priority gives a page (priority 0.0 still gets revisits).
+MIN_SITEMAP_WEIGHT = 0.1
+#: lastmod values a revisit can compare with: epoch seconds from 1970 to 2106.
+_LASTMODS = range(0, 2**32)
+
+
+def sitemap_schedule(priority: float | None, lastmod: float | None) -> dict[str, Any]:
+    """A sitemap entry's schedule, as an :class:`EnqueueSpec`'s ``weight`` and ``lastmod``
+    (only those given): the one home of the rule (``Queue.prepare``'s ``sitemap_priority`` and
+    ``lastmod``; the CLI's ``enqueue --sitemap`` goes through it too).
+
+    ``weight`` = priority (clamped to 0.0-1.0) x 2, at least :data:`MIN_SITEMAP_WEIGHT`: the
+    protocol's default priority 0.5 weighs 1, as a page with no sitemap does. A ``lastmod``
+    before 1970 or past 2106 is no visit to compare with: left out.
+
+    Raises:
+        ConfigError: ``priority`` or ``lastmod`` is not a number.
+    """
+    out: dict[str, Any] = {}
+    if priority is not None:
+        if not _finite(priority):
+            raise ConfigError("sitemap_priority", f"expected a number, got {priority!r}")
+        out["weight"] = max(min(float(priority), 1.0), MIN_SITEMAP_WEIGHT / 2) * 2
+    if lastmod is not None:
+        if not _finite(lastmod):
+            raise ConfigError("lastmod", f"expected epoch seconds, got {lastmod!r}")
+        if int(lastmod) in _LASTMODS:
+            out["lastmod"] = int(lastmod)
+    return out
+
+
+def _finite(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,14 +126,19 @@ def _given(**options: Any) -> dict[str, Any]:
 # --- wrappers, one per script ---------------------------------------------------------------
 
 
-def enqueue(specs: Sequence[EnqueueSpec], pid: str | None = None) -> Call[tuple[list[str], bool]]:
-    """Add jobs; answers (per job ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or ``"dead:<id>"``,
+def enqueue(
+    specs: Sequence[EnqueueSpec], pid: str | None = None
+) -> Call[tuple[list[tuple[str, bool]], bool]]:
+    """Add jobs; answers (per job its answer, ``"<id>"``, ``"dup:<id>"``, ``"seen"`` or
+    ``"dead:<id>"``, with whether it made urgent work ready now (the script's ``is_urgent``);
     whether the queue has had a unique enqueue: then every job should carry its fingerprint).
     ``pid``: the suffix of the new ids (the partition's, ``.<i>``; None: no suffix).
     """
+    n = len(specs)
 
-    def parse(raw: list[Any]) -> tuple[list[str], bool]:
-        return [str(x) for x in raw[:-1]], bool(int(raw[-1]))
+    def parse(raw: list[Any]) -> tuple[list[tuple[str, bool]], bool]:
+        urgent = {int(i) - 1 for i in raw[n + 1 :]}
+        return [(str(x), i in urgent) for i, x in enumerate(raw[:n])], bool(int(raw[n]))
 
     if pid is not None:
         return _call("enqueue", parse, jobs=[s.as_arg() for s in specs], pid=pid)

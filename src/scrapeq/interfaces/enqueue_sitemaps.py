@@ -15,7 +15,7 @@ may or may not have been added.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urljoin
 
@@ -80,14 +80,12 @@ class SitemapRun:
         """Validate ``entries``; send every full batch."""
         for entry in entries:
             try:
-                spec = self.queue.prepare(Request(entry.loc, meta=entry.meta()), **self.options)
-                # revisits: priority feeds the weight (0.5, the protocol's default: 1), and a
-                # lastmod newer than the last visit makes the page due now (enqueue.lua: its
-                # pending job, when one holds it, is moved; answered as a duplicate)
-                lastmod = entry.lastmod
-                if lastmod is not None and not 0 <= lastmod < 2**32:
-                    lastmod = None  # before 1970 or past 2106: not a visit to compare with
-                spec = replace(spec, weight=max(entry.priority, 0.05) * 2, lastmod=lastmod)
+                # revisits: priority feeds the weight, and a lastmod newer than the last visit
+                # makes the page due now: the engine's rule (script_args.sitemap_schedule)
+                spec = self.queue.prepare(
+                    Request(entry.loc, meta=entry.meta()), **self.options,
+                    sitemap_priority=entry.priority, lastmod=entry.lastmod,
+                )  # fmt: skip
             except InvalidURL as exc:
                 self.invalid += 1
                 if self.invalid <= _NAMED:

@@ -22,6 +22,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.classify import (
     Classification,
@@ -37,12 +38,12 @@ from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import (
     SINK_REFUSED,
-    _about,
-    _not_json,
-    _record,
-    _timed,
-    _traceback_summary,
-    _write_or_refused,
+    about,
+    make_record,
+    not_json,
+    traceback_summary,
+    with_latency,
+    write_or_refused,
 )
 from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
@@ -76,7 +77,7 @@ class Attempts(WorkerCore):
         """Settle a job whose attempt failed in our own code (a settlement that could not be
         built, say): a retry with the reason kept. It keeps the attempt the claim spent, so a
         job that always fails here ends dead (``max_attempts``) instead of going round."""
-        message = _traceback_summary(exc)
+        message = traceback_summary(exc)
         return self.queue.retrying(job, kind="internal_error", message=message, domain_failed=None)
 
     async def _attempt(self, job: Job) -> tuple[Settlement, dict[str, Any] | None]:
@@ -122,7 +123,7 @@ class Attempts(WorkerCore):
             out = self._from_classification(job, verdict, None, started, exc, seen)
             if not verdict.counts_against_domain:  # no answer of the site's to learn from
                 return out
-            return _timed(out, verdict, time.monotonic() - fetched)
+            return with_latency(out, verdict, time.monotonic() - fetched)
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call,
             conditional=response.status == 304 and sends_conditional(job),
@@ -133,12 +134,12 @@ class Attempts(WorkerCore):
         seen.result = exit_result(verdict)
         if verdict.outcome is not Outcome.OK:
             out = self._from_classification(job, verdict, response, started, None, seen)
-            return _timed(out, verdict, response.elapsed)
+            return with_latency(out, verdict, response.elapsed)
         if not_modified(job, response.status):  # a 304 to a revisit's conditional request
             out = self._not_modified(job, response, verdict, started)
         else:
             out = await self._handle(job, response, verdict, started, seen)
-        return _timed(out, verdict, response.elapsed)
+        return with_latency(out, verdict, response.elapsed)
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
@@ -166,7 +167,7 @@ class Attempts(WorkerCore):
         spending a release (includes/exits.lua benches the pair; the domain is charged only
         when no usable exit is left for it)."""
         seen.result = "ban"
-        log.info("job %s: %s", job.id, message, extra=_about(job, "banned"))
+        log.info("job %s: %s", job.id, message, extra=about(job, "banned"))
         settlement = self.queue.releasing(job, delay=0, kind="banned", message=message)
         return self._if_dead(job, settlement, None, time.monotonic(), message)
 
@@ -179,7 +180,7 @@ class Attempts(WorkerCore):
         settlement = observed(done, response.headers, None)
         if self.sink is None:
             return settlement, None
-        return settlement, _record(job, "done", response, started, None, None)
+        return settlement, make_record(job, "done", response, started, None, None)
 
     def _fetcher_for(self, job: Job) -> Fetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
@@ -279,7 +280,7 @@ class Attempts(WorkerCore):
             settlement = observed(settlement, response.headers, response.body, handled.content)
         if self.sink is None:
             return settlement, None
-        problem = _not_json(handled.result)
+        problem = not_json(handled.result)
         if problem is not None:
             # The handler's error, not the sink's: a retry spending an attempt (so it ends
             # dead), never a release of ours, and no str() of it written in its place.
@@ -287,7 +288,7 @@ class Attempts(WorkerCore):
                 job, kind="handler_result", message=problem, domain_failed=None
             )
             return self._if_dead(job, settlement, response, started, problem)
-        record = _record(job, "done", response, started, None, handled.result)
+        record = make_record(job, "done", response, started, None, handled.result)
         if handled.links is not None:
             record["links"] = handled.links.as_dict()
         if handled.body_path is not None:
@@ -308,10 +309,10 @@ class Attempts(WorkerCore):
         elif isinstance(exc, Retry):
             kind, message, domain_failed, delay = "retry_requested", exc.reason, None, exc.delay
         elif isinstance(exc, HandlerTimeout):
-            log.warning("job %s: %s", job.id, exc, extra=_about(job, "handler_timeout"))
+            log.warning("job %s: %s", job.id, exc, extra=about(job, "handler_timeout"))
             kind, message, domain_failed, delay = "handler_timeout", str(exc), None, None
         else:
-            message = _traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
+            message = traceback_summary(exc.original if isinstance(exc, HandlerAborted) else exc)
             kind, domain_failed, delay = "handler_error", None, None
         settlement = self.queue.retrying(
             job, kind=kind, message=message, delay=delay, domain_failed=domain_failed
@@ -346,7 +347,7 @@ class Attempts(WorkerCore):
         settlement = settlement_for(self.queue, job, verdict, message)
         if verdict.outcome is Outcome.FAIL:
             error = f"{verdict.reason}: {message}"
-            return settlement, _record(job, "dead", response, started, error, None)
+            return settlement, make_record(job, "dead", response, started, error, None)
         if verdict.outcome is Outcome.OURS:
             # Our proxy or network: pause claiming, and give the job back with a backoff over
             # its releases (spending a release, not an attempt; max_releases bounds them).
@@ -373,7 +374,7 @@ class Attempts(WorkerCore):
         job then ends with: written only when the settle answers ``dead``."""
         if self.sink is None:
             return settlement, None
-        return settlement, _record(job, "dead", response, started, message, None)
+        return settlement, make_record(job, "dead", response, started, message, None)
 
     def _dead(
         self,
@@ -386,7 +387,7 @@ class Attempts(WorkerCore):
     ) -> tuple[Settlement, dict[str, Any] | None]:
         settlement = self.queue.failing(job, reason, message, domain_failed=domain_failed)
         begun = started if started is not None else time.monotonic()
-        return settlement, _record(job, "dead", response, begun, f"{reason}: {message}", None)
+        return settlement, make_record(job, "dead", response, begun, f"{reason}: {message}", None)
 
     async def _write_result(
         self, job: Job, settlement: Settlement, record: dict[str, Any]
@@ -395,14 +396,14 @@ class Attempts(WorkerCore):
         try:
             # a record the sink refuses for its content is written without its result, the
             # job dead (runtime/records.py): written again, it would be refused again
-            written = await _write_or_refused(self.sink, record, dead=True)
+            written = await write_or_refused(self.sink, record, dead=True)
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
             # that is down (a database gone away) does not fetch the queue through and back.
             pause = self._sink_failed()
             log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
-                        pause, redact_text(str(exc)), extra=_about(job, "sink_failed"))  # fmt: skip
+                        pause, redact_text(str(exc)), extra=about(job, "sink_failed"))  # fmt: skip
             released = self.queue.releasing(job, delay=pause)
             # the request through the job's exit was made all the same: counted there
             # (and the cookies it got are the session's all the same)
@@ -426,8 +427,7 @@ class Attempts(WorkerCore):
         60 s); answers the pause, seconds."""
         if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
             self._sink_failures += 1
-        doubled: float = OURS_PAUSE * 2 ** min(max(self._sink_failures, 1) - 1, 8)
-        pause = min(doubled, SINK_PAUSE_MAX)
+        pause = backoff(OURS_PAUSE, self._sink_failures, SINK_PAUSE_MAX)
         self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
         return pause
 
@@ -440,18 +440,18 @@ class Attempts(WorkerCore):
         assert self.sink is not None
         while True:
             try:
-                await _write_or_refused(self.sink, record, dead=False)
+                await write_or_refused(self.sink, record, dead=False)
             except Exception as exc:
                 if self._stopping.is_set() or isinstance(exc, RecordRefused):
                     # (refused even without its result: it stays owed, a take-over tries it)
                     log.error("job %s: done, but its results line could not be written (sink "
                               "failed); it stays owed: %s", job.id, redact_text(str(exc)),
-                              extra=_about(job, "sink_failed"))  # fmt: skip
+                              extra=about(job, "sink_failed"))  # fmt: skip
                     return False
                 pause = self._sink_failed()
                 log.warning("job %s: done; sink failed, writing its line again in %.1f s: %s",
                             job.id, pause, redact_text(str(exc)),
-                            extra=_about(job, "sink_failed"))  # fmt: skip
+                            extra=about(job, "sink_failed"))  # fmt: skip
                 await self._wait_for(self._stopping, pause)
                 continue
             self._sink_failures = 0

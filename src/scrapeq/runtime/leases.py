@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 
-from scrapeq.runtime.records import _about
+from scrapeq.runtime.records import about
 from scrapeq.runtime.worker_core import Flight, WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
@@ -35,7 +35,7 @@ class Leases(WorkerCore):
             for flight, ok in zip(flights, renewed, strict=True):
                 if not ok and flight.task is not None and not flight.task.done():
                     log.warning("job %s: lease lost; abandoning the attempt", flight.job.id,
-                                extra=_about(flight.job, "lease_lost"))  # fmt: skip
+                                extra=about(flight.job, "lease_lost"))  # fmt: skip
                     self.stats.stale += 1
                     flight.task.cancel()
 
@@ -59,7 +59,7 @@ class Leases(WorkerCore):
             "job %s: held over max_job_time (%g s): abandoning the attempt, its lease will expire",
             flight.job.id,
             self.settings.max_job_time,
-            extra=_about(flight.job, "max_job_time"),
+            extra=about(flight.job, "max_job_time"),
         )
         flight.abandoned = True
         self.stats.abandoned += 1

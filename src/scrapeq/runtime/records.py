@@ -33,7 +33,7 @@ CRAWL_FLAG = "crawl_id"
 SINK_REFUSED = "sink_refused"
 
 
-def _timed(
+def with_latency(
     out: tuple[Settlement, dict[str, Any] | None], verdict: Classification, seconds: float
 ) -> tuple[Settlement, dict[str, Any] | None]:
     """The settlement with the fetch's latency and whether the site signalled overload
@@ -55,12 +55,12 @@ def _host_of(job: Job) -> str:
     return target.domain
 
 
-def _about(job: Job, kind: str) -> dict[str, str]:
+def about(job: Job, kind: str) -> dict[str, str]:
     """The structured fields of a line about one job (:mod:`scrapeq.runtime.logs`)."""
     return {"job_id": job.id, "domain": job.domain, "kind": kind}
 
 
-def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
+def log_deferred(job: Job, settlement: Settlement, status: str) -> None:
     """The ``-v`` line of a retried, throttled or released job: its error kind and delay."""
     delay = max(settlement.delay_ms, settlement.retry_after_ms) / 1000
     kind = settlement.kind or ("shutdown" if settlement.shutdown else status)
@@ -72,14 +72,14 @@ def _log_deferred(job: Job, settlement: Settlement, status: str) -> None:
     )  # fmt: skip
 
 
-def _traceback_summary(exc: BaseException) -> str:
+def traceback_summary(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in frames)
     text = f"{type(exc).__name__}: {exc}"
     return f"{text} ({where})" if where else text
 
 
-def _not_json(result: Any) -> str | None:
+def not_json(result: Any) -> str | None:
     """Why a handler's result cannot be a results record's ``result``; None when it can.
 
     JSON is what orjson or ``json`` writes without a ``default`` (so datetimes and dataclasses
@@ -101,16 +101,16 @@ def _not_json(result: Any) -> str | None:
 
 #: Settlement outcomes that end the job by the worker's own verdict: their results line is
 #: written before the settle (at least once, docs/DESIGN.md "Results lines"), unless the
-#: settle decides part of it (:func:`_line_before_settle`). The line of any other outcome is
+#: settle decides part of it (:func:`line_before_settle`). The line of any other outcome is
 #: written only when the settle answers ``dead``, from that answer.
 ENDS_BY_VERDICT = frozenset({"done", "fail"})
 
 
-def _line_before_settle(settlement: Settlement, settings: Settings) -> bool:
+def line_before_settle(settlement: Settlement, settings: Settings) -> bool:
     """Whether the line of ``settlement`` is written before the settle: a ``done`` or
     ``fail``, unless the settle script decides part of a done page's line, with revisit on
     (``changed``) or with follow-ups under a per-domain budget (``max_pages``,
-    ``max_bytes``: ``skipped``). The others wait for its answer (:func:`_settled_line`)."""
+    ``max_bytes``: ``skipped``). The others wait for its answer (:func:`settled_line`)."""
     if settlement.outcome not in ENDS_BY_VERDICT:
         return False
     if settlement.outcome != "done":
@@ -121,14 +121,14 @@ def _line_before_settle(settlement: Settlement, settings: Settings) -> bool:
     return not (budget and settlement.follow)
 
 
-def _settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:
-    """The line written from the settle's answer: a dead job's (:func:`_dead_line`), or a
+def settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:
+    """The line written from the settle's answer: a dead job's (:func:`dead_line`), or a
     done page's with what the script decided: ``changed`` and ``not_modified`` (revisit on),
     ``skipped: "budget"`` when a per-domain budget cut a follow-up (counted in
     ``links.skipped`` by budget) or its next visit. None for another answer (stale, retried:
     the job lives on, and its line comes when it ends)."""
     if answer == "dead":
-        return _dead_line(record, answer.reason)
+        return dead_line(record, answer.reason)
     if answer != "done":
         return None
     line = dict(record)
@@ -144,7 +144,7 @@ def _settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | N
     return line
 
 
-def _dead_line(record: dict[str, Any], reason: str | None) -> dict[str, Any]:
+def dead_line(record: dict[str, Any], reason: str | None) -> dict[str, Any]:
     """The results line of a job the settle script made dead with ``reason``: the attempt's
     line, its error prefixed with the reason (``max_attempts`` alone keeps the bare error, the
     results format since the first release)."""
@@ -154,7 +154,7 @@ def _dead_line(record: dict[str, Any], reason: str | None) -> dict[str, Any]:
     return {**record, "outcome": "dead", "error": error}
 
 
-def _record(
+def make_record(
     job: Job,
     outcome: str,
     response: Response | None,
@@ -195,7 +195,7 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-def _refused_line(record: dict[str, Any], reason: str, *, dead: bool) -> dict[str, Any]:
+def refused_line(record: dict[str, Any], reason: str, *, dead: bool) -> dict[str, Any]:
     """The line written for ``record`` when the sink refused it for its content (``reason``):
     without its ``result`` (null), NULs of its texts replaced (U+FFFD), the error
     ``sink_refused: <reason>`` (before the line's own error, if any); ``dead``: its outcome
@@ -209,16 +209,16 @@ def _refused_line(record: dict[str, Any], reason: str, *, dead: bool) -> dict[st
     return refused
 
 
-async def _write_or_refused(sink: Sink, record: dict[str, Any], *, dead: bool) -> dict[str, Any]:
+async def write_or_refused(sink: Sink, record: dict[str, Any], *, dead: bool) -> dict[str, Any]:
     """Write ``record`` to ``sink`` and answer it; when the sink refuses it for its content
-    (:class:`~scrapeq.runtime.sinks.RecordRefused`), write its :func:`_refused_line` instead,
+    (:class:`~scrapeq.runtime.sinks.RecordRefused`), write its :func:`refused_line` instead,
     once, and answer that. Raises what the sink raised otherwise (a store down), and
     RecordRefused when even the refused line is refused."""
     try:
         await sink.write(record)
         return record
     except RecordRefused as exc:
-        line = _refused_line(record, exc.reason, dead=dead)
+        line = refused_line(record, exc.reason, dead=dead)
         log.warning(
             "job %s: the results sink refused its record (%s): its line is written without "
             "its result%s", record.get("id"), redact_text(exc.reason),

@@ -16,7 +16,8 @@ from scrapeq.engine.job import Job
 from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
-from scrapeq.runtime.records import _about, _log_deferred, _write_or_refused
+from scrapeq.runtime.backoff import backoff
+from scrapeq.runtime.records import about, log_deferred, write_or_refused
 from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
 
@@ -53,7 +54,7 @@ class Settler(WorkerCore):
         elif self.follow_links and job.depth == 0 and status in SEED_DEFERRED:
             log_seed_deferred(job, _as_drawn(settlement, status), status)  # say why it waits
         elif log.isEnabledFor(logging.DEBUG):
-            _log_deferred(job, _as_drawn(settlement, status), status)
+            log_deferred(job, _as_drawn(settlement, status), status)
 
     def _call_hook(self, hook: Callable[..., Any], *args: Any) -> None:
         """Call a hook of the user's (``on_claimed``, ``on_settled``): a coroutine it returns
@@ -86,10 +87,10 @@ class Settler(WorkerCore):
         written."""
         assert self.sink is not None
         try:
-            await _write_or_refused(self.sink, record, dead=True)
+            await write_or_refused(self.sink, record, dead=True)
         except Exception as exc:
             log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
-                        extra=_about(job, "sink_failed"))  # fmt: skip
+                        extra=about(job, "sink_failed"))  # fmt: skip
             return False
         return True
 
@@ -114,7 +115,7 @@ class Settler(WorkerCore):
             await self._flush_pending()
 
     async def _flush_pending(self) -> None:
-        reconnect = RECONNECT_MIN
+        failures = 0  # settle calls failed in a row: the reconnect's backoff
         while self._pending:
             batch, self._pending = self._pending[:SETTLE_MAX], self._pending[SETTLE_MAX:]
             sent = time.monotonic()
@@ -129,8 +130,8 @@ class Settler(WorkerCore):
             except Exception as exc:  # keep the batch: this task must never die
                 self._pending = batch + self._pending
                 self._redis_failed(exc, "settling")
-                await asyncio.sleep(reconnect)
-                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                failures += 1
+                await asyncio.sleep(backoff(RECONNECT_MIN, failures, RECONNECT_MAX))
                 continue
             self._health.ok(sent)
             progress.settled(len(batch))

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from scrapeq.runtime import backoff as waits
 from scrapeq.runtime import progress
 
 __all__ = ["restart_delay", "supervise"]
@@ -76,7 +77,7 @@ def restart_delay(backoff: float | None, worked: bool) -> tuple[float, float]:
     slot's backoff, which doubles (capped at :data:`RESTART_MAX`) until a child works.
     """
     delay = RESTART_MIN if worked or backoff is None else backoff
-    return delay, min(delay * 2, RESTART_MAX)
+    return delay, waits.backoff(delay, 2, RESTART_MAX)  # one failure more: doubled, capped
 
 
 def _child_main(

@@ -51,6 +51,7 @@ from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
 from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
@@ -62,9 +63,9 @@ from scrapeq.runtime.impersonate import ImpersonateFetcher
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
 from scrapeq.runtime.metrics import WorkerMetrics
-from scrapeq.runtime.owed import BURST_POLL, Owed
-from scrapeq.runtime.records import CRAWL_FLAG, _line_before_settle, _settled_line
-from scrapeq.runtime.records import _record as _record
+from scrapeq.runtime.owed import BURST_POLL, OwedLines
+from scrapeq.runtime.records import CRAWL_FLAG, line_before_settle, settled_line
+from scrapeq.runtime.records import make_record as make_record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
 from scrapeq.runtime.settler import SETTLE_MAX as SETTLE_MAX
@@ -117,7 +118,7 @@ def default_handler(job: Job, response: Response) -> dict[str, Any]:
     }
 
 
-class Worker(Shutdown, Leases, Attempts, Owed):
+class Worker(Shutdown, Leases, Attempts):
     """Run jobs from a queue.
 
     Args:
@@ -234,8 +235,9 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._claim_pause_until = 0.0
         self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
         self._crawl_id: str | None = None  # the crawl results lines name (_name_crawl)
-        self._owed_acks: list[str] = []  # owed lines written, to acknowledge (runtime/owed.py)
-        self._owed_failed: set[str] = set()  # owed lines whose write failed here
+        # the owed-lines ledger's side of this worker (runtime/owed.py)
+        self._lines = OwedLines(self.queue, self.sink, self.settings, self._health,
+                                self._redis_failed, self._loops_end)  # fmt: skip
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -292,7 +294,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
         tasks = [settler, beater, waker]
         if self.sink is not None:  # lines owed: acknowledged, taken over (runtime/owed.py)
-            tasks.append(asyncio.create_task(self._owed_loop(), name="scrapeq-owed"))
+            tasks.append(asyncio.create_task(self._lines.loop(), name="scrapeq-owed"))
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -305,7 +307,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._close_owed(self._exit_deadline())
+            await self._lines.close(self._exit_deadline())
             await self._end_hooks()
             await self._close_reporter(reporting)
             self._report_unsent()
@@ -450,7 +452,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
 
     async def _claim_until_stopped(self) -> None:
         deadline = None if self.max_runtime is None else time.monotonic() + self.max_runtime
-        reconnect = RECONNECT_MIN
+        failures = 0  # claims failed in a row: the reconnect's backoff
         while not self._stopping.is_set():
             self._slot_freed.clear()
             if deadline is not None and time.monotonic() >= deadline:
@@ -470,10 +472,11 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                 claimed = await self.queue.claim(min(free, BATCH))
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
                 self._redis_failed(exc, "claiming")
-                await self._wait_for(self._stopping, reconnect)
-                reconnect = min(reconnect * 2, RECONNECT_MAX)
+                failures += 1
+                wait = backoff(RECONNECT_MIN, failures, RECONNECT_MAX)
+                await self._wait_for(self._stopping, wait)
                 continue
-            reconnect = RECONNECT_MIN
+            failures = 0
             self._health.ok(sent)
             now = time.monotonic()
             if self.metrics is not None:
@@ -485,7 +488,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
-                if await self._owed_settled():
+                if await self._lines.settled():
                     log.info("burst: every job is done or dead")
                     break
                 # lines owed by a worker: written by it, or taken over once overdue
@@ -508,15 +511,15 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
                 record["crawl_id"] = self._crawl_id
-                if not _line_before_settle(settlement, self.settings):
+                if not line_before_settle(settlement, self.settings):
                     # Whether a retry, throttle or release ends the job, and what a done
                     # page's line says of its content and its budgets, are the settle
                     # script's to say: the line is written from its answer (docs/DESIGN.md).
                     # The settle that makes the line due keeps it owed in Redis until it is
                     # written (runtime/owed.py): a kill before the write loses no line.
                     flight.submitted = True
-                    owed = self._owe(settlement, record)
-                    line = _settled_line(record, await self._submit(owed, job))
+                    owed = self._lines.owe(settlement, record)
+                    line = settled_line(record, await self._submit(owed, job))
                     if line is None:
                         return
                     if line["outcome"] == "dead":
@@ -526,9 +529,9 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                     if owed.line is None:
                         return
                     if written:
-                        self._owed_written(job.id)
+                        self._lines.written(job.id)
                     else:  # it stays owed: a take-over writes it
-                        self._owed_failed.add(job.id)
+                        self._lines.failed.add(job.id)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
                 settlement = await self._write_result(job, settlement, record)

@@ -79,7 +79,6 @@ class Frontier:
         # urgent work may be ready (the wake streams, an urgent enqueue or settle here).
         self.urgent: set[str] = set()  # held jobs of urgent-only claims
         self._urgent_hint = False
-        self._top_lane = settings.lanes.names[0]
         self._listener = (
             UrgentListener(url, settings, self._urgent_enqueued)
             if self.config.urgent_slots
@@ -288,7 +287,7 @@ class Frontier:
                 raise
             return [self._enqueue_one(request, spec) for request, spec in batch]
         added = sum(1 for r in results if r.added)
-        if added and any(spec.lane == self._top_lane for _, spec in batch):
+        if any(r.urgent for r in results):  # the script's is_urgent, not a guess from lanes
             self._urgent_hint = True  # no need to wait for the wake stream's word
         self.enqueued += added
         self.stat("enqueued", added)
@@ -543,8 +542,8 @@ class Frontier:
     def _freed_urgent(self, job: Job) -> None:
         """An urgent job's slot is free (its download is over, or it was settled): more urgent
         work of its domain may be claimable now."""
-        self.urgent.discard(job.id)
-        if job.lane == self._top_lane:
+        if job.id in self.urgent:  # an urgent-only claim took it: the script found it urgent
+            self.urgent.discard(job.id)
             self._urgent_hint = True
 
     def _at_turn_end(self) -> None:

@@ -37,5 +37,6 @@ local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
 if trips >= CFG.max_trips then trips = math.max(CFG.max_trips - 1, 1) end
 redis.call('SREM', K.RETIRING, d)
 redis.call('SREM', K.RETIRED, d)
-open_breaker(d, trips, tonumber(ARG.cool_ms) or cooldown_ms(trips), 'tripped by hand')
+open_breaker(d, trips, tonumber(ARG.cool_ms)
+  or RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, trips, 'band'), 'tripped by hand')
 return 'open'

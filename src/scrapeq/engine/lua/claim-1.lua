@@ -153,6 +153,32 @@ local function flush_run()
   RUN = nil
 end
 
+-- The ids of a domain's run out of its queue dq: its head, popped, and up to budget - 1 more
+-- due by `bound` (left in dq: RUN, whose flush_run removes the ones the claim went through);
+-- with more than one, their texts read ahead with one MGET. Nil when dq is empty.
+local function run_ids(dq, budget, bound)
+  local popped = redis.call('ZPOPMIN', dq)
+  if #popped == 0 then return nil end
+  local ids = {popped[1]}
+  if budget > 1 then
+    local rest = redis.call('ZRANGEBYSCORE', dq, '-inf', bound, 'LIMIT', 0, budget - 1)
+    for _, id in ipairs(rest) do ids[#ids + 1] = id end
+  end
+  local raws = {}  -- a lone id is read by claimable itself
+  if #ids > 1 then
+    local keys = {}
+    for i, id in ipairs(ids) do
+      if LEASES.ids[id] then flush_leases() end
+      keys[i] = k_job(id)
+    end
+    raws = call_many('MGET', nil, keys)
+    RUN = {key = dq, ids = ids, upto = 1}
+  elseif LEASES.ids[ids[1]] then
+    flush_leases()
+  end
+  return ids, raws
+end
+
 -- Take a run of jobs from domain d (the most urgent ready domain): as many as its free
 -- slots and `room` allow while its head stays at least as urgent as `bound` (the next
 -- domain's priority, a score string or '+inf'), so global priority order holds with one
@@ -199,26 +225,8 @@ local function take_run(d, room, bound, out, head)
     end
     if probes_only then budget = math.min(budget, #plan.list) end
   end
-  local dq = k_dq(d)
-  local popped = redis.call('ZPOPMIN', dq)
-  if #popped == 0 then return known end
-  local ids = {popped[1]}
-  if budget > 1 then
-    local rest = redis.call('ZRANGEBYSCORE', dq, '-inf', bound, 'LIMIT', 0, budget - 1)
-    for _, id in ipairs(rest) do ids[#ids + 1] = id end
-  end
-  local raws = {}  -- a lone id is read by claimable itself
-  if #ids > 1 then
-    local keys = {}
-    for i, id in ipairs(ids) do
-      if LEASES.ids[id] then flush_leases() end
-      keys[i] = k_job(id)
-    end
-    raws = call_many('MGET', nil, keys)
-    RUN = {key = dq, ids = ids, upto = 1}
-  elseif LEASES.ids[ids[1]] then
-    flush_leases()
-  end
+  local ids, raws = run_ids(k_dq(d), budget, bound)
+  if not ids then return known end
   local leased = 0
   for i, id in ipairs(ids) do
     if i > 1 and CLAIMED_BYTES >= CLAIM_BYTES then break end  -- the rest stay queued

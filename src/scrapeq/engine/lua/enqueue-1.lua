@@ -61,6 +61,10 @@
     "known"         a known URL with at = 0: added to the seen-set, no job made
     flag            1 when the queue has had a unique enqueue (jobs without uniqueness
                     should carry fp from now on), else 0
+    urgent...       the 1-based indexes of the jobs that made urgent work ready now
+                    (domain.lua: is_urgent; an added job, or a duplicate made due now by
+                    ENQ.sooner), in order: what a client keeping slots for urgent work
+                    reads instead of guessing from lanes (contrib/scrapy/_frontier.py)
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua, enqueue.lua: check_spec) for a job spec
   out of its range (delay, expires: up to 100 years; max_attempts >= 1; a seen-set bucket in
@@ -83,8 +87,15 @@ local specs = ARG.jobs
 refused = enqueue_check(specs)
 if refused then return redis.error_reply(refused) end
 local hold_all = enqueue_begin(specs, #specs)
-local out = {}
-for i, s in ipairs(specs) do out[i] = enqueue_one(s) end
+local out, urgent = {}, {}
+for i, s in ipairs(specs) do
+  local before = ENQ.urgent  -- the call's flag, for the wake stream (enqueue_end)
+  ENQ.urgent = false
+  out[i] = enqueue_one(s)
+  if ENQ.urgent then urgent[#urgent + 1] = i end
+  ENQ.urgent = before or ENQ.urgent
+end
 enqueue_end()
 out[#specs + 1] = hold_all and 1 or 0
+for _, i in ipairs(urgent) do out[#out + 1] = i end
 return out

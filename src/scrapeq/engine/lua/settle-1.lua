@@ -13,7 +13,7 @@
               call), false = a success; absent = no information (released, our own fault, 404)
       delay   ms before the job is eligible again (retry, throttle, release)
       backoff true: no delay given (retry, release but a shutdown's); this script draws it,
-              the full-jitter backoff of includes/jobs.lua (backoff_ms) over the attempts
+              the full-jitter backoff of includes/jobs.lua (RULE.backoff_ms) over the attempts
               spent (retry) or the releases taken (release), and answers it
       retry_after    ms the whole domain is parked (Retry-After); throttle and retry
       kind    error kind kept in the history (retry, throttle, fail, release), e.g. 'http_503'
@@ -239,9 +239,10 @@ end
 
 local function settle_throttle(job, it)
   job.attempts = job.attempts - 1
+  local spent = RULE.budget_spent(job, 'throttles')
   job.throttles = (job.throttles or 0) + 1
   park_domain(job.domain, it.retry_after)
-  if job.throttles > CFG.max_throttles then
+  if spent then
     push_error(job, it.kind or 'throttled', it.message)
     dead_letter(job, 'max_throttles', nil)
     return 'dead'
@@ -258,9 +259,10 @@ local function settle_release(job, it, back)
   job.attempts = math.max(job.attempts - 1, 0)
   if it.shutdown ~= true and not back then
     -- our own fault, again and again: bounded like throttles, so a job cannot loop forever
+    local spent = RULE.budget_spent(job, 'releases')
     job.releases = (job.releases or 0) + 1
     push_error(job, it.kind or 'released', it.message)
-    if job.releases > CFG.max_releases then
+    if spent then
       dead_letter(job, 'max_releases', nil)
       return 'dead'
     end
@@ -290,6 +292,30 @@ do
   end
   PRE.n = #keys
   if PRE.n > 0 then PRE.raw = call_many('MGET', nil, keys) end
+end
+
+-- The job moved by the item's outcome, after its domain was charged: (status, notes).
+local function settle_outcome(job, it, back)
+  if it.backoff == true and it.shutdown ~= true then  -- the delay left to the queue
+    if it.outcome == 'retry' then
+      it.delay = RULE.backoff_ms(job.attempts)
+    elseif it.outcome == 'release' then
+      it.delay = RULE.backoff_ms((job.releases or 0) + 1)
+    end
+  end
+  if it.outcome == 'done' then
+    return settle_done(job, it)
+  elseif it.outcome == 'retry' then
+    park_domain(job.domain, it.retry_after)
+    local delay = math.max(it.delay or 0, it.retry_after or 0)
+    return retry_or_dead(job, delay, it.kind or 'error', it.message)
+  elseif it.outcome == 'throttle' then
+    return settle_throttle(job, it)
+  elseif it.outcome == 'fail' then
+    dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
+    return 'dead'
+  end
+  return settle_release(job, it, back)
 end
 
 local function settle_one(i, it)
@@ -326,28 +352,7 @@ local function settle_one(i, it)
   elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
     redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
   end
-  if it.backoff == true and it.shutdown ~= true then  -- the delay left to the queue
-    if it.outcome == 'retry' then
-      it.delay = backoff_ms(job.attempts)
-    elseif it.outcome == 'release' then
-      it.delay = backoff_ms((job.releases or 0) + 1)
-    end
-  end
-  local status, notes
-  if it.outcome == 'done' then
-    status, notes = settle_done(job, it)
-  elseif it.outcome == 'retry' then
-    park_domain(d, it.retry_after)
-    local delay = math.max(it.delay or 0, it.retry_after or 0)
-    status = retry_or_dead(job, delay, it.kind or 'error', it.message)
-  elseif it.outcome == 'throttle' then
-    status = settle_throttle(job, it)
-  elseif it.outcome == 'fail' then
-    dead_letter(job, it.reason or it.kind or 'failed', it.message or '')
-    status = 'dead'
-  else
-    status = settle_release(job, it, back)
-  end
+  local status, notes = settle_outcome(job, it, back)
   TOUCHED[d] = true
   history_settled(TALLY.add, status, job.lane, it.shutdown or back)
   if status == 'dead' then return 'dead:' .. job.dead_reason end

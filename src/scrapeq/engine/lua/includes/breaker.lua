@@ -6,14 +6,11 @@
   that never touch a breaker do not build these functions on every call.
 ]]
 --@include history
+--@include backoff
 
--- Cooldown of the n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
-local function cooldown_ms(trips)
-  local base = CFG.cool_ms * (2 ^ math.min(trips - 1, 40))
-  if base > CFG.cool_max_ms then base = CFG.cool_max_ms end
-  return math.floor(base * (0.8 + 0.4 * math.random()))
-end
-
+-- Open d's breaker for `cool` ms. The cooldown of a domain's n-th consecutive trip is
+-- RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, n, 'band'): base * 2^(n-1), capped, +-20% jitter
+-- (backoff.lua).
 local function open_breaker(d, trips, cool, why)
   -- the window stays: what tripped it is what the dashboard shows while it is open
   redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
@@ -56,7 +53,7 @@ local function global_guard(d)
   local tripped = redis.call('ZCARD', K.TRIPS)
   local active = redis.call('ZCARD', K.ACTIVE)
   if tripped < CFG.g_min or tripped < CFG.g_share * active then return false end
-  local pause = cooldown_ms(1)
+  local pause = RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, 1, 'band')
   redis.call('HSET', K.META, 'paused_until', NOW + pause,
     'pause_reason', string.format('%d of %d active domains tripped within %.0f s',
       tripped, active, CFG.g_window_ms / 1000))
@@ -86,7 +83,7 @@ local function trip(d, why, from_closed)
     retire(d, string.format('%s; retired after %d consecutive trips', why, trips))
     return
   end
-  open_breaker(d, trips, cooldown_ms(trips), why)
+  open_breaker(d, trips, RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, trips, 'band'), why)
   if from_closed then global_guard(d) end
 end
 

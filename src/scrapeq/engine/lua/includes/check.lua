@@ -162,74 +162,86 @@ local function arg_refusal(checks)
   return input_refusal('SQ_BAD_ARG', checks)
 end
 
--- The configuration every script gets (ARGV[2]: scrapeq/engine/scripts.py, ScriptConfig),
--- in script units. A script reads only some of it; all of it is checked, once, here.
-local function check_config(c)
-  local int, ms = check_int, check_ms
-  int(c.conc, 'conc', 1, MAX_INT)
-  ms(c.delay_ms, 'delay_ms')
-  ms(c.lease_ms, 'lease_ms')
-  int(c.batch, 'batch', 1, MAX_INT)
-  int(c.fails, 'fails', 1, MAX_INT)
-  int(c.window, 'window', 1, MAX_INT)
-  check_num(c.rate, 'rate', 0, 1)
-  int(c.min_calls, 'min_calls', 1, MAX_INT)
-  ms(c.cool_ms, 'cool_ms')
-  ms(c.cool_max_ms, 'cool_max_ms')
-  int(c.max_trips, 'max_trips', 1, MAX_INT)
-  check_num(c.g_share, 'g_share', 0, 1)
-  int(c.g_min, 'g_min', 1, MAX_INT)
-  ms(c.g_window_ms, 'g_window_ms')
-  int(c.max_throttles, 'max_throttles', 0, MAX_INT)
-  int(c.max_releases, 'max_releases', 0, MAX_INT)
-  ms(c.backoff_base_ms, 'backoff_base_ms')
-  ms(c.backoff_cap_ms, 'backoff_cap_ms')
-  int(c.claim_bytes, 'claim_bytes', 1, MAX_INT)
-  ms(c.keep_done_ms, 'keep_done_ms')
-  if c.max_pages ~= cjson.null then int(c.max_pages, 'max_pages', 1, MAX_INT) end
-  check_str(c.seen_layout, 'seen_layout')
-  ms(c.seen_slice_ms, 'seen_slice_ms')
-  -- a Bloom filter's chunks are strings: at most 2^32 bits (SETBIT's bound)
-  int(c.seen_bits, 'seen_bits', 0, 4294967296)
-  int(c.seen_chunk_bits, 'seen_chunk_bits', 0, 4294967296)
-  -- an exact seen-set's bucket count (a Bloom layout has none: 0)
-  if c.seen_buckets ~= nil then
-    int(c.seen_buckets, 'seen_buckets', c.seen_chunk_bits > 0 and 0 or 1, 4294967296)
+-- check_config in a block: its helper check_pools costs no script a top-level local
+-- (tests/engine/test_lua_locals.py).
+local check_config
+do
+  -- The exit pool, revisits and the per-domain byte budget: the end of check_config.
+  local function check_pools(c)
+    local int, ms = check_int, check_ms
+    -- the exit pool (scrapeq/engine/exits.py: at most 200 exits in 16 tiers)
+    if #c.exits > 200 then refuse('exits', 'at most 200 exits', #c.exits) end
+    check_list(c.exits, 'exits', function(e)
+      check_table(e)
+      check_match(e[1], 'id', '^[%w]+$', 'an exit id')
+      check_int(e[2], 'tier', 0, 15)
+    end)
+    ms(c.ex_ban_ms, 'ex_ban_ms')
+    ms(c.ex_ban_max_ms, 'ex_ban_max_ms')
+    ms(c.ex_cool_ms, 'ex_cool_ms')
+    ms(c.ex_cool_max_ms, 'ex_cool_max_ms')
+    ms(c.ex_quiet_ms, 'ex_quiet_ms')
+    check_bool(c.sticky, 'sticky')
+    -- revisits (includes/revisit.lua) and the per-domain byte budget
+    check_bool(c.rv, 'rv')
+    check_num(c.rv_budget, 'rv_budget', 0, 1e9)
+    ms(c.rv_min_ms, 'rv_min_ms', 1000)
+    ms(c.rv_max_ms, 'rv_max_ms', c.rv_min_ms)
+    if c.max_bytes ~= cjson.null then int(c.max_bytes, 'max_bytes', 1, MAX_INT) end
   end
-  if c.seen_chunk_bits > 0 and (c.seen_chunk_bits % 8 ~= 0 or c.seen_bits % c.seen_chunk_bits ~= 0) then
-    refuse('seen_chunk_bits', 'expected a multiple of 8 dividing seen_bits', c.seen_chunk_bits)
+
+  -- The configuration every script gets (ARGV[2]: scrapeq/engine/scripts.py, ScriptConfig),
+  -- in script units. A script reads only some of it; all of it is checked, once, here.
+  function check_config(c)
+    local int, ms = check_int, check_ms
+    int(c.conc, 'conc', 1, MAX_INT)
+    ms(c.delay_ms, 'delay_ms')
+    ms(c.lease_ms, 'lease_ms')
+    int(c.batch, 'batch', 1, MAX_INT)
+    int(c.fails, 'fails', 1, MAX_INT)
+    int(c.window, 'window', 1, MAX_INT)
+    check_num(c.rate, 'rate', 0, 1)
+    int(c.min_calls, 'min_calls', 1, MAX_INT)
+    ms(c.cool_ms, 'cool_ms')
+    ms(c.cool_max_ms, 'cool_max_ms')
+    int(c.max_trips, 'max_trips', 1, MAX_INT)
+    check_num(c.g_share, 'g_share', 0, 1)
+    int(c.g_min, 'g_min', 1, MAX_INT)
+    ms(c.g_window_ms, 'g_window_ms')
+    int(c.max_throttles, 'max_throttles', 0, MAX_INT)
+    int(c.max_releases, 'max_releases', 0, MAX_INT)
+    ms(c.backoff_base_ms, 'backoff_base_ms')
+    ms(c.backoff_cap_ms, 'backoff_cap_ms')
+    int(c.claim_bytes, 'claim_bytes', 1, MAX_INT)
+    ms(c.keep_done_ms, 'keep_done_ms')
+    if c.max_pages ~= cjson.null then int(c.max_pages, 'max_pages', 1, MAX_INT) end
+    check_str(c.seen_layout, 'seen_layout')
+    ms(c.seen_slice_ms, 'seen_slice_ms')
+    -- a Bloom filter's chunks are strings: at most 2^32 bits (SETBIT's bound)
+    int(c.seen_bits, 'seen_bits', 0, 4294967296)
+    int(c.seen_chunk_bits, 'seen_chunk_bits', 0, 4294967296)
+    -- an exact seen-set's bucket count (a Bloom layout has none: 0)
+    if c.seen_buckets ~= nil then
+      int(c.seen_buckets, 'seen_buckets', c.seen_chunk_bits > 0 and 0 or 1, 4294967296)
+    end
+    local chunk = c.seen_chunk_bits
+    if chunk > 0 and (chunk % 8 ~= 0 or c.seen_bits % chunk ~= 0) then
+      refuse('seen_chunk_bits', 'expected a multiple of 8 dividing seen_bits', c.seen_chunk_bits)
+    end
+    ms(c.domain_ttl_ms, 'domain_ttl_ms')
+    check_bool(c.auto, 'auto')
+    int(c.conc_min, 'conc_min', 1, MAX_INT)
+    int(c.conc_max, 'conc_max', 1, MAX_INT)
+    int(c.urgent_conc, 'urgent_conc', 1, MAX_INT)
+    if c.urgent_ms ~= cjson.null then
+      int(c.urgent_ms, 'urgent_ms', -MAX_OFFSET_MS, MAX_OFFSET_MS)
+    end
+    local p = c.politeness
+    if p ~= 'host' and p ~= 'domain' and p ~= 'ip' then
+      check_enum(p, 'politeness', {'host', 'domain', 'ip'})
+    end
+    check_pools(c)
   end
-  ms(c.domain_ttl_ms, 'domain_ttl_ms')
-  check_bool(c.auto, 'auto')
-  int(c.conc_min, 'conc_min', 1, MAX_INT)
-  int(c.conc_max, 'conc_max', 1, MAX_INT)
-  int(c.urgent_conc, 'urgent_conc', 1, MAX_INT)
-  if c.urgent_ms ~= cjson.null then
-    int(c.urgent_ms, 'urgent_ms', -MAX_OFFSET_MS, MAX_OFFSET_MS)
-  end
-  local p = c.politeness
-  if p ~= 'host' and p ~= 'domain' and p ~= 'ip' then
-    check_enum(p, 'politeness', {'host', 'domain', 'ip'})
-  end
-  -- the exit pool (scrapeq/engine/exits.py: at most 200 exits in 16 tiers)
-  if #c.exits > 200 then refuse('exits', 'at most 200 exits', #c.exits) end
-  check_list(c.exits, 'exits', function(e)
-    check_table(e)
-    check_match(e[1], 'id', '^[%w]+$', 'an exit id')
-    check_int(e[2], 'tier', 0, 15)
-  end)
-  ms(c.ex_ban_ms, 'ex_ban_ms')
-  ms(c.ex_ban_max_ms, 'ex_ban_max_ms')
-  ms(c.ex_cool_ms, 'ex_cool_ms')
-  ms(c.ex_cool_max_ms, 'ex_cool_max_ms')
-  ms(c.ex_quiet_ms, 'ex_quiet_ms')
-  check_bool(c.sticky, 'sticky')
-  -- revisits (includes/revisit.lua) and the per-domain byte budget
-  check_bool(c.rv, 'rv')
-  check_num(c.rv_budget, 'rv_budget', 0, 1e9)
-  ms(c.rv_min_ms, 'rv_min_ms', 1000)
-  ms(c.rv_max_ms, 'rv_max_ms', c.rv_min_ms)
-  if c.max_bytes ~= cjson.null then int(c.max_bytes, 'max_bytes', 1, MAX_INT) end
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).

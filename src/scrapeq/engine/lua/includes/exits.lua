@@ -31,6 +31,7 @@
 ]]
 --@include tally
 --@include jar
+--@include backoff
 
 local EX = {FAILS = 3, MIN = 4, WINDOW = 10}
 
@@ -192,9 +193,7 @@ end
 
 -- Cooldown of an exit's n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
 function EX.exit_cooldown(trips)
-  local base = CFG.ex_cool_ms * (2 ^ math.min(trips - 1, 40))
-  if base > CFG.ex_cool_max_ms then base = CFG.ex_cool_max_ms end
-  return math.floor(base * (0.8 + 0.4 * math.random()))
+  return RULE.backoff(CFG.ex_cool_ms, CFG.ex_cool_max_ms, trips, 'band')
 end
 
 function EX.open_exit(id, trips, why)
@@ -276,14 +275,17 @@ function EX.settle(id, d, result, bytes, latency, job_id)
       redis.call('HSET', ek, 'win', win, 'tdom', tdom)
     end
   end
-  -- the (exit, domain) pair
-  local field = 'b:' .. id
+  return EX.pair_settle(id, d, result), probe_failed
+end
+
+-- The (exit, domain) pair after an attempt through exit `id` for domain d (EX.settle): a ban
+-- benches it, an answer clears its strikes. True when a ban left d no usable exit, else nil.
+function EX.pair_settle(id, d, result)
+  local dk, field = k_dexit(d), 'b:' .. id
   if result == 'ban' then
     local _, strikes = EX.bench_of(redis.call('HGET', dk, field))
     strikes = strikes + 1
-    local rest = CFG.ex_ban_ms * (2 ^ math.min(strikes - 1, 40))
-    if rest > CFG.ex_ban_max_ms then rest = CFG.ex_ban_max_ms end
-    rest = math.floor(rest)
+    local rest = RULE.backoff(CFG.ex_ban_ms, CFG.ex_ban_max_ms, strikes)
     redis.call('HSET', dk, field, (NOW + rest) .. ':' .. strikes)
     if redis.call('HGET', dk, 's') == id then redis.call('HDEL', dk, 's', 'sj') end  -- rotate
     emit('exit_benched', d, string.format('exit %s banned; benched for %.1f s (ban %d)', id,
@@ -291,11 +293,11 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     stat('exit_bans')
     EX.down_map = nil
     local by_tier = EX.usable(EX.hash_map(dk))
-    if next(by_tier) == nil then return true, probe_failed end
+    if next(by_tier) == nil then return true end
   elseif result == 'ok' and redis.call('HEXISTS', dk, field) == 1 then
     redis.call('HDEL', dk, field)
   end
-  return nil, probe_failed
+  return nil
 end
 
 -- settle-1.lua: a settled job that was claimed through an exit (job.exit). `it`: its settle

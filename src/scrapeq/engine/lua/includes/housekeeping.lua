@@ -83,9 +83,8 @@ end
 -- max_attempts + 1 deaths, and a job in flight beside every one of them keeps its budget
 -- (twice over). Returns whether it was given back.
 local function give_back(job, deadline)
-  local unused = job.unused or 0
-  if unused >= 2 * job.max_attempts then return false end
-  job.unused = unused + 1
+  if RULE.budget_spent(job, 'give_backs') then return false end
+  job.unused = (job.unused or 0) + 1
   job.attempts = math.max(job.attempts - 1, 0)
   if deadline > (tonumber(job.claimed) or 0) + (job.lm or CFG.lease_ms) then
     push_error(job, 'worker_lost', 'lease expired while its handler was not running (the '
@@ -94,7 +93,7 @@ local function give_back(job, deadline)
     push_error(job, 'lease_unused', 'lease expired with no heartbeat or result (the claim '
       .. 'reply was lost, or the worker died at once): the attempt is not counted')
   end
-  put_delayed(job, NOW + backoff_ms(job.unused))
+  put_delayed(job, NOW + RULE.backoff_ms(job.unused))
   save_job(job)
   return true
 end
@@ -105,10 +104,10 @@ local function reap_job(job, deadline)
   local ran = job.hr ~= nil and job.hr == job.token
   job.hr = nil
   if ran then
-    retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
+    retry_or_dead(job, RULE.backoff_ms(job.attempts), 'lease_expired',
       'lease expired while its handler ran: the worker died or stalled in it')
   elseif not give_back(job, deadline) then
-    retry_or_dead(job, backoff_ms(job.attempts), 'lease_expired',
+    retry_or_dead(job, RULE.backoff_ms(job.attempts), 'lease_expired',
       'lease expired: the worker stopped (crash or stall); the attempts given back are spent')
   end
 end

@@ -11,6 +11,8 @@
               kept that long with done_at and a TTL)
 ]]
 --@include history
+--@include backoff
+--@include budgets
 
 -- Ready jobs per lane are counters (no index of their own: issue 13): ready:<lane> in
 -- sq:{Q}:stats, and in sq:{Q}:lane-since the time the lane last had a job claimed or last
@@ -66,19 +68,19 @@ end
 
 -- The one home of the retry delay a client leaves to the queue (a settle item's `backoff`, a
 -- reaped lease): full jitter in ms after `n` failures, uniform(0, min(cap, base * 2^(n-1))),
--- drawn from the call's seeded random (prologue.lua). A retry passes the attempts spent, a
--- release the releases taken (this one included), a give-back the give-backs.
-local function backoff_ms(n)
-  n = math.max(n - 1, 0)
-  local bound = CFG.backoff_base_ms * (2 ^ math.min(n, 60))
-  if bound > CFG.backoff_cap_ms then bound = CFG.backoff_cap_ms end
-  return math.floor(math.random() * bound)
+-- drawn from the call's seeded random (prologue.lua; the shape: backoff.lua). A retry passes
+-- the attempts spent, a release the releases taken (this one included), a give-back the
+-- give-backs.
+-- A field of RULE, not a local: settle-1.lua, which includes this file, is near Lua 5.1's 200
+-- locals (tests/engine/test_lua_locals.py).
+function RULE.backoff_ms(n)
+  return RULE.backoff(CFG.backoff_base_ms, CFG.backoff_cap_ms, n, 'full')
 end
 
 -- Schedule a failed attempt again, or dead-letter it when its budget is spent.
 local function retry_or_dead(job, delay, kind, message)
   push_error(job, kind, message)
-  if job.attempts >= job.max_attempts then
+  if RULE.budget_spent(job, 'attempts') then
     dead_letter(job, 'max_attempts', nil)
     return 'dead'
   end

@@ -76,19 +76,20 @@ function RV.total(old, new)
   end
 end
 
+-- Whether a visit found the page changed: true, false, or nil when unknown (a first visit,
+-- or no signature to compare). A 304 or the handler's word decide, else the signatures.
+function RV.changed(page, sig, it)
+  if not page then return nil end
+  if it.not_modified == true or it.changed == false then return false end
+  if it.changed == true then return true end  -- the handler said so
+  if it.signature and sig ~= RV.NOSIG then return RV.unhex(it.signature) ~= sig end
+  return nil
+end
+
 function RV.settle(job, it, notes)
   local key, field = RV.where(job.url)
   local page, sig = RV.read(key, field)
-  local changed = nil
-  if page then
-    if it.not_modified == true or it.changed == false then
-      changed = false
-    elseif it.changed == true then  -- the handler said so
-      changed = true
-    elseif it.signature and sig ~= RV.NOSIG then
-      changed = RV.unhex(it.signature) ~= sig
-    end
-  end
+  local changed = RV.changed(page, sig, it)
   -- the results line's (settle-1.lua answers it): a first visit is a change
   notes.changed = changed == false and 0 or 1
   if it.not_modified == true then notes.not_modified = 1 end
