@@ -501,15 +501,18 @@ class _QueueCore(SettlementBuilders):
         fetcher: str | None = None,
         max_pages: int | None = None,
         blocked_until: float | None = None,
+        wait_for: str | None = None,
     ) -> Op[dict[str, Any]]:
-        call = domain_set_call(domain, delay, concurrency, fetcher, max_pages, blocked_until)
-        got_delay, got_conc, adaptive, got_fetcher = yield call
+        call = domain_set_call(domain, delay, concurrency, fetcher, max_pages, blocked_until,
+                               wait_for)  # fmt: skip
+        got_delay, got_conc, adaptive, got_fetcher, got_wait = yield call
         return {
             "domain": domain,
             "delay": got_delay / 1000,
             "concurrency": got_conc,
             "adaptive": adaptive,
             "fetcher": got_fetcher,
+            "browser_wait_for": got_wait,
         }
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:

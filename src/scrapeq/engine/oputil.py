@@ -57,10 +57,12 @@ def domain_set_call(
     fetcher: str | None,
     max_pages: int | None,
     blocked_until: float | None,
-) -> scripts.Call[tuple[int, int, bool, str | None]]:
+    wait_for: str | None = None,
+) -> scripts.Call[tuple[int, int, bool, str | None, str | None]]:
     """The ``domain_set`` script's call for a domain's overrides, every argument checked
     (ConfigError naming it): delay (s), concurrency (``auto`` or >= 1), fetcher (a name of
-    FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s)."""
+    FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s),
+    wait_for (a CSS selector of at most 500 bytes; ``""``: none)."""
     delay_ms = _seconds_ms("delay", delay)
     if concurrency is not None and concurrency != "auto":
         check_count("concurrency", concurrency)
@@ -71,9 +73,13 @@ def domain_set_call(
         check_count("max_pages", max_pages, minimum=0)
     until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
     fetcher_arg = -1 if fetcher == "default" else fetcher
+    if wait_for is not None and len(wait_for.encode()) > 500:
+        raise ConfigError("browser_wait_for", "expected a CSS selector of at most 500 bytes")
+    wait_arg = -1 if wait_for == "" else wait_for
     return scripts.domain_set(
-        domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms
-    )
+        domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms,
+        wait_for=wait_arg,
+    )  # fmt: skip
 
 
 def _expires_ms(expires: float | None) -> int | None:

@@ -222,9 +222,12 @@ class PartitionRouter(ABC):
         fetcher: str | None = None,
         max_pages: int | None = None,
         blocked_until: float | None = None,
+        wait_for: str | None = None,
     ) -> Op[dict[str, Any]]:
         yield from self._schema.op_all()
-        op = self.core._op_domain_set(domain, delay, concurrency, fetcher, max_pages, blocked_until)
+        op = self.core._op_domain_set(
+            domain, delay, concurrency, fetcher, max_pages, blocked_until, wait_for
+        )
         return (yield from self._on(op, self._part(domain)))
 
     def _op_cancel(

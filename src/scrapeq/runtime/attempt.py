@@ -23,7 +23,9 @@ from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.bans import exit_result
+from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
 from scrapeq.runtime.classify import (
+    BrowserLost,
     Classification,
     Outcome,
     classify_exception,
@@ -116,13 +118,7 @@ class Attempts(WorkerCore):
         except Exception as exc:
             if self.metrics is not None and fetching:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
-            verdict = classify_exception(exc)
-            if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
-                seen.result = exit_result(verdict)
-            out = self._from_classification(job, verdict, None, started, exc, seen)
-            if not verdict.counts_against_domain:  # no answer of the site's to learn from
-                return out
-            return _timed(out, verdict, time.monotonic() - fetched)
+            return self._fetch_failed(job, exc, seen, started, fetched, bool(fetching))
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call,
             conditional=response.status == 304 and sends_conditional(job),
@@ -139,6 +135,39 @@ class Attempts(WorkerCore):
         else:
             out = await self._handle(job, response, verdict, started, seen)
         return _timed(out, verdict, response.elapsed)
+
+    def _fetch_failed(
+        self,
+        job: Job,
+        exc: Exception,
+        seen: _ExitSeen,
+        started: float,
+        fetched: float,
+        fetching: bool,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """What an exception before the page's answer (robots, fetch) makes of the job."""
+        verdict = classify_exception(exc)
+        if isinstance(exc, BrowserLost):
+            return self._browser_lost(job, exc, verdict, started)
+        if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
+            seen.result = exit_result(verdict)
+        out = self._from_classification(job, verdict, None, started, exc, seen)
+        if not verdict.counts_against_domain:  # no answer of the site's to learn from
+            return out
+        return _timed(out, verdict, time.monotonic() - fetched)
+
+    def _browser_lost(
+        self, job: Job, exc: BrowserLost, verdict: Classification, started: float
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """The job's browser was lost (crash, kill, hang): the job is given back at once, no
+        attempt spent, its domain not charged (the pool starts another browser); a release
+        is spent, so a page that kills whole browsers ends dead past ``max_releases``."""
+        log.info("job %s: %s", job.id, exc, extra=_about(job, "browser_lost"))
+        message = verdict.message or str(exc)
+        settlement = self.queue.releasing(
+            job, delay=0, kind="released:browser_lost", message=message
+        )
+        return self._if_dead(job, settlement, None, started, message)
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
@@ -181,12 +210,19 @@ class Attempts(WorkerCore):
             return settlement, None
         return settlement, _record(job, "done", response, started, None, None)
 
-    def _fetcher_for(self, job: Job) -> Fetcher:
+    def _fetcher_for(self, job: Job) -> Fetcher | WaitingFetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
         domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
         setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
         assert self._fetcher is not None
         name = job.fetcher or job.domain_fetcher or self.settings.fetcher
+        if name == "browser":
+            if self._browser is None:
+                try:
+                    self._browser = BrowserFetcher(self.settings, self._fetcher)
+                except ConfigError as exc:  # Playwright or chromium missing here: ours
+                    raise FetcherUnavailable(exc.reason) from None
+            return self._browser.waiting_for(job.domain_wait_for)
         if name != "impersonate":
             return self._fetcher
         if self._impersonator is None:

@@ -52,6 +52,7 @@ from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
 from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
 from scrapeq.runtime.bans import BanRules
+from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
@@ -186,6 +187,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self._impersonator = None  # the impersonate fetcher, made when first needed
+        self._browser = None  # the browser fetcher (its pool of chromium processes), too
         self.burst = burst
         self.max_runtime = max_runtime
         self.tune_gc = tune_gc
@@ -383,6 +385,8 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             default = self._impersonator = ImpersonateFetcher(
                 self.settings, pool=self.queue.exit_pool
             )
+        elif self.settings.fetcher == "browser":  # refused here, at start, without Playwright
+            self._browser = BrowserFetcher(self.settings, self._fetcher)
         if self.settings.respect_robots:  # robots.txt through the setting's fetcher
             self._robots = Robots(default, self.queue.client, self.queue.keys.prefix + "robots:")
         self._handler_deadlines = Deadlines(self.settings.handler_timeout)
@@ -411,6 +415,8 @@ class Worker(Shutdown, Leases, Attempts, Owed):
             await self._fetcher.close()
         if self._impersonator is not None:
             await self._impersonator.close()
+        if self._browser is not None:
+            await self._browser.close()
         if self.sink is not None:
             await self.sink.close()
 

@@ -22,6 +22,7 @@ from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.bans import BanRules
+from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
@@ -102,6 +103,7 @@ class WorkerCore:
     _fetcher: Fetcher | None
     _own_fetcher: bool
     _impersonator: Fetcher | None
+    _browser: BrowserFetcher | None
     _follow: FollowPolicy
     _bodies: BodyStore | None
     _adapted: bool
