@@ -33,6 +33,9 @@ from support.sites import Site, proxy, sites
 
 pytestmark = pytest.mark.timeout(180)
 
+#: A page's deadline where one is waited out (the test machine may be loaded: a browser's
+#: start is not in it, its load is).
+DEADLINE = 8.0
 FIELDS = ["name=.name::text", "price=.price::text", "items[]=#grid .product a::text"]
 
 
@@ -176,7 +179,7 @@ async def test_a_page_that_never_loads_costs_its_deadline_only(
     site: Site, make_async_queue: Callable[..., AsyncQueue]
 ) -> None:
     q = make_async_queue(
-        allow_private=True, fetcher="browser", request_timeout=4.0, max_attempts=1,
+        allow_private=True, fetcher="browser", request_timeout=DEADLINE, max_attempts=1,
         domain_concurrency=8, browsers=1, browser_pages=8,
     )  # fmt: skip
     await q.enqueue(site.url("/spin"))
@@ -187,12 +190,13 @@ async def test_a_page_that_never_loads_costs_its_deadline_only(
     started = time.monotonic()
     run = Run(q, handler=extractor(FIELDS))
     got = await run.run()
-    assert got["/spin"]["outcome"] == "dead" and "timeout" in got["/spin"]["error"]
-    assert got["/poll"]["outcome"] == "done" and got["/poll"]["result"]["name"] == "Polled"
+    assert got["/spin"]["outcome"] == "dead" and "TimeoutError" in got["/spin"]["error"]
+    assert got["/poll"]["outcome"] == "done", got["/poll"]["error"]
+    assert got["/poll"]["result"]["name"] == "Polled"
     for path in neighbours:
         assert got[path]["outcome"] == "done", got[path]
-        assert got[path]["elapsed"] < 3.0, got[path]  # not held by the spinning page
-    assert time.monotonic() - started < 30
+        assert got[path]["elapsed_ms"] < DEADLINE * 1000, got[path]  # not held by the spinning page
+    assert time.monotonic() - started < 4 * DEADLINE
 
 
 async def test_browsers_are_recycled_after_n_pages_and_above_the_rss_cap(

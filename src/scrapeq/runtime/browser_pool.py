@@ -117,7 +117,7 @@ class _Browser:
     cdp: CDPSession | None = None
     drain: asyncio.Task[None] | None = None
     open: int = 0  # pages being rendered
-    served: int = 0  # pages rendered, over its life
+    served: int = 0  # pages given to it, over its life
     rss: int = 0  # bytes, its whole process tree, as last read
     retiring: bool = False  # takes no new page; closed when its last one is over
     lost: str | None = None  # why it was lost (crash, kill, hang); None: alive
@@ -200,7 +200,7 @@ class BrowserPool:
                     raise BrowserLost("the browser pool is closed")
                 for b in self._browsers:
                     if b.usable and b.open < self.settings.browser_pages:
-                        b.open += 1
+                        self._count_page(b)
                         return b
                 if len(self._browsers) + self._launching >= self.settings.browsers:
                     await self._cond.wait()
@@ -215,10 +215,18 @@ class BrowserPool:
                 raise
             async with self._cond:
                 self._launching -= 1
-                browser.open = 1
+                self._count_page(browser)
                 self._browsers.append(browser)
                 self._cond.notify_all()
             return browser
+
+    def _count_page(self, browser: _Browser) -> None:
+        """One more page for ``browser``; its last one when it reaches
+        ``browser_recycle_pages`` (it is retired once that page is over)."""
+        browser.open += 1
+        browser.served += 1
+        if browser.served >= self.settings.browser_recycle_pages:
+            browser.retiring = True
 
     async def _give_back(self, browser: _Browser, context: BrowserContext | None) -> None:
         if context is not None and browser.lost is None:
@@ -231,10 +239,7 @@ class BrowserPool:
                     self._mark_lost(browser, f"a context would not close: {exc!r}")
         async with self._cond:
             browser.open -= 1
-            browser.served += 1
             self.counts["pages"] += 1
-            if browser.served >= self.settings.browser_recycle_pages:
-                browser.retiring = True
             retire = browser.retiring and browser.open == 0 and browser.lost is None
             self._cond.notify_all()
         if retire:
