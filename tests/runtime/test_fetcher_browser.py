@@ -250,7 +250,7 @@ async def test_a_page_that_kills_its_renderer_ends_dead_and_its_neighbours_are_d
     assert job is not None and job.attempts == 3  # bounded: max_attempts, then dead
     assert [e.kind for e in job.errors][-3:] == ["renderer_crashed"] * 3
     assert run.browser.pool.counts["lost"] == 0  # the browser lived on
-    breaker = (await q.domains())[0]
+    breaker = (await q.domains_info())[0]
     assert breaker["state"] == "closed"  # its domain was not charged
 
 
@@ -285,7 +285,7 @@ async def test_a_browser_killed_mid_crawl_loses_no_job_and_repeats_no_line(
     assert run.browser.pool.counts["lost"] >= 2
     status = await q.status()
     assert status["counts"]["dead"] == 0
-    breaker = (await q.domains())[0]
+    breaker = (await q.domains_info())[0]
     assert breaker["state"] == "closed"
 
 
