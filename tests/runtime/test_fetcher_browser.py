@@ -134,7 +134,9 @@ async def test_the_browsers_requests_go_through_the_guard_and_the_jobs_exit() ->
         resolver = StaticResolver(
             {"proxy.test": "127.0.0.1", "public.example": public_ip, "internal.test": "127.0.0.1"}
         )
-        settings = Settings(request_timeout=10.0, proxy=(DIRECT, f"http://proxy.test:{forward.port}"))
+        settings = Settings(
+            request_timeout=10.0, proxy=(DIRECT, f"http://proxy.test:{forward.port}")
+        )
         assert not settings.allow_private
         through = exit_id(f"http://proxy.test:{forward.port}")
         async with Fetcher(settings, resolver=resolver) as http:
@@ -167,13 +169,18 @@ async def test_a_worker_renders_the_shop_and_extracts_it(
     for path in paths:
         await q.enqueue(site.url(path))
     plain = await q.enqueue(site.url("/p/4"), fetcher="http")  # the job's own: no browser
-    got = await Run(q, handler=extractor(FIELDS)).run()
+    run = Run(q, handler=extractor(FIELDS))
+    got = await run.run()
     assert {p: r["outcome"] for p, r in got.items()} == dict.fromkeys([*paths, "/p/4"], "done")
     assert got["/"]["result"]["items"] == [f"Product {n}" for n in range(1, 13)]
     assert got["/p/2"]["result"]["price"] == price(2)
     assert got["/static/3"]["result"]["name"] == "Product 3"
     assert got["/p/4"]["result"]["name"] is None and plain.id
-
+    # counted per fetcher: the browser's pages with their API calls (3), http's one page
+    fetched = run.worker.stats.fetched
+    assert fetched["http"] == [1, got["/p/4"]["bytes"]]
+    assert fetched["browser"][0] == len(paths) + 3 and fetched["browser"][1] > 0
+    assert run.browser.requests == fetched["browser"][0]
 
 async def test_a_page_that_never_loads_costs_its_deadline_only(
     site: Site, make_async_queue: Callable[..., AsyncQueue]

@@ -3,8 +3,8 @@
 Served by :class:`support.sites.Site` (``shop`` is its handler). The listing ``/`` and the
 product pages ``/p/<n>`` arrive with empty containers; a script fills them from the JSON API
 (``/api/products``, ``/api/p/<n>``), the product's after a timer (``?delay=<ms>``, default
-150), so its content arrives after the ``load`` event. ``/static/<n>`` is the same product written in the HTML. Pages
-that misbehave:
+150), so its content arrives after the ``load`` event. ``/static/<n>`` is the same product
+written in the HTML. Pages that misbehave:
 
 * ``/spin``: a script that never yields (``while (true)``): the page never loads;
 * ``/poll``: content at once, then a request every 200 ms forever (never network-idle);

@@ -111,6 +111,8 @@ class Attempts(WorkerCore):
             assert self._fetcher is not None
             fetched = fetching = time.monotonic()
             response = await self._fetch(job)
+            if self._fetcher_name(job) != "browser":  # a browser counts each of its requests
+                self._fetched_by(self._fetcher_name(job), 1, len(response.body))
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             if self._grouped is not None and job.domain not in self._grouped:
@@ -210,16 +212,32 @@ class Attempts(WorkerCore):
             return settlement, None
         return settlement, _record(job, "done", response, started, None, None)
 
+    def _fetcher_name(self, job: Job) -> str:
+        return job.fetcher or job.domain_fetcher or self.settings.fetcher
+
+    def _new_browser(self) -> BrowserFetcher:
+        """The browser fetcher, its requests counted (the http fetcher's guard and exits)."""
+        assert self._fetcher is not None
+        return BrowserFetcher(
+            self.settings, self._fetcher, on_fetched=lambda n, size: self._fetched_by(
+                "browser", n, size)
+        )  # fmt: skip
+
+    def _fetched_by(self, fetcher: str, requests: int, size: int) -> None:
+        self.stats.fetched_by(fetcher, requests, size)
+        if self.metrics is not None:
+            self.metrics.fetched_by(fetcher, requests, size)
+
     def _fetcher_for(self, job: Job) -> Fetcher | WaitingFetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
         domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
         setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
         assert self._fetcher is not None
-        name = job.fetcher or job.domain_fetcher or self.settings.fetcher
+        name = self._fetcher_name(job)
         if name == "browser":
             if self._browser is None:
                 try:
-                    self._browser = BrowserFetcher(self.settings, self._fetcher)
+                    self._browser = self._new_browser()
                 except ConfigError as exc:  # Playwright or chromium missing here: ours
                     raise FetcherUnavailable(exc.reason) from None
             return self._browser.waiting_for(job.domain_wait_for)

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -109,14 +109,22 @@ class BrowserFetcher:
             fetcher: its guard, exits and limits). Not closed here.
         pool: the browsers; default a new :class:`.browser_pool.BrowserPool`, closed by
             :meth:`close`.
+        on_fetched: called with (requests, bytes) for each request fetched for a page.
 
     Raises:
         ConfigError: Playwright is missing (one line naming the extra), or no chromium at
             ``browser_path``.
     """
 
-    def __init__(self, settings: Settings, http: Fetcher, pool: BrowserPool | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        http: Fetcher,
+        pool: BrowserPool | None = None,
+        on_fetched: Callable[[int, int], None] | None = None,
+    ) -> None:
         require_browser(settings)
+        self._on_fetched = on_fetched
         self.settings = settings
         self.http = http
         self.pool = BrowserPool(settings) if pool is None else pool
@@ -151,8 +159,7 @@ class BrowserFetcher:
         """
         started = time.monotonic()
         first = await self.http.fetch(url, normalised=normalised, request=request, exit=exit)
-        self.requests += 1
-        self.bytes += len(first.body)
+        self._count(len(first.body))
         if not 200 <= first.status < 300 or not _is_html(first.headers):
             return first
         left = self.settings.request_timeout - (time.monotonic() - started)
@@ -266,9 +273,14 @@ class BrowserFetcher:
             self.refused += 1
             log.info("a page's request was refused: %s", exc)
             return None
-        self.requests += 1
-        self.bytes += len(answer.body)
+        self._count(len(answer.body))
         return answer
+
+    def _count(self, size: int) -> None:
+        self.requests += 1
+        self.bytes += size
+        if self._on_fetched is not None:
+            self._on_fetched(1, size)
 
 
 class WaitingFetcher:

@@ -52,7 +52,6 @@ from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
 from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
 from scrapeq.runtime.bans import BanRules
-from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
@@ -386,7 +385,7 @@ class Worker(Shutdown, Leases, Attempts, Owed):
                 self.settings, pool=self.queue.exit_pool
             )
         elif self.settings.fetcher == "browser":  # refused here, at start, without Playwright
-            self._browser = BrowserFetcher(self.settings, self._fetcher)
+            self._browser = self._new_browser()
         if self.settings.respect_robots:  # robots.txt through the setting's fetcher
             self._robots = Robots(default, self.queue.client, self.queue.keys.prefix + "robots:")
         self._handler_deadlines = Deadlines(self.settings.handler_timeout)

@@ -51,6 +51,15 @@ class WorkerStats:
     stale: int = 0
     abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
     started: float = field(default_factory=time.monotonic)
+    #: Per fetcher (http, impersonate, browser): [requests, bytes] (a browser's page counts
+    #: its document and every request of the page).
+    fetched: dict[str, list[int]] = field(default_factory=dict)
+
+    def fetched_by(self, fetcher: str, requests: int, size: int) -> None:
+        """Count ``requests`` of ``fetcher`` that brought ``size`` bytes."""
+        tally = self.fetched.setdefault(fetcher, [0, 0])
+        tally[0] += requests
+        tally[1] += size
 
     def count(self, status: str) -> None:
         """Count one settle answer (done, retried, throttled, dead, released, stale)."""
