@@ -97,6 +97,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "browser_recycle_pages": 100,
     "browser_max_rss": 2147483648,
     "browser_block": "image,font,media",
+    "browser_context": "page",
     "browser_args": "",
 }
 

@@ -86,11 +86,14 @@ def _path(url: str) -> str:
 # --- the fetcher ---------------------------------------------------------------------------------
 
 
-async def test_a_js_shop_is_rendered_where_http_sees_empty_containers(site: Site) -> None:
+@pytest.mark.parametrize("context", ["page", "browser"])
+async def test_a_js_shop_is_rendered_where_http_sees_empty_containers(
+    site: Site, context: str
+) -> None:
     async with Fetcher(Settings(allow_private=True)) as http:
         raw = await http.fetch(site.url("/p/3"))
     assert raw.css(".name::text").get() is None  # what the http fetcher sees: nothing
-    async with browser_fetcher() as browser:
+    async with browser_fetcher(browser_context=context) as browser:
         listing = await browser.fetch(site.url("/"))
         product = await browser.fetch(site.url("/p/3"))
         static = await browser.fetch(site.url("/static/4"))
@@ -181,6 +184,7 @@ async def test_a_worker_renders_the_shop_and_extracts_it(
     assert fetched["http"] == [1, got["/p/4"]["bytes"]]
     assert fetched["browser"][0] == len(paths) + 3 and fetched["browser"][1] > 0
     assert run.browser.requests == fetched["browser"][0]
+
 
 async def test_a_page_that_never_loads_costs_its_deadline_only(
     site: Site, make_async_queue: Callable[..., AsyncQueue]

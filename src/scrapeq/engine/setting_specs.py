@@ -286,6 +286,11 @@ RESOURCE_TYPES = frozenset(
 )
 
 
+def _check_browser_context(name: str, value: Any) -> None:
+    if value not in ("page", "browser"):
+        raise ConfigError(name, f"expected page or browser, got {value!r}")
+
+
 def _check_block(name: str, value: Any) -> None:
     for word in (w.strip() for w in value.split(",")):
         if word and word not in RESOURCE_TYPES:

@@ -55,6 +55,7 @@ from scrapeq.engine.setting_specs import (
     _at_least,
     _check_ban_statuses,
     _check_block,
+    _check_browser_context,
     _check_cluster,
     _check_conc,
     _check_duration,
@@ -312,6 +313,10 @@ class Settings:
     browser_recycle_pages: int = _count(100)
     browser_max_rss: int = _count(2_147_483_648)
     browser_block: str = _setting("str", "image,font,media", check=_check_block)
+    # page: a fresh browser context per page (no cookie or storage crosses jobs); browser:
+    # one context per browser, its pages sharing cookies and cache until it is recycled
+    # (2-3x the pages a second on a loaded machine: docs/BENCHMARKS.md).
+    browser_context: str = _setting("str", "page", check=_check_browser_context)
     # More chromium command-line flags, as a shell would split them (e.g. "--lang=fr").
     browser_args: str = _setting("str", "")
 

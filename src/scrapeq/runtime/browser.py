@@ -49,7 +49,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from scrapeq.engine.request import Request
 from scrapeq.engine.settings import Settings
-from scrapeq.runtime.browser_pool import BrowserPool, require_browser
+from scrapeq.runtime.browser_pool import OP_TIMEOUT, BrowserPool, require_browser
 from scrapeq.runtime.classify import BlockedAddress, RendererCrashed
 from scrapeq.runtime.fetch import Fetcher
 from scrapeq.runtime.response import Response
@@ -186,14 +186,18 @@ class BrowserFetcher:
             try:
                 async with asyncio.timeout(left):
                     served = asyncio.Event()
-                    await context.route(
-                        "**/*", lambda route: self._route(route, first, exit, served)
-                    )
                     page = await context.new_page()
-                    page.on("crash", lambda _: crashed.append(True))
-                    await page.goto(first.url, wait_until="load")
-                    await self._settle(page, wait_for, ends - time.monotonic() - READ_MARGIN)
-                    html = await page.content()
+                    try:
+                        page.on("crash", lambda _: crashed.append(True))
+                        await page.route(
+                            "**/*", lambda route: self._route(route, first, exit, served)
+                        )
+                        await page.goto(first.url, wait_until="load")
+                        await self._settle(page, wait_for, ends - time.monotonic() - READ_MARGIN)
+                        html = await page.content()
+                    finally:  # (in a context of its own, closing the context closes it)
+                        if self.settings.browser_context == "browser":
+                            await _close(page)
             except TimeoutError:
                 raise self.pool.lost_error(
                     browser, TimeoutError(f"the page did not render within {left:.1f} s")
@@ -281,6 +285,13 @@ class BrowserFetcher:
         self.bytes += size
         if self._on_fetched is not None:
             self._on_fetched(1, size)
+
+
+async def _close(page: Page) -> None:
+    """Close a page of a shared context, within its browser's operation deadline (a page
+    that will not close is left to its browser's watchdog and recycling)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(page.close(run_before_unload=False), OP_TIMEOUT)
 
 
 class WaitingFetcher:

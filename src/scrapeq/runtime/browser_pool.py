@@ -115,6 +115,7 @@ class _Browser:
     profile: str
     handle: Browser | None = None
     cdp: CDPSession | None = None
+    shared: BrowserContext | None = None  # browser_context = browser: its one context
     drain: asyncio.Task[None] | None = None
     open: int = 0  # pages being rendered
     served: int = 0  # pages given to it, over its life
@@ -165,19 +166,21 @@ class BrowserPool:
         try:
             assert browser.handle is not None
             try:
-                context = await asyncio.wait_for(
-                    browser.handle.new_context(
-                        user_agent=self.settings.user_agent,
-                        service_workers="block",
-                        accept_downloads=False,
-                    ),
-                    OP_TIMEOUT,
-                )
+                if browser.shared is not None:
+                    yield browser, browser.shared
+                    return
+                context = await asyncio.wait_for(self._new_context(browser), OP_TIMEOUT)
             except Exception as exc:
                 raise self.lost_error(browser, exc) from None
             yield browser, context
         finally:
             await self._give_back(browser, context)
+
+    async def _new_context(self, browser: _Browser) -> BrowserContext:
+        assert browser.handle is not None
+        return await browser.handle.new_context(
+            user_agent=self.settings.user_agent, service_workers="block", accept_downloads=False
+        )
 
     def lost_error(self, browser: _Browser, exc: BaseException) -> BaseException:
         """``exc`` as the pool sees it: :class:`BrowserLost` when ``browser`` is lost (or
@@ -279,6 +282,8 @@ class BrowserPool:
             browser.handle = handle
             handle.on("disconnected", lambda _: self._mark_lost(browser, "disconnected"))
             browser.cdp = await asyncio.wait_for(handle.new_browser_cdp_session(), OP_TIMEOUT)
+            if self.settings.browser_context == "browser":
+                browser.shared = await asyncio.wait_for(self._new_context(browser), OP_TIMEOUT)
         except BaseException as exc:
             await self._end(browser)
             if isinstance(exc, Exception):
