@@ -236,7 +236,7 @@ def domain_set(
       scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
       scrapeq domain set shop-43.example.com --concurrency auto
       scrapeq domain set shop-43.example.com --fetcher impersonate
-      scrapeq domain set shop-43.example.com --fetcher browser --browser-wait-for '.price'
+      scrapeq domain set shop.example.com --browser-wait-for '.price'
     """
     _domain_arg(domain)
     if (delay, concurrency, fetcher, browser_wait_for) == (None, None, None, None):
