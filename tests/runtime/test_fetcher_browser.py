@@ -21,14 +21,17 @@ import pytest
 from scrapeq import AsyncQueue, ConfigError
 from scrapeq.engine.exits import DIRECT, exit_id
 from scrapeq.engine.settings import Settings
+from scrapeq.runtime import browser_pool
 from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.browser_pool import tree_rss
+from scrapeq.runtime.classify import BrowserLost
 from scrapeq.runtime.extract import extractor
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
 from support.browser import need_browser
 from support.js_shop import SMALL_HEAP, price, secret, shop
+from support.processes import alive
 from support.sites import Site, proxy, sites
 
 pytestmark = pytest.mark.timeout(180)
@@ -317,3 +320,31 @@ async def test_without_playwright_a_browser_worker_refuses_in_one_line(
     job = await q.get_job(job_id)
     assert job is not None and job.attempts == 0 and job.releases > 0
     assert site.total == 0
+
+
+async def test_the_watchdog_kills_a_hung_browsers_whole_process_group(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A browser that stops answering (SIGSTOP: alive, silent) is killed as hung, its whole
+    tree with it; its page fails as BrowserLost (given back by a worker), and the next page
+    gets a new browser."""
+    monkeypatch.setattr(browser_pool, "OP_TIMEOUT", 2.0)
+    monkeypatch.setattr(browser_pool, "HEARTBEAT_EVERY", 0.5)
+    async with browser_fetcher(browsers=1, request_timeout=60.0) as browser:
+        await browser.fetch(site.url("/static/1"))
+        (pid,) = browser.pool.pids()
+        members = browser_pool.tree(pid)
+        assert len(members) > 2  # the browser, its zygotes, renderers, utility processes
+        slow = asyncio.ensure_future(browser.fetch(site.url("/p/1?delay=5000"), wait_for=".x"))
+        await asyncio.sleep(1.0)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(BrowserLost):
+            await slow
+        assert time.monotonic() - started < 20  # the watchdog's deadline, not the page's
+        assert browser.pool.counts["hung"] == 1 and browser.pool.counts["lost"] == 1
+        await asyncio.sleep(0.5)
+        assert [p for p in members if alive(p)] == []
+        again = await browser.fetch(site.url("/static/2"))
+        assert again.css(".name::text").get() == "Product 2"
+        assert browser.pool.pids() != [pid]
