@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue
+from scrapeq.engine.settings import Settings
 from support.browser import need_browser
 from support.cli_helpers import run
 from support.js_shop import price, shop
+from support.processes import alive, children, descendants, wait_until
 from support.sites import Site, threaded_site
 
 pytestmark = [pytest.mark.usefixtures("clean_env"), pytest.mark.timeout(180)]
@@ -84,3 +86,34 @@ def test_without_playwright_fetcher_browser_is_one_line_naming_the_extra(
         "pip install 'scrapeq[browser]'\n"
     )
     assert Queue.from_url(redis_url).status()["counts"]["ready"] == 0  # nothing seeded
+
+
+def test_a_worker_killed_with_9_leaves_no_browser_behind(
+    redis_url: str, site: Site, tmp_path: Path
+) -> None:
+    """The browsers run in sessions of their own (their process groups are the watchdog's
+    to kill), yet die with their worker: none is left when it is killed with -9."""
+    q = Queue.from_url(redis_url, settings=Settings(allow_private=True))
+    q.enqueue_many([site.url(f"/p/{n}?delay=3000") for n in range(1, 5)], fetcher="browser")
+    argv = [sys.executable, "-m", "scrapeq", "--redis", redis_url, "worker", "--burst",
+            "--allow-private"]  # fmt: skip
+    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        browsers = wait_until(
+            lambda: [p for p in children(worker.pid) if "chrom" in _name(p)], 60, "a browser"
+        )
+        tree = [p for b in browsers for p in descendants(b)] + browsers
+        worker.kill()
+        worker.wait(10)
+        wait_until(lambda: not [p for p in tree if alive(p)], 15, "the browsers to end")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    q.close()
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""

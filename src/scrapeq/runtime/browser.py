@@ -171,7 +171,9 @@ class BrowserFetcher:
             status=first.status,
             headers=_rendered_headers(first.headers),
             body=body,
-            elapsed=time.monotonic() - started,
+            # the site's latency (its document's), not our browser's queueing and rendering:
+            # what slow_call and the adaptive limit read of the site
+            elapsed=first.elapsed,
             redirects=first.redirects,
             set_cookies=first.set_cookies,
         )

@@ -76,6 +76,7 @@ _FLAGS: Final = (
     "--password-store=basic",
 )
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
+_PR_SET_PDEATHSIG: Final = 1
 
 
 def require_browser(settings: Settings) -> None:
@@ -270,6 +271,7 @@ class BrowserPool:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         browser = _Browser(self._numbers, proc, profile)
         try:
@@ -404,6 +406,17 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._playwright.stop(), OP_TIMEOUT)
             self._playwright = None
+
+
+def _die_with_parent() -> None:
+    """In the browser's process before it runs chromium: SIGKILL when the worker dies (a
+    worker killed with -9 leaves no browser behind; its renderers end with it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:  # not Linux: the watchdog and close() are all there is
+        pass
 
 
 async def _devtools_url(stderr: asyncio.StreamReader) -> str:
