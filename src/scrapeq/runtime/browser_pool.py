@@ -44,11 +44,19 @@ from typing import TYPE_CHECKING, Any, Final
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import BrowserLost
+from scrapeq.runtime.impersonate import FetcherUnavailable
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, CDPSession, Playwright
 
-__all__ = ["EXTRA_HINT", "OP_TIMEOUT", "BrowserPool", "require_browser", "require_fetcher"]
+__all__ = [
+    "EXTRA_HINT",
+    "OP_TIMEOUT",
+    "BrowserPool",
+    "BrowserUnavailable",
+    "require_browser",
+    "require_fetcher",
+]
 
 log = logging.getLogger("scrapeq.browser")
 
@@ -77,6 +85,12 @@ _FLAGS: Final = (
 )
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
 _PR_SET_PDEATHSIG: Final = 1
+
+
+class BrowserUnavailable(FetcherUnavailable):
+    """No browser could be started (chromium failed to launch or to connect): ours, as a
+    missing extra is: the job is released with a backoff and claims pause, no attempt
+    spent, no domain or exit charged."""
 
 
 def require_browser(settings: Settings) -> None:
@@ -160,7 +174,8 @@ class BrowserPool:
         """A fresh browser context in a browser of the pool (one page's), closed after.
 
         Raises:
-            BrowserLost: no browser could be launched, or the browser was lost.
+            BrowserUnavailable: no browser could be launched.
+            BrowserLost: the browser was lost.
         """
         browser = await self._take()
         context: BrowserContext | None = None
@@ -289,7 +304,7 @@ class BrowserPool:
         except BaseException as exc:
             await self._end(browser)
             if isinstance(exc, Exception):
-                raise BrowserLost(f"chromium did not start: {exc!r}") from None
+                raise BrowserUnavailable(f"chromium did not start: {exc!r}") from None
             raise
         self.counts["launched"] += 1
         log.info("browser %d started (pid %d)", browser.number, proc.pid)
