@@ -135,7 +135,7 @@ def run_scrapeq(
     q.domain_set(site.domain, fetcher="browser", browser_wait_for=WAIT_FOR)
     q.enqueue_many([site.url(f"/p/{n}") for n in range(1, pages + 1)])
     q.close()
-    out = tmp / "scrapeq.jsonl"
+    out = tmp / f"scrapeq-{context}.jsonl"
     env = {
         **os.environ,
         "SCRAPEQ_ALLOW_PRIVATE": "true",
