@@ -276,6 +276,8 @@ async def test_a_browser_killed_mid_crawl_loses_no_job_and_repeats_no_line(
         domain_concurrency=6, request_timeout=15.0,
     )  # fmt: skip
     paths = [f"/p/{n}?delay=700" for n in range(1, 19)]
+    # written 0.7 s after load (past network idle): the domain's selector waits for it
+    await q.domain_set(site.domain, browser_wait_for=".price:not(:empty)")
     for path in paths:
         await q.enqueue(site.url(path))
     run = Run(q, handler=extractor(FIELDS))
