@@ -70,11 +70,13 @@ def test_the_claim_hands_each_job_its_domains_selector_to_wait_for(
     job_id = q.enqueue(URL).id
     (job,) = q.claim(1).jobs
     assert (job.domain_fetcher, job.domain_wait_for) == ("browser", "#grid .item")
+    assert q.domains_info([DOMAIN])[0]["browser_wait_for"] == "#grid .item"
     q.retry(job, kind="timeout", delay=0)
     assert q.domain_set(DOMAIN, delay=1.0)["browser_wait_for"] == "#grid .item"
     assert q.domain_set(DOMAIN, browser_wait_for="")["browser_wait_for"] is None
     (again,) = q.claim(1).jobs
     assert again.id == job_id and again.domain_wait_for is None
+    assert "browser_wait_for" not in q.domains_info([DOMAIN])[0]
     with pytest.raises(ConfigError, match="browser_wait_for"):
         q.domain_set(DOMAIN, browser_wait_for="x" * 501)
     assert q.domain_set(DOMAIN, delay=1.0)["browser_wait_for"] is None

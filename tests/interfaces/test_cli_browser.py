@@ -48,6 +48,8 @@ def test_enqueue_fetcher_browser_then_a_worker_extracts_the_rendered_shop(
                          "--browser-wait-for", WAIT_FOR)  # fmt: skip
     assert code == 0, err
     assert out.strip().endswith(f", browser waits for {WAIT_FOR}")
+    code, out, _ = run(capsys, *base, "domains", "--json")
+    assert code == 0 and [d.get("browser_wait_for") for d in json.loads(out)] == [WAIT_FOR]
     results = tmp_path / "out.jsonl"
     code, _, err = run(capsys, *base, "worker", "--burst", "--allow-private", "--results",
                        str(results), "--extract", "name=.name::text", "--extract",

@@ -191,6 +191,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
             out[key] = info[key]
     if "fetcher" in info:  # domain set --fetcher (issue 42)
         out["fetcher"] = info["fetcher"]
+    if "browser_wait_for" in info:  # domain set --browser-wait-for
+        out["browser_wait_for"] = info["browser_wait_for"]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]
