@@ -55,5 +55,28 @@ def test_unknown_fetchers_are_refused(make_queue: MakeQueue) -> None:
     with pytest.raises(ConfigError, match="fetcher"):
         q.enqueue(URL, fetcher="chrome")
     with pytest.raises(ConfigError, match="fetcher"):
-        q.domain_set(DOMAIN, fetcher="browser")
+        q.domain_set(DOMAIN, fetcher="lynx")
     assert q.status()["counts"]["ready"] == 0
+
+
+def test_the_claim_hands_each_job_its_domains_selector_to_wait_for(
+    make_queue: MakeQueue,
+) -> None:
+    """``domain set --browser-wait-for`` (the browser fetcher): stored on the domain, handed
+    to each job by its claim, removed with ``""``."""
+    q = make_queue()
+    got = q.domain_set(DOMAIN, fetcher="browser", browser_wait_for="#grid .item")
+    assert (got["fetcher"], got["browser_wait_for"]) == ("browser", "#grid .item")
+    job_id = q.enqueue(URL).id
+    (job,) = q.claim(1).jobs
+    assert (job.domain_fetcher, job.domain_wait_for) == ("browser", "#grid .item")
+    assert q.domains_info([DOMAIN])[0]["browser_wait_for"] == "#grid .item"
+    q.retry(job, kind="timeout", delay=0)
+    assert q.domain_set(DOMAIN, delay=1.0)["browser_wait_for"] == "#grid .item"
+    assert q.domain_set(DOMAIN, browser_wait_for="")["browser_wait_for"] is None
+    (again,) = q.claim(1).jobs
+    assert again.id == job_id and again.domain_wait_for is None
+    assert "browser_wait_for" not in q.domains_info([DOMAIN])[0]
+    with pytest.raises(ConfigError, match="browser_wait_for"):
+        q.domain_set(DOMAIN, browser_wait_for="x" * 501)
+    assert q.domain_set(DOMAIN, delay=1.0)["browser_wait_for"] is None

@@ -277,6 +277,7 @@ def test_domain_concurrency_cap(make_queue: MakeQueue) -> None:
         "concurrency": 5,
         "adaptive": False,
         "fetcher": None,  # the domain's own (issue 42): none set
+        "browser_wait_for": None,  # its browser pages wait for no selector
     }
     assert len(q.claim(10).jobs) == 3
     assert q.claim(10).jobs == []
@@ -343,6 +344,7 @@ def test_domain_delay_override(make_queue: MakeQueue) -> None:
         "concurrency": 2,
         "adaptive": True,
         "fetcher": None,
+        "browser_wait_for": None,
     }
     q.domain_set(dom(2), delay=10, concurrency=3)
     q.enqueue_many([url(s, p) for s in (1, 2, 3) for p in range(3)])

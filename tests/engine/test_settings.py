@@ -92,6 +92,14 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "max_bytes": None,
     "fetcher": "http",
     "impersonate_target": "chrome152",
+    "browser_path": "/usr/bin/chromium",
+    "browsers": 2,
+    "browser_pages": 4,
+    "browser_recycle_pages": 100,
+    "browser_max_rss": 2147483648,
+    "browser_block": "image,font,media",
+    "browser_context": "page",
+    "browser_args": "",
 }
 
 

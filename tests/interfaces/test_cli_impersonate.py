@@ -79,7 +79,7 @@ def test_domain_set_fetcher_says_it_and_bad_names_are_one_line(capsys: Any, redi
     assert [d.get("fetcher") for d in json.loads(out)] == [None]
     for argv in (["domain", "set", "shop.example.com", "--fetcher", "chrome"],
                  ["enqueue", "https://shop.example.com/q", "--fetcher", "chrome"],
-                 ["worker", "--burst", "--fetcher", "browser"]):  # fmt: skip
+                 ["worker", "--burst", "--fetcher", "lynx"]):  # fmt: skip
         code, _, err = run(capsys, *base, *argv)
         assert code == 2 and "--fetcher takes" in err and len(err.strip().splitlines()) == 1
     assert q.status()["counts"]["ready"] == 0

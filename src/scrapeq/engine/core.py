@@ -510,18 +510,14 @@ class _QueueCore(SettlementBuilders):
         max_pages: int | None = None,
         blocked_until: float | None = None,
         crawl_limit: int | None = None,
+        wait_for: str | None = None,
     ) -> Op[dict[str, Any]]:
-        call = domain_set_call(
-            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit
-        )
-        got_delay, got_conc, adaptive, got_fetcher = yield call
-        return {
-            "domain": domain,
-            "delay": got_delay / 1000,
-            "concurrency": got_conc,
-            "adaptive": adaptive,
-            "fetcher": got_fetcher,
-        }
+        call = domain_set_call(domain, delay, concurrency, fetcher, max_pages, blocked_until,
+                               crawl_limit, wait_for)  # fmt: skip
+        got_delay, got_conc, adaptive, got_fetcher, got_wait = yield call
+        return {"domain": domain, "delay": got_delay / 1000, "concurrency": got_conc,
+                "adaptive": adaptive, "fetcher": got_fetcher,
+                "browser_wait_for": got_wait}  # fmt: skip
 
     def _op_audit(self, repair: bool) -> Op[AuditReport]:
         s = self.settings

@@ -61,6 +61,7 @@ _LONG = {
     "sj": "jar",
     "fe": "fetcher",
     "dfe": "domain_fetcher",
+    "dwf": "domain_wait_for",
 }  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -201,6 +202,8 @@ class Job:
         domain_fetcher: its domain's fetcher as its claim found it (``domain set
             --fetcher``); None: none set. The worker goes through :attr:`fetcher`, else this,
             else its ``fetcher`` setting.
+        domain_wait_for: the CSS selector its domain's browser pages wait for (``domain set
+            --browser-wait-for``), as its claim found it; None: none (network idle).
     """
 
     id: str
@@ -234,6 +237,7 @@ class Job:
     rv_due: int | None = None
     fetcher: str | None = None
     domain_fetcher: str | None = None
+    domain_wait_for: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -293,6 +297,7 @@ class Job:
             get("rv_due"),
             get("fetcher"),
             get("domain_fetcher"),
+            get("domain_wait_for"),
         )
 
     @property

@@ -58,11 +58,13 @@ def domain_set_call(
     max_pages: int | None,
     blocked_until: float | None,
     crawl_limit: int | None = None,
-) -> scripts.Call[tuple[int, int, bool, str | None]]:
+    wait_for: str | None = None,
+) -> scripts.Call[tuple[int, int, bool, str | None, str | None]]:
     """The ``domain_set`` script's call for a domain's overrides, every argument checked
     (ConfigError naming it): delay (s), concurrency (``auto`` or >= 1), fetcher (a name of
     FETCHERS or ``default``: none), max_pages (-1: the queue's), blocked_until (epoch s),
-    crawl_limit (jobs done at most, -1: none)."""
+    crawl_limit (jobs done at most, -1: none), wait_for (a CSS selector of at most 500
+    bytes; ``""``: none)."""
     delay_ms = _seconds_ms("delay", delay)
     if concurrency is not None and concurrency != "auto":
         check_count("concurrency", concurrency)
@@ -75,15 +77,13 @@ def domain_set_call(
         check_count("crawl_limit", crawl_limit, minimum=1)
     until_ms = None if blocked_until is None else _epoch_ms("blocked_until", blocked_until)
     fetcher_arg = -1 if fetcher == "default" else fetcher
+    if wait_for is not None and len(wait_for.encode()) > 500:
+        raise ConfigError("browser_wait_for", "expected a CSS selector of at most 500 bytes")
+    wait_arg = -1 if wait_for == "" else wait_for
     return scripts.domain_set(
-        domain,
-        delay_ms,
-        concurrency,
-        fetcher_arg,
-        max_pages=max_pages,
-        until_ms=until_ms,
-        crawl_limit=crawl_limit,
-    )
+        domain, delay_ms, concurrency, fetcher_arg, max_pages=max_pages, until_ms=until_ms,
+        crawl_limit=crawl_limit, wait_for=wait_arg,
+    )  # fmt: skip
 
 
 def _expires_ms(expires: float | None) -> int | None:

@@ -223,10 +223,11 @@ class PartitionRouter(ABC):
         max_pages: int | None = None,
         blocked_until: float | None = None,
         crawl_limit: int | None = None,
+        wait_for: str | None = None,
     ) -> Op[dict[str, Any]]:
         yield from self._schema.op_all()
         op = self.core._op_domain_set(
-            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit
+            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit, wait_for
         )
         return (yield from self._on(op, self._part(domain)))
 

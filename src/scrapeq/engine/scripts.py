@@ -226,27 +226,26 @@ def domain_set(
     max_pages: int | None = None,
     until_ms: int | None = None,
     crawl_limit: int | None = None,
-) -> Call[tuple[int, int, bool, str | None]]:
+    wait_for: str | int | None = None,
+) -> Call[tuple[int, int, bool, str | None, str | None]]:
     """Set politeness overrides (-1 restores the default; conc may be ``auto``), the
     domain's fetcher (-1: none), its own ``max_pages`` (for capped specs), a wait until
     server ms ``until_ms`` (0 lifts it), a cap on its jobs done (``crawl_limit``, -1: none);
     answers (delay_ms, conc, adaptive, fetcher): conc
     is the limit in force, adaptive whether it adapts, fetcher the domain's own (None:
-    none)."""
+    none); wait_for: the selector its browser pages wait for (-1: none), answered last."""
 
-    def parse(raw: list[Any]) -> tuple[int, int, bool, str | None]:
-        found = raw[3] if len(raw) > 3 else b""
-        name = found.decode() if isinstance(found, bytes) else str(found or "")
-        return int(raw[0]), int(raw[1]), bool(int(raw[2])), name or None
+    def text(raw: list[Any], i: int) -> str | None:
+        found = raw[i] if len(raw) > i else b""
+        return (found.decode() if isinstance(found, bytes) else str(found or "")) or None
+
+    def parse(raw: list[Any]) -> tuple[int, int, bool, str | None, str | None]:
+        return int(raw[0]), int(raw[1]), bool(int(raw[2])), text(raw, 3), text(raw, 4)
 
     given = _given(
-        delay_ms=delay_ms,
-        conc=conc,
-        fetcher=fetcher,
-        max_pages=max_pages,
-        until_ms=until_ms,
-        climit=crawl_limit,
-    )
+        delay_ms=delay_ms, conc=conc, fetcher=fetcher, max_pages=max_pages, until_ms=until_ms,
+        climit=crawl_limit, wait_for=wait_for,
+    )  # fmt: skip
     return _call("domain_set", parse, domain=domain, **given)
 
 

@@ -129,10 +129,23 @@ SETTING_DOCS: dict[str, str] = {
     "skipped (counted in `domains`: `skipped`, `revisits_skipped`; the page's results line "
     '`skipped: "budget"`)',
     "fetcher": "what fetches a job that names no fetcher, on a domain that names none: "
-    "`http` (aiohttp) or `impersonate` (curl_cffi: a browser's TLS handshake and headers; "
-    "the `impersonate` extra); a job's own fetcher wins over its domain's, which wins over "
-    "this setting",
+    "`http` (aiohttp), `impersonate` (curl_cffi: a browser's TLS handshake and headers; "
+    "the `impersonate` extra) or `browser` (chromium renders the page; the `browser` "
+    "extra); a job's own fetcher wins over its domain's, which wins over this setting",
     "impersonate_target": "the browser the `impersonate` fetcher looks like: one of "
     "curl_cffi's targets (`chrome152`, `firefox147`, `safari18_0` ...), checked when the "
     "fetcher starts",
+    "browser_path": "the chromium the `browser` fetcher launches (Debian's; never one "
+    "Playwright downloads); checked when the fetcher starts",
+    "browsers": "chromium processes per worker process (the `browser` fetcher's pool)",
+    "browser_pages": "pages each browser renders at once",
+    "browser_recycle_pages": "a browser is retired (its pages finished, then closed and its "
+    "process group killed) after that many pages",
+    "browser_max_rss": "bytes: a browser whose whole process tree's RSS is above this is retired",
+    "browser_block": "resource types the `browser` fetcher's pages never load (Playwright's "
+    'names, comma-separated; `""` loads everything; `document` refused)',
+    "browser_context": "`page`: a fresh browser context per page (no cookie, cache or storage "
+    "crosses jobs); `browser`: one context per browser, shared by its pages until it is "
+    "recycled (faster)",
+    "browser_args": "more chromium flags, split as a shell does",
 }

@@ -273,8 +273,32 @@ def _check_session(name: str, value: Any) -> None:
 
 
 #: The fetchers a job can go through (setting ``fetcher``, a job's and a domain's own):
-#: ``http`` (aiohttp) or ``impersonate`` (curl_cffi with a browser's TLS fingerprint).
-FETCHERS = ("http", "impersonate")
+#: ``http`` (aiohttp), ``impersonate`` (curl_cffi with a browser's TLS fingerprint) or
+#: ``browser`` (chromium driven by Playwright: the rendered DOM).
+FETCHERS = ("http", "impersonate", "browser")
+#: The resource types a browser fetcher's pages may be kept from loading (``browser_block``):
+#: Playwright's ``Request.resource_type`` names.
+RESOURCE_TYPES = frozenset(
+    {
+        *("document", "stylesheet", "image", "media", "font", "script", "texttrack"),
+        *("xhr", "fetch", "eventsource", "websocket", "manifest", "other"),
+    }
+)
+
+
+def _check_browser_context(name: str, value: Any) -> None:
+    if value not in ("page", "browser"):
+        raise ConfigError(name, f"expected page or browser, got {value!r}")
+
+
+def _check_block(name: str, value: Any) -> None:
+    for word in (w.strip() for w in value.split(",")):
+        if word and word not in RESOURCE_TYPES:
+            raise ConfigError(name, f"{word!r} is not a resource type (e.g. image,font,media)")
+        if word == "document":
+            raise ConfigError(name, "document cannot be blocked: it is the page")
+
+
 _TARGET = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 

@@ -54,6 +54,8 @@ from scrapeq.engine.setting_specs import (
     UNIQUE_MODES,
     _at_least,
     _check_ban_statuses,
+    _check_block,
+    _check_browser_context,
     _check_cluster,
     _check_conc,
     _check_duration,
@@ -301,6 +303,22 @@ class Settings:
     fetcher: str = _setting("str", "http", check=_check_fetcher)
     # The browser the impersonate fetcher's TLS handshake and headers look like (curl_cffi).
     impersonate_target: str = _setting("str", "chrome152", check=_check_target)
+    # The browser fetcher (issue 42, the browser extra): Debian's chromium, driven by
+    # Playwright; browsers per worker process, pages at once per browser, a browser recycled
+    # after that many pages or above that RSS (bytes, its whole process tree), the resource
+    # types its pages never load (comma-separated; "" loads everything).
+    browser_path: str = _setting("str", "/usr/bin/chromium")
+    browsers: int = _setting("int", 2, ge=1, le=64)
+    browser_pages: int = _setting("int", 4, ge=1, le=256)
+    browser_recycle_pages: int = _count(100)
+    browser_max_rss: int = _count(2_147_483_648)
+    browser_block: str = _setting("str", "image,font,media", check=_check_block)
+    # page: a fresh browser context per page (no cookie or storage crosses jobs); browser:
+    # one context per browser, its pages sharing cookies and cache until it is recycled
+    # (2-3x the pages a second on a loaded machine: docs/BENCHMARKS.md).
+    browser_context: str = _setting("str", "page", check=_check_browser_context)
+    # More chromium command-line flags, as a shell would split them (e.g. "--lang=fr").
+    browser_args: str = _setting("str", "")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -450,9 +450,12 @@ class Queue(_QueueBase):
         max_pages: int | None = None,
         blocked_until: float | None = None,
         crawl_limit: int | None = None,
+        browser_wait_for: str | None = None,
     ) -> dict[str, Any]:
-        """Set a domain's politeness overrides and its fetcher (``http``, ``impersonate``;
-        ``default``: none, the worker's setting decides); answers what is now in force.
+        """Set a domain's politeness overrides and its fetcher (``http``, ``impersonate``,
+        ``browser``; ``default``: none, the worker's setting decides); answers what is now in
+        force. ``browser_wait_for``: a CSS selector the browser fetcher waits for on the
+        domain's pages instead of network idle (``""`` removes it).
 
         ``max_pages``: the domain's own cap on jobs enqueued, for the URLFrontier service's
         URLs (enqueued ``capped``); -1 restores the queue's. ``blocked_until``: epoch
@@ -461,7 +464,14 @@ class Queue(_QueueBase):
         (its ``done`` count): once done and in flight reach it nothing more is claimed
         (its jobs stay queued); -1 removes it."""
         op = self._route._op_domain_set(
-            domain, delay, concurrency, fetcher, max_pages, blocked_until, crawl_limit
+            domain,
+            delay,
+            concurrency,
+            fetcher,
+            max_pages,
+            blocked_until,
+            crawl_limit,
+            browser_wait_for,
         )
         return self._drive(op)
 

@@ -24,7 +24,9 @@ from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
+from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
 from scrapeq.runtime.classify import (
+    BrowserLost,
     Classification,
     Outcome,
     classify_exception,
@@ -110,6 +112,8 @@ class Attempts(WorkerCore):
             assert self._fetcher is not None
             fetched = fetching = time.monotonic()
             response = await self._fetch(job)
+            if self._fetcher_name(job) != "browser":  # a browser counts each of its requests
+                self._fetched_by(self._fetcher_name(job), 1, len(response.body))
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             if self._grouped is not None and job.domain not in self._grouped:
@@ -117,13 +121,7 @@ class Attempts(WorkerCore):
         except Exception as exc:
             if self.metrics is not None and fetching:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
-            verdict = classify_exception(exc)
-            if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
-                seen.result = exit_result(verdict)
-            out = self._from_classification(job, verdict, None, started, exc, seen)
-            if not verdict.counts_against_domain:  # no answer of the site's to learn from
-                return out
-            return with_latency(out, verdict, time.monotonic() - fetched)
+            return self._fetch_failed(job, exc, seen, started, fetched, bool(fetching))
         verdict = classify_response(
             response.status, response.headers, response.elapsed, slow_call=self.settings.slow_call,
             conditional=response.status == 304 and sends_conditional(job),
@@ -140,6 +138,39 @@ class Attempts(WorkerCore):
         else:
             out = await self._handle(job, response, verdict, started, seen)
         return with_latency(out, verdict, response.elapsed)
+
+    def _fetch_failed(
+        self,
+        job: Job,
+        exc: Exception,
+        seen: _ExitSeen,
+        started: float,
+        fetched: float,
+        fetching: bool,
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """What an exception before the page's answer (robots, fetch) makes of the job."""
+        verdict = classify_exception(exc)
+        if isinstance(exc, BrowserLost):
+            return self._browser_lost(job, exc, verdict, started)
+        if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
+            seen.result = exit_result(verdict)
+        out = self._from_classification(job, verdict, None, started, exc, seen)
+        if not verdict.counts_against_domain:  # no answer of the site's to learn from
+            return out
+        return with_latency(out, verdict, time.monotonic() - fetched)
+
+    def _browser_lost(
+        self, job: Job, exc: BrowserLost, verdict: Classification, started: float
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """The job's browser was lost (crash, kill, hang): the job is given back at once, no
+        attempt spent, its domain not charged (the pool starts another browser); a release
+        is spent, so a page that kills whole browsers ends dead past ``max_releases``."""
+        log.info("job %s: %s", job.id, exc, extra=about(job, "browser_lost"))
+        message = verdict.message or str(exc)
+        settlement = self.queue.releasing(
+            job, delay=0, kind="released:browser_lost", message=message
+        )
+        return self._if_dead(job, settlement, None, started, message)
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
@@ -182,12 +213,35 @@ class Attempts(WorkerCore):
             return settlement, None
         return settlement, make_record(job, "done", response, started, None, None)
 
-    def _fetcher_for(self, job: Job) -> Fetcher:
+    def _fetcher_name(self, job: Job) -> str:
+        return job.fetcher or job.domain_fetcher or self.settings.fetcher
+
+    def _new_browser(self) -> BrowserFetcher:
+        """The browser fetcher, its requests counted (the http fetcher's guard and exits)."""
+        assert self._fetcher is not None
+        return BrowserFetcher(
+            self.settings, self._fetcher, on_fetched=lambda n, size: self._fetched_by(
+                "browser", n, size)
+        )  # fmt: skip
+
+    def _fetched_by(self, fetcher: str, requests: int, size: int) -> None:
+        self.stats.fetched_by(fetcher, requests, size)
+        if self.metrics is not None:
+            self.metrics.fetched_by(fetcher, requests, size)
+
+    def _fetcher_for(self, job: Job) -> Fetcher | WaitingFetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
         domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
         setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
         assert self._fetcher is not None
-        name = job.fetcher or job.domain_fetcher or self.settings.fetcher
+        name = self._fetcher_name(job)
+        if name == "browser":
+            if self._browser is None:
+                try:
+                    self._browser = self._new_browser()
+                except ConfigError as exc:  # Playwright or chromium missing here: ours
+                    raise FetcherUnavailable(exc.reason) from None
+            return self._browser.waiting_for(job.domain_wait_for)
         if name != "impersonate":
             return self._fetcher
         if self._impersonator is None:

@@ -55,12 +55,14 @@ __all__ = [
     "OVERLOAD_REASONS",
     "BlockedAddress",
     "BodyTooLarge",
+    "BrowserLost",
     "Classification",
     "OurNetworkDown",
     "Outcome",
     "ProxyAnswered",
     "ProxyDown",
     "ProxyRefused",
+    "RendererCrashed",
     "RobotsDisallowed",
     "classify_exception",
     "classify_response",
@@ -137,6 +139,18 @@ class RobotsDisallowed(ScrapeqError):
 
 class OurNetworkDown(ScrapeqError):
     """Our own network is failing (not the site's): no attempt spent, no domain blamed."""
+
+
+class BrowserLost(OurNetworkDown):
+    """The browser a page was rendered in crashed, was killed or hung (the browser fetcher's
+    pool, :mod:`scrapeq.runtime.browser_pool`): ``ours``, reason ``browser_lost``; the job
+    is given back at once, no attempt spent, its domain not charged."""
+
+
+class RendererCrashed(ScrapeqError):
+    """The page's renderer died while its browser lived on: the page's own doing (``retry``,
+    reason ``renderer_crashed``, an attempt spent, its domain not charged), so a page that
+    kills its renderer every time ends dead after ``max_attempts``."""
 
 
 class ProxyRefused(ScrapeqError):
@@ -352,6 +366,8 @@ _LEADING_RULES: Final[_ExcRules] = (
     ((BlockedAddress,), _Rule(_FAIL, "blocked_address", False)),
     ((RobotsDisallowed,), _Rule(_FAIL, "robots_disallowed", False)),
     ((ProxyDown,), _Rule(_OURS, "proxy_error", False)),
+    ((BrowserLost,), _Rule(_OURS, "browser_lost", False)),
+    ((RendererCrashed,), _Rule(_RETRY, "renderer_crashed", False)),
     ((OurNetworkDown,), _Rule(_OURS, "network_down", False)),
     ((ProxyRefused,), _Rule(_OURS, "proxy_error", False)),
     ((InvalidURL,), _Rule(_FAIL, "invalid_url", False)),

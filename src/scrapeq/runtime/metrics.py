@@ -65,6 +65,18 @@ class WorkerMetrics:
             buckets=CLAIM_BUCKETS,
             registry=self.registry,
         ).labels(queue)
+        self._requests = Counter(
+            "scrapeq_worker_fetcher_requests",
+            "Requests this worker made, by fetcher (a browser page's own requests included).",
+            ["queue", "fetcher"],
+            registry=self.registry,
+        )
+        self._bytes = Counter(
+            "scrapeq_worker_fetcher_bytes",
+            "Body bytes this worker's requests brought, by fetcher.",
+            ["queue", "fetcher"],
+            registry=self.registry,
+        )
         # The labelled children, looked up once per (lane, outcome): labels() is a dict
         # lookup under a lock, done per job otherwise.
         self._settled_children: dict[tuple[str, str], Any] = {}
@@ -86,6 +98,11 @@ class WorkerMetrics:
             child = self._fetch.labels(self.queue, lane)
             self._fetch_children[lane] = child
         child.observe(seconds)
+
+    def fetched_by(self, fetcher: str, requests: int, size: int) -> None:
+        """Count ``requests`` of ``fetcher`` that brought ``size`` bytes."""
+        self._requests.labels(self.queue, fetcher).inc(requests)
+        self._bytes.labels(self.queue, fetcher).inc(size)
 
     def claimed(self, jobs: int, seconds: float) -> None:
         """Observe one claim call: how many jobs it brought and how long it took."""

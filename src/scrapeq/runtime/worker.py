@@ -187,6 +187,7 @@ class Worker(Shutdown, Leases, Attempts):
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self._impersonator = None  # the impersonate fetcher, made when first needed
+        self._browser = None  # the browser fetcher (its pool of chromium processes), too
         self.burst = burst
         self.max_runtime = max_runtime
         self.tune_gc = tune_gc
@@ -385,6 +386,8 @@ class Worker(Shutdown, Leases, Attempts):
             default = self._impersonator = ImpersonateFetcher(
                 self.settings, pool=self.queue.exit_pool
             )
+        elif self.settings.fetcher == "browser":  # refused here, at start, without Playwright
+            self._browser = self._new_browser()
         if self.settings.respect_robots:  # robots.txt through the setting's fetcher
             self._robots = Robots(default, self.queue.client, self.queue.keys.prefix + "robots:")
         self._handler_deadlines = Deadlines(self.settings.handler_timeout)
@@ -413,6 +416,8 @@ class Worker(Shutdown, Leases, Attempts):
             await self._fetcher.close()
         if self._impersonator is not None:
             await self._impersonator.close()
+        if self._browser is not None:
+            await self._browser.close()
         if self.sink is not None:
             await self.sink.close()
 

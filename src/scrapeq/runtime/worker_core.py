@@ -22,6 +22,7 @@ from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.bans import BanRules
+from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
@@ -50,6 +51,15 @@ class WorkerStats:
     stale: int = 0
     abandoned: int = 0  # attempts given up at max_job_time (left to their leases)
     started: float = field(default_factory=time.monotonic)
+    #: Per fetcher (http, impersonate, browser): [requests, bytes] (a browser's page counts
+    #: its document and every request of the page).
+    fetched: dict[str, list[int]] = field(default_factory=dict)
+
+    def fetched_by(self, fetcher: str, requests: int, size: int) -> None:
+        """Count ``requests`` of ``fetcher`` that brought ``size`` bytes."""
+        tally = self.fetched.setdefault(fetcher, [0, 0])
+        tally[0] += requests
+        tally[1] += size
 
     def count(self, status: str) -> None:
         """Count one settle answer (done, retried, throttled, dead, released, stale)."""
@@ -102,6 +112,7 @@ class WorkerCore:
     _fetcher: Fetcher | None
     _own_fetcher: bool
     _impersonator: Fetcher | None
+    _browser: BrowserFetcher | None
     _follow: FollowPolicy
     _bodies: BodyStore | None
     _adapted: bool

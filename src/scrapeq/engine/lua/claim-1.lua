@@ -23,8 +23,8 @@
   scrapeq: contrib/scrapy/_frontier.py). Without it, a claim takes every lane, most urgent
   first, as before.
 
-  Each claimed job carries `domain_fetcher`, its domain's fetcher (domain_set-1.lua), when
-  the domain has one.
+  Each claimed job carries `domain_fetcher`, its domain's fetcher (domain_set-1.lua), and
+  `domain_wait_for`, the selector the browser fetcher waits for, when the domain has one.
 
   With an exit pool (CFG.exits), each claimed job carries `exit`, the id of the exit it is
   fetched through (includes/exits.lua); a domain with no usable exit waits; when every exit
@@ -91,10 +91,11 @@ end
 local CLAIMED_BYTES = 0
 local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
 
-local function lease(job, probe_domain, plan, fetcher)
+local function lease(job, probe_domain, plan, fetcher, wait_for)
   local l = LEASES
   job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
   job.domain_fetcher = fetcher or nil  -- the domain's own fetcher (domain_set-1.lua), if any
+  job.domain_wait_for = wait_for or nil  -- and the selector its browser pages wait for
   job.jar = plan and plan.jar or nil  -- session = sticky: the domain's cookie jar
   job.attempts = job.attempts + 1
   job.token = next_token()
@@ -192,7 +193,7 @@ end
 local function take_run(d, room, bound, out, head)
   local dk = k_dom(d)
   local f = redis.call('HMGET', dk, 'inflight', 'conc', 'delay', 'state', 'next', 'open_until',
-    'alim', 'aivl', 'fetcher', 'climit', 'done')
+    'alim', 'aivl', 'fetcher', 'climit', 'done', 'bwait')
   if not f[7] and adaptive_on(f[2]) and is_urgent(head) then
     f[7] = urgent_start()
     redis.call('HSET', dk, 'alim', f[7])
@@ -233,7 +234,7 @@ local function take_run(d, room, bound, out, head)
     if RUN then RUN.upto = i end
     local job = claimable(id, d, raws[i])
     if job then
-      out[#out + 1] = lease(job, state == 'half_open' and d or nil, plan, f[9])
+      out[#out + 1] = lease(job, state == 'half_open' and d or nil, plan, f[9], f[12])
       leased = leased + 1
     end
   end

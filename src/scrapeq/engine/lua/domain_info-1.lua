@@ -13,7 +13,8 @@
     with revisit on, max_bytes set or such figures kept: revisit_load, revisit_pages,
     revisit_budget (the revisit budget, visits per domain-hour), freshness, revisits_skipped,
     bytes, skipped; with max_pages set or a cut counted: max_pages_skipped; with its own
-    fetcher set (domain set --fetcher): fetcher.
+    fetcher set (domain set --fetcher): fetcher; with a selector its browser pages wait for
+    (domain set --browser-wait-for): browser_wait_for.
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -33,7 +34,7 @@ for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
     'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb',
-    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip', 'fetcher')
+    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip', 'fetcher', 'bwait')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
@@ -56,6 +57,7 @@ for i, d in ipairs(ARG.domains) do
   }
   -- its own fetcher (domain_set-1.lua), when one is set
   if f[32] then out[i].fetcher = f[32] end
+  if f[33] then out[i].browser_wait_for = f[33] end
   -- with an exit pool: the tier it fetches at (includes/exits.lua) and its benched exits
   if #CFG.exits > 0 then
     local x = redis.call('HGETALL', k_dexit(d))

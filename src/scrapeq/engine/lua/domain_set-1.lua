@@ -4,7 +4,8 @@
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?, max_pages?, until_ms?, climit?}
+    ARGV[3]  JSON {domain, delay_ms?, conc?, fetcher?, max_pages?, until_ms?, climit?,
+                   wait_for?}
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
@@ -19,11 +20,13 @@
       climit    the domain's crawl limit (1 to 10^14 - 1): once its jobs done (its `done`
                 count) and in flight reach it, it dispatches nothing (refile parks it; its
                 jobs stay queued); -1 removes it (the URLFrontier service's SetCrawlLimit)
+      wait_for  a CSS selector the browser fetcher waits for on the domain's pages (a
+                claim hands it to each job as domain_wait_for), 1 to 500 bytes; -1: none
       absent fields are left as they are
 
-  Output: {delay_ms, conc, auto, fetcher} now in force (the defaults when no override is
-  set); auto is 1 when the domain's limit adapts (conc is then its limit now); fetcher is
-  the domain's own, '' when none.
+  Output: {delay_ms, conc, auto, fetcher, wait_for} now in force (the defaults when no
+  override is set); auto is 1 when the domain's limit adapts (conc is then its limit now);
+  fetcher and wait_for are the domain's own, '' when none.
 
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad argument (delay_ms: -1 or 0
   to 100 years; conc: -1, 'auto' or 1 to 10^14 - 1; max_pages -1 or 0 to 10^14 - 1;
@@ -46,6 +49,10 @@ local refused = arg_refusal(function()
   end
   if ARG.until_ms ~= nil then check_int(ARG.until_ms, 'until_ms', 0, MAX_INT) end
   if ARG.climit ~= nil and ARG.climit ~= -1 then check_int(ARG.climit, 'climit', 1, MAX_INT) end
+  if ARG.wait_for ~= nil and ARG.wait_for ~= -1 then
+    check_str(ARG.wait_for, 'wait_for')
+    if #ARG.wait_for > 500 then refuse('wait_for', 'expected at most 500 bytes', #ARG.wait_for) end
+  end
 end)
 if refused then return redis.error_reply(refused) end
 
@@ -67,6 +74,11 @@ if ARG.fetcher == -1 then
 elseif ARG.fetcher then
   redis.call('HSET', dk, 'fetcher', ARG.fetcher)
 end
+if ARG.wait_for == -1 then
+  redis.call('HDEL', dk, 'bwait')
+elseif ARG.wait_for then
+  redis.call('HSET', dk, 'bwait', ARG.wait_for)
+end
 if ARG.max_pages then
   if ARG.max_pages < 0 then redis.call('HDEL', dk, 'maxp')
   else redis.call('HSET', dk, 'maxp', ARG.max_pages) end
@@ -83,9 +95,9 @@ if ARG.until_ms then
     redis.call('HSET', dk, 'next', ARG.until_ms)
   end
 end
-local f = redis.call('HMGET', dk, 'delay', 'conc', 'fetcher')
+local f = redis.call('HMGET', dk, 'delay', 'conc', 'fetcher', 'bwait')
 refile(d)
 local auto = adaptive_on(f[2])
 local alim = auto and redis.call('HGET', dk, 'alim') or nil
 return {tonumber(f[1]) or CFG.delay_ms, domain_cap(f[2], 'closed', alim), auto and 1 or 0,
-  f[3] or ''}
+  f[3] or '', f[4] or ''}

@@ -169,7 +169,8 @@ FetcherOpt = Annotated[
     str | None,
     typer.Option(
         metavar="NAME",
-        help="http (default) or impersonate (a browser's TLS fingerprint: the impersonate extra).",
+        help="http (default), impersonate (a browser's TLS fingerprint) or browser (rendered"
+        " by chromium); the last two are extras.",
     ),
 ]
 

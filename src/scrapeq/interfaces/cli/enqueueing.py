@@ -140,6 +140,7 @@ def enqueue(
       scrapeq enqueue --requests requests.jsonl --unique
       scrapeq enqueue --sitemap https://shop.example.com/sitemap.xml --unique
       scrapeq enqueue https://shop.example.com/ --fetcher impersonate
+      scrapeq enqueue https://shop.example.com/grid --fetcher browser
     """
     settings = _settings(ctx, allow_private=_private(allow_private, no_allow_private))
     fetcher = _fetcher_name(fetcher)

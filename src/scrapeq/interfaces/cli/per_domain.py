@@ -191,6 +191,8 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
             out[key] = info[key]
     if "fetcher" in info:  # domain set --fetcher (issue 42)
         out["fetcher"] = info["fetcher"]
+    if "browser_wait_for" in info:  # domain set --browser-wait-for
+        out["browser_wait_for"] = info["browser_wait_for"]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]
@@ -218,8 +220,15 @@ def domain_set(
         str | None,
         typer.Option(
             metavar="NAME",
-            help="What fetches its jobs that name none: http, impersonate, or default "
-            "(the worker's fetcher setting).",
+            help="What fetches its jobs that name none: http, impersonate, browser, or "
+            "default (the worker's fetcher setting).",
+        ),
+    ] = None,
+    browser_wait_for: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CSS",
+            help="A selector the browser fetcher waits for on its pages ('' removes it).",
         ),
     ] = None,
 ) -> None:
@@ -229,17 +238,21 @@ def domain_set(
       scrapeq domain set shop-43.example.com --delay 2 --concurrency 1
       scrapeq domain set shop-43.example.com --concurrency auto
       scrapeq domain set shop-43.example.com --fetcher impersonate
+      scrapeq domain set shop.example.com --browser-wait-for '.price'
     """
     _domain_arg(domain)
-    if delay is None and concurrency is None and fetcher is None:
-        _die("give --delay, --concurrency and/or --fetcher", 2)
+    if (delay, concurrency, fetcher, browser_wait_for) == (None, None, None, None):
+        _die("give --delay, --concurrency, --fetcher and/or --browser-wait-for", 2)
     if fetcher is not None and fetcher not in (*FETCHERS, "default"):
         _die(f"--fetcher takes {', '.join((*FETCHERS, 'default'))}, got {fetcher!r}", 2)
     q = Context(_settings(ctx)).queue()
     conc = int(concurrency) if concurrency not in (None, "auto") else concurrency
-    got = q.domain_set(domain, delay=delay, concurrency=conc, fetcher=fetcher)
+    got = q.domain_set(domain, delay=delay, concurrency=conc, fetcher=fetcher,
+                       browser_wait_for=browser_wait_for)  # fmt: skip
     limit = f"auto (now {got['concurrency']})" if got["adaptive"] else str(got["concurrency"])
     line = f"{domain}: delay {got['delay']:g}s, concurrency {limit}"
     if got["fetcher"] is not None:
         line += f", fetcher {got['fetcher']}"
+    if got["browser_wait_for"] is not None:
+        line += f", browser waits for {got['browser_wait_for']}"
     typer.echo(line)

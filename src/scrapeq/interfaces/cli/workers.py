@@ -127,6 +127,7 @@ def worker(
       scrapeq worker --concurrency 200 --results results.jsonl
       scrapeq worker --processes 4 --burst --handler myproject.parse:product
       scrapeq worker --fetcher impersonate  # a browser's TLS handshake
+      scrapeq worker --fetcher browser --burst  # rendered pages (chromium)
     """
     settings = _settings(
         ctx, allow_private=_private(allow_private, no_allow_private),
@@ -262,11 +263,11 @@ def _worker_options(
     problem = results_problem(results, fields) if results is not None else None
     if problem is not None:
         _die(problem, 2)
-    if settings.fetcher == "impersonate":  # one line naming the extra, before any claim
-        from scrapeq.runtime.impersonate import require_curl_cffi
+    if settings.fetcher != "http":  # one line naming the extra, before any claim
+        from scrapeq.runtime.browser_pool import require_fetcher
 
         try:
-            require_curl_cffi()
+            require_fetcher(settings)
         except ConfigError as exc:
             _die(str(exc), 2)
     if save_bodies is not None and not save_bodies.is_dir():
