@@ -259,8 +259,14 @@ def workload(
     return Workload(urls, settings, sink=row != "nosink", expect_done=jobs)
 
 
+def client_of(url: str) -> redis.asyncio.Redis:
+    """A client that waits for its answers: under callgrind a claim takes seconds (redis-py's
+    own default timeout is 5 s)."""
+    return redis.asyncio.Redis.from_url(url, decode_responses=True, socket_timeout=600)
+
+
 async def _fill(url: str, w: Workload) -> None:
-    client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    client: redis.asyncio.Redis = client_of(url)
     q = AsyncQueue(client, settings=w.settings)
     await client.flushall()
     for start in range(0, len(w.urls), CHUNK):
@@ -270,7 +276,7 @@ async def _fill(url: str, w: Workload) -> None:
 
 
 async def _work(url: str, w: Workload, folder: Path) -> Worker:
-    client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    client: redis.asyncio.Redis = client_of(url)
     q = AsyncQueue(client, settings=w.settings)
     sink = JsonlSink(folder / "results.jsonl") if w.sink else None
     # revisit = on: each done page is scheduled again, so a burst worker would wait for its
