@@ -39,7 +39,7 @@ turn, so the drift of a shared machine hits all rows alike.
 
 Run: ``.venv/bin/python bench/cost.py [--jobs N] [--rounds R] [--callgrind-jobs N]
 [--no-callgrind] [--rows plain,exit,...] [--redis-server PATH]``. The defaults (4,000 jobs,
-3 rounds, 1,000 jobs under callgrind) take about three minutes on a 2-core machine.
+3 rounds, 1,000 jobs under callgrind) took six minutes on a shared 2-core machine.
 """
 
 from __future__ import annotations
