@@ -10,6 +10,15 @@ never another process's acknowledged one. Writers that do not take the lock (ano
 appending to the file) are not covered. On a file that is not a regular one (``/dev/full``, a
 pipe) nothing can be cut back; a write there is one ``os.write`` of the whole line.
 
+Appends that wait for the lock while another is written are joined (a subclass that sets
+``_JOIN``: the JSONL sink's lines need nothing of the file but its end): the next append
+writes all the lines waiting to a regular file as one ``os.write``, so a worker finishing
+many pages at once makes one thread hop and one ``flock`` for them, not one each. A pipe or
+a device takes one line a write, each acknowledged once written, as before (the kernel may
+split a pipe write of more than ``PIPE_BUF`` bytes, and a reader that stops would hold the
+lines before it unacknowledged). Each line's ``append`` still returns once it is in the
+file, or raises with nothing of it left (a group that fails is cut back whole).
+
 A file deleted or rotated away (``rm``, logrotate's rename without ``copytruncate``) is
 followed: before each append, under the lock, the path is looked up again (one ``stat``,
 besides the ``fstat`` the append makes anyway); when it no longer names the open file, the
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import logging
 import os
 import stat
@@ -56,11 +66,16 @@ class LineFile:
     _MODE = os.O_WRONLY
     #: Open with ``O_APPEND`` (the JSON array sink writes before its closing ``]``: no).
     _APPEND = True
+    #: Join the lines of appends waiting for the lock into one write (see the module's doc).
+    _JOIN = False
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._fd: int | None = None
         self._lock = asyncio.Lock()
+        self._joined: list[tuple[bytes, asyncio.Future[None]]] = []  # waiting to be written
+        self._writing: asyncio.Future[list[OSError | None]] | None = None  # the last group
+        self._regular = False  # the file open is a regular one (known once it is open)
         self.reopened = 0
 
     def _prepare(self) -> None:
@@ -89,6 +104,7 @@ class LineFile:
             append = os.O_APPEND if self._APPEND else 0
             flags = self._MODE | append | os.O_CREAT | os.O_CLOEXEC
             fd = os.open(self.path, flags, 0o666)
+            self._regular = stat.S_ISREG(os.fstat(fd).st_mode)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
@@ -143,14 +159,71 @@ class LineFile:
 
     async def append(self, data: bytes) -> None:
         """Append ``data`` (one or more whole lines) whole, or raise ``OSError``."""
+        if not (self._JOIN and self._regular):  # a pipe: each line acknowledged once written
+            async with self._lock:
+                await asyncio.to_thread(self._append, data)
+            return
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._joined.append((data, written))
         async with self._lock:
-            await asyncio.to_thread(self._append, data)
+            if self._writing is not None:  # a write whose caller was cancelled: it ends first
+                await asyncio.wait([self._writing])
+            if self._joined:  # ours among them, unless a write before took it
+                batch, self._joined = self._joined, []
+                lines = [line for line, _ in batch]
+                self._writing = write = asyncio.ensure_future(
+                    asyncio.to_thread(self._append_group, lines)
+                )
+                write.add_done_callback(functools.partial(_answer, batch))
+                await asyncio.wait([write])  # not cancelled with this caller: the others wait
+                self._writing = None
+        await written
+
+    def _append_group(self, lines: list[bytes]) -> list[OSError | None]:
+        """Append joined lines; each line's error, or None. A regular file takes them as one
+        write (all or none); anything else (a pipe, a device) one line a write, as appends
+        not joined: the kernel may split a write of more than ``PIPE_BUF`` bytes to a pipe,
+        never a line of at most that."""
+        if len(lines) > 1 and stat.S_ISREG(os.fstat(self._open()).st_mode):
+            try:
+                self._append(b"".join(lines))
+            except OSError as exc:
+                return [exc] * len(lines)
+            return [None] * len(lines)
+        errors: list[OSError | None] = []
+        for line in lines:
+            try:
+                self._append(line)
+            except OSError as exc:
+                errors.append(exc)
+            else:
+                errors.append(None)
+        return errors
 
     async def close(self) -> None:
         async with self._lock:
+            if self._writing is not None:
+                await asyncio.wait([self._writing])
             fd, self._fd = self._fd, None
             if fd is not None:
                 await asyncio.to_thread(_sync_and_close, fd, self.path)
+
+
+def _answer(
+    batch: list[tuple[bytes, asyncio.Future[None]]], write: asyncio.Future[list[OSError | None]]
+) -> None:
+    """Each joined append learns how the write of its line ended."""
+    failed: BaseException | None = (
+        asyncio.CancelledError() if write.cancelled() else write.exception()
+    )
+    errors = write.result() if failed is None else [failed] * len(batch)
+    for (_, written), exc in zip(batch, errors, strict=True):
+        if written.done():  # its caller was cancelled
+            continue
+        if exc is None:
+            written.set_result(None)
+        else:
+            written.set_exception(exc)
 
 
 def append_whole(fd: int, data: bytes, info: os.stat_result | None = None) -> None:

@@ -19,7 +19,11 @@ class JsonlSink(LineFile):
     a crash of the worker after the ack cannot lose it), or raises ``OSError`` having left
     nothing of it behind (see the module docstring). ``close`` syncs the file to disk; it
     never raises: a failed sync is logged as an error.
+    Lines of concurrent writes are joined into one ``os.write`` (sinks/_lines.py): each
+    ``write`` still returns once its line is in the file.
     """
+
+    _JOIN = True
 
     async def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
