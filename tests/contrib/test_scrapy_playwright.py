@@ -36,9 +36,11 @@ PRODUCTS = 12
 #: title is written by JavaScript too. ``-a start=URL,...``, ``-a out=FILE`` (``begin URL``
 #: when a product's callback starts, ``done URL`` as its last act, each line flushed: a
 #: process killed with SIGKILL leaves every line it wrote), ``-a expect=N`` (close once N
-#: products are done here), ``-a pause=S`` (seconds each product's callback takes).
+#: products are done here, but not before ``-a linger=S`` seconds from the start: the last
+#: callback waits), ``-a pause=S`` (seconds each product's callback takes).
 SPIDER = """
 import asyncio
+import time
 
 import scrapy
 from scrapy.exceptions import CloseSpider
@@ -57,10 +59,11 @@ class Shop(scrapy.Spider):
         },
     }
 
-    def __init__(self, start="", out="", expect="0", pause="0", **kwargs):
+    def __init__(self, start="", out="", expect="0", pause="0", linger="0", **kwargs):
         super().__init__(**kwargs)
         self.start_urls = [u for u in start.split(",") if u]
         self.out, self.expect, self.pause = out, int(expect), float(pause)
+        self.until = time.monotonic() + float(linger)
         self.done = 0
 
     def note(self, what, url):
@@ -83,6 +86,7 @@ class Shop(scrapy.Spider):
         self.note("done", response.url)
         self.done += 1
         if self.expect and self.done >= self.expect:
+            await asyncio.sleep(max(0.0, self.until - time.monotonic()))
             raise CloseSpider("every product")
 """
 
@@ -160,7 +164,8 @@ async def test_a_hanging_page_charges_its_domain_and_not_the_others(
 ) -> None:
     """Chromium waits 1.5 s for a page that never answers: its domain's breaker opens after
     the 3rd timeout and its pages park; the shop's domain is charged nothing and every
-    product is crawled."""
+    product is crawled. The crawl lasts at least 12 s (``linger``): a shop crawled faster
+    than three timeouts closed the spider with the 3rd one in flight (released at close)."""
     need_browser()
     async with sites(js_shop, hang) as (shop, stuck):
         start = [shop.url("/")] + [stuck.url(f"/h/{i}") for i in range(10)]
@@ -168,7 +173,7 @@ async def test_a_hanging_page_charges_its_domain_and_not_the_others(
             tmp_path, "one", redis_url, "pw-hang",
             _scrapeq(breaker_failures=3, breaker_cooldown=60, domain_concurrency=2),
             "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT=1500", "CLOSESPIDER_TIMEOUT=120",
-            start=",".join(start), expect=str(PRODUCTS),
+            start=",".join(start), expect=str(PRODUCTS), linger="12",
         )  # fmt: skip
         await communicate(proc, 150)
     log = (tmp_path / "one.log").read_text(errors="replace")
