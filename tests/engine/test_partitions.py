@@ -204,6 +204,24 @@ def test_follow_ups_are_enqueued_in_their_own_partitions(make_queue: QueueFactor
         assert partition_of_id(j.id, 3) == partition_of(j.domain, 3)
 
 
+def test_a_partitioned_queue_not_written_yet_reads_empty(make_queue: QueueFactory) -> None:
+    """Reads of a new queue with partitions > 1 answer for an empty queue (they raised
+    SQ_PARTITIONS "has 1 partition" before its first enqueue stamped it); the first enqueue
+    then stamps it, and a read with other partitions is refused as before."""
+    three = make_queue(queue="fresh", partitions=3)
+    url = f"https://{dom(0)}/a"
+    assert three.url_job(url) is None
+    assert three.url_seen(url) is False
+    assert three.counts()["ready"] == 0
+    assert three.status()["counts"]["ready"] == 0
+    assert not three.exists()
+    three.enqueue(url, unique="seen")
+    assert three.url_job(url) is not None
+    assert three.url_seen(url) is True
+    with pytest.raises(ConfigError, match=r"has 3 partition.*say 5"):
+        make_queue(queue="fresh", partitions=5).counts()
+
+
 def test_changing_partitions_of_a_queue_in_use_is_refused(make_queue: QueueFactory) -> None:
     one = make_queue(queue="shop")
     one.enqueue(f"https://{dom(0)}/a")

@@ -108,6 +108,8 @@ class PartitionRouter(ABC):
         if not self._parts_checked:
             yield from self._schema.op_home(False)
             stored = yield Command(("HGET", self.core.keys.meta, "parts"))
+            if stored is None and self.partitions > 1 and not (yield from self.core._op_exists()):
+                return  # a queue not written yet: every partition reads empty, nothing to check
             if int(stored or 1) != self.partitions:
                 raise scripts.map_error(f"SQ_PARTITIONS {int(stored or 1)} {self.partitions}")
             self._parts_checked = True
