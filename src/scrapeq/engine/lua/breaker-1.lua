@@ -27,8 +27,9 @@ local d = ARG.domain
 if not registry_has(d) then
   return redis.error_reply('SQ_UNKNOWN_DOMAIN ' .. d)
 end
-local new, e = RULE.breaker_step(breaker_read(k_dom(d)), {ev = ARG.action,
-  cool = tonumber(ARG.cool_ms)}, CFG, NOW)
+local f = redis.call('HMGET', k_dom(d), 'state', 'fails', 'win', 'probe', 'trips', 'open_until')
+local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
+  trips = f[5], open_until = f[6]}, {ev = ARG.action, cool = tonumber(ARG.cool_ms)}, CFG, NOW)
 if ARG.action == 'trip' then
   redis.call('SREM', K.RETIRING, d)
   redis.call('SREM', K.RETIRED, d)

@@ -8,12 +8,6 @@
 --@include history
 --@include breaker_rule
 
--- The breaker fields of domain hash dk, as RULE.breaker_step (breaker_rule.lua) takes them.
-local function breaker_read(dk)
-  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe', 'trips', 'open_until')
-  return {state = f[1], fails = f[2], win = f[3], probe = f[4], trips = f[5], open_until = f[6]}
-end
-
 -- The sets and events of a retirement (its fields are written by breaker_apply).
 local function retire(d, why)
   redis.call('SREM', K.OPEN, d)
@@ -114,6 +108,9 @@ local ACTIVE_SEEN = {}
 -- there changes nothing, so later successes skip the read. Emptied before any breaker
 -- write (of any domain: the global guard resets other domains too).
 local SPOTLESS = {}
+-- The outcome RULE.breaker_step is given for each settle, one table filled again each time
+-- (the rule keeps nothing of it): a settle builds no table for it.
+local RESULT = {ev = 'result', failed = false, job = '', paused = false}
 
 local function breaker_outcome(d, failed, job_id, kind, message)
   local dk = k_dom(d)
@@ -124,8 +121,11 @@ local function breaker_outcome(d, failed, job_id, kind, message)
     redis.call('ZADD', K.ACTIVE, NOW, d)
   end
   if not failed and SPOTLESS[d] then return end
-  local new, e = RULE.breaker_step(breaker_read(dk),
-    {ev = 'result', failed = failed, job = job_id, paused = paused}, CFG, NOW)
+  -- the fields an outcome reads (not open_until: the settle's hot path)
+  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe', 'trips')
+  RESULT.failed, RESULT.job, RESULT.paused = failed, job_id, paused
+  local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
+    trips = f[5]}, RESULT, CFG, NOW)
   if e.spotless then
     SPOTLESS[d] = true
     return

@@ -23,7 +23,8 @@
   cfg: fails, window, rate, min_calls (the trip thresholds), max_trips, cool_ms, cool_max_ms
   now: ms
 
-  Answers (state', effects); state' is what the hash holds after (the same table when
+  A field absent from `state` (not read by the caller) stays absent from state' unless the
+  step sets it. Answers (state', effects); state' is what the hash holds after (the same table when
   nothing changed). effects (a table, possibly empty; never to be modified: the empty one and
   the spotless one are shared):
     write     the fields to store, in order (nil: none)
