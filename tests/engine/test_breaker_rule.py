@@ -234,6 +234,28 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"ev": "ended", "job": "j"},
         {"same": True, "effects": []},
     ),
+    # the global-fault guard
+    (
+        "a pause pardons a trip: closed, one trip fewer",
+        {"state": "open", "trips": "3"},
+        {"ev": "pardon"},
+        {
+            "new": {"state": "closed", "fails": 0, "win": "", "trips": 2, "open_until": 0},
+            "effects": ["write"],
+        },
+    ),
+    (
+        "a pardon never goes below zero trips",
+        {"state": "half_open"},
+        {"ev": "pardon"},
+        {"new": {"state": "closed", "trips": 0}},
+    ),
+    (
+        "a retirement stands a pause",
+        {"state": "retired", "trips": "8"},
+        {"ev": "pardon"},
+        {"same": True, "effects": []},
+    ),
     # by hand
     (
         "a reset closes, even a retired domain",

@@ -37,9 +37,9 @@ local function global_guard(d)
       tripped, active, CFG.g_window_ms / 1000))
   for _, td in ipairs(redis.call('ZRANGE', K.TRIPS, 0, 999)) do
     local tf = redis.call('HMGET', k_dom(td), 'trips', 'state')
-    if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
-      redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
-        'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
+    local _, e = RULE.breaker_step({trips = tf[1], state = tf[2]}, {ev = 'pardon'}, CFG, NOW)
+    if e.write then
+      redis.call('HSET', k_dom(td), unpack(e.write))
       redis.call('SREM', K.OPEN, td)
       refile(td)
     end

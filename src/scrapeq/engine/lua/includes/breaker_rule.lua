@@ -18,6 +18,8 @@
               half-open
     'claim'   a claim takes from the domain: the budget of jobs it may take (half-open: one
               probe); with `job`, that job was leased
+    'pardon'  the global-fault guard paused dispatch: a trip in its window is undone (closed,
+              one trip fewer), but a retirement
     'reset'   closed by hand (or un-retired by a replay: `why` says so); 'trip' opened by
               hand for `cool` ms (nil: the rule's cooldown), never retired
   cfg: fails, window, rate, min_calls (the trip thresholds), max_trips, cool_ms, cool_max_ms
@@ -134,6 +136,14 @@ function RULE.breaker_step(s, o, cfg, now)
     local new = {state = s.state, fails = s.fails, win = s.win, trips = s.trips,
       open_until = s.open_until, probe = o.job}
     return new, {write = {'probe', o.job}, budget = 1, probe = true}
+  elseif ev == 'pardon' then
+    -- the global-fault guard (breaker.lua): the trip was most likely ours. A retirement
+    -- stands: it took many trips, not one window.
+    if state == 'retired' then return s, RULE.BREAKER_NONE end
+    local trips = math.max((tonumber(s.trips) or 1) - 1, 0)
+    return {state = 'closed', fails = 0, win = '', trips = trips, open_until = 0, probe = ''},
+      {write = {'state', 'closed', 'fails', 0, 'win', '', 'trips', trips, 'open_until', 0,
+        'probe', ''}}
   elseif ev == 'reset' then
     return RULE.breaker_close('reset', o.why or 'breaker reset by hand')
   elseif ev == 'trip' then
