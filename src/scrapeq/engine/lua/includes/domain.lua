@@ -55,9 +55,11 @@ local function urgent_start()
   return math.min(math.max(CFG.urgent_conc, CFG.conc_min or 1), CFG.conc_max or CFG.urgent_conc)
 end
 
--- `alim`: the domain's adaptive limit (its field), used when its limit adapts.
+-- `alim`: the domain's adaptive limit (its field), used when its limit adapts. `state`: its
+-- breaker's, whose rule may bound it (half-open: its one probe, breaker_rule.lua).
 local function domain_cap(conc_override, state, alim)
-  if state == 'half_open' then return 1 end
+  local probes = RULE.breaker_budget(state)
+  if probes then return probes end
   if adaptive_on(conc_override) then
     local lim = tonumber(alim) or adaptive_start()
     return math.floor(math.min(math.max(lim, CFG.conc_min or 1), CFG.conc_max or lim))
