@@ -27,16 +27,16 @@ local d = ARG.domain
 if not registry_has(d) then
   return redis.error_reply('SQ_UNKNOWN_DOMAIN ' .. d)
 end
+local f = redis.call('HMGET', k_dom(d), 'state', 'fails', 'win', 'probe', 'trips', 'open_until')
+local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
+  trips = f[5], open_until = f[6]}, {ev = ARG.action, cool = tonumber(ARG.cool_ms)}, CFG, NOW)
+if ARG.action == 'trip' then
+  redis.call('SREM', K.RETIRING, d)
+  redis.call('SREM', K.RETIRED, d)
+end
+breaker_apply(d, new, e)
 if ARG.action == 'reset' then
-  close_breaker(d)
-  emit('reset', d, 'breaker reset by hand')
   refile(d)
   return 'closed'
 end
-local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
-if trips >= CFG.max_trips then trips = math.max(CFG.max_trips - 1, 1) end
-redis.call('SREM', K.RETIRING, d)
-redis.call('SREM', K.RETIRED, d)
-open_breaker(d, trips, tonumber(ARG.cool_ms)
-  or RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, trips, 'band'), 'tripped by hand')
 return 'open'

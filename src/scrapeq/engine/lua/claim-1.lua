@@ -91,7 +91,7 @@ end
 local CLAIMED_BYTES = 0
 local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
 
-local function lease(job, probe_domain, plan, fetcher, wait_for)
+local function lease(job, probe, plan, fetcher, wait_for)
   local l = LEASES
   job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
   job.domain_fetcher = fetcher or nil  -- the domain's own fetcher (domain_set-1.lua), if any
@@ -113,7 +113,10 @@ local function lease(job, probe_domain, plan, fetcher, wait_for)
     l.order[#l.order + 1] = job.lane
   end
   lane_ids[#lane_ids + 1] = job.id
-  if probe_domain then redis.call('HSET', k_dom(probe_domain), 'probe', job.id) end
+  if probe then  -- {domain, its breaker state}: the breaker rule records its probe
+    local _, e = RULE.breaker_step({state = probe[2]}, {ev = 'claim', job = job.id}, CFG, NOW)
+    redis.call('HSET', k_dom(probe[1]), unpack(e.write))
+  end
   local encoded = cjson.encode(job)
   CLAIMED_BYTES = CLAIMED_BYTES + #encoded
   l.mset[#l.mset + 1] = k_job(job.id)
@@ -202,7 +205,9 @@ local function take_run(d, room, bound, out, head)
   local delay = tonumber(f[3]) or CFG.delay_ms
   if adaptive_on(f[2]) then delay = math.max(delay, math.floor(tonumber(f[8]) or 0)) end
   local budget = math.min(room, domain_cap(f[2], state, f[7]) - (tonumber(f[1]) or 0))
-  if delay > 0 or state == 'half_open' then budget = math.min(budget, 1) end
+  if delay > 0 then budget = math.min(budget, 1) end
+  local probes = RULE.breaker_budget(state)  -- the breaker's bound: half-open, one probe
+  if probes then budget = math.min(budget, probes) end
   if f[10] then  -- a crawl limit: its jobs done and in flight count against it
     budget = math.min(budget, tonumber(f[10]) - (tonumber(f[11]) or 0) - (tonumber(f[1]) or 0))
   end
@@ -234,7 +239,7 @@ local function take_run(d, room, bound, out, head)
     if RUN then RUN.upto = i end
     local job = claimable(id, d, raws[i])
     if job then
-      out[#out + 1] = lease(job, state == 'half_open' and d or nil, plan, f[9], f[12])
+      out[#out + 1] = lease(job, probes and {d, state} or nil, plan, f[9], f[12])
       leased = leased + 1
     end
   end

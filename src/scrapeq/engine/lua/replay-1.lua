@@ -75,8 +75,8 @@ local function replay_one(id, touched)
   job.expires = nil
   if job.fp and not taken then redis.call('HSET', K.UNIQUE, job.fp, id) end
   if redis.call('HGET', k_dom(job.domain), 'state') == 'retired' then
-    close_breaker(job.domain)
-    emit('reset', job.domain, 'un-retired: its dead letters were replayed')
+    breaker_apply(job.domain, RULE.breaker_step({}, {ev = 'reset',
+      why = 'un-retired: its dead letters were replayed'}, CFG, NOW))
   end
   put_ready(job)
   save_job(job)

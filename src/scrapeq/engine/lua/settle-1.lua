@@ -349,8 +349,8 @@ local function settle_one(i, it)
   it.domain_failed = adaptive_outcome(d, job, it)
   if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
     breaker_outcome(d, it.domain_failed, job.id, it.kind or it.reason or it.outcome, it.message)
-  elseif redis.call('HGET', k_dom(d), 'probe') == job.id then
-    redis.call('HSET', k_dom(d), 'probe', '')  -- the probe ended without telling anything
+  else
+    probe_ended(d, job.id)
   end
   local status, notes = settle_outcome(job, it, back)
   TOUCHED[d] = true

@@ -6,24 +6,10 @@
   that never touch a breaker do not build these functions on every call.
 ]]
 --@include history
---@include backoff
+--@include breaker_rule
 
--- Open d's breaker for `cool` ms. The cooldown of a domain's n-th consecutive trip is
--- RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, n, 'band'): base * 2^(n-1), capped, +-20% jitter
--- (backoff.lua).
-local function open_breaker(d, trips, cool, why)
-  -- the window stays: what tripped it is what the dashboard shows while it is open
-  redis.call('HSET', k_dom(d), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
-    'fails', 0, 'probe', '')
-  redis.call('SADD', K.OPEN, d)
-  emit('trip', d, string.format('%s; open for %.1f s (trip %d)', why, cool / 1000, trips))
-  stat('trips')
-  history('trip')
-  refile(d)
-end
-
+-- The sets and events of a retirement (its fields are written by breaker_apply).
 local function retire(d, why)
-  redis.call('HSET', k_dom(d), 'state', 'retired', 'probe', '')
   redis.call('SREM', K.OPEN, d)
   redis.call('SADD', K.RETIRING, d)
   redis.call('SADD', K.RETIRED, d)
@@ -35,14 +21,6 @@ local function retire(d, why)
   emit('retired', d, why, {'jobs', redis.call('ZCARD', k_dq(d)) + delayed})
   stat('retirements')
   history('retired')
-end
-
-local function close_breaker(d)
-  redis.call('HSET', k_dom(d), 'state', 'closed', 'fails', 0, 'win', '', 'trips', 0,
-    'open_until', 0, 'probe', '')
-  redis.call('SREM', K.RETIRING, d)
-  redis.call('SREM', K.RETIRED, d)
-  redis.call('SREM', K.OPEN, d)
 end
 
 -- The global-fault guard: too many healthy domains tripping together means the fault is ours.
@@ -59,9 +37,9 @@ local function global_guard(d)
       tripped, active, CFG.g_window_ms / 1000))
   for _, td in ipairs(redis.call('ZRANGE', K.TRIPS, 0, 999)) do
     local tf = redis.call('HMGET', k_dom(td), 'trips', 'state')
-    if tf[2] ~= 'retired' then  -- a retirement stands: it took many trips, not one window
-      redis.call('HSET', k_dom(td), 'state', 'closed', 'fails', 0, 'win', '',
-        'trips', math.max((tonumber(tf[1]) or 1) - 1, 0), 'open_until', 0, 'probe', '')
+    local _, e = RULE.breaker_step({trips = tf[1], state = tf[2]}, {ev = 'pardon'}, CFG, NOW)
+    if e.write then
+      redis.call('HSET', k_dom(td), unpack(e.write))
       redis.call('SREM', K.OPEN, td)
       refile(td)
     end
@@ -75,16 +53,27 @@ local function global_guard(d)
   return true
 end
 
--- Trip domain d (closed or half-open); retires it after CFG.max_trips consecutive trips.
-local function trip(d, why, from_closed)
-  local trips = (tonumber(redis.call('HGET', k_dom(d), 'trips')) or 0) + 1
-  if trips >= CFG.max_trips then
-    redis.call('HSET', k_dom(d), 'trips', trips)
-    retire(d, string.format('%s; retired after %d consecutive trips', why, trips))
-    return
+-- Write what RULE.breaker_step answered for domain d: `new` its state after, `e` the effects.
+-- An opening from closed lets the global-fault guard look.
+local function breaker_apply(d, new, e)
+  if e.write then redis.call('HSET', k_dom(d), unpack(e.write)) end
+  if e.open then
+    -- the window stays: what tripped it is what the dashboard shows while it is open
+    redis.call('SADD', K.OPEN, d)
+    emit('trip', d, string.format('%s; open for %.1f s (trip %d)', e.open.why,
+      e.open.cool / 1000, new.trips))
+    stat('trips')
+    history('trip')
+    refile(d)
+    if e.guard then global_guard(d) end
+  elseif e.retire then
+    retire(d, e.retire)
+  elseif e.close then
+    redis.call('SREM', K.RETIRING, d)
+    redis.call('SREM', K.RETIRED, d)
+    redis.call('SREM', K.OPEN, d)
+    emit(e.close[1], d, e.close[2])
   end
-  open_breaker(d, trips, RULE.backoff(CFG.cool_ms, CFG.cool_max_ms, trips, 'band'), why)
-  if from_closed then global_guard(d) end
 end
 
 -- The last failures charged to a domain's breaker, kept in its hash (`errs`) for the
@@ -100,8 +89,8 @@ end
 
 -- A failure of job `job_id` charged to domain d (kind, message: the settlement's): kept
 -- among its last errors, and counted per hour for the failure-spike alarm unless dispatch
--- is paused (the global guard: then the fault is most likely ours).
-local function note_failure(d, job_id, kind, message)
+-- is paused (`paused`: the global guard: then the fault is most likely ours).
+local function note_failure(d, job_id, kind, message, paused)
   local dk = k_dom(d)
   local ok, errs = pcall(cjson.decode, redis.call('HGET', dk, 'errs') or '[]')
   if not ok or type(errs) ~= 'table' then errs = {} end
@@ -109,7 +98,7 @@ local function note_failure(d, job_id, kind, message)
     id = job_id}
   while #errs > ERRS_KEPT do table.remove(errs, 1) end
   redis.call('HSET', dk, 'errs', cjson.encode(errs))
-  if not paused_until() then count_hourly(d, 'f') end
+  if not paused then count_hourly(d, 'f') end
 end
 
 -- Record one outcome of job `job_id` for domain d: failed true/false; kind and message
@@ -119,48 +108,28 @@ local ACTIVE_SEEN = {}
 -- there changes nothing, so later successes skip the read. Emptied before any breaker
 -- write (of any domain: the global guard resets other domains too).
 local SPOTLESS = {}
+-- The outcome RULE.breaker_step is given for each settle, one table filled again each time
+-- (the rule keeps nothing of it): a settle builds no table for it.
+local RESULT = {ev = 'result', failed = false, job = '', paused = false}
 
 local function breaker_outcome(d, failed, job_id, kind, message)
   local dk = k_dom(d)
-  if failed then note_failure(d, job_id, kind, message) end
+  local paused = failed and paused_until() ~= nil
+  if failed then note_failure(d, job_id, kind, message, paused) end
   if not ACTIVE_SEEN[d] then
     ACTIVE_SEEN[d] = true
     redis.call('ZADD', K.ACTIVE, NOW, d)
   end
   if not failed and SPOTLESS[d] then return end
-  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe')
-  local state = f[1] or 'closed'
-  if state == 'open' or state == 'retired' then return end
-  if state == 'half_open' then
-    if f[4] ~= job_id then return end
-    SPOTLESS = {}
-    if failed then
-      trip(d, 'probe failed', false)
-    else
-      close_breaker(d)
-      emit('recovered', d, 'probe succeeded: breaker closed')
-    end
+  -- the fields an outcome reads (not open_until: the settle's hot path)
+  local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe', 'trips')
+  RESULT.failed, RESULT.job, RESULT.paused = failed, job_id, paused
+  local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
+    trips = f[5]}, RESULT, CFG, NOW)
+  if e.spotless then
+    SPOTLESS[d] = true
     return
   end
-  -- During a global pause failures are most likely ours: they are not held against the site.
-  if failed and paused_until() then return end
-  local win = f[3] or ''
-  if not failed and (tonumber(f[2]) or 0) == 0 and #win >= CFG.window
-      and not string.find(win, '1', 1, true) then
-    SPOTLESS[d] = true
-    return  -- a success on a spotless window changes nothing
-  end
-  SPOTLESS = {}
-  win = win .. (failed and '1' or '0')
-  if #win > CFG.window then win = string.sub(win, -CFG.window) end
-  local fails = 0
-  if failed then fails = (tonumber(f[2]) or 0) + 1 end
-  redis.call('HSET', dk, 'fails', fails, 'win', win)
-  if not failed then return end
-  local _, nfail = string.gsub(win, '1', '')
-  if fails >= CFG.fails then
-    trip(d, string.format('%d consecutive failures', fails), true)
-  elseif #win >= CFG.min_calls and nfail >= CFG.rate * #win then
-    trip(d, string.format('%d of the last %d calls failed', nfail, #win), true)
-  end
+  if e.write then SPOTLESS = {} end
+  breaker_apply(d, new, e)
 end

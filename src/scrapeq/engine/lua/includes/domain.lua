@@ -1,6 +1,7 @@
 --[[
   Domain scheduling: where a domain is filed (ready, waiting for a time, or parked until an ack).
-  Depends on common.lua. Its circuit breaker is breaker.lua.
+  Depends on common.lua. Its circuit breaker is breaker.lua, whose rule (breaker_rule.lua)
+  refile asks when an open breaker's cooldown ends.
 
   Domain hash sq:{Q}:domain:<d> fields:
     inflight     jobs claimed and not settled, but those whose download ended and whose
@@ -26,6 +27,7 @@
     errs         JSON array of the last failures charged to the breaker, oldest first:
                  [{at, kind, msg, id}] (breaker.lua: note_failure)
 ]]
+--@include breaker_rule
 
 -- Whether a domain's limit adapts (adaptive.lua): its `conc` field says 'auto', or it has
 -- none and the queue's domain_concurrency is auto.
@@ -53,9 +55,11 @@ local function urgent_start()
   return math.min(math.max(CFG.urgent_conc, CFG.conc_min or 1), CFG.conc_max or CFG.urgent_conc)
 end
 
--- `alim`: the domain's adaptive limit (its field), used when its limit adapts.
+-- `alim`: the domain's adaptive limit (its field), used when its limit adapts. `state`: its
+-- breaker's, whose rule may bound it (half-open: its one probe, breaker_rule.lua).
 local function domain_cap(conc_override, state, alim)
-  if state == 'half_open' then return 1 end
+  local probes = RULE.breaker_budget(state)
+  if probes then return probes end
   if adaptive_on(conc_override) then
     local lim = tonumber(alim) or adaptive_start()
     return math.floor(math.min(math.max(lim, CFG.conc_min or 1), CFG.conc_max or lim))
@@ -134,15 +138,15 @@ local function refile(d, from_ready, known)
     note_idle(d, f)
     return false
   end
-  if state == 'open' then
-    local open_until = tonumber(f[4]) or 0
-    if NOW < open_until then
+  if state == 'open' then  -- the breaker rule says whether its cooldown is over
+    local new, e = RULE.breaker_step({state = state, open_until = f[4]}, {ev = 'due'}, CFG, NOW)
+    if not e.half_open then
       redis.call('ZREM', K.READY, d)
-      redis.call('ZADD', K.WAIT, open_until, d)
+      redis.call('ZADD', K.WAIT, tonumber(f[4]) or 0, d)
       return false
     end
-    state = 'half_open'
-    redis.call('HSET', dk, 'state', 'half_open', 'probe', '')
+    state = new.state
+    redis.call('HSET', dk, unpack(e.write))
     emit('half_open', d, 'cooldown over: one probe allowed')
   end
   -- at its cap, or at its crawl limit (`climit`, domain_set-1.lua: its jobs done and in
@@ -163,6 +167,15 @@ local function refile(d, from_ready, known)
   redis.call('ZADD', K.READY, head[2], d)
   if not from_ready then redis.call('ZREM', K.WAIT, d) end
   return true
+end
+
+-- Job `id` of domain d ended telling its breaker nothing (settled with no breaker input,
+-- reaped, lost): were it the half-open probe, the next claim may send another.
+local function probe_ended(d, id)
+  local dk = k_dom(d)
+  local _, e = RULE.breaker_step({probe = redis.call('HGET', dk, 'probe')},
+    {ev = 'ended', job = id}, CFG, NOW)
+  if e.write then redis.call('HSET', dk, unpack(e.write)) end
 end
 
 local function paused_until()

@@ -69,7 +69,7 @@ local function reap_lost(id)
   stat('lost')
   if not d then return end
   free_slots(d, 1)
-  if redis.call('HGET', k_dom(d), 'probe') == id then redis.call('HSET', k_dom(d), 'probe', '') end
+  probe_ended(d, id)
   emit('lost', d, id .. ': job key missing when its lease expired (evicted?)')
   refile(d)
 end
@@ -123,8 +123,7 @@ local function reap_expired(budget)
     local job, raw = load_job(id)
     if job then
       leave_inflight(job)
-      local dk = k_dom(job.domain)
-      if redis.call('HGET', dk, 'probe') == id then redis.call('HSET', dk, 'probe', '') end
+      probe_ended(job.domain, id)
       stat('reaped')
       reap_job(job, deadline)
       refile(job.domain)
