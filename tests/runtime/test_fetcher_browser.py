@@ -207,9 +207,13 @@ async def test_a_page_that_never_loads_costs_its_deadline_only(
     assert got["/spin"]["outcome"] == "dead" and "TimeoutError" in got["/spin"]["error"]
     assert got["/poll"]["outcome"] == "done", got["/poll"]["error"]
     assert got["/poll"]["result"]["name"] == "Polled"
+    # Not held by the spinning page: each neighbour's line is written before the spinning
+    # page's, at its deadline (their elapsed is their documents' fetch, not a sign: on a
+    # loaded machine the spinning renderer's core starves every fetch alike).
+    order = [_path(r["url"]) for r in run.records]
     for path in neighbours:
         assert got[path]["outcome"] == "done", got[path]
-        assert got[path]["elapsed_ms"] < DEADLINE * 1000, got[path]  # not held by the spinning page
+        assert order.index(path) < order.index("/spin"), order
     assert time.monotonic() - started < 4 * DEADLINE
 
 
@@ -330,6 +334,7 @@ async def test_the_watchdog_kills_a_hung_browsers_whole_process_group(
     """A browser that stops answering (SIGSTOP: alive, silent) is killed as hung, its whole
     tree with it; its page fails as BrowserLost (given back by a worker), and the next page
     gets a new browser."""
+    op_timeout = browser_pool.OP_TIMEOUT
     monkeypatch.setattr(browser_pool, "OP_TIMEOUT", 2.0)
     monkeypatch.setattr(browser_pool, "HEARTBEAT_EVERY", 0.5)
     async with browser_fetcher(browsers=1, request_timeout=60.0) as browser:
@@ -347,6 +352,9 @@ async def test_the_watchdog_kills_a_hung_browsers_whole_process_group(
         assert browser.pool.counts["hung"] == 1 and browser.pool.counts["lost"] == 1
         await asyncio.sleep(0.5)
         assert [p for p in members if alive(p)] == []
+        # the next browser starts with the usual deadline (2 s is short for a chromium start
+        # on a loaded machine)
+        monkeypatch.setattr(browser_pool, "OP_TIMEOUT", op_timeout)
         again = await browser.fetch(site.url("/static/2"))
         assert again.css(".name::text").get() == "Product 2"
         assert browser.pool.pids() != [pid]
