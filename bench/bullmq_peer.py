@@ -92,8 +92,8 @@ def need_node() -> str:
         raise SystemExit("bullmq_peer: node and npm are needed (BullMQ runs in node)")
     if not (NODE_DIR / "node_modules" / "bullmq").is_dir():
         print("bullmq_peer: bench/bullmq/node_modules is missing: running npm ci there")
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        npm_ci = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+        subprocess.run(npm_ci, cwd=NODE_DIR, check=True, stdout=subprocess.DEVNULL)
     node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True)
     pkg = json.loads((NODE_DIR / "node_modules" / "bullmq" / "package.json").read_text())
     return f"BullMQ {pkg['version']} on node {node.stdout.strip()}"
