@@ -47,11 +47,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import multiprocessing
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,7 +57,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +70,7 @@ from scrapeq.engine.launcher import RedisProcess, find_redis_server
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from worker_throughput import _bare, own_cpu
+from worker_throughput import _bare, fleet, own_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support.proxy_proc import Tinyproxy, find_tinyproxy
@@ -109,61 +106,14 @@ def _links_page(tail: str) -> bytes:
     return b"<!doctype html><html><body>" + links.encode() + b"</body></html>"
 
 
-async def _fleet(domains: int, conn: Connection) -> None:
-    async def page(request: web.Request) -> web.StreamResponse:
-        kind, _, tail = request.path.lstrip("/").partition("/")
-        if kind == "gone":
-            return web.Response(status=404, body=b"gone")
-        if kind == "links":
-            return web.Response(body=_links_page(tail), content_type="text/html")
-        return web.Response(body=PAGE, content_type="text/html")
-
-    runners: list[web.AppRunner] = []
-    ports: list[int] = []
-    for _ in range(domains):
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", page)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.1)
-        await runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(runner, sock, backlog=1024).start()
-        runners.append(runner)
-        ports.append(int(sock.getsockname()[1]))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_reader(conn.fileno(), stop.set)
-    conn.send(ports)
-    await stop.wait()
-    loop.remove_reader(conn.fileno())
-    for runner in runners:
-        await runner.cleanup()
-
-
-def _fleet_main(domains: int, conn: Connection) -> None:
-    asyncio.run(_fleet(domains, conn))
-
-
-@contextlib.contextmanager
-def fleet(domains: int) -> Iterator[list[int]]:
-    """Start the fleet process, yield its ports, stop it."""
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_fleet_main, args=(domains, theirs), name="cost-fleet")
-    proc.start()
-    try:
-        if not ours.poll(60):
-            raise RuntimeError("the fleet did not start in 60 s")
-        yield ours.recv()
-    finally:
-        with contextlib.suppress(OSError):
-            ours.send("stop")
-        proc.join(10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
-        ours.close()
+async def _page(request: web.Request) -> web.StreamResponse:
+    """The fleet's answer: ``/gone/..`` a 404, ``/links/N`` a page of links, else the page."""
+    kind, _, tail = request.path.lstrip("/").partition("/")
+    if kind == "gone":
+        return web.Response(status=404, body=b"gone")
+    if kind == "links":
+        return web.Response(body=_links_page(tail), content_type="text/html")
+    return web.Response(body=PAGE, content_type="text/html")
 
 
 # --- counting round trips --------------------------------------------------------------------
@@ -426,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scrapeq-cost-")))
-        ports = stack.enter_context(fleet(DOMAINS))
+        ports = stack.enter_context(fleet(DOMAINS, _page)).ports
         proxy = None
         if "exit" in rows:
             proxy = stack.enter_context(Tinyproxy("127.0.0.2")).url

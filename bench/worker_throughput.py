@@ -128,15 +128,19 @@ PAGE = (
     + b"</body></html>"
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: A site's request handler (module-level: the fleet's process is spawned).
+Handler = Callable[[web.Request], Coroutine[Any, Any, web.StreamResponse]]
 
 
 # --- the fleet: 100 loopback sites in their own process --------------------------------------
 
 
-async def _fleet(domains: int, conn: Connection) -> None:
-    async def page(request: web.Request) -> web.StreamResponse:
-        return web.Response(body=PAGE, content_type="text/html")
+async def plain_page(request: web.Request) -> web.StreamResponse:
+    """Every path: the small page."""
+    return web.Response(body=PAGE, content_type="text/html")
 
+
+async def _fleet(domains: int, conn: Connection, page: Handler) -> None:
     runners: list[web.AppRunner] = []
     ports: list[int] = []
     for _ in range(domains):
@@ -160,8 +164,8 @@ async def _fleet(domains: int, conn: Connection) -> None:
         await runner.cleanup()
 
 
-def _fleet_main(domains: int, conn: Connection) -> None:
-    asyncio.run(_fleet(domains, conn))
+def _fleet_main(domains: int, conn: Connection, page: Handler) -> None:
+    asyncio.run(_fleet(domains, conn, page))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +177,12 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def fleet(domains: int) -> Iterator[Fleet]:
-    """Start the fleet process, yield its ports, stop it."""
+def fleet(domains: int, page: Handler = plain_page) -> Iterator[Fleet]:
+    """Start the fleet process (each site answering with ``page``, a module-level handler:
+    the process is spawned), yield its ports, stop it."""
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_fleet_main, args=(domains, theirs), name="bench-fleet")
+    proc = ctx.Process(target=_fleet_main, args=(domains, theirs, page), name="bench-fleet")
     proc.start()
     try:
         if not ours.poll(60):
