@@ -26,6 +26,7 @@ from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
 from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
 from support.browser import need_browser  # noqa: E402
+from support.js_shop import list_shop  # noqa: E402
 from support.proc_helpers import communicate  # noqa: E402
 from support.sites import Site, sites  # noqa: E402
 from support.sites import hang as _hang  # noqa: E402
@@ -1413,20 +1414,7 @@ class Shop(scrapy.Spider):
 JS_PRODUCTS = 8
 
 
-async def _js_shop(request: web.Request) -> web.StreamResponse:
-    """``/``: an empty list that a script fills with links to ``/p/0..``; ``/p/N``: an empty
-    title that a script fills 300 ms after the page loads."""
-    if request.path == "/":
-        links = "".join(f"<a href=\\'/p/{n}\\'>item {n}</a>" for n in range(JS_PRODUCTS))
-        script = f"document.getElementById('list').innerHTML = '{links}';"
-        body = f"<div id='list'></div><script>{script}</script>"
-    elif request.path.startswith("/p/"):
-        n = int(request.path.rsplit("/", 1)[1])
-        fill = f"document.getElementById('title').textContent = 'Product {n}';"
-        body = f"<h1 id='title'></h1><script>setTimeout(function () {{ {fill} }}, 300);</script>"
-    else:
-        raise web.HTTPNotFound()
-    return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+_js_shop = list_shop(JS_PRODUCTS, fill_after_ms=300)
 
 
 async def test_a_javascript_shop_is_crawled_with_scrapy_playwright_and_the_addon(

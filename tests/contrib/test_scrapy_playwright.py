@@ -19,13 +19,13 @@ import pytest
 pytest.importorskip("scrapy")
 pytest.importorskip("scrapy_playwright")
 
-from aiohttp import web
 
 from scrapeq.contrib.scrapy._classify import classify_failure
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.classify import Outcome
 from support.browser import need_browser
+from support.js_shop import list_shop
 from support.proc_helpers import communicate
 from support.sites import hang, sites
 
@@ -91,20 +91,7 @@ class Shop(scrapy.Spider):
 """
 
 
-async def js_shop(request: web.Request) -> web.StreamResponse:
-    """``/``: a list a script fills with links to ``/p/0..``; ``/p/N``: a title a script
-    writes."""
-    if request.path == "/":
-        links = "".join(f"<a href=\\'/p/{n}\\'>item {n}</a>" for n in range(PRODUCTS))
-        script = f"document.getElementById('list').innerHTML = '{links}';"
-        body = f"<div id='list'></div><script>{script}</script>"
-    elif request.path.startswith("/p/"):
-        n = int(request.path.rsplit("/", 1)[1])
-        script = f"document.getElementById('title').textContent = 'Product {n}';"
-        body = f"<h1 id='title'></h1><script>{script}</script>"
-    else:
-        raise web.HTTPNotFound()
-    return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+js_shop = list_shop(PRODUCTS)
 
 
 async def _runspider(

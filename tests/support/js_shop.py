@@ -13,11 +13,15 @@ written in the HTML. Pages that misbehave:
 * ``/oom``: allocates until V8's heap limit kills the renderer (the browser launched with
   ``--js-flags=--max-old-space-size=64``: :data:`SMALL_HEAP`);
 * ``/steal?to=<url>``: fetches ``to`` from the page and writes what it got in ``#loot``.
+
+:func:`list_shop` is a smaller one for the Scrapy spiders of tests/contrib (``#list`` of links,
+a product's ``#title``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -118,3 +122,28 @@ async def shop(request: web.Request) -> web.StreamResponse:
 async def secret(request: web.Request) -> web.StreamResponse:
     """An internal service a page must not reach."""
     return web.Response(text="the secret", headers={"Access-Control-Allow-Origin": "*"})
+
+
+def list_shop(
+    products: int, fill_after_ms: int = 0
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A site whose ``/`` is an empty ``#list`` a script fills with links to ``/p/0`` ..
+    ``/p/<products - 1>``, and whose ``/p/N`` is an empty ``#title`` a script fills with
+    ``Product N`` (``fill_after_ms`` after the page loads, or at once)."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            links = "".join(f"<a href=\\'/p/{n}\\'>item {n}</a>" for n in range(products))
+            script = f"document.getElementById('list').innerHTML = '{links}';"
+            body = f"<div id='list'></div><script>{script}</script>"
+        elif request.path.startswith("/p/"):
+            n = int(request.path.rsplit("/", 1)[1])
+            fill = f"document.getElementById('title').textContent = 'Product {n}';"
+            if fill_after_ms:
+                fill = f"setTimeout(function () {{ {fill} }}, {fill_after_ms});"
+            body = f"<h1 id='title'></h1><script>{fill}</script>"
+        else:
+            raise web.HTTPNotFound()
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    return page
