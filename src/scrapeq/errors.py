@@ -14,7 +14,8 @@ Every exception the library raises on purpose derives from :class:`ScrapeqError`
     └── HandlerSignal          control flow raised by a user handler
         ├── Retry              retry this job (optionally after ``delay`` seconds)
         ├── Permanent          fail this job now, no retry (``reason``)
-        └── Banned             the site banned the exit this job went through
+        ├── Banned             the site banned the exit this job went through
+        └── NeedsBrowser       the page must be rendered (fetcher ``auto``)
 
 Control-flow signals live under the same root so ``except ScrapeqError`` in user code
 never swallows a plain bug, and a bug never masquerades as a signal.
@@ -31,6 +32,7 @@ __all__ = [
     "HandlerSignal",
     "InvalidRequest",
     "InvalidURL",
+    "NeedsBrowser",
     "NotFound",
     "PayloadTooLarge",
     "Permanent",
@@ -185,6 +187,25 @@ class Banned(HandlerSignal):
     """
 
     def __init__(self, reason: str = "banned") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class NeedsBrowser(HandlerSignal):
+    """The page must be rendered by a browser: what the raw HTML holds is not its content
+    (a grid a script fills, say).
+
+    For a job whose fetcher is ``auto`` fetched without the browser, the worker renders the
+    same page at once and runs the handler again on the rendered DOM (no attempt spent for
+    it), and the settle moves the job's domain to ``browser`` for the whole fleet
+    (``lua/includes/auto.lua``). Raised for any other job (or on a rendered page) it is the
+    handler's error: a retry.
+
+    Args:
+        reason: why (kept in the job's error history when it is the handler's error).
+    """
+
+    def __init__(self, reason: str = "needs a browser") -> None:
         self.reason = reason
         super().__init__(reason)
 

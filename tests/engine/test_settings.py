@@ -91,6 +91,7 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "revisit_max_interval": 2592000,
     "max_bytes": None,
     "fetcher": "http",
+    "auto_recheck": 0.1,
     "impersonate_target": "chrome152",
     "browser_path": "/usr/bin/chromium",
     "browsers": 2,

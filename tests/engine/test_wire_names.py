@@ -53,7 +53,7 @@ def test_a_settlement_with_every_field_sends_every_wire_name() -> None:
         kind="k", message="m", reason="r", shutdown=True, follow=(spec,), latency_ms=7,
         overload=True, final=spec, exit_result="ok", bytes_in=9, jar={"set": []}, not_modified=True,
         changed=False, signature="0123456789abcdef", etag='"e"',
-        last_modified="Wed, 01 Jan 2025 00:00:00 GMT", line='{"id":"a1"}',
+        last_modified="Wed, 01 Jan 2025 00:00:00 GMT", line='{"id":"a1"}', auto_evidence="same",
     )  # fmt: skip
     assert set(full.as_arg()) == set(wire.SETTLE_ITEM.values())
     assert set(wire.SETTLE_ITEM) == {f for f in Settlement.__dataclass_fields__}

@@ -62,6 +62,8 @@ _LONG = {
     "fe": "fetcher",
     "dfe": "domain_fetcher",
     "dwf": "domain_wait_for",
+    "afe": "auto_fetcher",
+    "alv": "auto_level",
 }  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -204,6 +206,9 @@ class Job:
             else its ``fetcher`` setting.
         domain_wait_for: the CSS selector its domain's browser pages wait for (``domain set
             --browser-wait-for``), as its claim found it; None: none (network idle).
+        auto_fetcher, auto_level: a job whose fetcher is ``auto``: the fetcher its claim
+            chose for it now, and its domain's auto level then (below it: a re-check);
+            ``lua/includes/auto.lua`` decides both. None otherwise.
     """
 
     id: str
@@ -238,6 +243,8 @@ class Job:
     fetcher: str | None = None
     domain_fetcher: str | None = None
     domain_wait_for: str | None = None
+    auto_fetcher: str | None = None
+    auto_level: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -298,6 +305,8 @@ class Job:
             get("fetcher"),
             get("domain_fetcher"),
             get("domain_wait_for"),
+            get("auto_fetcher"),
+            get("auto_level"),
         )
 
     @property

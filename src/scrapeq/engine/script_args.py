@@ -28,6 +28,7 @@ _W_EXIT, _W_BYTES, _W_JAR = SETTLE_ITEM["exit_result"], SETTLE_ITEM["bytes_in"],
 _W_NOT_MODIFIED, _W_CHANGED = SETTLE_ITEM["not_modified"], SETTLE_ITEM["changed"]
 _W_SIGNATURE, _W_ETAG = SETTLE_ITEM["signature"], SETTLE_ITEM["etag"]
 _W_LAST_MODIFIED, _W_LINE = SETTLE_ITEM["last_modified"], SETTLE_ITEM["line"]
+_W_AUTO = SETTLE_ITEM["auto_evidence"]
 
 
 #: The least weight a sitemap's priority gives a page (priority 0.0 still gets revisits).
@@ -195,6 +196,9 @@ class Settlement:
             acknowledges it (``includes/owed.lua``). At most
             :data:`~scrapeq.engine.limits.MAX_OWED_LINE` bytes of UTF-8
             (:class:`~scrapeq.errors.PayloadTooLarge` otherwise, when the settlement is built).
+        auto_evidence: a job claimed with ``auto_fetcher``: what its fetch showed, ``block``
+            (refused as a fingerprint block), ``render`` (the page needed rendering) or
+            ``same`` (a re-check as good); includes/auto.lua decides what it moves.
     """
 
     job_id: str
@@ -221,6 +225,7 @@ class Settlement:
     etag: str | None = None
     last_modified: str | None = None
     line: str | None = None
+    auto_evidence: str | None = None
 
     def __post_init__(self) -> None:
         if self.line is not None:
@@ -282,6 +287,8 @@ class Settlement:
             item[_W_LAST_MODIFIED] = self.last_modified
         if self.line is not None:
             item[_W_LINE] = self.line
+        if self.auto_evidence is not None:
+            item[_W_AUTO] = self.auto_evidence
 
 
 def check_owed_line(job_id: str, line: str) -> None:

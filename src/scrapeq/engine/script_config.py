@@ -92,6 +92,11 @@ class ScriptConfig:
     #: Bytes a domain may download before its follow-ups and revisits are skipped (None: no
     #: cap).
     max_bytes: int | None
+    #: The fetcher setting is ``auto`` (a job naming none, on a domain naming none, is auto)
+    #: and the share of auto jobs above http that re-check the cheaper fetcher
+    #: (includes/auto.lua).
+    fetcher: str
+    auto_recheck: float
     # Not settings: constants of the engine, the same for every queue.
     #: Jobs, domains or leases one housekeeping step handles at most.
     batch: int = 100
@@ -152,6 +157,8 @@ class ScriptConfig:
             rv_min_ms=_ms(s.revisit_min_interval),
             rv_max_ms=max(_ms(s.revisit_max_interval), _ms(s.revisit_min_interval)),
             max_bytes=s.max_bytes,
+            fetcher=s.fetcher,
+            auto_recheck=s.auto_recheck,
         )
 
     def to_json(self) -> str:

@@ -301,6 +301,9 @@ class Settings:
     # What fetches a job that names no fetcher, on a domain that names none: http (aiohttp)
     # or impersonate (curl_cffi, a browser's TLS fingerprint: the impersonate extra).
     fetcher: str = _setting("str", "http", check=_check_fetcher)
+    # fetcher auto: the share of an auto domain's pages above http fetched again with the
+    # cheaper fetcher (a re-check: as good, the domain comes back down).
+    auto_recheck: float = _setting("float", 0.1, ge=0.0, le=1.0)
     # The browser the impersonate fetcher's TLS handshake and headers look like (curl_cffi).
     impersonate_target: str = _setting("str", "chrome152", check=_check_target)
     # The browser fetcher (issue 42, the browser extra): Debian's chromium, driven by

@@ -50,6 +50,7 @@ SETTLE_ITEM: Final[Mapping[str, str]] = MappingProxyType(
         "etag": "etag",  # revisit: the answer's ETag (at most 100 bytes)
         "last_modified": "last_modified",  # revisit: the answer's Last-Modified
         "line": "line",  # the attempt's results record (JSON text): owed until written
+        "auto_evidence": "auto",  # block | render | same: what an auto job's fetch showed
     }
 )
 

@@ -22,6 +22,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
+from scrapeq.runtime.auto_fetch import auto_handled, auto_refused, is_auto
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
@@ -64,10 +65,11 @@ SINK_PAUSE_MAX = 60.0
 class _ExitSeen:
     """What one attempt observed of its exit: the settle item's ``exit`` and ``bytes``."""
 
-    __slots__ = ("bytes", "jar", "result")
+    __slots__ = ("auto", "bytes", "jar", "result")
 
     def __init__(self) -> None:
         self.result: str | None = None  # None: no request was made
+        self.auto: str | None = None  # fetcher auto: the evidence (runtime/auto_fetch.py)
         self.bytes = 0
         self.jar: Changes | None = None  # session = sticky: the answer's changes to the jar
 
@@ -96,6 +98,8 @@ class Attempts(WorkerCore):
         elif seen.bytes and self.settings.max_bytes is not None:
             # counted per domain by the settle script: what max_bytes caps
             settlement = dataclasses.replace(settlement, bytes_in=seen.bytes)
+        if seen.auto is not None:
+            settlement = dataclasses.replace(settlement, auto_evidence=seen.auto)
         return settlement, record
 
     async def _attempt_seen(
@@ -154,6 +158,9 @@ class Attempts(WorkerCore):
             return self._browser_lost(job, exc, verdict, started)
         if fetching and not isinstance(exc, UnknownExit | FetcherUnavailable):
             seen.result = exit_result(verdict)
+            seen.auto = auto_refused(self, job, exc)
+            if seen.auto is not None and job.exit is not None:
+                seen.result = "ban"  # a fingerprint refused through the exit: the site's ban
         out = self._from_classification(job, verdict, None, started, exc, seen)
         if not verdict.counts_against_domain:  # no answer of the site's to learn from
             return out
@@ -176,6 +183,8 @@ class Attempts(WorkerCore):
         """What the answer says of the job's exit: its bytes, the session's cookies
         (``session = sticky``); a ban's message, or None."""
         seen.bytes = len(response.body)
+        if response.status == 403:  # fetcher auto: a block is evidence (runtime/auto_fetch.py)
+            seen.auto = auto_refused(self, job, None)
         if job.exit is None:
             return None
         if job.jar is not None or self.settings.session == "sticky":
@@ -214,7 +223,8 @@ class Attempts(WorkerCore):
         return settlement, make_record(job, "done", response, started, None, None)
 
     def _fetcher_name(self, job: Job) -> str:
-        return job.fetcher or job.domain_fetcher or self.settings.fetcher
+        name = job.fetcher or job.domain_fetcher or self.settings.fetcher
+        return (job.auto_fetcher or "http") if name == "auto" else name
 
     def _new_browser(self) -> BrowserFetcher:
         """The browser fetcher, its requests counted (the http fetcher's guard and exits)."""
@@ -251,10 +261,11 @@ class Attempts(WorkerCore):
                 raise FetcherUnavailable(exc.reason) from None
         return self._impersonator
 
-    async def _fetch(self, job: Job) -> Response:
-        """Fetch a job's URL, sending its request when it has one (a plain GET is called
-        as before requests existed, so a fetcher subclass without ``request=`` still works)."""
-        fetcher = self._fetcher_for(job)
+    async def _fetch(self, job: Job, through: Fetcher | WaitingFetcher | None = None) -> Response:
+        """Fetch a job's URL (``through``: that fetcher, not the job's), sending its request
+        when it has one (a plain GET is called as before requests existed, so a fetcher
+        subclass without ``request=`` still works)."""
+        fetcher = through or self._fetcher_for(job)
         revisit = conditional(job)
         if revisit is not None:  # a revisit: If-None-Match / If-Modified-Since
             if job.jar:  # session = sticky: the domain's cookies go with it
@@ -320,7 +331,10 @@ class Attempts(WorkerCore):
         revisit = on, what the fetch and the handler said of the content), or what the
         handler's error makes of it."""
         try:
-            result = await self._call_handler(job, response)
+            if job.auto_fetcher is None or job.auto_fetcher == "browser" or not is_auto(self, job):
+                result = await self._call_handler(job, response)
+            else:  # fetcher auto: it may render the page (runtime/auto_fetch.py)
+                result, response, seen.auto = await auto_handled(self, job, response)
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
             return self._handler_failed(job, exc, response, started, seen)
         handled = result if isinstance(result, Handled) else Handled(result, [])

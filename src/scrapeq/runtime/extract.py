@@ -16,6 +16,7 @@ gives every field as null (a list field as ``[]``).
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,7 +30,10 @@ from scrapeq.errors import ConfigError
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.links import is_html
 
-__all__ = ["FIELDS", "extract_fields", "extractor", "field_names", "parse_fields"]
+__all__ = [
+    "FIELDS", "extract_fields", "extractor", "field_names", "is_extractor", "missing",
+    "parse_fields",
+]  # fmt: skip
 
 #: The common fields ``--extract`` gives by name, in this order.
 FIELDS: Final = ("title", "description", "canonical", "text")
@@ -160,7 +164,28 @@ def extractor(fields: Sequence[str]) -> Callable[[Job, Response], dict[str, Any]
     def extract(job: Job, response: Response) -> dict[str, Any]:
         return _extract(response, fields, named)
 
+    _EXTRACTORS.add(extract)
     return extract
+
+
+#: The handlers :func:`extractor` made: fetcher ``auto`` compares their fields raw and
+#: rendered (runtime/auto_fetch.py).
+_EXTRACTORS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+
+
+def is_extractor(handler: object) -> bool:
+    """Whether ``handler`` is an ``--extract`` handler (made by :func:`extractor`)."""
+    try:
+        return handler in _EXTRACTORS
+    except TypeError:  # not weak-referenceable: not one of ours
+        return False
+
+
+def missing(result: object) -> int:
+    """How many fields of an extractor's result found nothing (None, ``[]``, ``""``)."""
+    if not isinstance(result, dict):
+        return 0
+    return sum(1 for value in result.values() if value is None or value == [] or value == "")
 
 
 def _clean(text: str | None) -> str | None:

@@ -25,6 +25,9 @@
 
   Each claimed job carries `domain_fetcher`, its domain's fetcher (domain_set-1.lua), and
   `domain_wait_for`, the selector the browser fetcher waits for, when the domain has one.
+  A job whose fetcher is `auto` (its own, else its domain's, else CFG.fetcher) carries
+  `auto_fetcher`, the fetcher it goes through now, and `auto_level`, its domain's (includes/
+  auto.lua decides both: the worker never does).
 
   With an exit pool (CFG.exits), each claimed job carries `exit`, the id of the exit it is
   fetched through (includes/exits.lua); a domain with no usable exit waits; when every exit
@@ -42,6 +45,7 @@
 --@include jobs
 --@include housekeeping
 --@include exits
+--@include auto
 
 local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reserved n a call
 local refused = arg_refusal(function()
@@ -96,6 +100,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
   job.domain_fetcher = fetcher or nil  -- the domain's own fetcher (domain_set-1.lua), if any
   job.domain_wait_for = wait_for or nil  -- and the selector its browser pages wait for
+  if (job.fetcher or fetcher or CFG.fetcher) == 'auto' then RULE.auto_lease(job) end
   job.jar = plan and plan.jar or nil  -- session = sticky: the domain's cookie jar
   job.attempts = job.attempts + 1
   job.token = next_token()

@@ -52,6 +52,12 @@
               are kept in the owed-lines ledger (includes/owed.lua) until the worker
               acknowledges the line (owed_ack-1.lua) or another worker takes it over
               (owed_take-1.lua), so a worker killed before its write loses no line.
+      auto    with a job claimed with `auto_fetcher` (includes/auto.lua): what the worker
+              saw of its fetcher: 'block' (refused as a fingerprint block: a 403, a TLS
+              handshake refused), 'render' (the page needed rendering: it was rendered and
+              done so), 'same' (a re-check: the cheaper fetcher's result was as good). A
+              block that moves the domain, or of a job fetched below its domain's level,
+              makes the item a give-back, as a failed exit probe's is.
       final_seen     with outcome = 'done': the seen-set argument of the URL the fetch ended
               at after redirects; it joins the seen-set (seen_mark: only when the queue has
               one) before the follow-ups are enqueued, so a link to it is skipped as seen.
@@ -100,6 +106,7 @@
 --@include exits
 --@include revisit
 --@include owed
+--@include auto
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
 local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
@@ -122,6 +129,7 @@ local function check_item(it)
   if it.shutdown ~= nil then check_bool(it.shutdown, 'shutdown') end
   if it.overload ~= nil then check_bool(it.overload, 'overload') end
   if it.exit ~= nil then check_enum(it.exit, 'exit', EXIT_RESULTS) end
+  if it.auto ~= nil then check_enum(it.auto, 'auto', RULE.AUTO_EVIDENCE) end
   if it.bytes ~= nil then check_int(it.bytes, 'bytes', 0, MAX_INT) end
   if it.jar ~= nil then check_in(it.jar, 'jar', JAR.check) end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
@@ -340,7 +348,9 @@ local function settle_one(i, it)
   -- its slot in the domain: subtracted by flush_items, or by refile if that reads it first
   -- (none when it was given back at its download's end: downloaded-1.lua)
   if lease_held_slot(job) then INFLIGHT_LEFT[d] = (INFLIGHT_LEFT[d] or 0) + 1 end
-  local back = job.exit ~= nil and EX.settle_job(job, it)
+  -- the auto fetcher's evidence (includes/auto.lua), before the exit: a block may lift it
+  local back = it.auto ~= nil and RULE.auto_settle(job, it)
+  if job.exit ~= nil and EX.settle_job(job, it) then back = true end
   -- bytes downloaded per domain: what max_bytes caps (enqueue.lua, revisit.lua)
   if CFG.max_bytes ~= cjson.null and (it.bytes or 0) > 0 then
     redis.call('HINCRBY', k_dom(d), 'bytes', it.bytes)

@@ -169,8 +169,8 @@ FetcherOpt = Annotated[
     str | None,
     typer.Option(
         metavar="NAME",
-        help="http (default), impersonate (a browser's TLS fingerprint) or browser (rendered"
-        " by chromium); the last two are extras.",
+        help="http (default), impersonate (a browser's TLS fingerprint), browser (rendered"
+        " by chromium; both extras) or auto (each domain's, chosen by the fleet on evidence).",
     ),
 ]
 

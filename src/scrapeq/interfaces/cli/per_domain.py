@@ -220,8 +220,8 @@ def domain_set(
         str | None,
         typer.Option(
             metavar="NAME",
-            help="What fetches its jobs that name none: http, impersonate, browser, or "
-            "default (the worker's fetcher setting).",
+            help="What fetches its jobs that name none: http, impersonate, browser, auto "
+            "(chosen by the fleet on evidence), or default (the worker's fetcher setting).",
         ),
     ] = None,
     browser_wait_for: Annotated[

@@ -116,7 +116,7 @@ local function check_enum(v, name, words)
 end
 
 -- The fetchers a job or a domain may name (engine/setting_specs.py: FETCHERS).
-local FETCHERS = {'http', 'impersonate', 'browser'}
+local FETCHERS = {'http', 'impersonate', 'browser', 'auto'}
 
 local function check_bool(v, name)
   if type(v) ~= 'boolean' then refuse(name, 'expected true or false', v) end

@@ -26,7 +26,8 @@ WIRE.SETTLE_ITEM = {
   message = 'message', reason = 'reason', shutdown = 'shutdown', follow = 'follow',
   final = 'final_seen', latency_ms = 'latency', overload = 'overload', exit_result = 'exit',
   bytes_in = 'bytes', jar = 'jar', not_modified = 'not_modified', changed = 'changed',
-  signature = 'signature', etag = 'etag', last_modified = 'last_modified', line = 'line'}
+  signature = 'signature', etag = 'etag', last_modified = 'last_modified', line = 'line',
+  auto_evidence = 'auto'}
 
 -- The answer of a settled done item from its notes ({name = n}, names of WIRE.DONE).
 function WIRE.done(notes)

@@ -1,0 +1,130 @@
+"""Fetcher ``auto`` (issue 42): the claim hands each auto job the fetcher its domain's level
+says (lua/includes/auto.lua), the worker reports what its fetch showed, the settle moves the
+domain for the whole fleet. Real parts: the HTTPS site that reads the raw ClientHello
+(support.tls_site), curl_cffi, tinyproxy exits in tiers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from scrapeq import AsyncQueue, ConfigError
+from scrapeq.engine.settings import Settings
+from scrapeq.runtime.sinks import CallableSink
+from scrapeq.runtime.worker import Worker
+from support.proxy_proc import TinyproxySet
+from support.tls_site import FingerprintSite, fingerprint_site
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FingerprintSite]:
+    pytest.importorskip("curl_cffi")
+    with fingerprint_site(tmp_path) as running:
+        monkeypatch.setenv("SSL_CERT_FILE", str(running.ca))  # the test CA, for curl
+        yield running
+
+
+async def _burst(q: AsyncQueue) -> dict[str, dict[str, Any]]:
+    """Run a worker until every job is done or dead: each job's URL path -> its record."""
+    records: list[dict[str, Any]] = []
+    await asyncio.wait_for(Worker(q, burst=True, sink=CallableSink(records.append)).run_async(), 60)
+    return {urlsplit(r["url"]).path: r for r in records}
+
+
+async def _level(q: AsyncQueue, domain: str) -> Any:
+    return await q.client.hget(q.keys.domain(domain), "afl")
+
+
+async def test_auto_is_a_fetcher_name_everywhere_and_a_bad_name_is_refused_as_before(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    assert Settings(fetcher="auto").fetcher == "auto"
+    with pytest.raises(ConfigError) as bad:
+        Settings(fetcher="chrome")
+    assert str(bad.value) == (
+        "setting 'fetcher': expected http or impersonate or browser or auto, got 'chrome'"
+    )
+    q = make_async_queue()
+    with pytest.raises(ConfigError):
+        await q.enqueue("https://a.example/x", fetcher="curl")
+    await q.enqueue("https://a.example/own", fetcher="auto")
+    await q.enqueue("https://b.example/by-domain")
+    await q.enqueue("https://c.example/plain")
+    await q.domain_set("b.example", fetcher="auto")
+    got = {j.domain: j for j in (await q.claim(10)).jobs}
+    for d in ("a.example", "b.example"):  # a domain starts at http
+        assert (got[d].auto_fetcher, got[d].auto_level) == ("http", "http"), got[d]
+    assert got["c.example"].auto_fetcher is None  # not auto: no auto code, no field
+
+
+async def test_the_setting_makes_a_jobs_fetcher_auto_and_its_own_still_wins(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_async_queue(fetcher="auto")
+    await q.enqueue("https://a.example/x")
+    await q.enqueue("https://b.example/x", fetcher="impersonate")
+    got = {j.domain: j for j in (await q.claim(10)).jobs}
+    assert got["a.example"].auto_fetcher == "http"
+    assert got["b.example"].auto_fetcher is None
+
+
+async def test_a_share_of_an_auto_domains_pages_rechecks_the_cheaper_fetcher(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_async_queue(fetcher="auto", auto_recheck=0.25, domain_concurrency=100)
+    await q.client.hset(q.keys.domain("a.example"), "afl", "browser")
+    await q.enqueue_many([f"https://a.example/{i}" for i in range(12)])
+    jobs = (await q.claim(12)).jobs
+    used = [j.auto_fetcher for j in jobs]
+    assert used.count("impersonate") == 3 and used.count("browser") == 9, used
+    assert {j.auto_level for j in jobs} == {"browser"}
+
+
+async def test_a_fingerprint_block_moves_the_domain_to_impersonate_and_every_page_is_served(
+    site: FingerprintSite, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    fixed = {"request_timeout": 5.0, "domain_concurrency": 1, "max_attempts": 2}
+    http = make_async_queue(allow_private=True, **fixed)
+    await http.enqueue(site.url("/plain"))
+    assert (await _burst(http))["/plain"]["outcome"] == "dead"  # http is refused
+    assert site.refused == 2 and site.served == []  # each attempt refused
+    q = make_async_queue(allow_private=True, fetcher="auto", **fixed)
+    await q.enqueue_many([site.url(f"/p{i}") for i in range(4)])
+    records = await _burst(q)
+    assert {p: r["outcome"] for p, r in records.items()} == {f"/p{i}": "done" for i in range(4)}
+    assert site.refused == 3, "http refused once more: then the whole fleet impersonates"
+    assert sorted(site.served) == sorted(f"GET /p{i} HTTP/1.1" for i in range(4))
+    assert await _level(q, site.domain) == "impersonate"
+    info = {d["domain"]: d for d in await q.domains_info()}[site.domain]
+    assert info.get("state", "closed") == "closed" and not info.get("errors")
+    for r in records.values():  # the refusal spent no attempt: the page was given back
+        assert r.get("attempts", 1) == 1, r
+
+
+async def test_through_a_tier_of_exits_the_block_moves_before_the_tier_climbs(
+    site: FingerprintSite,
+    tinyproxies: TinyproxySet,
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    dc = [tinyproxies(f"127.0.0.{n}") for n in (2, 3)]
+    res = tinyproxies("127.0.0.6")
+    pool = (*(f"{p.url} tier=datacenter" for p in dc), f"{res.url} tier=residential")
+    q = make_async_queue(
+        proxy=pool, allow_private=True, fetcher="auto", request_timeout=5.0,
+        domain_concurrency=1, backoff_base=0.05, backoff_cap=0.2,
+    )  # fmt: skip
+    await q.enqueue_many([site.url(f"/p{i}") for i in range(6)])
+    records = await _burst(q)
+    assert {p: r["outcome"] for p, r in records.items()} == {f"/p{i}": "done" for i in range(6)}
+    assert await _level(q, site.domain) == "impersonate"
+    info = {d["domain"]: d for d in await q.domains_info()}[site.domain]
+    assert info["tier"] == 0, info
+    exits = {e["name"]: e for e in await q.exits_info()}
+    assert exits[res.url]["requests"] == 0, "no request through the dearer tier"
+    assert sum(exits[p.url]["requests"] for p in dc) >= 6
+    assert site.refused <= 2, "each datacenter exit refused once at most"
