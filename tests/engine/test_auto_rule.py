@@ -20,8 +20,10 @@ RULE_LUA = scripts.expand_includes(
 local out = {}
 for i, c in ipairs(cjson.decode(ARGV[1])) do
   if c.pick then
-    local use, count = RULE.auto_pick(c.level, c.count, c.share)
+    local use, count = RULE.auto_pick(c.level, c.base or 'http', c.count, c.share)
     out[i] = {use, count}
+  elseif c.url then
+    out[i] = RULE.auto_pattern(c.url)
   else
     out[i] = RULE.auto_step(c.level, c.used, c.evidence) or false
   end
@@ -68,14 +70,18 @@ def test_at_http_nothing_is_counted_and_every_job_is_http(redis_client: redis.Re
 
 
 @pytest.mark.parametrize(
-    ("level", "share", "cheaper", "every"),
-    [("browser", 0.1, "impersonate", 10), ("impersonate", 0.25, "http", 4),
-     ("browser", 1.0, "impersonate", 1)],
+    ("level", "base", "share", "cheaper", "every"),
+    [("browser", "http", 0.1, "http", 10), ("browser", "impersonate", 0.1, "impersonate", 10),
+     ("impersonate", "impersonate", 0.25, "http", 4), ("browser", "browser", 1.0,
+     "impersonate", 1)],
 )  # fmt: skip
 def test_the_share_of_rechecks_is_exact(
-    redis_client: redis.Redis, level: str, share: float, cheaper: str, every: int
+    redis_client: redis.Redis, level: str, base: str, share: float, cheaper: str, every: int
 ) -> None:
-    cases = [{"pick": True, "level": level, "count": n, "share": share} for n in range(100)]
+    """A pattern above its domain re-checks at the domain's level, a domain one level down."""
+    cases = [
+        {"pick": True, "level": level, "base": base, "count": n, "share": share} for n in range(100)
+    ]
     got = _run(redis_client, cases)
     assert [count for _, count in got] == list(range(1, 101))
     rechecks = [n + 1 for n, (use, _) in enumerate(got) if use == cheaper]
@@ -86,3 +92,17 @@ def test_the_share_of_rechecks_is_exact(
 def test_share_zero_never_rechecks(redis_client: redis.Redis) -> None:
     cases = [{"pick": True, "level": "browser", "count": n, "share": 0} for n in range(50)]
     assert {use for use, _ in _run(redis_client, cases)} == {"browser"}
+
+
+@pytest.mark.parametrize(
+    ("url", "pattern"),
+    [("https://a.example/p/12", "/p/"), ("https://a.example/p/13?x=1", "/p/"),
+     ("https://a.example/static/1/x", "/static/"), ("https://a.example/about", "/about"),
+     ("https://a.example/about?x=/y", "/about"), ("https://a.example/", "/"),
+     ("https://a.example", "/"), ("http://a.example:8080/p/", "/p/"),
+     ("https://a.example/#/p/1", "/")],
+)  # fmt: skip
+def test_a_urls_pattern_is_its_first_path_segment(
+    redis_client: redis.Redis, url: str, pattern: str
+) -> None:
+    assert _run(redis_client, [{"url": url}]) == [pattern]

@@ -5,12 +5,18 @@
   values directly.
 
   Levels, cheapest first (RULE.AUTO_RANK): http, impersonate, browser. A domain's level is its
-  hash field `afl` (absent: http); `acn` counts its auto jobs claimed above http.
+  hash field `afl` (absent: http): what a fingerprint block moves, for all its pages. A path
+  pattern of it (RULE.auto_pattern) may have a level of its own, `ap:<pattern>`: what a page
+  that needs rendering moves, so a shop whose product pages are written by a script renders
+  those and not its static ones. `acn` counts its auto jobs claimed above http.
 
-  RULE.auto_pick(level, count, share) -> fetcher, count'
-    the fetcher a claimed auto job goes through now: the domain's level, but a share of the
-    jobs claimed above http re-checks the fetcher one level cheaper: count' = count + 1, and
-    the job whose count' crosses a multiple of 1/share (floor(count' * share) >
+  RULE.auto_pattern(url) -> the URL's path pattern: its first path segment, with a '/' after
+    it when the path goes on ('/p/' for /p/12 and /p/13?x=1, '/about' for /about, '/' for /)
+  RULE.auto_pick(level, base, count, share) -> fetcher, count'
+    the fetcher a claimed auto job goes through now: `level` (its pattern's, else its
+    domain's `base`), but a share of the jobs claimed above http re-checks the cheaper fetcher
+    (the domain's base when the pattern is above it, else the level one below): count' =
+    count + 1, and the job whose count' crosses a multiple of 1/share (floor(count' * share) >
     floor(count * share)) is that re-check (share 0.1: the 10th, 20th, ...: exact and
     deterministic). At http nothing is counted (count' = count). share 0: no re-checks.
   RULE.auto_step(level, used, evidence) -> level' or nil (no change)
@@ -29,12 +35,20 @@ RULE.AUTO_RANK = {http = 1, impersonate = 2, browser = 3}
 RULE.AUTO_LEVELS = {'http', 'impersonate', 'browser'}
 RULE.AUTO_EVIDENCE = {'block', 'render', 'same'}
 
-function RULE.auto_pick(level, count, share)
+function RULE.auto_pattern(url)
+  local path = string.match(url, '^%a[%w+.%-]*://[^/?#]*(/[^?#]*)') or '/'
+  local first, rest = string.match(path, '^(/[^/]*)(.*)$')
+  if rest ~= '' and first ~= '/' then return first .. '/' end
+  return first
+end
+
+function RULE.auto_pick(level, base, count, share)
   local rank = RULE.AUTO_RANK[level] or 1
   if rank == 1 then return 'http', count end
   local after = count + 1
   if share > 0 and math.floor(after * share + 1e-9) > math.floor(count * share + 1e-9) then
-    return RULE.AUTO_LEVELS[rank - 1], after
+    local below = RULE.AUTO_RANK[base] or 1
+    return RULE.AUTO_LEVELS[below < rank and below or rank - 1], after
   end
   return RULE.AUTO_LEVELS[rank], after
 end
