@@ -25,6 +25,7 @@ EXPECTED = [
     "JsonlSink",
     "Lane",
     "Lanes",
+    "NeedsBrowser",
     "NotFound",
     "PayloadTooLarge",
     "Permanent",

@@ -6,6 +6,7 @@ domain for the whole fleet. Real parts: the HTTPS site that reads the raw Client
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ import pytest
 
 from scrapeq import AsyncQueue, ConfigError
 from scrapeq.engine.settings import Settings
+from scrapeq.interfaces import views
+from scrapeq.interfaces.web.metrics import render_metrics
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
+from support.cli_helpers import run, scrub_env
 from support.proxy_proc import TinyproxySet
 from support.tls_site import FingerprintSite, fingerprint_site
 
@@ -128,3 +132,37 @@ async def test_through_a_tier_of_exits_the_block_moves_before_the_tier_climbs(
     assert exits[res.url]["requests"] == 0, "no request through the dearer tier"
     assert sum(exits[p.url]["requests"] for p in dc) >= 6
     assert site.refused <= 2, "each datacenter exit refused once at most"
+
+
+async def test_the_decision_shows_in_domains_the_dashboard_and_metrics(
+    make_async_queue: Callable[..., AsyncQueue],
+    redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    q = make_async_queue()
+    await q.enqueue_many(["https://a.example/x", "https://b.example/p/1", "https://c.example/"])
+    await q.domain_set("a.example", fetcher="auto")  # auto, nothing decided yet: http
+    # what the settle script writes (tests above): a block's level, a render's pattern
+    await q.client.hset(q.keys.domain("b.example"), mapping={"afl": "impersonate",
+                                                              "ap:/p/": "browser"})  # fmt: skip
+    infos = {d["domain"]: d for d in await q.domains_info()}
+    assert (infos["a.example"]["auto_fetcher"], infos["a.example"]["auto_patterns"]) == ("http", {})
+    assert infos["b.example"]["auto_patterns"] == {"/p/": "browser"}
+    assert "auto_fetcher" not in infos["c.example"]  # not auto: nothing shown
+    assert views.domain_row(infos["b.example"], 0)["fetcher"] == "auto: impersonate; /p/ browser"
+    scrub_env(monkeypatch, tmp_path, columns=200)
+    code, out, err = run(capsys, "--redis", redis_url, "domains", "--json")
+    assert code == 0, err
+    rows = {r["domain"]: r for r in json.loads(out)}
+    assert rows["b.example"]["auto_fetcher"] == "impersonate"
+    assert rows["b.example"]["auto_patterns"] == {"/p/": "browser"}
+    code, out, err = run(capsys, "--redis", redis_url, "domains")
+    assert code == 0 and "auto: impersonate; /p/ browser" in out, out
+    text = render_metrics(await q.status(), top=10).decode()
+    for series in ('domain="b.example",fetcher="impersonate",pattern="*"',
+                   'domain="b.example",fetcher="browser",pattern="/p/"',
+                   'domain="a.example",fetcher="http",pattern="*"'):  # fmt: skip
+        assert f"scrapeq_domain_auto_fetcher{{{series}," in text, text
+    assert 'scrapeq_domain_auto_fetcher{domain="c.example"' not in text

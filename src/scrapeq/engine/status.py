@@ -129,10 +129,14 @@ def shape_domain(info: dict[str, Any]) -> dict[str, Any]:
         value = info.get(f)
         out[f] = round(value, 2) if isinstance(value, float) else value
     out.update(learned_timing(info))
-    for f in REVISIT_FIELDS:  # revisit = on (domain_info-1.lua)
+    for f in (*REVISIT_FIELDS, *AUTO_FIELDS):  # revisit = on, fetcher auto (domain_info-1.lua)
         if f in info:
             out[f] = info[f]
     return out
+
+
+#: Fetcher ``auto``: a domain's level and its path patterns' own (lua/includes/auto.lua).
+AUTO_FIELDS = ("auto_fetcher", "auto_patterns")
 
 
 #: A domain's revisit figures that ``status`` shows beside its row (revisit = on): its revisit

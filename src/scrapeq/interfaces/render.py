@@ -175,11 +175,12 @@ def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Tabl
 
     table = Table(title=_shown("domains", len(infos), total), show_edge=False)
     tiers = any("tier" in d for d in infos)  # with an exit pool
+    autos = any("auto_fetcher" in d for d in infos)  # fetcher auto
     revisits = any(d.get("revisit_pages") for d in infos)  # pages revisited
     budgets = any(views.budget_cuts(d) for d in infos)  # a per-domain budget cut something
     for col in ("domain", "state", "delay", "concurrency", "inflight", "ready", "done", "dead",
                 "latency", *(("tier",) if tiers else ()), *(_REVISIT_COLUMNS if revisits else ()),
-                *(("budget",) if budgets else ())):  # fmt: skip
+                *(("budget",) if budgets else ()), *(("fetcher",) if autos else ())):  # fmt: skip
         table.add_column(col)
     for d in infos:
         tier = (f"{d.get('tier', '-')}" + (f" ({d['benched_exits']} benched)"
@@ -189,6 +190,7 @@ def domains_table(infos: list[dict[str, Any]], total: int | None = None) -> Tabl
             str(d["inflight"]), str(d["ready"]), str(d["done"]), str(d["dead"]), _latency(d),
             *tier, *(_revisit_cells(d) if revisits else ()),
             *((views.budget_cuts(d) or "-",) if budgets else ()),
+            *((views.auto_fetcher(d) or "-",) if autos else ()),
         )  # fmt: skip
     return table
 

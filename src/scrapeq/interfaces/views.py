@@ -154,12 +154,24 @@ def domain_row(info: Row, now_ms: int) -> dict[str, Any]:
         else None,
         freshness=_rounded(info.get("freshness"), 4),
         budget=budget_cuts(info) or None,
+        # fetcher auto: the fleet's decision for it, in words (None: not auto)
+        fetcher=auto_fetcher(info) or None,
     )
     return row
 
 
 def _rounded(value: Any, digits: int) -> float | None:
     return round(float(value), digits) if isinstance(value, int | float) else None
+
+
+def auto_fetcher(d: Row) -> str:
+    """Fetcher ``auto``'s decision for a domain in words: its level, then each path pattern
+    with a level of its own (``http; /p/ browser``); empty when the domain is not auto."""
+    level = d.get("auto_fetcher")
+    if not level:
+        return ""
+    patterns = d.get("auto_patterns") or {}
+    return "; ".join([f"auto: {level}", *(f"{p} {v}" for p, v in sorted(patterns.items()))])
 
 
 def budget_cuts(d: Row) -> str:

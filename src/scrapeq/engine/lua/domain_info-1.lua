@@ -14,7 +14,9 @@
     revisit_budget (the revisit budget, visits per domain-hour), freshness, revisits_skipped,
     bytes, skipped; with max_pages set or a cut counted: max_pages_skipped; with its own
     fetcher set (domain set --fetcher): fetcher; with a selector its browser pages wait for
-    (domain set --browser-wait-for): browser_wait_for.
+    (domain set --browser-wait-for): browser_wait_for; fetcher auto (its own, or the
+    setting's, or once decided: includes/auto.lua): auto_fetcher (the domain's level) and
+    auto_patterns ({pattern: level} of its path patterns with a level of their own).
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -29,12 +31,24 @@
 
 local refused = arg_refusal(function() check_list(ARG.domains, 'domains', check_str) end)
 if refused then return redis.error_reply(refused) end
+-- fetcher auto: the domain's path patterns with a level of their own (ap:<pattern>)
+local function auto_patterns(d)
+  local found, cursor = {}, '0'
+  repeat
+    local page = redis.call('HSCAN', k_dom(d), cursor, 'MATCH', 'ap:*', 'COUNT', 100)
+    cursor = page[1]
+    for j = 1, #page[2], 2 do found[string.sub(page[2][j], 4)] = page[2][j + 1] end
+  until cursor == '0'
+  return found
+end
+
 local out = {}
 for i, d in ipairs(ARG.domains) do
   local f = redis.call('HMGET', k_dom(d), 'state', 'inflight', 'delayed', 'done',
     'fails', 'win', 'open_until', 'trips', 'delay', 'conc', 'next', 'dcur', 'dc', 'dp', 'db',
     'alim', 'aivl', 'abase', 'alat', 'fcur', 'fc', 'fp', 'fb',
-    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip', 'fetcher', 'bwait')
+    'rvl', 'rvn', 'rvfw', 'rvw', 'rvskip', 'bytes', 'skipped', 'pgskip', 'fetcher', 'bwait',
+    'afl')
   local state = f[1] or 'closed'
   local open_until = tonumber(f[7])
   if state == 'open' and open_until and open_until <= NOW then state = 'half_open' end
@@ -58,6 +72,9 @@ for i, d in ipairs(ARG.domains) do
   -- its own fetcher (domain_set-1.lua), when one is set
   if f[32] then out[i].fetcher = f[32] end
   if f[33] then out[i].browser_wait_for = f[33] end
+  if f[34] or f[32] == 'auto' or CFG.fetcher == 'auto' then
+    out[i].auto_fetcher, out[i].auto_patterns = f[34] or 'http', auto_patterns(d)
+  end
   -- with an exit pool: the tier it fetches at (includes/exits.lua) and its benched exits
   if #CFG.exits > 0 then
     local x = redis.call('HGETALL', k_dexit(d))

@@ -193,6 +193,9 @@ def _domain_json(info: dict[str, Any]) -> dict[str, Any]:
         out["fetcher"] = info["fetcher"]
     if "browser_wait_for" in info:  # domain set --browser-wait-for
         out["browser_wait_for"] = info["browser_wait_for"]
+    if "auto_fetcher" in info:  # fetcher auto: the fleet's decision (lua/includes/auto.lua)
+        out["auto_fetcher"] = info["auto_fetcher"]
+        out["auto_patterns"] = info["auto_patterns"]
     if "tier" in info:  # with an exit pool (proxy, proxy_file)
         out["tier"] = info["tier"]
         out["benched_exits"] = info["benched_exits"]

@@ -291,8 +291,8 @@ async function domains(view) {
 async function domainView(view, name) {
   const doc = await getJSON("api/domain/" + encodeURIComponent(name));
   const d = doc.domain;
-  const facts = table(["state", "ready", "delayed", "in flight", "done", "dead", "failure rate", "trips", "open until", "concurrency", "delay"],
-    [el("tr", {}, el("td", {}, stateBadge(d.state)), td(num(d.ready)), td(num(d.delayed)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), failureRate(d), td(d.trips), td(d.open_for !== null ? "in " + human(d.open_for) : ""), td(d.adaptive_limit ?? d.concurrency ?? ""), td(d.delay_ms ? d.delay_ms / 1000 + " s" : ""))]);
+  const facts = table(["state", "ready", "delayed", "in flight", "done", "dead", "failure rate", "trips", "open until", "concurrency", "delay", ...(d.fetcher ? ["fetcher"] : [])],
+    [el("tr", {}, el("td", {}, stateBadge(d.state)), td(num(d.ready)), td(num(d.delayed)), td(num(d.inflight)), td(num(d.done)), td(num(d.dead)), failureRate(d), td(d.trips), td(d.open_for !== null ? "in " + human(d.open_for) : ""), td(d.adaptive_limit ?? d.concurrency ?? ""), td(d.delay_ms ? d.delay_ms / 1000 + " s" : ""), ...(d.fetcher ? [td(d.fetcher, "l")] : []))]);
   const errors = table([th("when", "l"), th("kind", "l"), th("message", "l"), th("job", "l")],
     doc.errors.map((e) => el("tr", {}, td(ago(new Date(e.at).toISOString()), "l"), td(e.kind, "l"), td(e.message, "wrap"), td(e.id, "l"))), "no recent errors");
   const events = table([th("when", "l"), th("event", "l"), th("message", "l")],

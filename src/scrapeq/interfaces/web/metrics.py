@@ -179,6 +179,25 @@ def _domain_metrics(queue: str, domains: list[Mapping[str, Any]], top: int) -> l
     return [state, jobs, fails, limit, interval, latency]
 
 
+def _auto_metrics(queue: str, domains: list[Mapping[str, Any]], top: int) -> Metric:
+    """Fetcher ``auto``: the fetcher the fleet chose for each of the top domains (pattern
+    ``*``) and for each path pattern of theirs with its own (lua/includes/auto.lua)."""
+    chosen = _gauge(
+        "scrapeq_domain_auto_fetcher",
+        f"Fetcher auto: the fetcher chosen for the top {top} domains (pattern *) and their path "
+        "patterns with one of their own (1 = current).",
+        ["queue", "domain", "pattern", "fetcher"],
+    )
+    for info in top_domains(domains, top):
+        if "auto_fetcher" not in info:
+            continue
+        d = str(info["domain"])
+        chosen.add_metric([queue, d, "*", str(info["auto_fetcher"])], 1)
+        for pattern, level in sorted((info.get("auto_patterns") or {}).items()):
+            chosen.add_metric([queue, d, str(pattern), str(level)], 1)
+    return chosen
+
+
 def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
     counts = dict.fromkeys(_ALARM_KINDS, 0)
     for alarm in alarms:
@@ -233,6 +252,7 @@ def status_metrics(
         *_lane_metrics(queue, status["lanes"]),
         _breaker_totals(queue, status["domains"], status.get("breakers") or {}),
         *_domain_metrics(queue, status["domains"], top),
+        _auto_metrics(queue, status["domains"], top),
         _alarm_metrics(queue, status["alarms"]),
         *(_exit_metrics(queue, exits) if exits else ()),
     ]
