@@ -9,7 +9,8 @@
       delay_ms  minimum ms between request starts; -1 restores the queue default
       conc      jobs in flight at once (>= 1), or 'auto' (adaptive: includes/adaptive.lua);
                 -1 restores the queue default
-      fetcher   'http' or 'impersonate': what fetches the domain's jobs that name none (a
+      fetcher   'http', 'impersonate', 'browser' or 'auto' (the claim chooses one:
+                includes/auto.lua): what fetches the domain's jobs that name none (a
                 claim hands it to each job as domain_fetcher: claim-1.lua); -1: none (the
                 worker's setting decides)
       max_pages the domain's own max_pages (0 to 10^14 - 1), for the specs enqueued
