@@ -6,18 +6,22 @@ domain for the whole fleet. Real parts: the HTTPS site that reads the raw Client
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from scrapeq import AsyncQueue, ConfigError
 from scrapeq.engine.settings import Settings
 from scrapeq.interfaces import views
 from scrapeq.interfaces.web.metrics import render_metrics
+from scrapeq.runtime.auto_fetch import fingerprint_refused
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
 from support.cli_helpers import run, scrub_env
@@ -166,3 +170,56 @@ async def test_the_decision_shows_in_domains_the_dashboard_and_metrics(
                    'domain="a.example",fetcher="http",pattern="*"'):  # fmt: skip
         assert f"scrapeq_domain_auto_fetcher{{{series}," in text, text
     assert 'scrapeq_domain_auto_fetcher{domain="c.example"' not in text
+
+
+def test_only_a_handshake_refused_over_https_is_a_fingerprint_block() -> None:
+    wrapped = aiohttp.ClientConnectorError(
+        aiohttp.client_reqrep.ConnectionKey("h", 443, True, True, None, None, None),
+        ConnectionResetError(104, "Connection reset by peer"),
+    )
+    assert fingerprint_refused("https://h/", wrapped)
+    assert fingerprint_refused("https://h/", ssl.SSLError(1, "tlsv1 alert handshake failure"))
+    assert not fingerprint_refused("http://h/", wrapped), "no TLS: a reset is no fingerprint"
+    assert not fingerprint_refused("https://h/", ConnectionRefusedError(111, "refused"))
+    assert not fingerprint_refused("https://h/", TimeoutError())
+    assert not fingerprint_refused("https://h/", ssl.SSLCertVerificationError(1, "bad cert"))
+
+
+async def test_a_block_settled_below_the_domains_level_gives_the_page_back(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_async_queue(fetcher="auto", max_attempts=1)
+    await q.enqueue_many(["https://a.example/1", "https://a.example/2"])
+    first, second = (await q.claim(2)).jobs
+    assert first.auto_fetcher == second.auto_fetcher == "http"
+    # the first moves the domain; the second, claimed before the move, is given back too
+    refused = [
+        dataclasses.replace(
+            q.retrying(j, kind="http_403", message="403", domain_failed=True), auto_evidence="block"
+        )
+        for j in (first, second)
+    ]
+    assert [str(a) for a in await q.settle_many(refused)] == ["released", "released"]
+    assert await _level(q, "a.example") == "impersonate"
+    again = (await q.claim(2)).jobs
+    assert [j.auto_fetcher for j in again] == ["impersonate", "impersonate"]
+    assert [j.attempts for j in again] == [1, 1] and [j.releases for j in again] == [0, 0]
+    info = {d["domain"]: d for d in await q.domains_info()}["a.example"]
+    assert info["consecutive_failures"] == 0, "a fingerprint block is not charged"
+    # a block of impersonate itself is an ordinary failure: no move, the attempt spent
+    late = q.retrying(again[0], kind="http_403", message="403", domain_failed=True)
+    (answer,) = await q.settle_many([dataclasses.replace(late, auto_evidence="block")])
+    assert str(answer).startswith("dead") and await _level(q, "a.example") == "impersonate"
+
+
+async def test_the_settle_refuses_any_other_evidence_before_writing(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    q = make_async_queue(fetcher="auto")
+    await q.enqueue("https://a.example/1")
+    (job,) = (await q.claim(1)).jobs
+    timeout = q.retrying(job, kind="timeout", message="late", domain_failed=True)
+    with pytest.raises(Exception, match="auto") as refused:
+        await q.settle_many([dataclasses.replace(timeout, auto_evidence="timeout")])
+    assert "expected one of block, render, same" in str(refused.value)
+    assert await _level(q, "a.example") is None
