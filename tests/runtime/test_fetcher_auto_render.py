@@ -115,3 +115,26 @@ async def test_a_recheck_as_good_brings_the_pattern_back_down(
     assert {p: r["outcome"] for p, r in got.items()} == dict.fromkeys(got, "done")
     assert len(got) == 2
     assert await _fields(q, site.domain) == {}, "the re-check was as good: back to http"
+
+
+async def test_a_render_that_fails_is_the_fetchs_failure_not_the_handlers(
+    site: Site, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    """A chromium that exits at once (``/bin/false``) while rendering a page the handler said
+    needs a browser: ours, as for a browser job (released, no attempt spent, no domain
+    charged), never a handler error spending the job's attempts."""
+
+    def handler(job: Job, response: Response) -> dict[str, Any]:
+        raise NeedsBrowser
+
+    q = make_async_queue(
+        allow_private=True, fetcher="auto", browser_path="/bin/false", max_releases=1,
+        max_attempts=1, backoff_base=0.1, backoff_cap=0.2,
+    )  # fmt: skip
+    job_id = (await q.enqueue(site.url("/p/1"))).id
+    got = await _run(q, handler)
+    assert got["/p/1"]["outcome"] == "dead"
+    job = await q.get_job(job_id)
+    assert job is not None and job.attempts == 0 and job.releases == 2, job
+    assert job.last_error is not None and "chromium did not start" in job.last_error.message
+    assert (await q.domains_info())[0]["state"] == "closed"

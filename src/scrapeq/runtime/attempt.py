@@ -22,7 +22,7 @@ from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
-from scrapeq.runtime.auto_fetch import auto_handled, auto_refused, is_auto
+from scrapeq.runtime.auto_fetch import RenderFailed, auto_handled, auto_refused, is_auto
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
@@ -335,6 +335,8 @@ class Attempts(WorkerCore):
                 result = await self._call_handler(job, response)
             else:  # fetcher auto: it may render the page (runtime/auto_fetch.py)
                 result, response, seen.auto = await auto_handled(self, job, response)
+        except RenderFailed as exc:  # the page's rendering failed: a fetch's failure
+            return self._fetch_failed(job, exc.original, seen, started, started, True)
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
             return self._handler_failed(job, exc, response, started, seen)
         handled = result if isinstance(result, Handled) else Handled(result, [])

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("scrapeq.worker")
 
-__all__ = ["auto_handled", "auto_refused", "fingerprint_refused", "is_auto"]
+__all__ = ["RenderFailed", "auto_handled", "auto_refused", "fingerprint_refused", "is_auto"]
 
 
 def fingerprint_refused(url: str, exc: BaseException) -> bool:
@@ -56,6 +56,16 @@ def fingerprint_refused(url: str, exc: BaseException) -> bool:
             return True
         todo += [getattr(err, "os_error", None), err.__cause__, err.__context__]
     return False
+
+
+class RenderFailed(Exception):
+    """Rendering a page the handler said needs a browser failed: ``original`` is what the
+    browser fetch raised, classified as a fetch's failure (a lost browser gives the job back
+    without spending an attempt), not as the handler's error."""
+
+    def __init__(self, original: Exception) -> None:
+        self.original = original
+        super().__init__(str(original))
 
 
 def is_auto(worker: Attempts, job: Job) -> bool:
@@ -82,7 +92,10 @@ async def auto_handled(
     try:
         result = await worker._call_handler(job, response)
     except NeedsBrowser:
-        rendered = await _render(worker, job)  # its failure is the attempt's
+        try:
+            rendered = await _render(worker, job)
+        except Exception as exc:  # the fetch's failure, not the handler's (a browser lost...)
+            raise RenderFailed(exc) from exc
         return await worker._call_handler(job, rendered), rendered, "render"
     fields = _payload(result)
     if not (is_extractor(worker.handler) and missing(fields)):
