@@ -153,6 +153,29 @@ async def test_concurrent_writes_are_joined_into_few_writes(tmp_path: Path) -> N
     assert sink.groups <= 4, f"200 lines at once took {sink.groups - 1} writes"
 
 
+class CountedLock(asyncio.Lock):
+    """A lock that counts its turns."""
+
+    turns = 0
+
+    async def acquire(self) -> bool:
+        self.turns += 1
+        return await super().acquire()
+
+
+async def test_joined_lines_wait_for_their_group_not_for_a_turn_each(tmp_path: Path) -> None:
+    """Lines joined into one write do not each take a turn of the sink's lock afterwards
+    (issue 40: a turn is a loop iteration: 200 lines at once took 200 of them)."""
+    out = tmp_path / "res.jsonl"
+    sink = CountedSink(out)
+    await sink.write({"id": -1})  # the file is open (and known to be a regular one)
+    sink._lock = lock = CountedLock()
+    await asyncio.gather(*(sink.write({"id": i}) for i in range(200)))
+    assert lock.turns <= sink.groups, f"{sink.groups - 1} writes took {lock.turns} turns"
+    await sink.close()
+    assert sorted(row["id"] for row in lines(out)) == list(range(-1, 200))
+
+
 #: Concurrent writes through one sink under a file size limit: prints the ids whose write
 #: returned.
 _CONCURRENT_CHILD = """
