@@ -131,6 +131,30 @@ async def test_concurrent_writes_of_one_sink_are_whole_lines(tmp_path: Path) -> 
     assert sorted(row["id"] for row in lines(out)) == list(range(200))
 
 
+async def test_a_line_is_the_text_json_dumps_writes(tmp_path: Path) -> None:
+    """The sink's encoder, made once, writes what ``json.dumps(record, ensure_ascii=False,
+    separators=(",", ":"), default=str)`` does, for values JSON has no type of too."""
+    import datetime
+    import decimal
+    import enum
+    import uuid
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    record: dict[Any, Any] = {
+        "id": "x", "n": 1, "big": 2**70, "f": 1e16, "nan": float("nan"), "s": {1},
+        "when": datetime.datetime(2026, 1, 1), "u": uuid.UUID(int=5), "e": Colour.RED,
+        "t": (1, "é\u2028"), 3: None, "b": b"x", "dec": decimal.Decimal("1.5"),
+    }  # fmt: skip
+    out = tmp_path / "res.jsonl"
+    sink = JsonlSink(out)
+    await sink.write(record)
+    await sink.close()
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    assert out.read_text(encoding="utf-8") == text + "\n"
+
+
 class CountedSink(JsonlSink):
     """A JSONL sink that counts its writes to the file (one per group of joined lines)."""
 
