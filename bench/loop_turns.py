@@ -3,7 +3,7 @@ load does not move, beside ``bench/cost.py``'s CPU times, which it does.
 
 Runs ``bench/cost.py``'s rows (the real ``Worker``, concurrency 200, over 100 loopback sites,
 against a private redis-server) and the bare aiohttp loop over the same URLs, and counts per
-job (per request for the bare loop):
+100 jobs (per 100 requests for the bare loop):
 
 * **loop turns**: iterations of the event loop (``BaseEventLoop._run_once``: one ``epoll``
   wait each, and the timers' heap);
@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                     asyncio.run(_work(server.url, w, folder))
                 runs[row].append(Counter(COUNTS))
     table = [
-        [row, *(round(statistics.median(r[n] for r in runs[row]) / args.jobs, 3) for n in NAMES)]
+        [row, *(statistics.median(r[n] for r in runs[row]) * 100 / args.jobs for n in NAMES)]
         for row in rows
     ]
-    print(format_table(["per job", *NAMES], table))
+    print(format_table(["per 100 jobs", *NAMES], table))
     return 0
 
 
