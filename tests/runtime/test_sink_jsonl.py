@@ -131,6 +131,30 @@ async def test_concurrent_writes_of_one_sink_are_whole_lines(tmp_path: Path) -> 
     assert sorted(row["id"] for row in lines(out)) == list(range(200))
 
 
+async def test_a_line_is_the_text_json_dumps_writes(tmp_path: Path) -> None:
+    """The sink's encoder, made once, writes what ``json.dumps(record, ensure_ascii=False,
+    separators=(",", ":"), default=str)`` does, for values JSON has no type of too."""
+    import datetime
+    import decimal
+    import enum
+    import uuid
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    record: dict[Any, Any] = {
+        "id": "x", "n": 1, "big": 2**70, "f": 1e16, "nan": float("nan"), "s": {1},
+        "when": datetime.datetime(2026, 1, 1), "u": uuid.UUID(int=5), "e": Colour.RED,
+        "t": (1, "é\u2028"), 3: None, "b": b"x", "dec": decimal.Decimal("1.5"),
+    }  # fmt: skip
+    out = tmp_path / "res.jsonl"
+    sink = JsonlSink(out)
+    await sink.write(record)
+    await sink.close()
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    assert out.read_text(encoding="utf-8") == text + "\n"
+
+
 class CountedSink(JsonlSink):
     """A JSONL sink that counts its writes to the file (one per group of joined lines)."""
 
@@ -151,6 +175,29 @@ async def test_concurrent_writes_are_joined_into_few_writes(tmp_path: Path) -> N
     await sink.close()
     assert sorted(row["id"] for row in lines(out)) == list(range(-1, 200))
     assert sink.groups <= 4, f"200 lines at once took {sink.groups - 1} writes"
+
+
+class CountedLock(asyncio.Lock):
+    """A lock that counts its turns."""
+
+    turns = 0
+
+    async def acquire(self) -> bool:
+        self.turns += 1
+        return await super().acquire()
+
+
+async def test_joined_lines_wait_for_their_group_not_for_a_turn_each(tmp_path: Path) -> None:
+    """Lines joined into one write do not each take a turn of the sink's lock afterwards
+    (issue 40: a turn is a loop iteration: 200 lines at once took 200 of them)."""
+    out = tmp_path / "res.jsonl"
+    sink = CountedSink(out)
+    await sink.write({"id": -1})  # the file is open (and known to be a regular one)
+    sink._lock = lock = CountedLock()
+    await asyncio.gather(*(sink.write({"id": i}) for i in range(200)))
+    assert lock.turns <= sink.groups, f"{sink.groups - 1} writes took {lock.turns} turns"
+    await sink.close()
+    assert sorted(row["id"] for row in lines(out)) == list(range(-1, 200))
 
 
 #: Concurrent writes through one sink under a file size limit: prints the ids whose write

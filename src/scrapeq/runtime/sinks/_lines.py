@@ -10,13 +10,14 @@ never another process's acknowledged one. Writers that do not take the lock (ano
 appending to the file) are not covered. On a file that is not a regular one (``/dev/full``, a
 pipe) nothing can be cut back; a write there is one ``os.write`` of the whole line.
 
-Appends that wait for the lock while another is written are joined (a subclass that sets
-``_JOIN``: the JSONL sink's lines need nothing of the file but its end): the next append
-writes all the lines waiting to a regular file as one ``os.write``, so a worker finishing
-many pages at once makes one thread hop and one ``flock`` for them, not one each. A pipe or
-a device takes one line a write, each acknowledged once written, as before (the kernel may
-split a pipe write of more than ``PIPE_BUF`` bytes, and a reader that stops would hold the
-lines before it unacknowledged). Each line's ``append`` still returns once it is in the
+Appends made while another is written are joined (a subclass that sets ``_JOIN``: the
+JSONL sink's lines need nothing of the file but its end): one task writes all the lines
+waiting to a regular file as one ``os.write``, so a worker finishing many pages at once
+makes one thread hop and one ``flock`` for them, not one each, and each line waits for its
+group's write alone (not for a turn of the lock per line before it: a loop iteration each).
+A pipe or a device takes one line a write, each acknowledged once written, as before (the
+kernel may split a pipe write of more than ``PIPE_BUF`` bytes, and a reader that stops would
+hold the lines before it unacknowledged). Each line's ``append`` still returns once it is in the
 file, or raises with nothing of it left (a group that fails is cut back whole).
 
 A file deleted or rotated away (``rm``, logrotate's rename without ``copytruncate``) is
@@ -75,6 +76,7 @@ class LineFile:
         self._lock = asyncio.Lock()
         self._joined: list[tuple[bytes, asyncio.Future[None]]] = []  # waiting to be written
         self._writing: asyncio.Future[list[OSError | None]] | None = None  # the last group
+        self._drainer: asyncio.Future[None] | None = None  # writes the joined lines
         self._regular = False  # the file open is a regular one (known once it is open)
         self.reopened = 0
 
@@ -165,19 +167,30 @@ class LineFile:
             return
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._joined.append((data, written))
-        async with self._lock:
-            if self._writing is not None:  # a write whose caller was cancelled: it ends first
-                await asyncio.wait([self._writing])
-            if self._joined:  # ours among them, unless a write before took it
-                batch, self._joined = self._joined, []
-                lines = [line for line, _ in batch]
-                self._writing = write = asyncio.ensure_future(
-                    asyncio.to_thread(self._append_group, lines)
-                )
-                write.add_done_callback(functools.partial(_answer, batch))
-                await asyncio.wait([write])  # not cancelled with this caller: the others wait
-                self._writing = None
+        if self._drainer is None:  # the lines joined from now on are its next group
+            self._drainer = asyncio.ensure_future(self._drain())
         await written
+
+    async def _drain(self) -> None:
+        """Write the joined lines, a group at a time, until none is waiting: one task for
+        them all (not cancelled with any caller), so a line waits for its group's write
+        alone, not for a turn of the lock per line before it."""
+        try:
+            while self._joined:
+                async with self._lock:
+                    if self._writing is not None:  # a write whose caller was cancelled
+                        await asyncio.wait([self._writing])
+                    batch, self._joined = self._joined, []
+                    if not batch:
+                        continue
+                    self._writing = write = asyncio.ensure_future(
+                        asyncio.to_thread(self._append_group, [line for line, _ in batch])
+                    )
+                    write.add_done_callback(functools.partial(_answer, batch))
+                    await asyncio.wait([write])
+                    self._writing = None
+        finally:
+            self._drainer = None
 
     def _append_group(self, lines: list[bytes]) -> list[OSError | None]:
         """Append joined lines; each line's error, or None. A regular file takes them as one
@@ -201,6 +214,8 @@ class LineFile:
         return errors
 
     async def close(self) -> None:
+        if self._drainer is not None:  # the lines joined are written first
+            await asyncio.wait([self._drainer])
         async with self._lock:
             if self._writing is not None:
                 await asyncio.wait([self._writing])

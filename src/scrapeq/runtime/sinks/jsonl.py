@@ -11,6 +11,10 @@ from ._lines import LineFile, append_whole
 
 __all__ = ["JsonlSink", "append_whole"]
 
+#: ``json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)`` with its
+#: encoder made once, not once per line (the same text).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
 
 class JsonlSink(LineFile):
     """Append one JSON line per record to ``path`` (created with its folders if missing).
@@ -26,5 +30,5 @@ class JsonlSink(LineFile):
     _JOIN = True
 
     async def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        line = _ENCODE(record) + "\n"
         await self.append(line.encode("utf-8"))

@@ -1,0 +1,42 @@
+"""outcomes.timed: the settlement with the fetch's latency, copied field by field (issue 40)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scrapeq.engine.script_args import Settlement
+from scrapeq.runtime.classify import Classification, Outcome
+from scrapeq.runtime.outcomes import timed
+
+
+def _every_field_set() -> Settlement:
+    """A settlement whose every field is away from its default."""
+    return Settlement(
+        "j1", 7, "retry", domain_failed=True, delay_ms=5, backoff=True, retry_after_ms=9,
+        kind="http_503", message="m", reason="r", shutdown=True, latency_ms=1, overload=False,
+        exit_result="ok", bytes_in=600, jar={"set": [], "del": []}, not_modified=True,
+        changed=False, signature="0123456789abcdef", etag='"e"', last_modified="lm",
+        line='{"id":"j1"}',
+    )  # fmt: skip
+
+
+def test_timed_is_replace_of_the_latency_and_overload_alone() -> None:
+    """Every field of the settlement is kept but the two timed() sets, as
+    ``dataclasses.replace`` would (every field goes through ``__init__``)."""
+    assert all(f.init for f in dataclasses.fields(Settlement))
+    settlement = _every_field_set()
+    for reason, overload in (("http_503", True), ("http_404", False)):
+        verdict = Classification(Outcome.RETRY, reason, True)
+        got = timed(settlement, verdict, 0.2504)
+        assert got == dataclasses.replace(settlement, latency_ms=250, overload=overload)
+        assert got.jar == settlement.jar and got.line == settlement.line
+
+
+def test_timed_leaves_ours_and_releases_unchanged() -> None:
+    settlement = _every_field_set()
+    ours = Classification(Outcome.OURS, "proxy_down", False)
+    assert timed(settlement, ours, 1.0) is settlement
+    release = dataclasses.replace(settlement, outcome="release")
+    ok = Classification(Outcome.OK, "ok", False)
+    assert timed(release, ok, 1.0) is release
+    assert timed(dataclasses.replace(settlement, outcome="done"), ok, -1.0).latency_ms == 0
