@@ -62,6 +62,7 @@ _LONG = {
     "fe": "fetcher",
     "dfe": "domain_fetcher",
     "dwf": "domain_wait_for",
+    "lw": "line_waits",
 }  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -204,6 +205,9 @@ class Job:
             else its ``fetcher`` setting.
         domain_wait_for: the CSS selector its domain's browser pages wait for (``domain set
             --browser-wait-for``), as its claim found it; None: none (network idle).
+        line_waits: whether a done attempt's results line waits for its settle's answer,
+            as its claim said (``lua/includes/lines.lua``): ``always``, ``follow`` (when it
+            has follow-ups), None (written before its settle).
     """
 
     id: str
@@ -238,6 +242,7 @@ class Job:
     fetcher: str | None = None
     domain_fetcher: str | None = None
     domain_wait_for: str | None = None
+    line_waits: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -298,6 +303,7 @@ class Job:
             get("fetcher"),
             get("domain_fetcher"),
             get("domain_wait_for"),
+            get("line_waits"),
         )
 
     @property

@@ -15,7 +15,6 @@ import orjson
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import redact_value
 from scrapeq.engine.scripts import Settled, Settlement
-from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import Classification
@@ -106,19 +105,18 @@ def not_json(result: Any) -> str | None:
 ENDS_BY_VERDICT = frozenset({"done", "fail"})
 
 
-def line_before_settle(settlement: Settlement, settings: Settings) -> bool:
+def line_before_settle(job: Job, settlement: Settlement) -> bool:
     """Whether the line of ``settlement`` is written before the settle: a ``done`` or
-    ``fail``, unless the settle script decides part of a done page's line, with revisit on
-    (``changed``) or with follow-ups under a per-domain budget (``max_pages``,
-    ``max_bytes``: ``skipped``). The others wait for its answer (:func:`settled_line`)."""
+    ``fail``, unless the settle script decides part of a done page's line, as the job's claim
+    said (``job.line_waits``, the rule of ``lua/includes/lines.lua``: ``always``, or
+    ``follow`` when the page has follow-ups). The others wait for its answer
+    (:func:`settled_line`)."""
     if settlement.outcome not in ENDS_BY_VERDICT:
         return False
-    if settlement.outcome != "done":
+    waits = job.line_waits
+    if waits is None or settlement.outcome != "done":
         return True
-    if settings.revisit == "on":
-        return False
-    budget = settings.max_pages is not None or settings.max_bytes is not None
-    return not (budget and settlement.follow)
+    return waits != "always" and not (waits == "follow" and settlement.follow)
 
 
 def settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:

@@ -516,7 +516,7 @@ class Worker(Shutdown, Leases, Attempts):
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
                 record["crawl_id"] = self._crawl_id
-                if not line_before_settle(settlement, self.settings):
+                if not line_before_settle(job, settlement):
                     # Whether a retry, throttle or release ends the job, and what a done
                     # page's line says of its content and its budgets, are the settle
                     # script's to say: the line is written from its answer (docs/DESIGN.md).
