@@ -14,10 +14,10 @@ from dataclasses import replace
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.scripts import DownloadSample, Settlement
 from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
 
-__all__ = ["settlement_for", "timed"]
+__all__ = ["download_sample", "settlement_for", "timed"]
 
 
 def settlement_for(
@@ -55,5 +55,18 @@ def timed(settlement: Settlement, verdict: Classification, seconds: float) -> Se
     return replace(
         settlement,
         latency_ms=max(round(seconds * 1000), 0),
+        overload=verdict.reason in OVERLOAD_REASONS,
+    )
+
+
+def download_sample(verdict: Classification, seconds: float) -> DownloadSample:
+    """What a download over taught of its site, for ``Queue.downloaded`` (Scrapy on scrapeq):
+    the latency, breaker input and overload flag its settlement will carry (:func:`timed`).
+    Whether it charges its domain, so that its slot waits for the settle, is the script's to
+    decide (``lua/downloaded-1.lua``: the breaker input, the overload, and the adaptive
+    rule's latency cut), not the worker's."""
+    return DownloadSample(
+        latency_ms=max(round(seconds * 1000), 0),
+        domain_failed=verdict.counts_against_domain,
         overload=verdict.reason in OVERLOAD_REASONS,
     )

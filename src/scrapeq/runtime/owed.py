@@ -3,7 +3,7 @@ and the line's write (:class:`OwedLines`).
 
 A line the worker writes from the settle's answer (a done page with revisit on, or with
 follow-ups under ``max_pages``/``max_bytes``; a retry, throttle or release the settle may make
-dead: :func:`~scrapeq.runtime.records.line_before_settle`) used to exist only in the worker's
+dead: the claim's ``Job.line_waits``, ``lua/includes/lines.lua``) used to exist only in the worker's
 memory between the settle and the sink's write. Its settle item now carries the attempt's
 record (``line``), and the settle script that makes the line due keeps the record and its
 answer in the queue's owed-lines ledger, in the same call (``engine/lua/includes/owed.lua``).
