@@ -73,9 +73,10 @@ def record_text(record: dict[str, Any]) -> str | None:
 
 class OwedLines:
     """The worker's side of the owed-lines ledger: records sent with settlements, lines
-    acknowledged once written, overdue lines taken over. One object the worker holds (issue
-    39: composed, no longer a mixin over the worker's state): it reads the worker's queue,
-    sink and settings, and reports Redis failures through the worker's ``redis_failed``."""
+    acknowledged once written, overdue lines taken over. Held by the worker's
+    :class:`~scrapeq.runtime.lines.Lines` (issue 39: composed, no longer a mixin over the
+    worker's state): it reads the worker's queue, sink and settings, and reports Redis
+    failures through the worker's ``redis_failed``."""
 
     def __init__(
         self,

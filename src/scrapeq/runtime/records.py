@@ -1,5 +1,7 @@
-"""What a worker writes and logs about one attempt: the results line (docs/INTERFACE.md),
-the attempt's timing for the adaptive limit, and the small helpers of its log lines."""
+"""What a worker writes and logs about one attempt: the results line's shape
+(docs/INTERFACE.md: built, from the settle's answer, refused), the attempt's timing for the
+adaptive limit, and the small helpers of its log lines. Who writes a line, when, and owes it
+is :mod:`.lines`'s."""
 
 from __future__ import annotations
 
@@ -96,27 +98,6 @@ def not_json(result: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return f"handler result is not JSON: {type(exc).__name__}: {exc}"
     return None
-
-
-#: Settlement outcomes that end the job by the worker's own verdict: their results line is
-#: written before the settle (at least once, docs/DESIGN.md "Results lines"), unless the
-#: settle decides part of it (:func:`line_before_settle`). The line of any other outcome is
-#: written only when the settle answers ``dead``, from that answer.
-ENDS_BY_VERDICT = frozenset({"done", "fail"})
-
-
-def line_before_settle(job: Job, settlement: Settlement) -> bool:
-    """Whether the line of ``settlement`` is written before the settle: a ``done`` or
-    ``fail``, unless the settle script decides part of a done page's line, as the job's claim
-    said (``job.line_waits``, the rule of ``lua/includes/lines.lua``: ``always``, or
-    ``follow`` when the page has follow-ups). The others wait for its answer
-    (:func:`settled_line`)."""
-    if settlement.outcome not in ENDS_BY_VERDICT:
-        return False
-    waits = job.line_waits
-    if waits is None or settlement.outcome != "done":
-        return True
-    return waits != "always" and not (waits == "follow" and settlement.follow)
 
 
 def settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:
