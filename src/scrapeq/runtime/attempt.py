@@ -4,7 +4,7 @@ and build the job's settlement and results line (:class:`Attempts`).
 An attempt never predicts whether its settlement ends the job: a retry, throttle or release
 comes with the line the job ends with should the settle script answer ``dead`` (its budgets,
 the adaptive excuse: ``includes/jobs.lua``, ``includes/adaptive.lua``), and the worker writes
-it from that answer (:meth:`scrapeq.runtime.worker.Worker._run_job`)."""
+it from that answer (:meth:`scrapeq.runtime.lines.Lines.write_settled`)."""
 
 from __future__ import annotations
 
