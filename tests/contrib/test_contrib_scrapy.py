@@ -988,6 +988,70 @@ def test_a_download_that_charges_its_site_keeps_the_domain_slot(redis_url: str) 
         scheduler.close("finished")
 
 
+def test_a_slow_answer_under_an_adaptive_domain_keeps_its_slot_until_its_settle(
+    redis_url: str,
+) -> None:
+    """Issue 39: with domain_concurrency = auto, a page answered far slower than the domain's
+    baseline (yet under slow_call: no breaker failure) would cut its adaptive limit: it keeps
+    its domain's slot until its settle, which cuts the limit before the site gets another
+    request. Whether a download charges its domain is the script's to say (Queue.downloaded
+    with the download's sample: lua/downloaded-1.lua), not a Python guess that knew only
+    slow_call."""
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from scrapeq.contrib.scrapy import ReportMiddleware
+    from scrapeq.contrib.scrapy._frontier import JOB, STARTED, Frontier
+
+    settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "giveback_auto",
+                "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
+                "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": "auto",
+                                     "slow_call": 30}}  # fmt: skip
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    middleware = ReportMiddleware(crawler)
+    frontier = Frontier.of(crawler)
+    assert frontier is not None
+    site = "127.0.0.7:9"
+
+    def info() -> dict[str, Any]:
+        (row,) = frontier.queue.domains_info([site])
+        return row
+
+    def answer(request: Any, seconds: float) -> None:
+        request.meta[STARTED] = time.monotonic() - seconds
+        response = HtmlResponse(request.url, status=200, body=b"<p>", request=request)
+        middleware.process_response(request, response)
+        frontier.flush_given_back()
+
+    def settle(request: Any) -> None:  # its callback is over
+        settlement = frontier.timed(frontier.queue.done(request.meta[JOB]), request.meta)
+        frontier.settle(request.meta[JOB], settlement)
+        frontier.flush_settles()
+
+    try:
+        for n in range(4):
+            scheduler.enqueue_request(scrapy.Request(f"http://{site}/p/{n}"))
+        fast, slow = _drain(scheduler)  # an adaptive domain starts at 2 in flight
+        answer(fast, 0.01)
+        assert info()["inflight"] == 1, "a fast answer gives its slot back at once"
+        settle(fast)
+        assert info()["adaptive"] is True and info()["baseline_ms"] <= 100, info()
+        limit = info()["limit"]
+        answer(slow, 1.0)
+        assert info()["inflight"] == 1, "a slow answer keeps its slot until its settle"
+        assert info()["limit"] == limit, "asked, not recorded: the settle records it"
+        settle(slow)
+        assert info()["inflight"] == 0
+        assert info()["limit"] < limit, "its settle cut the limit"
+        assert crawler.stats.get_value("scrapeq/slots_given_back") == 1
+    finally:
+        scheduler.close("finished")
+
+
 def test_a_304_goes_on_only_when_its_request_was_conditional(redis_url: str) -> None:
     """Issue 38, item 13: a 304 to a request without If-None-Match / If-Modified-Since is no
     page: settled dead (``http_304``), the spider never sees it. One to a conditional request

@@ -14,6 +14,8 @@ import pytest
 import redis
 
 from scrapeq import Job, Queue
+from scrapeq.engine.scripts import DownloadSample
+from scrapeq.errors import ScriptError
 
 pytestmark = pytest.mark.backends
 
@@ -176,3 +178,68 @@ def test_jobs_of_several_partitions_are_each_given_back(
     assert sorted(j.domain for j in q.claim(20).jobs) == domains
     assert q.settle_many([q.done(j) for j in jobs])
     assert q.audit().problems == []
+
+
+# --- a download's sample: whether it charges its domain is the script's (issue 39) ----------
+
+ADAPTIVE_STATE = ("alim", "alat", "abase", "acnt", "aok")
+
+
+def adaptive_state(r: redis.Redis, q: Queue, domain: str = D) -> list[str | None]:
+    got: list[str | None] = r.hmget(q.keys.domain(domain), list(ADAPTIVE_STATE))
+    return got
+
+
+def test_a_slow_answer_under_an_adaptive_domain_keeps_its_slot_until_its_settle(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    """A download whose latency would cut an adaptive domain's limit (includes/adaptive_rule.lua,
+    RULE.adaptive_charges) keeps its slot; a fast one gives it back. The sample is only asked
+    about: the adaptive state is the same after ``downloaded``, and the settle records it once."""
+    q = make_queue(queue="dl", domain_concurrency="auto", slow_call=30)
+    enqueue(q, 6)
+    first, slow = q.claim(5).jobs  # the adaptive limit starts at 2
+    fast = DownloadSample(latency_ms=10, domain_failed=False)
+    assert q.settle_many([dataclasses.replace(q.done(first), latency_ms=10)]) == ["done"]
+    state = adaptive_state(redis_client, q)
+    assert state[1] == "10", "the baseline: one answer of 10 ms"
+    quick = q.claim(5).jobs[0]
+    held = counter(redis_client, q)
+    slow_sample = DownloadSample(latency_ms=1_000, domain_failed=False)
+    assert q.downloaded([slow, quick], [slow_sample, fast]) == [False, True]
+    assert counter(redis_client, q) == held - 1, "the fast one's slot alone came back"
+    assert adaptive_state(redis_client, q) == state, "asked, not recorded"
+    limit = float(state[0] or 0)
+    settled = dataclasses.replace(q.done(slow), latency_ms=1_000)
+    assert q.settle_many([settled]) == ["done"]
+    assert counter(redis_client, q) == held - 2
+    after = adaptive_state(redis_client, q)
+    assert float(after[0] or 0) < limit, "the settle cut the limit for the slow answer"
+    assert after[1] == "208", "the average took the slow answer once: 10 + 0.2 x 990"
+    assert q.audit().problems == []
+
+
+def test_a_sample_charging_the_breaker_or_signalling_overload_keeps_its_slot(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    """Not adaptive: a failure (the breaker's input) or an overload keeps the slot; a
+    success, with its latency however slow, gives it back."""
+    q = make_queue(queue="dl", domain_concurrency=4)
+    enqueue(q, 4)
+    jobs = q.claim(4).jobs
+    samples = [
+        DownloadSample(latency_ms=10, domain_failed=True),
+        DownloadSample(latency_ms=10, domain_failed=False, overload=True),
+        DownloadSample(latency_ms=9_000, domain_failed=False),
+        None,  # no sample: given back as before
+    ]
+    assert q.downloaded(jobs, samples) == [False, False, True, True]
+    assert counter(redis_client, q) == 2
+
+
+def test_a_bad_sample_is_refused_before_any_write(make_queue: QueueFactory) -> None:
+    q = make_queue(queue="dl", domain_concurrency=2)
+    enqueue(q, 1)
+    (job,) = q.claim(1).jobs
+    with pytest.raises(ScriptError, match="latency"):
+        q.downloaded([job], [DownloadSample(latency_ms=-5)])

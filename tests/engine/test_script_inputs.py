@@ -297,6 +297,18 @@ CASES: dict[str, Cases] = {
                 lambda w: {"items": [w.lease(), w.lease(1, token="1")]},
             ),
             ("items that are not a list", lambda w: {"items": "x"}),
+            (
+                "a latency below 0 after a good item",
+                lambda w: {"items": [w.lease(latency=5), w.lease(1, latency=-1)]},
+            ),
+            (
+                "a failed flag that is no boolean",
+                lambda w: {"items": [w.lease(latency=5), w.lease(1, failed=1)]},
+            ),
+            (
+                "an overload flag that is no boolean",
+                lambda w: {"items": [w.lease(latency=5), w.lease(1, overload="yes")]},
+            ),
         ),
     ),
     "heartbeat": Cases(

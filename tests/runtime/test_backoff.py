@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scrapeq.runtime.attempt import OURS_PAUSE, SINK_PAUSE_MAX
+from scrapeq.runtime.attempt import OURS_PAUSE
 from scrapeq.runtime.backoff import backoff
+from scrapeq.runtime.lines import SINK_PAUSE_MAX, SINK_PAUSE_MIN
 from scrapeq.runtime.supervisor import RESTART_MAX, RESTART_MIN, restart_delay
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN
 
@@ -37,8 +38,10 @@ def test_equals_the_doubling_loops_it_replaced() -> None:
 
 
 def test_sink_pause_figures() -> None:
-    """A results sink failing in a row pauses claims 2, 4 ... 60 s (attempt.py)."""
-    assert [backoff(OURS_PAUSE, n, SINK_PAUSE_MAX) for n in range(1, 8)] == [
+    """A results sink failing in a row pauses claims 2, 4 ... 60 s (lines.py), from the
+    pause of our own network's failure."""
+    assert SINK_PAUSE_MIN == OURS_PAUSE
+    assert [backoff(SINK_PAUSE_MIN, n, SINK_PAUSE_MAX) for n in range(1, 8)] == [
         2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0,
     ]  # fmt: skip
 

@@ -7,7 +7,7 @@ import dataclasses
 import socket
 import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
@@ -16,6 +16,7 @@ from aiohttp.client_reqrep import ConnectionKey, RequestInfo
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from scrapeq import Queue
 from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
 from scrapeq.runtime import classify
 from scrapeq.runtime.classify import (
@@ -25,13 +26,13 @@ from scrapeq.runtime.classify import (
     OurNetworkDown,
     Outcome,
     RobotsDisallowed,
-    charges_nothing,
     classify_exception,
     classify_response,
     classify_status,
     is_slow,
     parse_retry_after,
 )
+from scrapeq.runtime.outcomes import download_sample
 
 NOW = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -572,13 +573,26 @@ def test_aiohttp_rules_are_back_after_the_no_aiohttp_tests() -> None:
     assert verdict.outcome is OURS
 
 
-def test_only_a_download_that_charges_its_site_nothing_may_give_its_slot_back() -> None:
-    """``charges_nothing``: a fast 2xx or a 404 tells the breaker and the adaptive limit
-    nothing (its domain slot may come back before the settle); a slow 2xx, a 503, a 429 or
-    a timeout charges the domain (the slot waits for the settle)."""
-    assert charges_nothing(classify_response(200, None, 0.1, slow_call=5))
-    assert charges_nothing(classify_response(404, None, 0.1, slow_call=5))
-    assert not charges_nothing(classify_response(200, None, 6.0, slow_call=5))
-    assert not charges_nothing(classify_response(503, None, 0.1, slow_call=5))
-    assert not charges_nothing(classify_response(429, {"Retry-After": "2"}, 0.1, slow_call=5))
-    assert not charges_nothing(classify_exception(TimeoutError()))
+@pytest.mark.backends("single")
+def test_only_a_download_that_charges_its_site_nothing_may_give_its_slot_back(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """A download's sample (``outcomes.download_sample``) sent with ``Queue.downloaded``: a
+    fast 2xx or a 404 tells the breaker and the adaptive limit nothing (its domain slot comes
+    back before the settle); a slow 2xx, a 503, a 429 or a timeout charges the domain (the
+    slot waits for the settle). Issue 39: the script decides (``lua/downloaded-1.lua``), where
+    ``classify.charges_nothing`` guessed before."""
+    cases = [
+        (classify_response(200, None, 0.1, slow_call=5), 0.1, True),
+        (classify_response(404, None, 0.1, slow_call=5), 0.1, True),
+        (classify_response(200, None, 6.0, slow_call=5), 6.0, False),
+        (classify_response(503, None, 0.1, slow_call=5), 0.1, False),
+        (classify_response(429, {"Retry-After": "2"}, 0.1, slow_call=5), 0.1, False),
+        (classify_exception(TimeoutError()), 10.0, False),
+    ]
+    q = make_queue(queue="charges", domain_concurrency=len(cases), slow_call=5)
+    q.enqueue_many([f"https://charges.example/{i}" for i in range(len(cases))])
+    jobs = sorted(q.claim(len(cases)).jobs, key=lambda j: j.url)
+    assert len(jobs) == len(cases)
+    samples = [download_sample(verdict, seconds) for verdict, seconds, _ in cases]
+    assert q.downloaded(jobs, samples) == [given for *_, given in cases]

@@ -202,9 +202,9 @@ async def test_a_calendar_trap_stops_at_its_budget_and_says_why(
 async def test_a_done_line_the_sink_refused_after_the_settle_is_written_again(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scrapeq.runtime import attempt as attempt_module
+    from scrapeq.runtime import lines as lines_module
 
-    monkeypatch.setattr(attempt_module, "OURS_PAUSE", 0.05)
+    monkeypatch.setattr(lines_module, "SINK_PAUSE_MIN", 0.05)
     written: list[dict[str, Any]] = []
     refusals = [2]
 

@@ -266,10 +266,10 @@ async def test_a_sink_failing_again_and_again_pauses_claims_longer_each_time(
     """A store down for a while: each failure after claims resumed doubles the pause (and the
     job's release delay), so a worker does not fetch the queue through and back; the job
     spends no attempt and is written once the store answers."""
-    from scrapeq.runtime import attempt as attempt_module
+    from scrapeq.runtime import lines as lines_module
     from scrapeq.runtime.sinks import CallableSink
 
-    monkeypatch.setattr(attempt_module, "OURS_PAUSE", 0.1)
+    monkeypatch.setattr(lines_module, "SINK_PAUSE_MIN", 0.1)
     q = AsyncQueue.from_url(redis_url, settings=Settings(allow_private=True))
     written: list[dict[str, Any]] = []
     calls = 0

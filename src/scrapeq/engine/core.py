@@ -56,6 +56,7 @@ from scrapeq.engine.scripts import (
     JobPlace,
     OnceFlag,
     Op,
+    Samples,
     ScriptConfig,
     Settled,
     Settlement,
@@ -292,10 +293,10 @@ class _QueueCore(SettlementBuilders):
         renewed: list[bool] = yield scripts.heartbeat(pairs, lease_ms, handling=handling)
         return renewed
 
-    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
+    def _op_downloaded(self, jobs: Sequence[Job], samples: Samples = None) -> Op[list[bool]]:
         if not jobs:
             return []
-        freed: list[bool] = yield scripts.downloaded([(j.id, j.token) for j in jobs])
+        freed: list[bool] = yield scripts.downloaded([(j.id, j.token) for j in jobs], samples)
         return freed
 
     def _op_owed_ack(self, ids: Sequence[str]) -> Op[int]:

@@ -64,6 +64,7 @@ _LONG = {
     "dwf": "domain_wait_for",
     "afe": "auto_fetcher",
     "alv": "auto_level",
+    "lw": "line_waits",
 }  # fmt: skip (sg: written by earlier versions, ignored: Job has no such field now)
 #: Values a compact text leaves out, fixed (``max_attempts``: Settings' default, but a
 #: client's setting may differ: the stored form must not depend on it). It leaves out a
@@ -209,6 +210,9 @@ class Job:
         auto_fetcher, auto_level: a job whose fetcher is ``auto``: the fetcher its claim
             chose for it now, and its domain's auto level then (below it: a re-check);
             ``lua/includes/auto.lua`` decides both. None otherwise.
+        line_waits: whether a done attempt's results line waits for its settle's answer,
+            as its claim said (``lua/includes/lines.lua``): ``always``, ``follow`` (when it
+            has follow-ups), None (written before its settle).
     """
 
     id: str
@@ -245,6 +249,7 @@ class Job:
     domain_wait_for: str | None = None
     auto_fetcher: str | None = None
     auto_level: str | None = None
+    line_waits: str | None = None
 
     @classmethod
     def from_json(cls, text: str, job_id: str | None = None) -> Job:
@@ -307,6 +312,7 @@ class Job:
             get("domain_wait_for"),
             get("auto_fetcher"),
             get("auto_level"),
+            get("line_waits"),
         )
 
     @property

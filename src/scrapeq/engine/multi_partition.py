@@ -43,6 +43,7 @@ from scrapeq.engine.scripts import (
     EnqueueSpec,
     Many,
     Op,
+    Samples,
     Settled,
     Settlement,
     Step,
@@ -218,15 +219,18 @@ class MultiPartitionRouter(PartitionRouter):
         return settled_one(item, status)
 
     def _on_leases(
-        self, jobs: Sequence[Job], script: Callable[[list[tuple[str, int]]], Call[list[bool]]]
+        self,
+        jobs: Sequence[Job],
+        script: Callable[[list[tuple[str, int]], list[int]], Call[list[bool]]],
     ) -> Op[tuple[list[bool], list[int]]]:
-        """``script`` called with the (id, token) pairs of ``jobs`` on each one's partition:
-        the answers in the order of ``jobs``, and the partitions called."""
+        """``script`` called with the (id, token) pairs of ``jobs`` on each one's partition
+        (and their indexes in ``jobs``): the answers in the order of ``jobs``, and the
+        partitions called."""
         groups = sorted(_indexes_by_part(self._part_of_id(job.id) for job in jobs).items())
         calls: list[Step] = []
         for part, indexes in groups:
             pairs = [(jobs[i].id, jobs[i].token) for i in indexes]
-            calls.append(script(pairs).on(self.parts[part].prefix))
+            calls.append(script(pairs, indexes).on(self.parts[part].prefix))
         answers = yield from self._many(calls)
         owners = [indexes for _, indexes in groups]
         return _in_order(len(jobs), answers, owners), [part for part, _ in groups]
@@ -236,12 +240,16 @@ class MultiPartitionRouter(PartitionRouter):
     ) -> Op[list[bool]]:
         lease_ms = _seconds_ms("lease", lease)
         renewed, _ = yield from self._on_leases(
-            jobs, lambda pairs: scripts.heartbeat(pairs, lease_ms, handling=handling)
+            jobs, lambda pairs, _: scripts.heartbeat(pairs, lease_ms, handling=handling)
         )
         return renewed
 
-    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
-        given, parts = yield from self._on_leases(jobs, scripts.downloaded)
+    def _op_downloaded(self, jobs: Sequence[Job], samples: Samples = None) -> Op[list[bool]]:
+        def call(pairs: list[tuple[str, int]], indexes: list[int]) -> Call[list[bool]]:
+            mine = None if samples is None else [samples[i] for i in indexes]
+            return scripts.downloaded(pairs, mine)
+
+        given, parts = yield from self._on_leases(jobs, call)
         self._wake(parts)  # a slot given back there: claim there again
         return given
 

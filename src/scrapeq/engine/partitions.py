@@ -32,7 +32,14 @@ from scrapeq.engine.owed_calls import OwedLine
 from scrapeq.engine.results import CancelResult, Claimed, EnqueueResult, ReplayResult
 from scrapeq.engine.routing import _retarget, partition_of, partition_of_id
 from scrapeq.engine.schema import SchemaOpener
-from scrapeq.engine.scripts import Command, EnqueueSpec, Op, Settled, Settlement
+from scrapeq.engine.scripts import (
+    Command,
+    EnqueueSpec,
+    Op,
+    Samples,
+    Settled,
+    Settlement,
+)
 from scrapeq.engine.seen import warn_if_resized
 from scrapeq.engine.urls import domain_of
 from scrapeq.errors import ConfigError
@@ -175,8 +182,9 @@ class PartitionRouter(ABC):
         """Renew the leases of ``jobs``: whether each was still held."""
 
     @abstractmethod
-    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
-        """Give back the domain slots of ``jobs`` whose download is over: whether each was."""
+    def _op_downloaded(self, jobs: Sequence[Job], samples: Samples = None) -> Op[list[bool]]:
+        """Give back the domain slots of ``jobs`` whose download is over (unless its sample
+        charges its domain): whether each was."""
 
     # --- the owed-lines ledger (lua/includes/owed.lua) -------------------------------------
 
@@ -455,8 +463,8 @@ class SinglePartitionRouter(PartitionRouter):
     ) -> Op[list[bool]]:
         return self.core._op_heartbeat(jobs, lease, handling)
 
-    def _op_downloaded(self, jobs: Sequence[Job]) -> Op[list[bool]]:
-        return self.core._op_downloaded(jobs)
+    def _op_downloaded(self, jobs: Sequence[Job], samples: Samples = None) -> Op[list[bool]]:
+        return self.core._op_downloaded(jobs, samples)
 
     def _reap(self) -> Op[tuple[int, int, int]]:
         return (yield scripts.reap())  # type: ignore[no-any-return]

@@ -1,11 +1,13 @@
 """The arguments of the enqueue and settle calls: :class:`EnqueueSpec` (a job to enqueue)
 and :class:`Settlement` (how a claimed job ends its attempt), and :class:`Settled`, a
-settle's answer. Split from :mod:`.scripts`, which re-exports them."""
+settle's answer; :class:`DownloadSample`, what a download taught of its site. Split from
+:mod:`.scripts`, which re-exports them."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +151,41 @@ class EnqueueSpec:
         )
         arg.update((name, value) for name, value in optional if value is not None)
         return arg
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadSample:
+    """What a download over taught of its site, sent with ``Queue.downloaded``: the settle
+    script's decision whether the job's domain slot may come back before its settle
+    (``lua/downloaded-1.lua``: not when the sample charges the domain, its breaker or its
+    adaptive limit: ``includes/adaptive_rule.lua``, ``adaptive_charges``). The sample is not
+    recorded there: the settle records it, once.
+
+    Attributes:
+        latency_ms: how long the download took (what an adaptive domain learns from).
+        domain_failed: the breaker input its verdict will settle with (True: a failure).
+        overload: the site signalled overload (429, 503, a timeout, a reset).
+    """
+
+    latency_ms: int
+    domain_failed: bool | None = None
+    overload: bool = False
+
+
+#: One sample per job given back with ``Queue.downloaded`` (None: no sample), or None.
+Samples = Sequence[DownloadSample | None] | None
+
+
+def download_item(job_id: str, token: int, sample: DownloadSample | None) -> dict[str, Any]:
+    """The item of downloaded-1.lua for the lease ``(job_id, token)`` and its sample."""
+    if sample is None:
+        return {"id": job_id, "token": token}
+    arg: dict[str, Any] = {"id": job_id, "token": token, "latency": sample.latency_ms}
+    if sample.domain_failed is not None:
+        arg["failed"] = sample.domain_failed
+    if sample.overload:
+        arg["overload"] = True
+    return arg
 
 
 @dataclass(frozen=True, slots=True)

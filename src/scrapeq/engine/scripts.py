@@ -21,7 +21,15 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from scrapeq.engine.keys import REGISTRY_BUCKETS
-from scrapeq.engine.script_args import EnqueueSpec, Settled, Settlement, _settled_list
+from scrapeq.engine.script_args import (
+    DownloadSample,
+    EnqueueSpec,
+    Samples,
+    Settled,
+    Settlement,
+    _settled_list,
+    download_item,
+)
 from scrapeq.engine.script_config import ScriptConfig
 from scrapeq.engine.script_source import SCRIPTS, expand_includes, load_source, map_error
 from scrapeq.errors import ScriptError
@@ -31,11 +39,13 @@ __all__ = [
     "SCRIPTS",
     "Call",
     "Command",
+    "DownloadSample",
     "EnqueueSpec",
     "Many",
     "OnceFlag",
     "Op",
     "Renewed",
+    "Samples",
     "ScriptConfig",
     "Settled",
     "Settlement",
@@ -185,15 +195,18 @@ def heartbeat(
     return _call("heartbeat", parse, items=pairs, **_given(lease_ms=lease_ms))
 
 
-def downloaded(items: Sequence[tuple[str, int]]) -> Call[list[bool]]:
+def downloaded(items: Sequence[tuple[str, int]], samples: Samples = None) -> Call[list[bool]]:
     """Give back the domain slots of claimed jobs whose download is over, (job id, token)
-    pairs; answers per item whether its slot is given back (False: the lease is stale, or
-    the job is its half-open domain's probe, which keeps its slot until its settle)."""
+    pairs, with what each download taught of its site (``samples``, one per item, or None);
+    answers per item whether its slot is given back (False: the lease is stale, the job is
+    its half-open domain's probe, or its sample charges its domain)."""
 
     def parse(raw: list[Any]) -> list[bool]:
         return [bool(int(x)) for x in raw]
 
-    return _call("downloaded", parse, items=[{"id": i, "token": t} for i, t in items])
+    given = [None] * len(items) if samples is None else samples
+    args = [download_item(i, t, s) for (i, t), s in zip(items, given, strict=True)]
+    return _call("downloaded", parse, items=args)
 
 
 def reap(budget: int | None = None) -> Call[tuple[int, int, int]]:

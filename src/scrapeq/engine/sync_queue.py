@@ -42,6 +42,7 @@ from scrapeq.engine.scripts import (
     Many,
     OnceFlag,
     Op,
+    Samples,
     Settled,
     Settlement,
     Step,
@@ -234,13 +235,17 @@ class Queue(_QueueBase):
         owns it."""
         return self._drive(self._route._op_heartbeat(jobs, None, True))
 
-    def downloaded(self, jobs: Sequence[Job]) -> list[bool]:
+    def downloaded(self, jobs: Sequence[Job], samples: Samples = None) -> list[bool]:
         """Give back the domain slots of claimed jobs whose download is over, before they are
         settled (``lua/downloaded-1.lua``): each domain's next job may be claimed while these
-        jobs' callbacks run. The jobs keep their leases and are settled as usual. Answers per
-        job whether its slot is given back (False: its lease is stale, or it is its half-open
-        domain's probe, which keeps its slot until its settle)."""
-        return self._drive(self._route._op_downloaded(jobs))
+        jobs' callbacks run. The jobs keep their leases and are settled as usual. ``samples``
+        (one per job, or None): what each download taught of its site (its latency, its
+        breaker input, an overload): the script decides from it whether the slot may come
+        back before the settle (not when it charges the domain's breaker or adaptive limit,
+        so no further request goes to the site before the settle told them); the settle
+        records it, once. Answers per job whether its slot is given back (False: its lease
+        is stale, it is its half-open domain's probe, or its sample charges its domain)."""
+        return self._drive(self._route._op_downloaded(jobs, samples))
 
     def owed_ack(self, ids: Sequence[str]) -> int:
         """Acknowledge owed results lines (``lua/includes/owed.lua``): the sink took them.

@@ -4,7 +4,7 @@ and build the job's settlement and results line (:class:`Attempts`).
 An attempt never predicts whether its settlement ends the job: a retry, throttle or release
 comes with the line the job ends with should the settle script answer ``dead`` (its budgets,
 the adaptive excuse: ``includes/jobs.lua``, ``includes/adaptive.lua``), and the worker writes
-it from that answer (:meth:`scrapeq.runtime.worker.Worker._run_job`)."""
+it from that answer (:meth:`scrapeq.runtime.lines.Lines.write_settled`)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,8 @@ from scrapeq.engine.exits import DIRECT
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import Request
 from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.urls import redact_text
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.auto_fetch import RenderFailed, auto_handled, auto_refused, is_auto
-from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
 from scrapeq.runtime.classify import (
@@ -40,26 +38,20 @@ from scrapeq.runtime.impersonate import FetcherUnavailable, ImpersonateFetcher
 from scrapeq.runtime.links import extract_counted
 from scrapeq.runtime.outcomes import settlement_for
 from scrapeq.runtime.records import (
-    SINK_REFUSED,
     about,
     make_record,
     not_json,
     traceback_summary,
     with_latency,
-    write_or_refused,
 )
 from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
-from scrapeq.runtime.sinks import RecordRefused
 from scrapeq.runtime.worker_core import WorkerCore
 
 log = logging.getLogger("scrapeq.worker")
 
 #: Pause of claiming after our own network failed (proxy down), seconds.
 OURS_PAUSE = 2.0
-#: Longest pause of claiming while the sink keeps failing (a database gone away): the pause
-#: doubles from OURS_PAUSE with each failure in a row, and a write that works ends it.
-SINK_PAUSE_MAX = 60.0
 
 
 class _ExitSeen:
@@ -428,7 +420,7 @@ class Attempts(WorkerCore):
                 # every exit down nothing is claimed: no loop)
                 settlement = dataclasses.replace(settlement, delay_ms=0, backoff=False)
             else:
-                self._claim_pause_until = time.monotonic() + OURS_PAUSE
+                self._pause.until = time.monotonic() + OURS_PAUSE
         return self._if_dead(job, settlement, response, started, message)
 
     def _if_dead(
@@ -458,71 +450,3 @@ class Attempts(WorkerCore):
         settlement = self.queue.failing(job, reason, message, domain_failed=domain_failed)
         begun = started if started is not None else time.monotonic()
         return settlement, make_record(job, "dead", response, begun, f"{reason}: {message}", None)
-
-    async def _write_result(
-        self, job: Job, settlement: Settlement, record: dict[str, Any]
-    ) -> Settlement:
-        assert self.sink is not None
-        try:
-            # a record the sink refuses for its content is written without its result, the
-            # job dead (runtime/records.py): written again, it would be refused again
-            written = await write_or_refused(self.sink, record, dead=True)
-        except Exception as exc:
-            # Our fault, not the job's nor the site's: give the job back (no attempt spent)
-            # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink
-            # that is down (a database gone away) does not fetch the queue through and back.
-            pause = self._sink_failed()
-            log.warning("job %s: sink failed, releasing it; pausing claims %.1f s: %s", job.id,
-                        pause, redact_text(str(exc)), extra=about(job, "sink_failed"))  # fmt: skip
-            released = self.queue.releasing(job, delay=pause)
-            # the request through the job's exit was made all the same: counted there
-            # (and the cookies it got are the session's all the same)
-            return dataclasses.replace(
-                released, exit_result=settlement.exit_result, bytes_in=settlement.bytes_in,
-                jar=settlement.jar,
-            )  # fmt: skip
-        self._sink_failures = 0
-        if written is not record and settlement.outcome == "done":
-            dead = self.queue.failing(job, SINK_REFUSED, str(written["error"]),
-                                      domain_failed=settlement.domain_failed)  # fmt: skip
-            return dataclasses.replace(
-                dead, latency_ms=settlement.latency_ms, overload=settlement.overload,
-                exit_result=settlement.exit_result, bytes_in=settlement.bytes_in,
-                jar=settlement.jar,
-            )  # fmt: skip
-        return settlement
-
-    def _sink_failed(self) -> float:
-        """A results line failed: claims pause, longer with each failure in a row (2, 4 ...
-        60 s); answers the pause, seconds."""
-        if time.monotonic() >= self._claim_pause_until:  # claims had resumed: longer
-            self._sink_failures += 1
-        pause = backoff(OURS_PAUSE, self._sink_failures, SINK_PAUSE_MAX)
-        self._claim_pause_until = max(self._claim_pause_until, time.monotonic() + pause)
-        return pause
-
-    async def _write_done_line(self, job: Job, record: dict[str, Any]) -> bool:
-        """The results line of a job the settle script answered ``done`` (the line says what
-        it decided: ``changed``, ``skipped``). The job is settled: a sink failure cannot give
-        it back, so claims pause (as for any sink failure) and the line is written again
-        after the pause, until it is or the worker stops (then it is left owed in Redis, for
-        another worker to take over: runtime/owed.py). Whether it was written."""
-        assert self.sink is not None
-        while True:
-            try:
-                await write_or_refused(self.sink, record, dead=False)
-            except Exception as exc:
-                if self._stopping.is_set() or isinstance(exc, RecordRefused):
-                    # (refused even without its result: it stays owed, a take-over tries it)
-                    log.error("job %s: done, but its results line could not be written (sink "
-                              "failed); it stays owed: %s", job.id, redact_text(str(exc)),
-                              extra=about(job, "sink_failed"))  # fmt: skip
-                    return False
-                pause = self._sink_failed()
-                log.warning("job %s: done; sink failed, writing its line again in %.1f s: %s",
-                            job.id, pause, redact_text(str(exc)),
-                            extra=about(job, "sink_failed"))  # fmt: skip
-                await self._wait_for(self._stopping, pause)
-                continue
-            self._sink_failures = 0
-            return True

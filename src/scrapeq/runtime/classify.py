@@ -112,15 +112,6 @@ OVERLOAD_REASONS: Final = frozenset(
 )
 
 
-def charges_nothing(verdict: Classification) -> bool:
-    """Whether a download's verdict tells its domain's breaker and adaptive limit nothing
-    against the site (no failure, no overload, not slow): then its domain's slot may be
-    given back before its settle (``Queue.downloaded``, Scrapy on scrapeq). A download that
-    charges its domain keeps the slot until its settle has told the breaker and the limit,
-    so no further request goes to a failing or overloaded site meanwhile."""
-    return not verdict.counts_against_domain and verdict.reason not in OVERLOAD_REASONS
-
-
 # --- exceptions the fetch layer raises -------------------------------------------------------
 
 

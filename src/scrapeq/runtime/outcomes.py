@@ -15,10 +15,10 @@ from operator import attrgetter
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.scripts import DownloadSample, Settlement
 from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
 
-__all__ = ["settlement_for", "timed"]
+__all__ = ["download_sample", "settlement_for", "timed"]
 
 #: A settlement's fields in order, read at once: :func:`timed` copies one per attempt, and
 #: ``dataclasses.replace`` (which looks the fields up on every call) cost twice the copy.
@@ -63,3 +63,16 @@ def timed(settlement: Settlement, verdict: Classification, seconds: float) -> Se
     values[_LATENCY] = max(round(seconds * 1000), 0)
     values[_OVERLOAD] = verdict.reason in OVERLOAD_REASONS
     return Settlement(*values)
+
+
+def download_sample(verdict: Classification, seconds: float) -> DownloadSample:
+    """What a download over taught of its site, for ``Queue.downloaded`` (Scrapy on scrapeq):
+    the latency, breaker input and overload flag its settlement will carry (:func:`timed`).
+    Whether it charges its domain, so that its slot waits for the settle, is the script's to
+    decide (``lua/downloaded-1.lua``: the breaker input, the overload, and the adaptive
+    rule's latency cut), not the worker's."""
+    return DownloadSample(
+        latency_ms=max(round(seconds * 1000), 0),
+        domain_failed=verdict.counts_against_domain,
+        overload=verdict.reason in OVERLOAD_REASONS,
+    )

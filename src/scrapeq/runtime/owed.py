@@ -3,7 +3,7 @@ and the line's write (:class:`OwedLines`).
 
 A line the worker writes from the settle's answer (a done page with revisit on, or with
 follow-ups under ``max_pages``/``max_bytes``; a retry, throttle or release the settle may make
-dead: :func:`~scrapeq.runtime.records.line_before_settle`) used to exist only in the worker's
+dead: the claim's ``Job.line_waits``, ``lua/includes/lines.lua``) used to exist only in the worker's
 memory between the settle and the sink's write. Its settle item now carries the attempt's
 record (``line``), and the settle script that makes the line due keeps the record and its
 answer in the queue's owed-lines ledger, in the same call (``engine/lua/includes/owed.lua``).
@@ -73,9 +73,10 @@ def record_text(record: dict[str, Any]) -> str | None:
 
 class OwedLines:
     """The worker's side of the owed-lines ledger: records sent with settlements, lines
-    acknowledged once written, overdue lines taken over. One object the worker holds (issue
-    39: composed, no longer a mixin over the worker's state): it reads the worker's queue,
-    sink and settings, and reports Redis failures through the worker's ``redis_failed``."""
+    acknowledged once written, overdue lines taken over. Held by the worker's
+    :class:`~scrapeq.runtime.lines.Lines` (issue 39: composed, no longer a mixin over the
+    worker's state): it reads the worker's queue, sink and settings, and reports Redis
+    failures through the worker's ``redis_failed``."""
 
     def __init__(
         self,

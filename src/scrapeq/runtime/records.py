@@ -1,5 +1,7 @@
-"""What a worker writes and logs about one attempt: the results line (docs/INTERFACE.md),
-the attempt's timing for the adaptive limit, and the small helpers of its log lines."""
+"""What a worker writes and logs about one attempt: the results line's shape
+(docs/INTERFACE.md: built, from the settle's answer, refused), the attempt's timing for the
+adaptive limit, and the small helpers of its log lines. Who writes a line, when, and owes it
+is :mod:`.lines`'s."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import orjson
 from scrapeq.engine.job import Job
 from scrapeq.engine.request import redact_value
 from scrapeq.engine.scripts import Settled, Settlement
-from scrapeq.engine.settings import Settings
 from scrapeq.engine.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import Classification
@@ -97,28 +98,6 @@ def not_json(result: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return f"handler result is not JSON: {type(exc).__name__}: {exc}"
     return None
-
-
-#: Settlement outcomes that end the job by the worker's own verdict: their results line is
-#: written before the settle (at least once, docs/DESIGN.md "Results lines"), unless the
-#: settle decides part of it (:func:`line_before_settle`). The line of any other outcome is
-#: written only when the settle answers ``dead``, from that answer.
-ENDS_BY_VERDICT = frozenset({"done", "fail"})
-
-
-def line_before_settle(settlement: Settlement, settings: Settings) -> bool:
-    """Whether the line of ``settlement`` is written before the settle: a ``done`` or
-    ``fail``, unless the settle script decides part of a done page's line, with revisit on
-    (``changed``) or with follow-ups under a per-domain budget (``max_pages``,
-    ``max_bytes``: ``skipped``). The others wait for its answer (:func:`settled_line`)."""
-    if settlement.outcome not in ENDS_BY_VERDICT:
-        return False
-    if settlement.outcome != "done":
-        return True
-    if settings.revisit == "on":
-        return False
-    budget = settings.max_pages is not None or settings.max_bytes is not None
-    return not (budget and settlement.follow)
 
 
 def settled_line(record: dict[str, Any], answer: Settled) -> dict[str, Any] | None:

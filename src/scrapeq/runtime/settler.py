@@ -17,7 +17,7 @@ from scrapeq.engine.scripts import Settled, Settlement
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
 from scrapeq.runtime.backoff import backoff
-from scrapeq.runtime.records import about, log_deferred, write_or_refused
+from scrapeq.runtime.records import log_deferred
 from scrapeq.runtime.reporter import SEED_DEFERRED, log_seed_deferred
 from scrapeq.runtime.worker_core import RECONNECT_MAX, RECONNECT_MIN, Pending, WorkerCore
 
@@ -79,20 +79,6 @@ class Settler(WorkerCore):
         future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
         self._pending.append((settlement, job, future))
         return await future
-
-    async def _write_dead_line(self, job: Job, record: dict[str, Any]) -> bool:
-        """The results line of a job already dead: a sink failure cannot give it back, and the
-        dead letter holds it (``scrapeq dead list``), so it is logged, not retried here (the
-        line stays owed: a take-over writes it later, runtime/owed.py). Whether it was
-        written."""
-        assert self.sink is not None
-        try:
-            await write_or_refused(self.sink, record, dead=True)
-        except Exception as exc:
-            log.warning("job %s: dead letter kept, but its results line failed: %s", job.id, exc,
-                        extra=about(job, "sink_failed"))  # fmt: skip
-            return False
-        return True
 
     def _answer(self, item: Pending, status: Settled) -> None:
         settlement, job, future = item

@@ -42,14 +42,12 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
-from scrapeq.runtime.attempt import SINK_PAUSE_MAX as SINK_PAUSE_MAX
 from scrapeq.runtime.attempt import Attempts
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import BanRules
@@ -62,9 +60,10 @@ from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
 from scrapeq.runtime.impersonate import ImpersonateFetcher
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.leases import Leases
+from scrapeq.runtime.lines import SINK_PAUSE_MAX as SINK_PAUSE_MAX
+from scrapeq.runtime.lines import ClaimPause, Lines, waits
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.owed import BURST_POLL, OwedLines
-from scrapeq.runtime.records import CRAWL_FLAG, line_before_settle, settled_line
 from scrapeq.runtime.records import make_record as make_record
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.settler import SETTLE_EVERY as SETTLE_EVERY
@@ -233,12 +232,11 @@ class Worker(Shutdown, Leases, Attempts):
         self._release_now = asyncio.Event()
         self._stop_at: float | None = None  # monotonic time the stop began
         self._hurry_at: float | None = None  # monotonic time of the second stop
-        self._claim_pause_until = 0.0
-        self._sink_failures = 0  # pauses for sink failures in a row (each one is longer)
-        self._crawl_id: str | None = None  # the crawl results lines name (_name_crawl)
-        # the owed-lines ledger's side of this worker (runtime/owed.py)
-        self._lines = OwedLines(self.queue, self.sink, self.settings, self._health,
-                                self._redis_failed, self._loops_end)  # fmt: skip
+        self._pause = ClaimPause()  # claims pause after our network or the sink failed
+        # the results lines (runtime/lines.py), with the owed-lines ledger (runtime/owed.py)
+        ledger = OwedLines(self.queue, self.sink, self.settings, self._health,
+                           self._redis_failed, self._loops_end)  # fmt: skip
+        self._lines = Lines(self.queue, self.sink, ledger, self._pause, self._stopping)
         self._robots: Robots | None = None
         self._crawl_delays: dict[str, float] = {}  # domain -> next local start (monotonic)
         # politeness = ip: hosts this process has filed under their address's group
@@ -279,7 +277,7 @@ class Worker(Shutdown, Leases, Attempts):
     async def _run(self) -> WorkerStats:
         loop = asyncio.get_running_loop()
         await self._open_sink()  # a store it cannot use stops us before any claim
-        await self._name_crawl()
+        await self._lines.name_crawl()
         self._install_signals(loop)
         self._open_resources()
         log.info("worker started queue=%s concurrency=%d", self.queue.name, self.concurrency)
@@ -295,7 +293,7 @@ class Worker(Shutdown, Leases, Attempts):
             reporting = asyncio.create_task(self._reporter.run(), name="scrapeq-report")
         tasks = [settler, beater, waker]
         if self.sink is not None:  # lines owed: acknowledged, taken over (runtime/owed.py)
-            tasks.append(asyncio.create_task(self._lines.loop(), name="scrapeq-owed"))
+            tasks.append(asyncio.create_task(self._lines.ledger.loop(), name="scrapeq-owed"))
         try:
             await self._until_stopped(claimer)
             await self._drain(claimer)
@@ -308,7 +306,7 @@ class Worker(Shutdown, Leases, Attempts):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._lines.close(self._exit_deadline())
+            await self._lines.ledger.close(self._exit_deadline())
             await self._end_hooks()
             await self._close_reporter(reporting)
             self._report_unsent()
@@ -334,19 +332,6 @@ class Worker(Shutdown, Leases, Attempts):
             task.cancel()
         if late:
             log.warning("%d hook calls still running at exit: cancelled", len(late))
-
-    async def _name_crawl(self) -> None:
-        """With a sink: the crawl this run's results lines belong to (``crawl_id``), the
-        queue's once-per-crawl flag :data:`~scrapeq.runtime.records.CRAWL_FLAG`, set to now
-        by the crawl's first worker (``crawl --new`` forgets it: a new crawl, a new id)."""
-        if self.sink is None:
-            return
-        now = datetime.now(tz=UTC).isoformat(timespec="milliseconds")
-        try:
-            self._crawl_id = (await self.queue.once_flag(CRAWL_FLAG, now)).holder or None
-        except (RedisUnavailable, ScriptError) as exc:
-            log.warning("the queue's crawl could not be read, results lines carry no "
-                        "crawl_id: %s", exc)  # fmt: skip
 
     async def _warn_eviction(self) -> None:
         """Warn when Redis may evict keys: an evicted job key is a lost job."""
@@ -468,7 +453,7 @@ class Worker(Shutdown, Leases, Attempts):
             if free <= 0:
                 await self._wait_for(self._slot_freed, IDLE_MAX)
                 continue
-            wait = self._claim_pause_until - time.monotonic()
+            wait = self._pause.until - time.monotonic()
             if wait > 0:
                 await self._wait_for(self._stopping, wait)
                 continue
@@ -493,7 +478,7 @@ class Worker(Shutdown, Leases, Attempts):
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
-                if await self._lines.settled():
+                if await self._lines.ledger.settled():
                     log.info("burst: every job is done or dead")
                     break
                 # lines owed by a worker: written by it, or taken over once overdue
@@ -515,31 +500,13 @@ class Worker(Shutdown, Leases, Attempts):
         try:
             settlement, record = await self._attempt(job)
             if record is not None and self.sink is not None:
-                record["crawl_id"] = self._crawl_id
-                if not line_before_settle(settlement, self.settings):
-                    # Whether a retry, throttle or release ends the job, and what a done
-                    # page's line says of its content and its budgets, are the settle
-                    # script's to say: the line is written from its answer (docs/DESIGN.md).
-                    # The settle that makes the line due keeps it owed in Redis until it is
-                    # written (runtime/owed.py): a kill before the write loses no line.
+                record = self._lines.record(record)
+                if waits(job, settlement):  # written from the settle's answer (lines.py)
                     flight.submitted = True
-                    owed = self._lines.owe(settlement, record)
-                    line = settled_line(record, await self._submit(owed, job))
-                    if line is None:
-                        return
-                    if line["outcome"] == "dead":
-                        written = await self._write_dead_line(job, line)
-                    else:
-                        written = await self._write_done_line(job, line)
-                    if owed.line is None:
-                        return
-                    if written:
-                        self._lines.written(job.id)
-                    else:  # it stays owed: a take-over writes it
-                        self._lines.failed.add(job.id)
+                    await self._lines.write_settled(job, settlement, record, self._submit)
                     return
                 # done, or dead by the worker's own verdict: the line before the ack
-                settlement = await self._write_result(job, settlement, record)
+                settlement = await self._lines.write(job, settlement, record)
             # The fetch slot is free once the settlement is buffered: settling is batched,
             # and its answer is only counted and logged (by the settle loop), so the task
             # ends here; unless its handler ran alone, when no handler may run before the

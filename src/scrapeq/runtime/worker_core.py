@@ -3,7 +3,8 @@
 :class:`WorkerCore` declares what a :class:`~scrapeq.runtime.worker.Worker` holds (set in its
 ``__init__``); each phase is a mixin over it in its own module: :mod:`.attempt` (fetch,
 classify, handle), :mod:`.settler` (the settle buffer), :mod:`.leases` (heartbeats and
-``max_job_time``), :mod:`.shutdown` (drain, release, the bounded exit).
+``max_job_time``), :mod:`.shutdown` (drain, release, the bounded exit). The results lines
+are one composed object, :class:`~scrapeq.runtime.lines.Lines`, not a mixin.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
 from scrapeq.runtime.handlers import DaemonThreads, Handler
 from scrapeq.runtime.isolation import HandlerRunner
+from scrapeq.runtime.lines import ClaimPause, Lines
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.reporter import RedisHealth, Reporter
 from scrapeq.runtime.sinks import Sink
@@ -135,9 +137,8 @@ class WorkerCore:
     _release_now: asyncio.Event
     _stop_at: float | None
     _hurry_at: float | None
-    _claim_pause_until: float
-    _sink_failures: int
-    _crawl_id: str | None  # the crawl of this run's results lines (Worker._name_crawl)
+    _pause: ClaimPause  # until when claims pause (our network, the sink)
+    _lines: Lines  # the results lines: record, write, owe, acknowledge (runtime/lines.py)
     _robots: Robots | None
     _crawl_delays: dict[str, float]
     _grouped: set[str] | None

@@ -33,7 +33,7 @@ from scrapeq.contrib.scrapy._urgent import UrgentListener
 from scrapeq.engine.connection import resolve_url
 from scrapeq.engine.job import Job
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.scripts import DownloadSample, EnqueueSpec, Settlement
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge, RedisUnavailable, ScrapeqError
 from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.gc_tuning import tuned_gc
@@ -87,9 +87,10 @@ class Frontier:
         self.held: dict[str, Job] = {}  # claimed, not settled: their leases are renewed
         # Held jobs whose download is over (their callbacks run): no claim slot is theirs.
         self.downloaded: set[str] = set()
-        # Of those, the ones whose domain slot in the queue is to be given back (one call at
-        # the turn's end, or before the next claim: flush_given_back).
-        self.giving_back: dict[str, Job] = {}
+        # Of those, the ones whose domain slot in the queue is to be given back unless their
+        # download's sample charges the domain (one call at the turn's end, or before the next
+        # claim: flush_given_back; the script decides).
+        self.giving_back: dict[str, tuple[Job, DownloadSample]] = {}
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
@@ -448,21 +449,20 @@ class Frontier:
             return settlement
         return timed(settlement, verdict, seconds)
 
-    def download_done(self, job: Job, *, give_back: bool) -> None:
+    def download_done(self, job: Job, *, sample: DownloadSample) -> None:
         """``job``'s download is over and its callback is to run: its claim slot is free
-        (the engine asks for requests once the download is out of its downloader). With
-        ``give_back`` (its verdict charges its domain nothing: ``charges_nothing``) so is its
-        domain's slot in the queue (the site sees no request of it any more): given back at
-        the turn's end or before the next claim (:meth:`flush_given_back`), so the domain's
-        next job is claimable while the callback runs. The job keeps its lease until it is
+        (the engine asks for requests once the download is out of its downloader). So is
+        its domain's slot in the queue (the site sees no request of it any more), unless
+        what the download taught of the site (``sample``) charges the domain, its breaker or
+        its adaptive limit (the script decides: ``lua/downloaded-1.lua``): given back at the
+        turn's end or before the next claim (:meth:`flush_given_back`), so the domain's next
+        job is claimable while the callback runs. The job keeps its lease until it is
         settled."""
         if job.id not in self.held:
             return
         self.downloaded.add(job.id)
         self._freed_urgent(job)
-        if not give_back:
-            return
-        self.giving_back[job.id] = job
+        self.giving_back[job.id] = (job, sample)
         self._at_turn_end()
         self._claim_soon()
 
@@ -470,12 +470,12 @@ class Frontier:
         """Give back, in one call, the domain slots of the downloads over since the last
         call whose jobs are still held (``Queue.downloaded``). Redis unreachable: not tried
         again; each job's settle frees its slot as ever."""
-        batch = [job for job in self.giving_back.values() if job.id in self.held]
+        batch = [(job, s) for job, s in self.giving_back.values() if job.id in self.held]
         self.giving_back.clear()
         if not batch:
             return
         try:
-            given = self.queue.downloaded(batch)
+            given = self.queue.downloaded([job for job, _ in batch], [s for _, s in batch])
         except Exception as exc:
             log.warning("scrapeq: giving back %d domain slots failed (their settles will): %s",
                         len(batch), exc)  # fmt: skip

@@ -16,7 +16,8 @@ from scrapeq.contrib.scrapy._frontier import JOB, LATENCY, SETTLED, STARTED, VER
 from scrapeq.contrib.scrapy._scheduler import Scheduler
 from scrapeq.contrib.scrapy._start import sleep
 from scrapeq.engine.job import Job
-from scrapeq.runtime.classify import Outcome, charges_nothing, classify_response
+from scrapeq.runtime.classify import Outcome, classify_response
+from scrapeq.runtime.outcomes import download_sample
 
 __all__ = ["ReportMiddleware"]
 
@@ -71,7 +72,7 @@ class ReportMiddleware:
         if verdict.outcome is Outcome.OK or _handles(request, response, frontier.spider):
             request.meta[VERDICT] = verdict
             request.meta[LATENCY] = latency
-            frontier.download_done(job, give_back=charges_nothing(verdict))
+            frontier.download_done(job, sample=download_sample(verdict, latency))
             return response
         request.meta[SETTLED] = True
         frontier.settle(job, frontier.settlement(job, verdict, latency))

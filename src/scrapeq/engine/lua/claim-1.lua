@@ -23,6 +23,8 @@
   scrapeq: contrib/scrapy/_frontier.py). Without it, a claim takes every lane, most urgent
   first, as before.
 
+  Each claimed job carries `line_waits` when its done line waits for its settle's answer
+  ('always' or 'follow': includes/lines.lua, RULE.line_waits; absent: it does not).
   Each claimed job carries `domain_fetcher`, its domain's fetcher (domain_set-1.lua), and
   `domain_wait_for`, the selector the browser fetcher waits for, when the domain has one.
   A job whose fetcher is `auto` (its own, else its domain's, else CFG.fetcher) carries
@@ -46,6 +48,7 @@
 --@include housekeeping
 --@include exits
 --@include auto
+--@include lines
 
 local MAX_CLAIM = 1000  -- scrapeq/engine/queue.py's MAX_CLAIM: tokens are reserved n a call
 local refused = arg_refusal(function()
@@ -94,6 +97,8 @@ end
 -- job at least), so its reply arrives well within the client's socket timeout.
 local CLAIMED_BYTES = 0
 local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
+-- whether a done page's results line waits for its settle's answer (includes/lines.lua)
+local LINE_WAITS = RULE.line_waits(CFG)
 
 local function lease(job, probe, plan, fetcher, wait_for)
   local l = LEASES
@@ -102,6 +107,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   job.domain_wait_for = wait_for or nil  -- and the selector its browser pages wait for
   if (job.fetcher or fetcher or CFG.fetcher) == 'auto' then RULE.auto_lease(job) end
   job.jar = plan and plan.jar or nil  -- session = sticky: the domain's cookie jar
+  job.line_waits = LINE_WAITS  -- nil (absent): its line is written before its settle
   job.attempts = job.attempts + 1
   job.token = next_token()
   job.claimed = NOW

@@ -13,14 +13,23 @@
   A half-open domain's probe keeps its slot until its settle: the probe's outcome decides the
   breaker, and a slot given back would let a second request go before that.
 
+  A download whose sample charges its domain keeps its slot until its settle too, so that no
+  further request goes to a failing or overloaded site before the settle told its breaker and
+  its adaptive limit: the item's breaker input is a failure, it signals overload, or its
+  latency would lower an adaptive domain's rate (adaptive_rule.lua, RULE.adaptive_charges:
+  the rule asked, nothing recorded; the settle records the sample, once).
+
   Input:
     KEYS[1]  queue key prefix
     ARGV[1]  clock offset ms, ARGV[2] config JSON
-    ARGV[3]  JSON {items = [{id, token}]}
+    ARGV[3]  JSON {items = [{id, token, latency?, failed?, overload?}]}
+      latency   ms the download took; failed: its breaker input (true: a failure);
+                overload: true, the site signalled overload. An item without any of them
+                is given back as its lease allows (no sample: the caller judged it).
 
   Output: one integer per item: 1 its slot is given back (now, or by an earlier call for the
-  same lease), 0 kept: the token no longer owns the job in flight (stale), or it is its
-  domain's probe.
+  same lease), 0 kept: the token no longer owns the job in flight (stale), it is its
+  domain's probe, or its sample charges its domain.
   Errors: 'SQ_BAD_ARG <path>: ...' (includes/check.lua) for a bad item, before any write.
 
   A lease whose job text is gone (evicted) or damaged cannot say its slot came back: its reap
@@ -33,15 +42,28 @@
 ]]
 --@include common
 --@include domain
+--@include adaptive
 
 local refused = arg_refusal(function()
   check_list(ARG.items, 'items', function(it)
     check_table(it)
     check_str(it.id, 'id')
     check_num(it.token, 'token', 0, math.huge)
+    if it.latency ~= nil then check_ms(it.latency, 'latency') end
+    if it.failed ~= nil then check_bool(it.failed, 'failed') end
+    if it.overload ~= nil then check_bool(it.overload, 'overload') end
   end)
 end)
 if refused then return redis.error_reply(refused) end
+
+-- Whether item it's sample charges the domain of its job (no sample: no).
+local function charges(job, it)
+  if it.latency == nil and it.failed == nil and it.overload == nil then return false end
+  local state = it.latency ~= nil and adaptive_read(k_dom(job.domain)) or nil
+  return RULE.adaptive_charges(state, {now = NOW, lat = it.latency,
+    overload = it.overload == true, outcome = 'done', failed = it.failed,
+    claimed = tonumber(job.claimed), min = CFG.conc_min, max = CFG.conc_max})
+end
 
 local out = {}
 local freed = {}  -- domain -> slots given back by this call
@@ -52,7 +74,8 @@ for i, it in ipairs(ARG.items) do
     if job and job.token == it.token then
       if slot_given_back(job) then
         out[i] = 1
-      elseif redis.call('HGET', k_dom(job.domain), 'probe') ~= job.id then
+      elseif redis.call('HGET', k_dom(job.domain), 'probe') ~= job.id
+          and not charges(job, it) then
         job.sf = job.token
         save_claimed(job)
         freed[job.domain] = (freed[job.domain] or 0) + 1

@@ -107,6 +107,7 @@
 --@include revisit
 --@include owed
 --@include auto
+--@include lines
 
 local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
 local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
@@ -216,7 +217,8 @@ end
 -- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
 local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
 
--- Answers 'done' and its notes (WIRE.DONE): the follow-ups cut at a budget, the revisit's.
+-- Answers 'done' and its notes (WIRE.DONE): the follow-ups cut at a budget, the revisit's;
+-- no notes when the page's line did not wait for them (includes/lines.lua).
 local function settle_done(job, it)
   if type(it.final_seen) == 'table' then seen_mark(it.final_seen) end
   local notes = {}
@@ -242,7 +244,7 @@ local function settle_done(job, it)
   TALLY.add(k_dom(job.domain), 'done')
   TALLY.add(K.STATS, 'done')
   TALLY.add(K.STATS, 'done:' .. job.lane)
-  return 'done', notes
+  return 'done', RULE.line_notes(CFG, it, notes)  -- answered when the line waits for them
 end
 
 local function settle_throttle(job, it)

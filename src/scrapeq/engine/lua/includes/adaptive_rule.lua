@@ -55,7 +55,14 @@
   domain) while the domain answered within RECENT_MS and its rate is not near the floor
   (limit at its minimum and interval within one IVL_UP step of FLOOR_MS). A site that never
   answers gets no excuse: it trips exactly as before.
+
+  RULE.adaptive_charges(state, sample) (issue 39): whether one download's sample charges its
+  domain, so that its slot is not given back before its settle (downloaded-1.lua): its
+  breaker input is a failure (failed = true), it signals overload, or, on an adaptive domain
+  (state; nil: not adaptive), its step would lower the rate (the latency cut, a wider
+  interval). Pure, and only asked: the settle records the sample, once.
 ]]
+--@include rules
 
 -- The state's fields in the domain's hash, in the order they are written.
 local ADAPTIVE_FIELDS = {{'limit', 'alim'}, {'interval', 'aivl'}, {'base', 'abase'},
@@ -264,3 +271,12 @@ local adaptive_step = (function()
     return new_state(), excused
   end
 end)()
+
+function RULE.adaptive_charges(state, x)
+  if x.failed == true or x.overload then return true end
+  if not state then return false end
+  local new = adaptive_step(state, x)
+  if not new then return false end
+  local before = math.min(math.max(state.limit, x.min), x.max)
+  return new.limit < before or (new.interval or 0) > (state.interval or 0)
+end

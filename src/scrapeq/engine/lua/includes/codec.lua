@@ -18,7 +18,8 @@ local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   fpw = 'w', errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
   unused = 'un', request = 'q', exit = 'xi', weight = 'wt', etag = 've',
   last_modified = 'vm', rv_due = 'rd', signature = 'sg', jar = 'sj', fetcher = 'fe',
-  domain_fetcher = 'dfe', domain_wait_for = 'dwf', auto_fetcher = 'afe', auto_level = 'alv'}
+  domain_fetcher = 'dfe', domain_wait_for = 'dwf', auto_fetcher = 'afe', auto_level = 'alv',
+  line_waits = 'lw'}
 local LONG = {}
 for long, short in pairs(SHORT) do LONG[short] = long end
 -- Fields left out when they hold these values (fixed: not the settings' defaults, which
