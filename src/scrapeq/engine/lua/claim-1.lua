@@ -102,7 +102,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   job.claimed = NOW
   job.lm = CFG.lease_ms  -- the reap tells a lease never renewed by its claim-time deadline
   l.ids[job.id] = true
-  l.zadd[#l.zadd + 1] = NOW + CFG.lease_ms
+  l.zadd[#l.zadd + 1] = NUMTEXT.of(NOW + CFG.lease_ms)
   l.zadd[#l.zadd + 1] = job.id
   l.doms[#l.doms + 1] = job.id
   l.doms[#l.doms + 1] = job.domain
@@ -245,7 +245,7 @@ local function take_run(d, room, bound, out, head)
   end
   flush_run()
   if leased > 0 then
-    known[1] = redis.call('HINCRBY', dk, 'inflight', leased)
+    known[1] = redis.call('HINCRBY', dk, 'inflight', NUMTEXT.of(leased))
     if delay > 0 then
       known[2] = NOW + delay
       redis.call('HSET', dk, 'next', known[2])

@@ -204,9 +204,9 @@ local function flush_items()
   end
 end
 
--- keep_done: a done job's key is kept KEEP_DONE_MS with `done_at` (one SET PX per job), so
+-- keep_done: a done job's key is kept DONE.keep_ms with `done_at` (one SET PX per job), so
 -- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
-local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
+DONE.keep_ms = tonumber(CFG.keep_done_ms) or 0
 
 -- Answers 'done' and its notes (WIRE.DONE): the follow-ups cut at a budget, the revisit's.
 local function settle_done(job, it)
@@ -219,9 +219,9 @@ local function settle_done(job, it)
     end
   end
   if CFG.rv then RV.settle(job, it, notes) end
-  if KEEP_DONE_MS > 0 then
+  if DONE.keep_ms > 0 then
     job.done_at = NOW
-    redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
+    redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', DONE.keep_ms)
   else
     DONE.keys[#DONE.keys + 1] = k_job(job.id)
   end

@@ -118,7 +118,7 @@ local function breaker_outcome(d, failed, job_id, kind, message)
   if failed then note_failure(d, job_id, kind, message, paused) end
   if not ACTIVE_SEEN[d] then
     ACTIVE_SEEN[d] = true
-    redis.call('ZADD', K.ACTIVE, NOW, d)
+    redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
   end
   if not failed and SPOTLESS[d] then return end
   -- the fields an outcome reads (not open_until: the settle's hot path)
