@@ -75,7 +75,12 @@ end
 local function expand_job(decoded, id)
   if type(decoded) ~= 'table' then return nil end
   if decoded.u == nil then return decoded end  -- the full form (claimed jobs, older data)
-  local job = {id = id}
+  -- its hash part sized once for the fields a job has by its claim (a constructor's named
+  -- fields size it; a nil one is no field): grown one at a time it is rebuilt five times
+  local job = {id = id, url = nil, domain = nil, lane = nil, off = nil, attempts = nil,
+    max_attempts = nil, throttles = nil, token = nil, created = nil, eligible = nil,
+    depth = nil, releases = nil, unused = nil, claimed = nil, lm = nil, payload = nil,
+    fp = nil}
   for k, v in pairs(decoded) do job[LONG[k] or k] = v end
   for k, v in pairs(DEFAULTS) do
     if job[k] == nil then job[k] = v end
