@@ -117,6 +117,9 @@ local function lease(job, probe, plan, fetcher, wait_for)
     local _, e = RULE.breaker_step({state = probe[2]}, {ev = 'claim', job = job.id}, CFG, NOW)
     redis.call('HSET', k_dom(probe[1]), unpack(e.write))
   end
+  for i = 1, #ZERO_COUNTERS do  -- left out when 0: readers take them as 0 (codec.lua)
+    if job[ZERO_COUNTERS[i]] == 0 then job[ZERO_COUNTERS[i]] = nil end
+  end
   local encoded = cjson.encode(job)
   CLAIMED_BYTES = CLAIMED_BYTES + #encoded
   l.mset[#l.mset + 1] = k_job(job.id)

@@ -101,14 +101,15 @@
 --@include revisit
 --@include owed
 
-local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
-local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
+-- An item's words: its outcomes and exit results (one local: the script's locals budget)
+local ITEM = {outcomes = {'done', 'retry', 'throttle', 'fail', 'release'},
+  exits = {'ok', 'ban', 'down', 'timeout', 'error'}}
 
 local function check_item(it)
   check_table(it)
   check_str(it.id, 'id')
   check_num(it.token, 'token', 0, math.huge)
-  check_enum(it.outcome, 'outcome', SETTLE_OUTCOMES)
+  check_enum(it.outcome, 'outcome', ITEM.outcomes)
   if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
     check_bool(it.domain_failed, 'domain_failed')
   end
@@ -121,7 +122,7 @@ local function check_item(it)
   if it.reason ~= nil then check_str(it.reason, 'reason', true) end
   if it.shutdown ~= nil then check_bool(it.shutdown, 'shutdown') end
   if it.overload ~= nil then check_bool(it.overload, 'overload') end
-  if it.exit ~= nil then check_enum(it.exit, 'exit', EXIT_RESULTS) end
+  if it.exit ~= nil then check_enum(it.exit, 'exit', ITEM.exits) end
   if it.bytes ~= nil then check_int(it.bytes, 'bytes', 0, MAX_INT) end
   if it.jar ~= nil then check_in(it.jar, 'jar', JAR.check) end
   if it.follow ~= nil then check_list(it.follow, 'follow', check_spec) end
