@@ -342,3 +342,47 @@ def test_cooldowns_draw_the_band(redis_client: redis.Redis) -> None:
 def test_an_unknown_outcome_is_an_error(redis_client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="unknown outcome"):
         run(redis_client, [{"state": {}, "outcome": {"ev": "x"}, "cfg": CFG, "now": NOW}])
+
+
+SUCCESS_LUA = scripts.expand_includes(
+    """--@include breaker_rule
+local out = {}
+for i, c in ipairs(cjson.decode(ARGV[1])) do
+  local s = {state = c.state, fails = c.fails, win = c.win}
+  local _, e = RULE.breaker_step(s, {ev = 'result', failed = false, job = 'j'}, c.cfg, 1000)
+  local win = RULE.breaker_success(c.fails or false, c.win or false, c.cfg.window)
+  out[i] = {step = e.write or (e.spotless and 'spotless') or 'none', short = win or 'spotless'}
+end
+return cjson.encode(out)
+"""
+)
+
+
+def test_the_success_short_form_answers_as_the_rule(redis_client: redis.Redis) -> None:
+    """breaker.lua's settle asks RULE.breaker_success for a success on a closed breaker: it
+    answers what RULE.breaker_step does for it (the window written with fails 0, or
+    spotless), on every window shape."""
+    wins = [None, "", "0", "1", "01", "0" * 19, "0" * 20, "0" * 19 + "1", "1" + "0" * 19]
+    wins += ["0" * 25, "10" * 10, "0" * 20 + "1"]
+    cases: list[dict[str, Any]] = [
+        {
+            "cfg": CFG,
+            **({"state": state} if state else {}),
+            **({"fails": fails} if fails is not None else {}),
+            **({"win": win} if win is not None else {}),
+        }
+        for state in (None, "closed")
+        for fails in (None, "0", "1", "4")
+        for win in wins
+    ]
+    cases.append({"fails": "0", "win": "0" * 5, "cfg": {**CFG, "window": 5}})
+    cases.append({"fails": "0", "win": "0" * 6, "cfg": {**CFG, "window": 5}})
+    answers = json.loads(redis_client.eval(SUCCESS_LUA, 0, json.dumps(cases)))
+    spotless = 0
+    for case, got in zip(cases, answers, strict=True):
+        if got["short"] == "spotless":
+            spotless += 1
+            assert got["step"] == "spotless", case
+        else:
+            assert got["step"] == ["fails", 0, "win", got["short"]], case
+    assert 0 < spotless < len(cases)

@@ -5,11 +5,14 @@ or claimed) reads the same everywhere."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
-from scrapeq.engine.job import Job, expand_stored, id_ms, url_host
+from scrapeq.engine import job as job_module
+from scrapeq.engine.job import ZERO_COUNTERS, Job, expand_stored, id_ms, url_host
 from scrapeq.engine.queue import Queue
 
 MakeQueue = Callable[..., Queue]
@@ -85,3 +88,33 @@ def test_a_job_stored_in_the_full_form_still_reads(
     (dead,) = q.dead_letters()
     assert (dead.id, dead.url, dead.dead_reason) == (job_id, URL, "http_404")
     assert q.audit().ok
+
+
+def test_a_claimed_job_leaves_its_zero_counters_out(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """A claim stores (and answers) the full form without the counters at 0 (Python's and
+    Lua's ZERO_COUNTERS, one list); every reader takes them as 0, and a counter that is not
+    0 is written."""
+    lua = (Path(job_module.__file__).parent / "lua" / "includes" / "codec.lua").read_text()
+    found = re.search(r"local ZERO_COUNTERS = \{([^}]*)\}", lua)
+    assert found is not None
+    assert tuple(re.findall(r"'(\w+)'", found.group(1))) == ZERO_COUNTERS
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    (job,) = q.claim(1).jobs
+    stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
+    assert not set(ZERO_COUNTERS) & set(stored), stored
+    assert (stored["token"], stored["attempts"], stored["max_attempts"]) == (job.token, 1, 5)
+    full = expand_stored(stored, job_id)
+    assert {name: full[name] for name in ZERO_COUNTERS} == dict.fromkeys(ZERO_COUNTERS, 0)
+    assert (job.throttles, job.releases, job.depth, job.unused) == (0, 0, 0, 0)
+    info = q.job_info(job_id)
+    assert info is not None and info.state == "inflight" and info.job.token == job.token
+    assert q.audit().problems == []
+    # a throttle counts: the next claim writes it
+    assert q.throttle(job, 0) == "throttled"
+    (again,) = q.claim(1).jobs
+    stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
+    assert (stored["throttles"], again.throttles) == (1, 1)
+    assert q.settle_many([q.done(again)]) == ["done"]

@@ -74,6 +74,9 @@ _DEFAULTS: dict[str, Any] = {
     "off": 0, "attempts": 0, "throttles": 0, "token": 0, "depth": 0, "lane": "normal",
     "releases": 0, "unused": 0, "max_attempts": 5,
 }  # fmt: skip
+#: Counters a claimed job's text (full form) leaves out when 0, as a compact text does:
+#: read as 0 (``lua/includes/codec.lua``: ZERO_COUNTERS, the same list).
+ZERO_COUNTERS = ("off", "throttles", "releases", "depth", "unused")
 _URL_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://([^/?#]*)")
 
 
@@ -98,8 +101,13 @@ def url_host(url: str) -> str | None:
 def expand_stored(data: Any, job_id: str) -> Any:
     """A decoded stored job text in the full form the scripts answer: a compact text (field
     ``u``) gets its long names, its id and the values it left out; anything else is returned
-    as it is (a job stored in the full form: claimed, or written before the compact form)."""
-    if not isinstance(data, dict) or "u" not in data:
+    as it is (a job stored in the full form: claimed, or written before the compact form),
+    its :data:`ZERO_COUNTERS` left out read as 0."""
+    if not isinstance(data, dict):
+        return data
+    if "u" not in data:
+        for name in ZERO_COUNTERS:
+            data.setdefault(name, 0)
         return data
     job: dict[str, Any] = {"id": job_id}
     for key, value in data.items():

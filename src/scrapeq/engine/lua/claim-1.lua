@@ -113,7 +113,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   job.claimed = NOW
   job.lm = CFG.lease_ms  -- the reap tells a lease never renewed by its claim-time deadline
   l.ids[job.id] = true
-  l.zadd[#l.zadd + 1] = NOW + CFG.lease_ms
+  l.zadd[#l.zadd + 1] = NUMTEXT.of(NOW + CFG.lease_ms)
   l.zadd[#l.zadd + 1] = job.id
   l.doms[#l.doms + 1] = job.id
   l.doms[#l.doms + 1] = job.domain
@@ -127,6 +127,9 @@ local function lease(job, probe, plan, fetcher, wait_for)
   if probe then  -- {domain, its breaker state}: the breaker rule records its probe
     local _, e = RULE.breaker_step({state = probe[2]}, {ev = 'claim', job = job.id}, CFG, NOW)
     redis.call('HSET', k_dom(probe[1]), unpack(e.write))
+  end
+  for i = 1, #ZERO_COUNTERS do  -- left out when 0: readers take them as 0 (codec.lua)
+    if job[ZERO_COUNTERS[i]] == 0 then job[ZERO_COUNTERS[i]] = nil end
   end
   local encoded = cjson.encode(job)
   CLAIMED_BYTES = CLAIMED_BYTES + #encoded
@@ -256,7 +259,7 @@ local function take_run(d, room, bound, out, head)
   end
   flush_run()
   if leased > 0 then
-    known[1] = redis.call('HINCRBY', dk, 'inflight', leased)
+    known[1] = redis.call('HINCRBY', dk, 'inflight', NUMTEXT.of(leased))
     if delay > 0 then
       known[2] = NOW + delay
       redis.call('HSET', dk, 'next', known[2])

@@ -109,14 +109,15 @@
 --@include auto
 --@include lines
 
-local SETTLE_OUTCOMES = {'done', 'retry', 'throttle', 'fail', 'release'}
-local EXIT_RESULTS = {'ok', 'ban', 'down', 'timeout', 'error'}
+-- An item's words: its outcomes and exit results (one local: the script's locals budget)
+local ITEM = {outcomes = {'done', 'retry', 'throttle', 'fail', 'release'},
+  exits = {'ok', 'ban', 'down', 'timeout', 'error'}}
 
 local function check_item(it)
   check_table(it)
   check_str(it.id, 'id')
   check_num(it.token, 'token', 0, math.huge)
-  check_enum(it.outcome, 'outcome', SETTLE_OUTCOMES)
+  check_enum(it.outcome, 'outcome', ITEM.outcomes)
   if it.domain_failed ~= nil and it.domain_failed ~= cjson.null then
     check_bool(it.domain_failed, 'domain_failed')
   end
@@ -129,7 +130,7 @@ local function check_item(it)
   if it.reason ~= nil then check_str(it.reason, 'reason', true) end
   if it.shutdown ~= nil then check_bool(it.shutdown, 'shutdown') end
   if it.overload ~= nil then check_bool(it.overload, 'overload') end
-  if it.exit ~= nil then check_enum(it.exit, 'exit', EXIT_RESULTS) end
+  if it.exit ~= nil then check_enum(it.exit, 'exit', ITEM.exits) end
   if it.auto ~= nil then check_enum(it.auto, 'auto', RULE.AUTO_EVIDENCE) end
   if it.bytes ~= nil then check_int(it.bytes, 'bytes', 0, MAX_INT) end
   if it.jar ~= nil then check_in(it.jar, 'jar', JAR.check) end
@@ -213,9 +214,9 @@ local function flush_items()
   end
 end
 
--- keep_done: a done job's key is kept KEEP_DONE_MS with `done_at` (one SET PX per job), so
+-- keep_done: a done job's key is kept DONE.keep_ms with `done_at` (one SET PX per job), so
 -- `scrapeq job show` can say it is done; 0 (the default): deleted with the batch's one DEL.
-local KEEP_DONE_MS = tonumber(CFG.keep_done_ms) or 0
+DONE.keep_ms = tonumber(CFG.keep_done_ms) or 0
 
 -- Answers 'done' and its notes (WIRE.DONE): the follow-ups cut at a budget, the revisit's;
 -- no notes when the page's line did not wait for them (includes/lines.lua).
@@ -229,9 +230,9 @@ local function settle_done(job, it)
     end
   end
   if CFG.rv then RV.settle(job, it, notes) end
-  if KEEP_DONE_MS > 0 then
+  if DONE.keep_ms > 0 then
     job.done_at = NOW
-    redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', KEEP_DONE_MS)
+    redis.call('SET', k_job(job.id), cjson.encode(job), 'PX', DONE.keep_ms)
   else
     DONE.keys[#DONE.keys + 1] = k_job(job.id)
   end

@@ -118,11 +118,26 @@ local function breaker_outcome(d, failed, job_id, kind, message)
   if failed then note_failure(d, job_id, kind, message, paused) end
   if not ACTIVE_SEEN[d] then
     ACTIVE_SEEN[d] = true
-    redis.call('ZADD', K.ACTIVE, NOW, d)
+    redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
   end
   if not failed and SPOTLESS[d] then return end
   -- the fields an outcome reads (not open_until: the settle's hot path)
   local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe', 'trips')
+  if not failed and (not f[1] or f[1] == 'closed') then
+    -- a success on a closed breaker: the rule's own short form (RULE.breaker_success), what
+    -- RULE.breaker_step answers for it, written without rewriting a `fails` already 0
+    local win = RULE.breaker_success(f[2], f[3], CFG.window)
+    if not win then
+      SPOTLESS[d] = true
+    elseif f[2] == '0' then
+      SPOTLESS = {}
+      redis.call('HSET', dk, 'win', win)
+    else
+      SPOTLESS = {}
+      redis.call('HSET', dk, 'fails', '0', 'win', win)
+    end
+    return
+  end
   RESULT.failed, RESULT.job, RESULT.paused = failed, job_id, paused
   local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
     trips = f[5]}, RESULT, CFG, NOW)

@@ -76,18 +76,35 @@ function RULE.breaker_close(kind, why)
       'probe', ''}, close = {kind, why}}
 end
 
+-- A success on a closed breaker whose fields `fails` and `win` are as stored (strings, or
+-- nil/false when absent): its window after it (and fails 0), or nil when it changes nothing
+-- (a spotless window: full, no failure, none consecutive). breaker_closed_result's success,
+-- in a form that builds no table: breaker.lua's settle asks it for every success.
+function RULE.breaker_success(fails, win, window)
+  win = win or ''
+  if (tonumber(fails) or 0) == 0 and #win >= window and not string.find(win, '1', 1, true) then
+    return nil
+  end
+  win = win .. '0'
+  if #win > window then win = string.sub(win, -window) end
+  return win
+end
+
 -- A settle's outcome on a closed breaker.
 function RULE.breaker_closed_result(s, o, cfg, now)
   local failed = o.failed
   -- During a global pause failures are most likely ours: they are not held against the site.
   if failed and o.paused then return s, RULE.BREAKER_NONE end
-  local win = s.win or ''
-  if not failed and (tonumber(s.fails) or 0) == 0 and #win >= cfg.window
-      and not string.find(win, '1', 1, true) then
-    return s, RULE.BREAKER_SPOTLESS  -- a success on a spotless window changes nothing
+  local win
+  if failed then
+    win = (s.win or '') .. '1'
+    if #win > cfg.window then win = string.sub(win, -cfg.window) end
+  else
+    win = RULE.breaker_success(s.fails, s.win, cfg.window)
+    if not win then
+      return s, RULE.BREAKER_SPOTLESS  -- a success on a spotless window changes nothing
+    end
   end
-  win = win .. (failed and '1' or '0')
-  if #win > cfg.window then win = string.sub(win, -cfg.window) end
   local fails = failed and (tonumber(s.fails) or 0) + 1 or 0
   local new = {state = s.state, fails = fails, win = win, trips = s.trips,
     open_until = s.open_until, probe = s.probe}

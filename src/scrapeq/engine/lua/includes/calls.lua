@@ -25,3 +25,18 @@ local function call_many(cmd, key, args)
   end
   return out
 end
+
+-- A number as redis.call sends it ('%.17g', Redis 6.2's scripting.c), formatted once per
+-- call and value: NOW, a lease deadline or a count of 1 goes out as text many times a call,
+-- and each formatting of a number is a libc printf (about 2,500 instructions). Integers only
+-- (ms, counts): for those every Redis version sends the same digits.
+local NUMTEXT = {memo = {}}
+
+function NUMTEXT.of(x)
+  local text = NUMTEXT.memo[x]
+  if not text then
+    text = string.format('%.17g', x)
+    NUMTEXT.memo[x] = text
+  end
+  return text
+end

@@ -20,6 +20,9 @@ local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   last_modified = 'vm', rv_due = 'rd', signature = 'sg', jar = 'sj', fetcher = 'fe',
   domain_fetcher = 'dfe', domain_wait_for = 'dwf', auto_fetcher = 'afe', auto_level = 'alv',
   line_waits = 'lw'}
+-- Counters a claimed job's text leaves out when 0 (claim-1.lua: lease), as a compact text
+-- does: every reader of the full form takes them as 0 (expand_job; job.py: ZERO_COUNTERS).
+local ZERO_COUNTERS = {'off', 'throttles', 'releases', 'depth', 'unused'}
 local LONG = {}
 for long, short in pairs(SHORT) do LONG[short] = long end
 -- Fields left out when they hold these values (fixed: not the settings' defaults, which
@@ -75,8 +78,18 @@ end
 -- A decoded job text in the full form (compact or full as stored), or nil when not a table.
 local function expand_job(decoded, id)
   if type(decoded) ~= 'table' then return nil end
-  if decoded.u == nil then return decoded end  -- the full form (claimed jobs, older data)
-  local job = {id = id}
+  if decoded.u == nil then  -- the full form (claimed jobs, older data)
+    for i = 1, #ZERO_COUNTERS do
+      if decoded[ZERO_COUNTERS[i]] == nil then decoded[ZERO_COUNTERS[i]] = 0 end
+    end
+    return decoded
+  end
+  -- its hash part sized once for the fields a job has by its claim (a constructor's named
+  -- fields size it; a nil one is no field): grown one at a time it is rebuilt five times
+  local job = {id = id, url = nil, domain = nil, lane = nil, off = nil, attempts = nil,
+    max_attempts = nil, throttles = nil, token = nil, created = nil, eligible = nil,
+    depth = nil, releases = nil, unused = nil, claimed = nil, lm = nil, payload = nil,
+    fp = nil}
   for k, v in pairs(decoded) do job[LONG[k] or k] = v end
   for k, v in pairs(DEFAULTS) do
     if job[k] == nil then job[k] = v end

@@ -69,7 +69,7 @@ end
 
 -- Give back n of domain d's inflight slots, clamped at 0 (a repaired store may count short).
 local function free_slots(d, n)
-  if redis.call('HINCRBY', k_dom(d), 'inflight', -n) < 0 then
+  if redis.call('HINCRBY', k_dom(d), 'inflight', NUMTEXT.of(-n)) < 0 then
     redis.call('HSET', k_dom(d), 'inflight', 0)
   end
 end

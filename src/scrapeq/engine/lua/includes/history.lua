@@ -15,21 +15,37 @@
   call for the other outcomes (history_via), and one HINCRBY 0 + PEXPIRE per call and hour.
 ]]
 local HISTORY_KEEP_MS = 25 * 3600000
-local HISTORY_TOUCHED = ''
+-- The call's hour key and its fields, built once per call (NOW is the call's): key, the
+-- minute's prefix, and fields[name][lane or 1]. Nil until the call's first count, which
+-- creates the key and sets its TTL.
+local HISTORY_AT = nil
 
 local function history_field(name, lane)
-  local minute = math.floor(NOW / 60000)
-  local key = P .. 'history:' .. math.floor(minute / 60)
-  local field = (minute % 60) .. ':' .. name
-  if lane then field = field .. ':' .. lane end
-  if HISTORY_TOUCHED ~= key then
+  local at = HISTORY_AT
+  if not at then
+    local minute = math.floor(NOW / 60000)
+    at = {key = P .. 'history:' .. math.floor(minute / 60), prefix = (minute % 60) .. ':',
+      fields = {}}
+  end
+  local by_lane = at.fields[name]
+  if not by_lane then
+    by_lane = {}
+    at.fields[name] = by_lane
+  end
+  local field = by_lane[lane or 1]
+  if not field then
+    field = at.prefix .. name
+    if lane then field = field .. ':' .. lane end
+    by_lane[lane or 1] = field
+  end
+  if not HISTORY_AT then
     -- the key must exist for its TTL to hold: a write of 0 creates it (history_via's write
     -- comes at the end of the call)
-    redis.call('HINCRBY', key, field, 0)
-    redis.call('PEXPIRE', key, HISTORY_KEEP_MS)
-    HISTORY_TOUCHED = key
+    redis.call('HINCRBY', at.key, field, 0)
+    redis.call('PEXPIRE', at.key, HISTORY_KEEP_MS)
+    HISTORY_AT = at
   end
-  return key, field
+  return at.key, field
 end
 
 -- Count one `name` (an outcome with its lane, or an event without) in the current minute.

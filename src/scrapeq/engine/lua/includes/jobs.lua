@@ -18,7 +18,7 @@
 -- sq:{Q}:stats, and in sq:{Q}:lane-since the time the lane last had a job claimed or last
 -- became non-empty (status: its oldest_ready_age). `by` < 0: jobs left ready (clamped at 0).
 local function lane_ready(lane, by)
-  local n = redis.call('HINCRBY', K.STATS, 'ready:' .. lane, by)
+  local n = redis.call('HINCRBY', K.STATS, 'ready:' .. lane, NUMTEXT.of(by))
   if by > 0 and n == by then
     redis.call('HSET', K.LANE_SINCE, lane, NOW)
   elseif n < 0 then
@@ -29,7 +29,7 @@ end
 -- n ready jobs of a lane were claimed: the lane was served now.
 local function lane_served(lane, n)
   lane_ready(lane, -n)
-  redis.call('HSET', K.LANE_SINCE, lane, NOW)
+  redis.call('HSET', K.LANE_SINCE, lane, NUMTEXT.of(NOW))
 end
 
 local function put_ready(job)
