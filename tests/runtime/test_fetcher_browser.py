@@ -113,6 +113,7 @@ async def test_a_js_shop_is_rendered_where_http_sees_empty_containers(
     assert api.json() == {"name": "Product 5", "price": price(5)}
     assert missing.status == 404
     assert site.hits["/img/3.png"] == 0  # images are blocked by default
+    assert browser.blocked == 0  # ... never even requested: no round trip through the route
     assert browser.requests == 7 and browser.bytes > 0  # 5 documents, 2 API calls
 
 
