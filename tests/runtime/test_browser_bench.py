@@ -141,3 +141,16 @@ def test_the_alarm_says_when_the_next_probe_is() -> None:
         "in a row: chromium did not start): their browser jobs wait; next probe in 5 s"
     )
     assert browsers_alarm(down[1:], now_ms=30_000)["message"].endswith("a probe is under way")
+
+
+def test_a_partitioned_queue_shows_every_partitions_benched_workers() -> None:
+    from scrapeq.engine.routing import _merge_status
+
+    part = {"ready": 0, "delayed": 0, "inflight": 0, "dead": 0, "now": 5, "lanes": {}}
+    raws = [
+        {**part, "browsers_down": [{"worker": "h:1:a", "until": 9}]},
+        {**part, "browsers_down": {}},  # cjson's empty table: an object
+        {**part, "browsers_down": [{"worker": "h:2:b", "until": 7}]},
+    ]
+    merged = _merge_status(raws)
+    assert [b["worker"] for b in merged["browsers_down"]] == ["h:1:a", "h:2:b"]

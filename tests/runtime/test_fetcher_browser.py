@@ -120,7 +120,7 @@ async def test_a_js_shop_is_rendered_where_http_sees_empty_containers(
 async def test_a_selector_to_wait_for_outlasts_network_idle(site: Site) -> None:
     """Content written 1.2 s after load: network idle (500 ms) comes first and finds the
     page empty; the domain's selector waits for it."""
-    async with browser_fetcher(request_timeout=4.0) as browser:
+    async with browser_fetcher(request_timeout=DEADLINE) as browser:
         idle = await browser.fetch(site.url("/p/2?delay=1200"))
         waited = await browser.fetch(site.url("/p/2?delay=1200"), wait_for=".price:not(:empty)")
         with pytest.raises(TimeoutError):
