@@ -1,5 +1,8 @@
 """Rendering a JavaScript shop (issue 42): pages a second and the memory of the whole process
-tree, scrapeq's ``browser`` fetcher beside scrapy-playwright, same shop, same chromium.
+tree, scrapeq's ``browser`` fetcher beside scrapy-playwright and crawlee-python's
+``PlaywrightCrawler`` and ``AdaptivePlaywrightCrawler`` (``bench/_crawlee_render.py``), same
+shop, same chromium; then scrapeq's failure checks (``bench/_render_checks.py``: a hanging
+page, killed browsers).
 
 The shop is ``tests/support/js_shop.py`` on loopback (in a thread of this process): each
 product page ``/p/<n>`` arrives empty and a script fills its name and price from
@@ -17,15 +20,19 @@ one context). This process samples every 0.25 s:
 
 Figures: pages a second (rendered pages over the run's wall time, start-up included), the
 peak tree RSS, the peak over the first tenth of the pages and over the last tenth, and their
-ratio (what a leak grows: target <= 1.2); the pages whose price was extracted (from the
-systems' own output). scrapeq's worker recycles a browser after 100 pages (its default);
+ratio (what a leak grows: target <= 1.2); from 1,000 pages on, the peak over the first 500
+pages and over the last 500 and their ratio (the issue's "RSS after 5,000 pages at most 1.2x
+that after 500"); the pages whose price was extracted (from the systems' own output).
+scrapeq's worker recycles a browser after 100 pages (its default);
 ``scrapeq`` gives each page a fresh browser context (``browser_context = page``, the
 default), ``scrapeq-shared`` one context per browser (``browser_context = browser``), as
 scrapy-playwright does.
 
 Run: ``python bench/render.py [--pages 1000] [--pages-at-once 8] [--systems
-scrapeq,scrapeq-shared,scrapy-playwright] [--json FILE]``. Needs Debian's chromium
-(``/usr/bin/chromium``), Playwright and, for the peer, scrapy-playwright (``dev`` extra).
+scrapeq,scrapeq-shared,scrapy-playwright,crawlee-playwright,crawlee-adaptive] [--checks
+hang,kill] [--json FILE]`` (``--systems ''``: the checks alone). Needs Debian's chromium
+(``/usr/bin/chromium``), Playwright and, for the peers, scrapy-playwright and
+``crawlee[playwright,adaptive-crawler]`` (``bench`` extra).
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _render_checks import check_hang, check_kill
 from scrapeq import Queue
 from scrapeq.engine.settings import Settings
 from scrapeq.runtime.browser_pool import tree_rss
@@ -125,7 +134,22 @@ def _watch(proc: subprocess.Popen[bytes], site: Site, pages: int, limit: float) 
     }
     if early and late:
         out["late_over_early"] = round(max(late) / max(early), 2)
-    return out
+    return out | _after_500(samples, pages)
+
+
+def _after_500(samples: list[tuple[float, int, int]], pages: int) -> dict[str, Any]:
+    """From 1,000 pages on: the peak RSS over the first 500 pages, over the last 500, ratio."""
+    if pages < 1000:
+        return {}
+    first = [rss for _, n, rss in samples if n <= 500]
+    last = [rss for _, n, rss in samples if n >= pages - 500]
+    if not first or not last:
+        return {}
+    return {
+        "peak_rss_first_500_mb": round(max(first) / 1e6),
+        "peak_rss_last_500_mb": round(max(last) / 1e6),
+        "last_500_over_first_500": round(max(last) / max(first), 2),
+    }
 
 
 def run_scrapeq(
@@ -174,18 +198,57 @@ def run_scrapeq_shared(
     return run_scrapeq(site, redis_url, pages, at_once, tmp, context="browser")
 
 
+def run_crawlee(site: Site, pages: int, at_once: int, tmp: Path, mode: str) -> dict[str, Any]:
+    out = tmp / f"crawlee-{mode}.jsonl"
+    peer = Path(__file__).resolve().parent / "_crawlee_render.py"
+    argv = [sys.executable, str(peer), site.base, str(pages), str(at_once), str(out), mode]
+    proc = subprocess.Popen(argv, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    figures = _watch(proc, site, pages, limit=pages * 2.0 + 60)
+    lines = [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
+    figures["extracted"] = sum(1 for r in lines if r.get("price"))
+    figures["results_lines"] = len(lines)
+    return figures
+
+
+def run_crawlee_playwright(
+    site: Site, redis_url: str, pages: int, at_once: int, tmp: Path
+) -> dict[str, Any]:
+    return run_crawlee(site, pages, at_once, tmp, "playwright")
+
+
+def run_crawlee_adaptive(
+    site: Site, redis_url: str, pages: int, at_once: int, tmp: Path
+) -> dict[str, Any]:
+    return run_crawlee(site, pages, at_once, tmp, "adaptive")
+
+
 SYSTEMS = {
     "scrapeq": run_scrapeq,
     "scrapeq-shared": run_scrapeq_shared,
     "scrapy-playwright": run_scrapy_playwright,
+    "crawlee-playwright": run_crawlee_playwright,
+    "crawlee-adaptive": run_crawlee_adaptive,
 }
+
+
+def run_checks(site: Site, redis_url: str, tmp: Path, checks: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "hang" in checks:
+        out["hang"] = check_hang(site, redis_url, tmp)
+        print(json.dumps({"hang": out["hang"]}), file=sys.stderr, flush=True)
+    if "kill" in checks:
+        out["kill"] = check_kill(site, redis_url, tmp, lambda: _rendered(site))
+        print(json.dumps({"kill": out["kill"]}), file=sys.stderr, flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--pages-at-once", type=int, default=8)
-    parser.add_argument("--systems", default="scrapeq,scrapeq-shared,scrapy-playwright")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--checks", default="hang,kill")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not os.access(CHROMIUM, os.X_OK):
@@ -198,11 +261,13 @@ def main() -> None:
         redis = RedisProcess(tmp / "redis").start()
         try:
             with threaded_site(shop) as site:
-                for name in args.systems.split(","):
+                for name in [n for n in args.systems.split(",") if n]:
                     print(f"{name}: {args.pages} pages ...", file=sys.stderr, flush=True)
                     results[name] = SYSTEMS[name](site, redis.url, args.pages,
                                                   args.pages_at_once, tmp)  # fmt: skip
                     print(json.dumps({name: results[name]}), file=sys.stderr, flush=True)
+                checks = [c for c in args.checks.split(",") if c]
+                results["checks"] = run_checks(site, redis.url, tmp, checks)
         finally:
             redis.stop()
     results["load_average_after"] = os.getloadavg()[0]

@@ -33,6 +33,7 @@ import redis
 
 from scrapeq import Queue, Settings
 from scrapeq.engine import owed_calls, scripts
+from scrapeq.engine.browser_ops import browser_down
 from scrapeq.engine.queue import MAX_CLAIM
 from scrapeq.engine.scripts import Settlement
 from scrapeq.engine.settings import SETTING_NAMES
@@ -173,6 +174,19 @@ CASES: dict[str, Cases] = {
                 },
             ),
             ("repair not a boolean", lambda w: {"repair": "yes", "items": []}),
+        ),
+    ),
+    "browser_down": Cases(
+        wrapped(lambda w: browser_down("h:1:a", 30_000, failures=3, reason="exited with 1")),
+        (
+            ("a worker that is not a string", lambda w: {"worker": 7, "wait_ms": 1000}),
+            # a wait past 100 years: an until no client can show
+            ("a wait past 100 years", lambda w: {"worker": "h:1:a", "wait_ms": 1e20}),
+            ("failures not an integer", lambda w: {"worker": "h", "wait_ms": 1, "failures": 0.5}),
+            (
+                "a reason that is not a string",
+                lambda w: {"worker": "h", "wait_ms": 1, "reason": {}},
+            ),
         ),
     ),
     "breaker": Cases(

@@ -101,6 +101,9 @@ INTERFACE_DEFAULTS: dict[str, object] = {
     "browser_block": "image,font,media",
     "browser_context": "page",
     "browser_args": "",
+    "browser_bench_after": 3,
+    "browser_bench": 30.0,
+    "browser_bench_max": 600.0,
 }
 
 

@@ -57,6 +57,7 @@ AT_LEAST = {
     "breaker_cooldown": "breaker_cooldown_max",
     "proxy_ban_cooldown": "proxy_ban_cooldown_max",
     "proxy_cooldown": "proxy_cooldown_max",
+    "browser_bench": "browser_bench_max",
 }
 
 

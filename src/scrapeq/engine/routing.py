@@ -71,6 +71,7 @@ def _merge_status(raws: list[dict[str, Any]]) -> dict[str, Any]:
     # every exit down in some partition: its domains claim nothing until the latest comes back
     down = [int(r["exits_down_until"]) for r in raws if r.get("exits_down_until")]
     out["exits_down_until"] = max(down) if down else None
+    out["browsers_down"] = [b for r in raws for b in (r.get("browsers_down") or [])]
     return out
 
 

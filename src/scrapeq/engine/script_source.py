@@ -15,6 +15,7 @@ from scrapeq.errors import ConfigError, NotFound, PayloadTooLarge, RedisUnavaila
 SCRIPTS: dict[str, str] = {
     "audit": "audit-1.lua",
     "breaker": "breaker-1.lua",
+    "browser_down": "browser_down-1.lua",
     "cancel": "cancel-1.lua",
     "claim": "claim-1.lua",
     "clear": "clear-1.lua",

@@ -153,4 +153,9 @@ SETTING_DOCS: dict[str, str] = {
     "crosses jobs); `browser`: one context per browser, shared by its pages until it is "
     "recycled (faster)",
     "browser_args": "more chromium flags, split as a shell does",
+    "browser_bench_after": "crashes or failed launches in a row that bench a worker's browsers "
+    "(its browser jobs wait, spending nothing; `status` raises `browsers_down`)",
+    "browser_bench": "seconds a worker's benched browsers rest before one probe launch "
+    "(doubling while probes fail, up to `browser_bench_max`)",
+    "browser_bench_max": "the longest rest of a worker's benched browsers, seconds",
 }

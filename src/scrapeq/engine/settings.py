@@ -150,6 +150,8 @@ def _cross_checks(s: Settings) -> None:
         raise ConfigError(
             "proxy_ban_cooldown_max", f"must be >= proxy_ban_cooldown ({s.proxy_ban_cooldown:g})"
         )
+    if s.browser_bench_max < s.browser_bench:
+        raise ConfigError("browser_bench_max", f"must be >= browser_bench ({s.browser_bench:g})")
     if s.proxy_cooldown_max < s.proxy_cooldown:
         raise ConfigError("proxy_cooldown_max", f"must be >= proxy_cooldown ({s.proxy_cooldown:g})")
     if s.domain_concurrency_max < s.domain_concurrency_min:
@@ -322,6 +324,12 @@ class Settings:
     browser_context: str = _setting("str", "page", check=_check_browser_context)
     # More chromium command-line flags, as a shell would split them (e.g. "--lang=fr").
     browser_args: str = _setting("str", "")
+    # A worker's browsers that crash (or fail to launch) this many times in a row are benched
+    # for browser_bench seconds, doubling while its probe (one launch) fails, up to the max:
+    # meanwhile its browser jobs wait, spending nothing, and status raises browsers_down.
+    browser_bench_after: int = _setting("int", 3, ge=1, le=1000)
+    browser_bench: float = _seconds(30.0)
+    browser_bench_max: float = _seconds(600.0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -17,6 +17,7 @@ __all__ = [
     "SPIKE_MIN",
     "alarms",
     "breaker_counts",
+    "browsers_alarm",
     "eviction_alarm",
     "learned_timing",
     "shape_counts",
@@ -45,7 +46,8 @@ def shape_figures(raw: dict[str, Any]) -> dict[str, int]:
     scripts: sq:{Q}:open and sq:{Q}:retired); on a queue that has followed links, what
     became of them since its creation (:data:`LINK_FIGURES`); while every exit of the pool is
     down, ``exits_down_ms``: how long until the first may carry a probe (the ``exits_down``
-    alarm of ``status``)."""
+    alarm of ``status``); while some worker's browsers are benched, ``browsers_down``: how
+    many workers (the ``browsers_down`` alarm)."""
     stats = raw.get("stats") or {}
     figures = _plain_figures(raw, stats)
     if any(field in stats for field in LINK_FIGURES):
@@ -53,6 +55,8 @@ def shape_figures(raw: dict[str, Any]) -> dict[str, int]:
     if raw.get("exits_down_until"):
         wait = int(raw["exits_down_until"]) - int(raw.get("now") or 0)
         figures["exits_down_ms"] = max(wait, 0)
+    if raw.get("browsers_down"):
+        figures["browsers_down"] = len(raw["browsers_down"])
     return figures
 
 
@@ -199,6 +203,9 @@ def alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str,
                 f"is claimed for {wait:.0f} s, until the first may carry a probe",
             }
         )
+    down = raw.get("browsers_down") or []
+    if down:
+        alarms.append(browsers_alarm(down, int(raw.get("now") or 0)))
     for info in domains:
         if info["state"] == "retired":
             alarms.append(
@@ -220,6 +227,22 @@ def alarms(raw: dict[str, Any], domains: list[dict[str, Any]]) -> list[dict[str,
                 }
             )
     return alarms
+
+
+def browsers_alarm(down: list[dict[str, Any]], now_ms: int) -> dict[str, str]:
+    """The ``browsers_down`` alarm: workers whose browsers keep crashing (or will not start)
+    are benched (runtime/browser_pool.py); their browser jobs wait, no site is charged."""
+    first = min(down, key=lambda b: int(b.get("until") or 0))
+    wait = max(int(first.get("until") or 0) - now_ms, 0) / 1000
+    when = f"next probe in {wait:.0f} s" if wait > 0 else "a probe is under way"
+    reason = str(first.get("reason") or "")
+    return {
+        "kind": "browsers_down",
+        "domain": "",
+        "message": f"{len(down)} worker(s) have no usable browser (ours, no site's: "
+        f"{int(first.get('failures') or 0)} crashes or failed launches in a row"
+        f"{': ' + reason if reason else ''}): their browser jobs wait; {when}",
+    }
 
 
 def eviction_alarm(policy: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Unpack
 import redis
 import redis.cluster
 
-from scrapeq.engine import exit_ops, scripts
+from scrapeq.engine import browser_ops, exit_ops, scripts
 from scrapeq.engine.audit import AuditReport
 from scrapeq.engine.connection import SyncClient, close_client, sync_client
 from scrapeq.engine.facade import _QueueBase
@@ -282,6 +282,14 @@ class Queue(_QueueBase):
         whether it was down. An id not of the pool is refused before anything changes
         (:class:`~scrapeq.errors.NotFound`)."""
         return self._drive(exit_ops.op_exits_probe(self._route, list(ids)))
+
+    def browser_down(
+        self, worker: str, wait: float | None, *, failures: int = 0, reason: str = ""
+    ) -> int:
+        """Say that ``worker``'s browsers are benched for ``wait`` seconds (None: usable
+        again): the ``browsers_down`` alarm of ``status``. Answers the workers benched."""
+        op = browser_ops.op_browser_down(self._route, worker, wait, failures, reason)
+        return self._drive(op)
 
     def domain_exits(self, domain: str) -> dict[str, Any]:
         """A domain's tier, its benched exits and its requests and bytes per tier."""

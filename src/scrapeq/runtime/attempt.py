@@ -24,6 +24,8 @@ from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.auto_fetch import RenderFailed, auto_handled, auto_refused, is_auto
 from scrapeq.runtime.bans import exit_result
 from scrapeq.runtime.browser import BrowserFetcher, WaitingFetcher
+from scrapeq.runtime.browser_notice import BenchNotice
+from scrapeq.runtime.browser_pool import BrowserDown
 from scrapeq.runtime.classify import (
     BrowserLost,
     Classification,
@@ -44,6 +46,7 @@ from scrapeq.runtime.records import (
     traceback_summary,
     with_latency,
 )
+from scrapeq.runtime.reporter import worker_id
 from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
@@ -145,6 +148,8 @@ class Attempts(WorkerCore):
         fetching: bool,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """What an exception before the page's answer (robots, fetch) makes of the job."""
+        if isinstance(exc, BrowserDown):
+            return self._browser_down(job, exc)
         verdict = classify_exception(exc)
         if isinstance(exc, BrowserLost):
             return self._browser_lost(job, exc, verdict, started)
@@ -170,6 +175,13 @@ class Attempts(WorkerCore):
             job, delay=0, kind="released:browser_lost", message=message
         )
         return self._if_dead(job, settlement, None, started, message)
+
+    def _browser_down(self, job: Job, exc: BrowserDown) -> tuple[Settlement, dict[str, Any] | None]:
+        """No browser for the job now (benched, or a launch just failed): it waits, given
+        back for the rest of the bench with nothing spent or recorded (no attempt, no
+        release, its domain not charged: as a stopping worker gives its jobs back)."""
+        log.info("job %s waits %.1f s: %s", job.id, exc.wait, exc, extra=about(job, "browser_down"))
+        return self.queue.releasing(job, delay=max(exc.wait, 0.5), shutdown=True), None
 
     def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
@@ -221,10 +233,13 @@ class Attempts(WorkerCore):
     def _new_browser(self) -> BrowserFetcher:
         """The browser fetcher, its requests counted (the http fetcher's guard and exits)."""
         assert self._fetcher is not None
-        return BrowserFetcher(
+        fetcher = BrowserFetcher(
             self.settings, self._fetcher, on_fetched=lambda n, size: self._fetched_by(
                 "browser", n, size)
         )  # fmt: skip
+        name = self._reporter.id if self._reporter is not None else worker_id()
+        self._bench_notice = BenchNotice(self.queue, name, fetcher.pool)
+        return fetcher
 
     def _fetched_by(self, fetcher: str, requests: int, size: int) -> None:
         self.stats.fetched_by(fetcher, requests, size)

@@ -132,6 +132,7 @@ class BrowserFetcher:
         self.requests = 0  # requests fetched for pages (documents and subrequests)
         self.bytes = 0  # their bodies' bytes
         self.refused = 0  # subrequests refused by the private-address guard
+        self.blocked = 0  # subrequests aborted unread (browser_block)
 
     async def close(self) -> None:
         await self.pool.close()
@@ -246,6 +247,7 @@ class BrowserFetcher:
                 )
                 return
             if req.resource_type in self._blocked:
+                self.blocked += 1
                 await route.abort("blockedbyclient")
                 return
             answer = await self._subrequest(req.url, req.method, await req.all_headers(),

@@ -20,6 +20,14 @@ process group, and drives it through Playwright over the DevTools protocol.
   rendering raises :class:`~scrapeq.runtime.classify.BrowserLost` (``ours``: the worker
   gives the job back at once, no attempt spent, no domain charged) and the next page gets a
   new browser.
+* **Bench**: ``browser_bench_after`` losses or failed launches in a row (no page rendered
+  in between) bench the pool, as an exit is benched: for ``browser_bench`` seconds, doubling
+  with each bench in a row up to ``browser_bench_max`` (:func:`.backoff.backoff`). Meanwhile
+  no browser is launched and every page raises :class:`BrowserDown` (the worker gives its job
+  back for the rest of the bench, spending nothing: no attempt, no release, no domain
+  charged); :attr:`BrowserPool.on_bench` is told, so that ``status`` raises
+  ``browsers_down``. After it one launch probes: its first page rendered ends the bench
+  (``on_bench`` told again), its failure benches the pool again, longer.
 
 :func:`require_fetcher` refuses at start, in one line naming the extra, a ``fetcher`` setting
 this process cannot run.
@@ -37,12 +45,13 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
+from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.classify import BrowserLost
 from scrapeq.runtime.impersonate import FetcherUnavailable
 
@@ -51,7 +60,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXTRA_HINT",
+    "LAUNCH_RETRY",
     "OP_TIMEOUT",
+    "BrowserDown",
     "BrowserPool",
     "BrowserUnavailable",
     "require_browser",
@@ -83,6 +94,8 @@ _FLAGS: Final = (
     "--mute-audio",
     "--password-store=basic",
 )
+#: Seconds a page's job waits after a failed launch that does not bench the pool.
+LAUNCH_RETRY: Final = 2.0
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
 _PR_SET_PDEATHSIG: Final = 1
 
@@ -91,6 +104,16 @@ class BrowserUnavailable(FetcherUnavailable):
     """No browser could be started (chromium failed to launch or to connect): ours, as a
     missing extra is: the job is released with a backoff and claims pause, no attempt
     spent, no domain or exit charged."""
+
+
+class BrowserDown(BrowserUnavailable):
+    """No browser for this page now: the pool is benched (``benched``), or a launch just
+    failed. The job is given back for ``wait`` seconds, spending nothing."""
+
+    def __init__(self, message: str, wait: float, *, benched: bool) -> None:
+        super().__init__(message)
+        self.wait = wait
+        self.benched = benched
 
 
 def require_browser(settings: Settings) -> None:
@@ -164,8 +187,16 @@ class BrowserPool:
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
         #: Counters: browsers launched, retired (recycled), lost (crash, kill, hang), of
-        #: which killed by the watchdog as hung; pages rendered.
-        self.counts = {"launched": 0, "recycled": 0, "lost": 0, "hung": 0, "pages": 0}
+        #: which killed by the watchdog as hung; pages rendered; failed launches; benches.
+        self.counts = {"launched": 0, "recycled": 0, "lost": 0, "hung": 0, "pages": 0,
+                       "failed_launches": 0, "benched": 0}  # fmt: skip
+        self._failures = 0  # losses and failed launches since the last page rendered
+        self._benches = 0  # benches in a row (its backoff's n)
+        self._bench_until = 0.0  # monotonic; past it (and failures over the bar): probing
+        self._why = ""  # the last failure's text
+        #: Called with (seconds benched, or None: usable again) when the bench starts or
+        #: ends (the worker tells Redis: the ``browsers_down`` alarm).
+        self.on_bench: Callable[[float | None], None] | None = None
 
     # --- pages --------------------------------------------------------------------------------
 
@@ -200,15 +231,21 @@ class BrowserPool:
 
     def lost_error(self, browser: _Browser, exc: BaseException) -> BaseException:
         """``exc`` as the pool sees it: :class:`BrowserLost` when ``browser`` is lost (or
-        just went), else ``exc`` itself."""
+        just went), :class:`BrowserDown` when that loss benched the browsers or was a
+        probe's (as a resting exit's failed probe, it spends nothing of its jobs), else
+        ``exc`` itself."""
         if browser.lost is None and (
             browser.proc.returncode is not None
             or (browser.handle is not None and not browser.handle.is_connected())
         ):
             self._mark_lost(browser, "its process ended")
-        if browser.lost is not None:
-            return BrowserLost(f"browser {browser.number} lost ({browser.lost}): {exc}")
-        return exc
+        if browser.lost is None:
+            return exc
+        lost = f"browser {browser.number} lost ({browser.lost}): {exc}"
+        bench = self.bench()
+        if bench is not None:  # the loss that benched the browsers, or a probe's: ours alone
+            return BrowserDown(f"{lost}; the browsers are benched", bench[0], benched=True)
+        return BrowserLost(lost)
 
     async def _take(self) -> _Browser:
         """A browser with room for one more page: one of the pool's, a new one while under
@@ -217,20 +254,26 @@ class BrowserPool:
             async with self._cond:
                 if self._closed:
                     raise BrowserLost("the browser pool is closed")
+                self._refuse_if_benched()
                 for b in self._browsers:
                     if b.usable and b.open < self.settings.browser_pages:
                         self._count_page(b)
                         return b
-                if len(self._browsers) + self._launching >= self.settings.browsers:
+                if len(self._browsers) + self._launching >= self._room():
                     await self._cond.wait()
                     continue
                 self._launching += 1
             try:
                 browser = await self._launch()
-            except BaseException:
+            except BaseException as exc:
                 async with self._cond:
                     self._launching -= 1
                     self._cond.notify_all()
+                    if isinstance(exc, BrowserUnavailable):
+                        self.counts["failed_launches"] += 1
+                        self._failed(str(exc))
+                        self._refuse_if_benched()
+                        raise BrowserDown(str(exc), LAUNCH_RETRY, benched=False) from None
                 raise
             async with self._cond:
                 self._launching -= 1
@@ -238,6 +281,54 @@ class BrowserPool:
                 self._browsers.append(browser)
                 self._cond.notify_all()
             return browser
+
+    def _room(self) -> int:
+        """Browsers the pool may have: ``browsers``; one while probing after a bench."""
+        return 1 if self._failures >= self.settings.browser_bench_after else self.settings.browsers
+
+    def _refuse_if_benched(self) -> None:
+        wait = self._bench_until - time.monotonic()
+        if wait > 0:
+            raise BrowserDown(
+                f"the worker's browsers are benched for {wait:.0f} s more after "
+                f"{self._failures} crashes or failed launches in a row: {self._why}",
+                wait,
+                benched=True,
+            )
+
+    def _failed(self, why: str) -> None:
+        """A browser lost or a launch failed; the ``browser_bench_after``-th in a row (or a
+        probe's) benches the pool."""
+        self._failures += 1
+        self._why = why
+        if self._failures < self.settings.browser_bench_after:
+            return
+        self._benches += 1
+        s = self.settings
+        wait = backoff(s.browser_bench, self._benches, s.browser_bench_max)
+        self._bench_until = time.monotonic() + wait
+        self.counts["benched"] += 1
+        log.warning("browsers benched for %.0f s (%d crashes or failed launches in a row): %s",
+                    wait, self._failures, why)  # fmt: skip
+        if self.on_bench is not None:
+            self.on_bench(wait)
+
+    def _rendered(self) -> None:
+        """A page was rendered by a browser that lives on: the failures in a row end, and a
+        bench with them (its probe worked)."""
+        benched, self._failures, self._benches = self._benches > 0, 0, 0
+        if benched:
+            self._bench_until = 0.0
+            log.warning("browsers usable again: a probe's page was rendered")
+            if self.on_bench is not None:
+                self.on_bench(None)
+
+    def bench(self) -> tuple[float, int, str] | None:
+        """While benched (or probing after a bench): (seconds until the probe, failures in
+        a row, the last one's text); None when the browsers are usable."""
+        if self._benches == 0:
+            return None
+        return max(self._bench_until - time.monotonic(), 0.0), self._failures, self._why
 
     def _count_page(self, browser: _Browser) -> None:
         """One more page for ``browser``; its last one when it reaches
@@ -259,6 +350,8 @@ class BrowserPool:
         async with self._cond:
             browser.open -= 1
             self.counts["pages"] += 1
+            if browser.lost is None and not self._closed:
+                self._rendered()
             retire = browser.retiring and browser.open == 0 and browser.lost is None
             self._cond.notify_all()
         if retire:
@@ -279,6 +372,10 @@ class BrowserPool:
         args = [self.settings.browser_path, *_FLAGS, f"--user-data-dir={profile}"]
         if os.geteuid() == 0:  # chromium refuses root without it (containers run as root)
             args.append("--no-sandbox")
+        if "image" in self.settings.browser_block.split(","):
+            # images never requested at all: each blocked one cost a round trip through the
+            # route (chromium, Playwright's driver, this process) before the load event
+            args.append("--blink-settings=imagesEnabled=false")
         args += [*shlex.split(self.settings.browser_args), "about:blank"]
         proc = await asyncio.create_subprocess_exec(
             *args,
@@ -318,6 +415,8 @@ class BrowserPool:
         browser.lost = why
         self.counts["lost"] += 1
         log.warning("browser %d lost: %s", browser.number, why)
+        if not self._closed:
+            self._failed(f"browser lost: {why}")
         _kill_tree(browser.proc)
         asyncio.get_running_loop().create_task(self._forget(browser))
 

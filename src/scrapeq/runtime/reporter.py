@@ -304,7 +304,7 @@ class Reporter:
         if sample is None:  # the first sample of a lead: a rate needs two
             return
         rate = (figures["done"] - sample[1]["done"]) / max(now - sample[0], 1e-9)
-        note = _exits_down_note(self.queue, figures)
+        note = _exits_down_note(self.queue, figures) + _browsers_down_note(figures)
         shown = " ".join(f"{name}={value}" for name, value in figures.items())
         progress_log.info(
             "progress done/s=%.1f %s%s", rate, shown, note,
@@ -322,6 +322,16 @@ def _exits_down_note(queue: AsyncQueue, figures: dict[str, int]) -> str:
         return ""
     n = len(queue.exit_pool)
     return f" exits_down={n}/{n} (all proxies resting: next back in {math.ceil(wait / 1000)} s)"
+
+
+def _browsers_down_note(figures: dict[str, int]) -> str:
+    """The end of a progress line while some worker's browsers are benched (``figures``'
+    ``browsers_down``, taken out): `` browsers_down=1 (browser jobs wait: no usable browser
+    in 1 worker(s))``; else nothing."""
+    n = figures.pop("browsers_down", None)
+    if n is None:
+        return ""
+    return f" browsers_down={n} (browser jobs wait: no usable browser in {n} worker(s))"
 
 
 def log_seed_deferred(job: Job, settlement: Settlement, status: str) -> None:
@@ -352,6 +362,7 @@ async def log_summary(queue: AsyncQueue, *, timeout: float = SUMMARY_TIMEOUT) ->
         log.warning("no summary: %s", str(exc) or f"redis did not answer within {timeout:g} s")
         return
     figures.pop("exits_down_ms", None)  # a state of the moment, not a count
+    figures.pop("browsers_down", None)
     shown = " ".join(f"{name}={value}" for name, value in figures.items())
     log.info("summary queue=%s %s (the queue's counts, as scrapeq status shows them)",
              queue.name, shown, extra=figures)  # fmt: skip

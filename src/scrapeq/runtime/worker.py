@@ -403,6 +403,8 @@ class Worker(Shutdown, Leases, Attempts):
             await self._impersonator.close()
         if self._browser is not None:
             await self._browser.close()
+        if self._bench_notice is not None:
+            await self._bench_notice.close()
         if self.sink is not None:
             await self.sink.close()
 

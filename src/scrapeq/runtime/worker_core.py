@@ -24,6 +24,7 @@ from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.browser import BrowserFetcher
+from scrapeq.runtime.browser_notice import BenchNotice
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
@@ -115,6 +116,7 @@ class WorkerCore:
     _own_fetcher: bool
     _impersonator: Fetcher | None
     _browser: BrowserFetcher | None
+    _bench_notice: BenchNotice | None = None  # tells Redis when the browsers are benched
     _follow: FollowPolicy
     _bodies: BodyStore | None
     _adapted: bool

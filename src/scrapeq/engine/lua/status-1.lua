@@ -10,6 +10,8 @@
   Output: JSON text {now, stats = {field: n}, ready, delayed, inflight, dead, domains,
     lanes = {name: {ready, delayed, oldest_ready_ms}}, paused_until, pause_reason, retired,
     exits_down_until (ms: every exit of the pool is down until then; null otherwise),
+    browsers_down (workers whose browsers are benched: [{worker, until, failures, reason}],
+    at most 100; browser_down-1.lua),
     open_breakers, retired_domains, top, owed}
     owed          results lines owed to a sink (includes/owed.lua): settled, not yet written
     retired       at most 1,000 retired domains (retired_domains: how many there are)
@@ -104,6 +106,17 @@ end
 -- every exit of the pool down (includes/exits.lua: claims take nothing until this time)
 local exits_back = EX.all_down()
 
+-- workers whose browsers are benched (browser_down-1.lua); one STALE_MS past: a worker gone
+local browsers = {}
+local flat_down = redis.call('HGETALL', K.BROWSERS_DOWN)
+for i = 1, math.min(#flat_down, 200), 2 do
+  local ok, b = pcall(cjson.decode, flat_down[i + 1])
+  if ok and type(b) == 'table' and (tonumber(b['until']) or 0) >= NOW - 60000 then
+    browsers[#browsers + 1] = {worker = flat_down[i], ['until'] = b['until'],
+      failures = b.failures, reason = b.reason}
+  end
+end
+
 local meta = redis.call('HMGET', K.META, 'paused_until', 'pause_reason')
 local paused = tonumber(meta[1])
 if paused and paused <= NOW then paused = nil end
@@ -115,4 +128,5 @@ return cjson.encode({
   retired = retired, retired_domains = redis.call('SCARD', K.RETIRED),
   open_breakers = redis.call('SCARD', K.OPEN), top = top,
   exits_down_until = exits_back or cjson.null, owed = redis.call('HLEN', K.OWED),
+  browsers_down = browsers,
 })

@@ -21,7 +21,13 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _JOB_STATES = ("ready", "delayed", "inflight", "dead")
 #: Alarm kinds always exported (at 0 when quiet) so their series never vanish.
-_ALARM_KINDS = ("dead_letter_spike", "domain_retired", "global_pause", "exits_down")
+_ALARM_KINDS = (
+    "dead_letter_spike",
+    "domain_retired",
+    "global_pause",
+    "exits_down",
+    "browsers_down",
+)
 #: outcome label -> the queue's stats field counting it.
 _SETTLED_FIELDS = {
     "done": "done",

@@ -30,6 +30,7 @@ K.IDLE = P .. 'idle'  -- zset: domain -> when it was last seen idle (domain.lua)
 K.OPEN = P .. 'open'  -- set: domains whose breaker is open or half-open (breaker.lua)
 K.WAKE = P .. 'wake'  -- stream (one entry): urgent work was enqueued (enqueue.lua)
 K.EXITS_DOWN = P .. 'exits:down'  -- hash: exit id -> cooldown end, exits not closed (exits.lua)
+K.BROWSERS_DOWN = P .. 'browsers:down'  -- hash: worker -> its benched browsers (browser_down-1)
 K.OWED = P .. 'owed'  -- hash: job id -> a results line owed to a sink (owed.lua)
 K.OWED_DUE = P .. 'owed:due'  -- zset: job id -> when another worker may write it (owed.lua)
 
