@@ -105,7 +105,7 @@ SCRAPY_SPIDER = textwrap.dedent("""
 
 
 def _rendered(site: Site) -> int:
-    return sum(v for k, v in list(site.hits.items()) if k.startswith("/api/p/"))
+    return sum(v for k, v in site.hits.copy().items() if k.startswith("/api/p/"))
 
 
 def _watch(proc: subprocess.Popen[bytes], site: Site, pages: int, limit: float) -> dict[str, Any]:

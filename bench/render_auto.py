@@ -51,7 +51,7 @@ FIELDS = ["name=.name::text", "price=.price::text"]
 
 
 def _api_calls(site: Site) -> int:
-    return sum(v for k, v in list(site.hits.items()) if k.startswith("/api/p/"))
+    return sum(v for k, v in site.hits.copy().items() if k.startswith("/api/p/"))
 
 
 async def run_one(
