@@ -36,7 +36,7 @@ from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.impersonate import FetcherUnavailable, ImpersonateFetcher
 from scrapeq.runtime.links import extract_counted
-from scrapeq.runtime.outcomes import settlement_for
+from scrapeq.runtime.outcomes import latency, settlement_for
 from scrapeq.runtime.records import (
     about,
     make_record,
@@ -131,9 +131,8 @@ class Attempts(WorkerCore):
             return with_latency(out, verdict, response.elapsed)
         if not_modified(job, response.status):  # a 304 to a revisit's conditional request
             out = self._not_modified(job, response, verdict, started)
-        else:
-            out = await self._handle(job, response, verdict, started, seen)
-        return with_latency(out, verdict, response.elapsed)
+            return with_latency(out, verdict, response.elapsed)
+        return await self._handle(job, response, verdict, started, seen)  # with its latency
 
     def _fetch_failed(
         self,
@@ -321,22 +320,29 @@ class Attempts(WorkerCore):
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """Run the handler on a page that answered: the job done with its follow-ups (and,
         revisit = on, what the fetch and the handler said of the content), or what the
-        handler's error makes of it."""
+        handler's error makes of it; with the fetch's latency (:func:`with_latency`; a done
+        job's settlement is built with it)."""
+        elapsed = response.elapsed  # the page's fetch (auto may render it again)
         try:
             if job.auto_fetcher is None or job.auto_fetcher == "browser" or not is_auto(self, job):
                 result = await self._call_handler(job, response)
             else:  # fetcher auto: it may render the page (runtime/auto_fetch.py)
                 result, response, seen.auto = await auto_handled(self, job, response)
         except RenderFailed as exc:  # the page's rendering failed: a fetch's failure
-            return self._fetch_failed(job, exc.original, seen, started, started, True)
+            out = self._fetch_failed(job, exc.original, seen, started, started, True)
+            return with_latency(out, verdict, elapsed)
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
-            return self._handler_failed(job, exc, response, started, seen)
+            out = self._handler_failed(job, exc, response, started, seen)
+            return with_latency(out, verdict, elapsed)
         handled = result if isinstance(result, Handled) else Handled(result, [])
+        latency_ms, overload = latency(verdict, elapsed)
         settlement = self.queue.done(
             job,
             domain_failed=verdict.counts_against_domain,
             follow=handled.follow,
             final_url=response.url if response.redirects else None,
+            latency_ms=latency_ms,
+            overload=overload,
         )
         if self.settings.revisit == "on":
             settlement = observed(settlement, response.headers, response.body, handled.content)
@@ -349,7 +355,8 @@ class Attempts(WorkerCore):
             settlement = self.queue.retrying(
                 job, kind="handler_result", message=problem, domain_failed=None
             )
-            return self._if_dead(job, settlement, response, started, problem)
+            out = self._if_dead(job, settlement, response, started, problem)
+            return with_latency(out, verdict, elapsed)
         record = make_record(job, "done", response, started, None, handled.result)
         if handled.links is not None:
             record["links"] = handled.links.as_dict()
