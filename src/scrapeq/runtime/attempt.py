@@ -106,10 +106,11 @@ class Attempts(WorkerCore):
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
+            name = self._fetcher_name(job)  # once a job: the job and the settings decide it
             fetched = fetching = time.monotonic()
-            response = await self._fetch(job)
-            if self._fetcher_name(job) != "browser":  # a browser counts each of its requests
-                self._fetched_by(self._fetcher_name(job), 1, len(response.body))
+            response = await self._fetch(job, name=name)
+            if name != "browser":  # a browser counts each of its requests
+                self._fetched_by(name, 1, len(response.body))
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             if self._grouped is not None and job.domain not in self._grouped:
@@ -230,12 +231,13 @@ class Attempts(WorkerCore):
         if self.metrics is not None:
             self.metrics.fetched_by(fetcher, requests, size)
 
-    def _fetcher_for(self, job: Job) -> Fetcher | WaitingFetcher:
+    def _fetcher_for(self, job: Job, name: str | None = None) -> Fetcher | WaitingFetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
         domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
-        setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
+        setting (``name``: :meth:`_fetcher_name`'s, when the caller has it). ``http`` is the
+        worker's fetcher (the one given to it, if any)."""
         assert self._fetcher is not None
-        name = self._fetcher_name(job)
+        name = name or self._fetcher_name(job)
         if name == "browser":
             if self._browser is None:
                 try:
@@ -252,11 +254,14 @@ class Attempts(WorkerCore):
                 raise FetcherUnavailable(exc.reason) from None
         return self._impersonator
 
-    async def _fetch(self, job: Job, through: Fetcher | WaitingFetcher | None = None) -> Response:
-        """Fetch a job's URL (``through``: that fetcher, not the job's), sending its request
-        when it has one (a plain GET is called as before requests existed, so a fetcher
-        subclass without ``request=`` still works)."""
-        fetcher = through or self._fetcher_for(job)
+    async def _fetch(
+        self, job: Job, through: Fetcher | WaitingFetcher | None = None, name: str | None = None
+    ) -> Response:
+        """Fetch a job's URL (``through``: that fetcher, not the job's; ``name``: the job's
+        fetcher's name, when known), sending its request when it has one (a plain GET is
+        called as before requests existed, so a fetcher subclass without ``request=`` still
+        works)."""
+        fetcher = through or self._fetcher_for(job, name)
         revisit = conditional(job)
         if revisit is not None:  # a revisit: If-None-Match / If-Modified-Since
             if job.jar:  # session = sticky: the domain's cookies go with it
