@@ -10,11 +10,16 @@ against a private redis-server) and the bare aiohttp loop over the same URLs, an
 * **callbacks**: handles run (a task step, a future's callback, a timer);
 * **tasks**: tasks created, **thread hops**: ``asyncio.to_thread`` calls (a results sink's
   write);
-* **claims**, **settles**: calls of the claim and settle scripts (``AsyncQueue._step``).
+* **claims**, **settles**: calls of the claim and settle scripts (``AsyncQueue._step``);
+* with ``--calls``, **python calls**: function calls (Python and C) ``cProfile`` counts over one
+  more run of each row, a run of its own (profiling slows it, which moves the loop's counts);
+  **scrapeq calls**: those of scrapeq's own functions and the C functions they call directly,
+  a count that moves with the code alone (the total moves with the loop's batching too).
 
 Each count is a median over ``--rounds`` rounds (each round runs every row once).
 
-Run: ``.venv/bin/python bench/loop_turns.py [--jobs N] [--rounds R] [--rows bare,plain,nosink]``.
+Run: ``.venv/bin/python bench/loop_turns.py [--jobs N] [--rounds R] [--rows bare,plain,nosink]
+[--calls]``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import argparse
 import asyncio
 import asyncio.base_events
 import contextlib
+import cProfile
+import pstats
 import statistics
 import sys
 import tempfile
@@ -30,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import scrapeq
 from _redis import format_table, load_note
 from cost import DOMAINS, _fill, _page, _work, redis_server, workload
 from scrapeq.engine.async_queue import AsyncQueue
@@ -37,6 +45,7 @@ from scrapeq.engine.launcher import find_redis_server
 from worker_throughput import _bare, fleet
 
 COUNTS: Counter[str] = Counter()
+OURS = str(Path(scrapeq.__file__).parent)  # scrapeq's own code, for --calls
 NAMES = ("loop turns", "callbacks", "tasks", "thread hops", "claims", "settles")
 
 
@@ -66,12 +75,40 @@ def _count() -> None:
     AsyncQueue._step = counted_step  # type: ignore[method-assign]
 
 
+def _run_row(row: str, url: str, w: Any, folder: Path) -> None:
+    if row == "bare":
+        asyncio.run(_bare(w.urls, 200))
+    else:
+        asyncio.run(_work(url, w, folder))
+
+
+def _calls(row: str, url: str, w: Any, folder: Path) -> tuple[int, int]:
+    """Function calls cProfile counts over one run of ``row`` (Python and C functions): all
+    of them, and those of scrapeq's own code (its functions, and C functions they called)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        _run_row(row, url, w, folder)
+    finally:
+        profile.disable()
+    stats: Any = pstats.Stats(profile)
+    ours = 0
+    for (path, _, _), (_, calls, _, _, callers) in stats.stats.items():
+        if OURS in path:
+            ours += calls
+        elif path == "~":  # a C function: counted for the scrapeq functions that called it
+            ours += sum(c[1] for caller, c in callers.items() if OURS in caller[0])
+    return sum(entry[1] for entry in stats.stats.values()), ours
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", default="bare,plain,nosink", help="of bare,plain,nosink,dead")
+    parser.add_argument("--calls", action="store_true", help="count Python calls (cProfile)")
     args = parser.parse_args(argv)
+    names = NAMES + (("python calls", "scrapeq calls") if args.calls else ())
     rows = [r for r in args.rows.split(",") if r]
     _count()
     runs: dict[str, list[Counter[str]]] = {row: [] for row in rows}
@@ -86,16 +123,20 @@ def main(argv: list[str] | None = None) -> int:
                 if row != "bare":
                     asyncio.run(_fill(server.url, w))
                 COUNTS.clear()
-                if row == "bare":
-                    asyncio.run(_bare(w.urls, 200))
-                else:
-                    asyncio.run(_work(server.url, w, folder))
-                runs[row].append(Counter(COUNTS))
+                _run_row(row, server.url, w, folder)
+                counts = Counter(COUNTS)
+                if args.calls:
+                    if row != "bare":
+                        asyncio.run(_fill(server.url, w))
+                    counts["python calls"], counts["scrapeq calls"] = _calls(
+                        row, server.url, w, folder
+                    )
+                runs[row].append(counts)
     table = [
-        [row, *(statistics.median(r[n] for r in runs[row]) * 100 / args.jobs for n in NAMES)]
+        [row, *(statistics.median(r[n] for r in runs[row]) * 100 / args.jobs for n in names)]
         for row in rows
     ]
-    print(format_table(["per 100 jobs", *NAMES], table))
+    print(format_table(["per 100 jobs", *names], table))
     return 0
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+from scrapeq.engine.queue import Queue
 from scrapeq.engine.script_args import Settlement
 from scrapeq.runtime.classify import Classification, Outcome
-from scrapeq.runtime.outcomes import timed
+from scrapeq.runtime.outcomes import latency, timed
 
 
 def _every_field_set() -> Settlement:
@@ -40,3 +42,26 @@ def test_timed_leaves_ours_and_releases_unchanged() -> None:
     ok = Classification(Outcome.OK, "ok", False)
     assert timed(release, ok, 1.0) is release
     assert timed(dataclasses.replace(settlement, outcome="done"), ok, -1.0).latency_ms == 0
+
+
+def test_done_built_with_its_latency_is_the_done_timed(
+    make_queue: Callable[..., Queue],
+) -> None:
+    """A worker's done job is one settlement, built with the fetch's latency and overload
+    flag (``queue.done(latency_ms=..., overload=...)``, :func:`latency`): the same settlement
+    as the done job copied by :func:`timed`, for a slow call and a plain answer."""
+    queue = make_queue()
+    queue.enqueue("http://example.com/a")
+    (job,) = queue.claim(1).jobs
+    for verdict in (
+        Classification(Outcome.OK, "ok", False),
+        Classification(Outcome.OK, "slow_call", True),
+        Classification(Outcome.OK, "http_503", False),
+    ):  # fmt: skip (overload)
+        for seconds in (0.0, 0.0004, 0.2506, 3.0):
+            before = timed(queue.done(job, domain_failed=verdict.counts_against_domain),
+                           verdict, seconds)  # fmt: skip
+            latency_ms, overload = latency(verdict, seconds)
+            once = queue.done(job, domain_failed=verdict.counts_against_domain,
+                              latency_ms=latency_ms, overload=overload)  # fmt: skip
+            assert once == before

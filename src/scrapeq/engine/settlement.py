@@ -25,11 +25,16 @@ class SettlementBuilders:
         domain_failed: bool = False,
         follow: Sequence[EnqueueSpec] = (),
         final_url: str | None = None,
+        latency_ms: int | None = None,
+        overload: bool = False,
     ) -> Settlement:
         """A finished job; ``domain_failed`` charges the domain (a slow call); ``follow``:
         job specs (see :meth:`prepare`) enqueued with the settlement, atomically;
         ``final_url``: where the fetch ended after redirects, which joins the seen-set in the
-        same call when the queue has one (a link to it is then skipped as seen)."""
+        same call when the queue has one (a link to it is then skipped as seen);
+        ``latency_ms``, ``overload``: what the fetch taught of its site, for the domain's
+        adaptive limit (``scrapeq.runtime.outcomes.timed``), given here so that a worker's
+        done job is one settlement, not one built then copied with them."""
         return Settlement(
             job.id,
             job.token,
@@ -37,6 +42,8 @@ class SettlementBuilders:
             domain_failed=domain_failed,
             follow=tuple(follow),
             final=self._final_spec(job, final_url),
+            latency_ms=latency_ms,
+            overload=overload,
         )
 
     def _final_spec(self, job: Job, url: str | None) -> EnqueueSpec | None:

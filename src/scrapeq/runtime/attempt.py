@@ -38,7 +38,7 @@ from scrapeq.runtime.follow import Follow, Handled
 from scrapeq.runtime.handlers import HandlerAborted, HandlerTimeout
 from scrapeq.runtime.impersonate import FetcherUnavailable, ImpersonateFetcher
 from scrapeq.runtime.links import extract_counted
-from scrapeq.runtime.outcomes import settlement_for
+from scrapeq.runtime.outcomes import latency, settlement_for
 from scrapeq.runtime.records import (
     about,
     make_record,
@@ -109,10 +109,11 @@ class Attempts(WorkerCore):
                     return self._dead(job, "robots_disallowed", "disallowed by robots.txt", None)
                 await self._apply_crawl_delay(job.domain, crawl_delay)
             assert self._fetcher is not None
+            name = self._fetcher_name(job)  # once a job: the job and the settings decide it
             fetched = fetching = time.monotonic()
-            response = await self._fetch(job)
-            if self._fetcher_name(job) != "browser":  # a browser counts each of its requests
-                self._fetched_by(self._fetcher_name(job), 1, len(response.body))
+            response = await self._fetch(job, name=name)
+            if name != "browser":  # a browser counts each of its requests
+                self._fetched_by(name, 1, len(response.body))
             if self.metrics is not None:
                 self.metrics.fetched(job.lane, time.monotonic() - fetching)
             if self._grouped is not None and job.domain not in self._grouped:
@@ -134,9 +135,8 @@ class Attempts(WorkerCore):
             return with_latency(out, verdict, response.elapsed)
         if not_modified(job, response.status):  # a 304 to a revisit's conditional request
             out = self._not_modified(job, response, verdict, started)
-        else:
-            out = await self._handle(job, response, verdict, started, seen)
-        return with_latency(out, verdict, response.elapsed)
+            return with_latency(out, verdict, response.elapsed)
+        return await self._handle(job, response, verdict, started, seen)  # with its latency
 
     def _fetch_failed(
         self,
@@ -246,12 +246,13 @@ class Attempts(WorkerCore):
         if self.metrics is not None:
             self.metrics.fetched_by(fetcher, requests, size)
 
-    def _fetcher_for(self, job: Job) -> Fetcher | WaitingFetcher:
+    def _fetcher_for(self, job: Job, name: str | None = None) -> Fetcher | WaitingFetcher:
         """The fetcher a job goes through: its own (enqueued with ``fetcher=``), else its
         domain's (``domain set --fetcher``, handed over by its claim), else the ``fetcher``
-        setting. ``http`` is the worker's fetcher (the one given to it, if any)."""
+        setting (``name``: :meth:`_fetcher_name`'s, when the caller has it). ``http`` is the
+        worker's fetcher (the one given to it, if any)."""
         assert self._fetcher is not None
-        name = self._fetcher_name(job)
+        name = name or self._fetcher_name(job)
         if name == "browser":
             if self._browser is None:
                 try:
@@ -268,11 +269,14 @@ class Attempts(WorkerCore):
                 raise FetcherUnavailable(exc.reason) from None
         return self._impersonator
 
-    async def _fetch(self, job: Job, through: Fetcher | WaitingFetcher | None = None) -> Response:
-        """Fetch a job's URL (``through``: that fetcher, not the job's), sending its request
-        when it has one (a plain GET is called as before requests existed, so a fetcher
-        subclass without ``request=`` still works)."""
-        fetcher = through or self._fetcher_for(job)
+    async def _fetch(
+        self, job: Job, through: Fetcher | WaitingFetcher | None = None, name: str | None = None
+    ) -> Response:
+        """Fetch a job's URL (``through``: that fetcher, not the job's; ``name``: the job's
+        fetcher's name, when known), sending its request when it has one (a plain GET is
+        called as before requests existed, so a fetcher subclass without ``request=`` still
+        works)."""
+        fetcher = through or self._fetcher_for(job, name)
         revisit = conditional(job)
         if revisit is not None:  # a revisit: If-None-Match / If-Modified-Since
             if job.jar:  # session = sticky: the domain's cookies go with it
@@ -336,22 +340,29 @@ class Attempts(WorkerCore):
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """Run the handler on a page that answered: the job done with its follow-ups (and,
         revisit = on, what the fetch and the handler said of the content), or what the
-        handler's error makes of it."""
+        handler's error makes of it; with the fetch's latency (:func:`with_latency`; a done
+        job's settlement is built with it)."""
+        elapsed = response.elapsed  # the page's fetch (auto may render it again)
         try:
             if job.auto_fetcher is None or job.auto_fetcher == "browser" or not is_auto(self, job):
                 result = await self._call_handler(job, response)
             else:  # fetcher auto: it may render the page (runtime/auto_fetch.py)
                 result, response, seen.auto = await auto_handled(self, job, response)
         except RenderFailed as exc:  # the page's rendering failed: a fetch's failure
-            return self._fetch_failed(job, exc.original, seen, started, started, True)
+            out = self._fetch_failed(job, exc.original, seen, started, started, True)
+            return with_latency(out, verdict, elapsed)
         except Exception as exc:  # HandlerAborted too: a SystemExit is the handler's error
-            return self._handler_failed(job, exc, response, started, seen)
+            out = self._handler_failed(job, exc, response, started, seen)
+            return with_latency(out, verdict, elapsed)
         handled = result if isinstance(result, Handled) else Handled(result, [])
+        latency_ms, overload = latency(verdict, elapsed)
         settlement = self.queue.done(
             job,
             domain_failed=verdict.counts_against_domain,
             follow=handled.follow,
             final_url=response.url if response.redirects else None,
+            latency_ms=latency_ms,
+            overload=overload,
         )
         if self.settings.revisit == "on":
             settlement = observed(settlement, response.headers, response.body, handled.content)
@@ -364,7 +375,8 @@ class Attempts(WorkerCore):
             settlement = self.queue.retrying(
                 job, kind="handler_result", message=problem, domain_failed=None
             )
-            return self._if_dead(job, settlement, response, started, problem)
+            out = self._if_dead(job, settlement, response, started, problem)
+            return with_latency(out, verdict, elapsed)
         record = make_record(job, "done", response, started, None, handled.result)
         if handled.links is not None:
             record["links"] = handled.links.as_dict()

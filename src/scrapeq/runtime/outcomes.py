@@ -18,7 +18,7 @@ from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.engine.scripts import DownloadSample, Settlement
 from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
 
-__all__ = ["download_sample", "settlement_for", "timed"]
+__all__ = ["download_sample", "latency", "settlement_for", "timed"]
 
 #: A settlement's fields in order, read at once: :func:`timed` copies one per attempt, and
 #: ``dataclasses.replace`` (which looks the fields up on every call) cost twice the copy.
@@ -60,9 +60,15 @@ def timed(settlement: Settlement, verdict: Classification, seconds: float) -> Se
     if verdict.outcome is Outcome.OURS or settlement.outcome == "release":
         return settlement
     values = list(_VALUES(settlement))  # dataclasses.replace(settlement, ...), as one call
-    values[_LATENCY] = max(round(seconds * 1000), 0)
-    values[_OVERLOAD] = verdict.reason in OVERLOAD_REASONS
+    values[_LATENCY], values[_OVERLOAD] = latency(verdict, seconds)
     return Settlement(*values)
+
+
+def latency(verdict: Classification, seconds: float) -> tuple[int, bool]:
+    """The latency (ms) and the overload flag :func:`timed` puts on a settlement, for a
+    settlement built with them at once (a worker's done job: ``queue.done(latency_ms=...,
+    overload=...)``)."""
+    return max(round(seconds * 1000), 0), verdict.reason in OVERLOAD_REASONS
 
 
 def download_sample(verdict: Classification, seconds: float) -> DownloadSample:
@@ -71,8 +77,7 @@ def download_sample(verdict: Classification, seconds: float) -> DownloadSample:
     Whether it charges its domain, so that its slot waits for the settle, is the script's to
     decide (``lua/downloaded-1.lua``: the breaker input, the overload, and the adaptive
     rule's latency cut), not the worker's."""
+    latency_ms, overload = latency(verdict, seconds)
     return DownloadSample(
-        latency_ms=max(round(seconds * 1000), 0),
-        domain_failed=verdict.counts_against_domain,
-        overload=verdict.reason in OVERLOAD_REASONS,
+        latency_ms=latency_ms, domain_failed=verdict.counts_against_domain, overload=overload
     )

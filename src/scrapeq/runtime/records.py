@@ -142,10 +142,14 @@ def make_record(
     result: Any,
 ) -> dict[str, Any]:
     """A results line in the docs/INTERFACE.md format."""
+    url = redact_url(job.url)
+    final_url = None
+    if response is not None:  # most pages end where they began: their URL redacted once
+        final_url = url if response.url == job.url else redact_url(response.url)
     return {
         "id": job.id,
-        "url": redact_url(job.url),
-        "final_url": redact_url(response.url) if response is not None else None,
+        "url": url,
+        "final_url": final_url,
         "domain": _host_of(job),
         "lane": job.lane,
         "outcome": outcome,
@@ -158,7 +162,8 @@ def make_record(
         "result": result,
         "depth": job.depth,
         "parent": job.parent,
-        "meta": redact_value(job.meta),  # a meta["proxy"] URL's credentials as ***
+        # a meta["proxy"] URL's credentials as ***; a plain GET has no meta (no request)
+        "meta": None if job.request_text is None else redact_value(job.meta),
         "parent_url": redact_url(job.parent_url) if job.parent_url else None,
     }
 

@@ -89,6 +89,26 @@ class Settler(WorkerCore):
         if future is not None and not future.done():
             future.set_result(status)
 
+    def _answer_all(self, batch: list[Pending], statuses: list[Settled]) -> None:
+        """:meth:`_answer` each item of a settled batch; a job done with nothing more to do
+        for it (no future awaiting it, no metrics, no ``on_settled`` hook, no debug line) is
+        counted in bulk: it is most of a batch, and four calls each."""
+        if (
+            self.metrics is not None
+            or self.on_settled is not None
+            or log.isEnabledFor(logging.DEBUG)
+        ):
+            for item, status in zip(batch, statuses, strict=True):
+                self._answer(item, status)
+            return
+        done = 0
+        for item, status in zip(batch, statuses, strict=True):
+            if status == "done" and item[2] is None and item[1] is not None:
+                done += 1
+            else:
+                self._answer(item, status)
+        self.stats.done += done
+
     async def _settle_loop(self) -> None:
         while not self._loops_end.is_set():
             await asyncio.sleep(SETTLE_EVERY)
@@ -121,8 +141,7 @@ class Settler(WorkerCore):
                 continue
             self._health.ok(sent)
             progress.settled(len(batch))
-            for item, status in zip(batch, statuses, strict=True):
-                self._answer(item, status)
+            self._answer_all(batch, statuses)
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
 
     async def _settle_singly(self, batch: list[Pending], exc: Exception) -> None:

@@ -475,8 +475,9 @@ class Worker(Shutdown, Leases, Attempts):
                 self.metrics.claimed(len(claimed.jobs), now - sent)
             if self.on_claimed is not None and claimed.jobs:
                 self._call_hook(self.on_claimed, claimed.jobs)
+            loop = asyncio.get_running_loop()  # once a claim, not once a job
             for job in claimed.jobs:
-                self._start(job, now)
+                self._start(job, now, loop)
             if claimed.jobs:
                 continue
             if self.burst and not self._flights and claimed.next_due is None:
@@ -489,11 +490,11 @@ class Worker(Shutdown, Leases, Attempts):
             idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
             await self._wait_for(self._slot_freed, max(idle, 0.001))
 
-    def _start(self, job: Job, now: float) -> None:
+    def _start(self, job: Job, now: float, loop: asyncio.AbstractEventLoop) -> None:
         self.stats.claimed += 1
         flight = Flight(job, now)
         self._flights[job.id] = flight
-        flight.task = asyncio.create_task(self._run_job(flight))
+        flight.task = loop.create_task(self._run_job(flight))  # asyncio.create_task's
 
     # --- fetch, classify -------------------------------------------------------------------------
 
