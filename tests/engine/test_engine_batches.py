@@ -397,3 +397,24 @@ def test_the_same_claims_one_at_a_time_and_in_batches_lease_the_same_jobs(
     assert len(batched) == 12  # 4 domains x 3 slots
     assert sorted(singles) == sorted(batched)
     assert snapshot(redis_client, one, domains) == snapshot(redis_client, many, domains)
+
+
+def test_a_claim_files_every_lease_in_flight_at_its_deadline_past_one_zadd_slice(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    # 600 leases are 1,200 ZADD arguments: two slices (includes/calls.lua), sent in
+    # descending id order (claim-1.lua: add_inflight), next to leases already in flight
+    q = make_queue(queue="slices", domain_concurrency=1000, lease=60)
+    earlier = q.claim(1).jobs if enqueue(q, dom(99), 1) else []
+    for i in range(30):
+        enqueue(q, dom(i), 20)
+    claimed = q.claim(1000).jobs
+    assert len(claimed) == 600
+    inflight = dict(redis_client.zrange(q.keys.inflight, 0, -1, withscores=True))
+    assert sorted(inflight) == sorted(j.id for j in [*earlier, *claimed])
+    for job in claimed:
+        assert job.claimed_ms is not None
+        assert inflight[job.id] == job.claimed_ms + 60_000
+    # one score, members in id order: what ZADD keeps whatever order they were sent in
+    ranked = redis_client.zrange(q.keys.inflight, 0, -1)
+    assert ranked[-600:] == sorted(j.id for j in claimed)
