@@ -323,6 +323,40 @@ def test_a_batch_of_many_domains_and_lanes_settles_like_item_by_item(
     assert all(snap["domains"][d][0] == "0" for d in domains)
 
 
+def test_a_run_of_successes_around_a_failure_ends_with_the_windows_of_item_by_item(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    # a batch writes a domain's window once for a run of successes (includes/breaker.lua:
+    # BRK), and before a failure of any domain reads the breaker fields
+    a, b = dom(1), dom(2)
+
+    def setup(q: Queue) -> list[Settlement]:
+        enqueue(q, a, 5)
+        enqueue(q, b, 6)
+        jobs = claim_all(q, 11)
+        ja, jb = jobs[a], jobs[b]
+        return [
+            q.done(ja[0]),
+            q.done(jb[0]),
+            q.done(ja[1]),
+            q.done(jb[1]),
+            q.retrying(ja[2], kind="timeout", delay=0),
+            *[q.done(j) for j in jb[2:5]],  # b's window full, spotless
+            q.done(ja[3]),
+            q.done(jb[5]),  # a spotless window: nothing to change
+            q.done(ja[4]),
+        ]
+
+    snap, answers, _ = settle_both_ways(
+        make_queue, redis_client, setup, [a, b], domain_concurrency=8, breaker_window=4,
+        breaker_min_calls=4,
+    )  # fmt: skip
+    assert answers == ["done"] * 4 + ["retried"] + ["done"] * 6
+    # inflight, state, fails, win
+    assert snap["domains"][a][:4] == ["0", None, "0", "0100"]
+    assert snap["domains"][b][:4] == ["0", None, "0", "0000"]
+
+
 # --- claim --------------------------------------------------------------------------------
 
 
