@@ -46,7 +46,7 @@ def _dumped(pid: int, out: Path) -> int:
     """Dump the counts collected since the last dump; their total instructions."""
     before = set(out.parent.glob(out.name + "*"))
     subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    for _ in range(200):
+    for _ in range(1200):  # a loaded machine: callgrind may take a minute to write it
         new = set(out.parent.glob(out.name + "*")) - before
         if new:
             text = max(new, key=lambda p: p.stat().st_mtime).read_text()

@@ -323,6 +323,40 @@ def test_a_batch_of_many_domains_and_lanes_settles_like_item_by_item(
     assert all(snap["domains"][d][0] == "0" for d in domains)
 
 
+def test_a_run_of_successes_around_a_failure_ends_with_the_windows_of_item_by_item(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    # a batch writes a domain's window once for a run of successes (includes/breaker.lua:
+    # BRK), and before a failure of any domain reads the breaker fields
+    a, b = dom(1), dom(2)
+
+    def setup(q: Queue) -> list[Settlement]:
+        enqueue(q, a, 5)
+        enqueue(q, b, 6)
+        jobs = claim_all(q, 11)
+        ja, jb = jobs[a], jobs[b]
+        return [
+            q.done(ja[0]),
+            q.done(jb[0]),
+            q.done(ja[1]),
+            q.done(jb[1]),
+            q.retrying(ja[2], kind="timeout", delay=0),
+            *[q.done(j) for j in jb[2:5]],  # b's window full, spotless
+            q.done(ja[3]),
+            q.done(jb[5]),  # a spotless window: nothing to change
+            q.done(ja[4]),
+        ]
+
+    snap, answers, _ = settle_both_ways(
+        make_queue, redis_client, setup, [a, b], domain_concurrency=8, breaker_window=4,
+        breaker_min_calls=4,
+    )  # fmt: skip
+    assert answers == ["done"] * 4 + ["retried"] + ["done"] * 6
+    # inflight, state, fails, win
+    assert snap["domains"][a][:4] == ["0", None, "0", "0100"]
+    assert snap["domains"][b][:4] == ["0", None, "0", "0000"]
+
+
 # --- claim --------------------------------------------------------------------------------
 
 
@@ -397,3 +431,24 @@ def test_the_same_claims_one_at_a_time_and_in_batches_lease_the_same_jobs(
     assert len(batched) == 12  # 4 domains x 3 slots
     assert sorted(singles) == sorted(batched)
     assert snapshot(redis_client, one, domains) == snapshot(redis_client, many, domains)
+
+
+def test_a_claim_files_every_lease_in_flight_at_its_deadline_past_one_zadd_slice(
+    make_queue: QueueFactory, redis_client: redis.Redis
+) -> None:
+    # 600 leases are 1,200 ZADD arguments: two slices (includes/calls.lua), sent in
+    # descending id order (claim-1.lua: add_inflight), next to leases already in flight
+    q = make_queue(queue="slices", domain_concurrency=1000, lease=60)
+    earlier = q.claim(1).jobs if enqueue(q, dom(99), 1) else []
+    for i in range(30):
+        enqueue(q, dom(i), 20)
+    claimed = q.claim(1000).jobs
+    assert len(claimed) == 600
+    inflight = dict(redis_client.zrange(q.keys.inflight, 0, -1, withscores=True))
+    assert sorted(inflight) == sorted(j.id for j in [*earlier, *claimed])
+    for job in claimed:
+        assert job.claimed_ms is not None
+        assert inflight[job.id] == job.claimed_ms + 60_000
+    # one score, members in id order: what ZADD keeps whatever order they were sent in
+    ranked = redis_client.zrange(q.keys.inflight, 0, -1)
+    assert ranked[-600:] == sorted(j.id for j in claimed)

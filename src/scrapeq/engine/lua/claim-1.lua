@@ -72,23 +72,39 @@ local function next_token()
   return token
 end
 
--- Leases of this claim not written yet: one ZADD inflight (LEASES.zadd: deadline, id, ...),
+-- One ZADD of a claim's leased ids to the inflight set, every one at `deadline`, sent in
+-- descending id order. A small sorted set is a list that ZADD walks from its head to the new
+-- member's place, and members of one score stand in id order: sent descending, each lands
+-- at the head of its score's run (before the one sent just before it) instead of walking
+-- past every lease of the claim. The set is the same in any order (BENCHMARKS section 33).
+local function add_inflight(ids, deadline)
+  table.sort(ids)
+  local args, n = {}, #ids
+  for i = 1, n do
+    args[2 * i - 1] = deadline
+    args[2 * i] = ids[n + 1 - i]
+  end
+  call_many('ZADD', K.INFLIGHT, args)
+end
+
+-- Leases of this claim not written yet: one ZADD inflight (LEASES.inflight: their ids, every
+-- one at the claim's lease deadline: add_inflight),
 -- one MSET of the job texts (LEASES.mset: key, text, ...), one HSET of each lease's domain
 -- (LEASES.doms: id, domain, ...: a reap frees the slot even when the job key is gone) and
 -- one count per lane (LEASES.lanes[lane]: ids, lanes in LEASES.order; lane_served) for the
 -- whole claim (flush_leases). Nothing in
 -- the claim reads them back but a second sight of a leased id (LEASES.ids; only a corrupt
 -- store files an id under two domains), which flushes them first.
-local LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
+local LEASES = {ids = {}, inflight = {}, mset = {}, lanes = {}, order = {}, doms = {}}
 
 local function flush_leases()
   local l = LEASES
-  if #l.zadd == 0 then return end
-  call_many('ZADD', K.INFLIGHT, l.zadd)
+  if #l.inflight == 0 then return end
+  add_inflight(l.inflight, NUMTEXT.of(NOW + CFG.lease_ms))
   for _, lane in ipairs(l.order) do lane_served(lane, #l.lanes[lane]) end
   call_many('MSET', nil, l.mset)
   call_many('HSET', K.LEASED, l.doms)
-  LEASES = {ids = {}, zadd = {}, mset = {}, lanes = {}, order = {}, doms = {}}
+  LEASES = {ids = {}, inflight = {}, mset = {}, lanes = {}, order = {}, doms = {}}
 end
 
 -- Lease one job: attempt spent, fresh token, lease deadline. The domain's counters are
@@ -113,8 +129,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   job.claimed = NOW
   job.lm = CFG.lease_ms  -- the reap tells a lease never renewed by its claim-time deadline
   l.ids[job.id] = true
-  l.zadd[#l.zadd + 1] = NUMTEXT.of(NOW + CFG.lease_ms)
-  l.zadd[#l.zadd + 1] = job.id
+  l.inflight[#l.inflight + 1] = job.id
   l.doms[#l.doms + 1] = job.id
   l.doms[#l.doms + 1] = job.domain
   local lane_ids = l.lanes[job.lane]

@@ -212,6 +212,7 @@ local function flush_items()
     INFLIGHT_LEFT[d] = nil
     free_slots(d, n)
   end
+  BRK.flush()  -- the windows of the successes settled (includes/breaker.lua)
 end
 
 -- keep_done: a done job's key is kept DONE.keep_ms with `done_at` (one SET PX per job), so

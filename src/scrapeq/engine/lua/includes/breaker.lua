@@ -101,50 +101,67 @@ local function note_failure(d, job_id, kind, message, paused)
   if not paused then count_hourly(d, 'f') end
 end
 
--- Record one outcome of job `job_id` for domain d: failed true/false; kind and message
--- describe a failure.
-local ACTIVE_SEEN = {}
--- Domains read closed with a spotless window (no failure, full) during this call: a success
--- there changes nothing, so later successes skip the read. Emptied before any breaker
--- write (of any domain: the global guard resets other domains too).
-local SPOTLESS = {}
+-- What a call keeps of the breakers between its outcomes (one local: the settle's budget):
+--   active    domains ZADDed to the active set by this call (once a call each)
+--   spotless  domains read closed with a spotless window (no failure, full) during this call:
+--             a success there changes nothing, so later successes skip the read. Emptied
+--             before any breaker write of the store (of any domain: the global guard resets
+--             other domains too).
+--   wins      domain -> its window after this call's successes on its closed breaker (its
+--             `fails` 0 from the first): the next success goes on from it without a read
+--   due       domains whose `wins` entry is not written yet. BRK.flush writes them before
+--             any other read of a breaker field and at the end of the call (settle-1.lua:
+--             flush_items), so one write per domain and call stands for a run of successes.
+local BRK = {active = {}, spotless = {}, wins = {}, due = {}}
+
+function BRK.flush()
+  for d in pairs(BRK.due) do
+    redis.call('HSET', k_dom(d), 'fails', '0', 'win', BRK.wins[d])
+  end
+  BRK.wins, BRK.due = {}, {}
+end
+
+-- A success on domain d's closed breaker whose `fails` and `win` are these: the rule's own
+-- short form (RULE.breaker_success), what RULE.breaker_step answers for it.
+function BRK.success(d, fails, win)
+  win = RULE.breaker_success(fails, win, CFG.window)
+  if not win then
+    BRK.spotless[d] = true
+    return
+  end
+  BRK.wins[d] = win
+  BRK.due[d] = true
+end
+
 -- The outcome RULE.breaker_step is given for each settle, one table filled again each time
 -- (the rule keeps nothing of it): a settle builds no table for it.
 local RESULT = {ev = 'result', failed = false, job = '', paused = false}
 
+-- Record one outcome of job `job_id` for domain d: failed true/false; kind and message
+-- describe a failure.
 local function breaker_outcome(d, failed, job_id, kind, message)
   local dk = k_dom(d)
   local paused = failed and paused_until() ~= nil
   if failed then note_failure(d, job_id, kind, message, paused) end
-  if not ACTIVE_SEEN[d] then
-    ACTIVE_SEEN[d] = true
+  if not BRK.active[d] then
+    BRK.active[d] = true
     redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
   end
-  if not failed and SPOTLESS[d] then return end
+  if not failed and BRK.spotless[d] then return end
+  if not failed and BRK.wins[d] then return BRK.success(d, '0', BRK.wins[d]) end
+  BRK.flush()  -- the fields read here are the store's
   -- the fields an outcome reads (not open_until: the settle's hot path)
   local f = redis.call('HMGET', dk, 'state', 'fails', 'win', 'probe', 'trips')
   if not failed and (not f[1] or f[1] == 'closed') then
-    -- a success on a closed breaker: the rule's own short form (RULE.breaker_success), what
-    -- RULE.breaker_step answers for it, written without rewriting a `fails` already 0
-    local win = RULE.breaker_success(f[2], f[3], CFG.window)
-    if not win then
-      SPOTLESS[d] = true
-    elseif f[2] == '0' then
-      SPOTLESS = {}
-      redis.call('HSET', dk, 'win', win)
-    else
-      SPOTLESS = {}
-      redis.call('HSET', dk, 'fails', '0', 'win', win)
-    end
-    return
+    return BRK.success(d, f[2], f[3])  -- a success on a closed breaker
   end
   RESULT.failed, RESULT.job, RESULT.paused = failed, job_id, paused
   local new, e = RULE.breaker_step({state = f[1], fails = f[2], win = f[3], probe = f[4],
     trips = f[5]}, RESULT, CFG, NOW)
   if e.spotless then
-    SPOTLESS[d] = true
+    BRK.spotless[d] = true
     return
   end
-  if e.write then SPOTLESS = {} end
+  if e.write then BRK.spotless = {} end
   breaker_apply(d, new, e)
 end
