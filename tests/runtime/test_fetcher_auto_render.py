@@ -24,6 +24,7 @@ from scrapeq.runtime.worker import Worker
 from support.browser import need_browser
 from support.js_shop import price, shop
 from support.sites import Site, sites
+from support.waiting import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -121,20 +122,34 @@ async def test_a_render_that_fails_is_the_fetchs_failure_not_the_handlers(
     site: Site, make_async_queue: Callable[..., AsyncQueue]
 ) -> None:
     """A chromium that exits at once (``/bin/false``) while rendering a page the handler said
-    needs a browser: ours, as for a browser job (released, no attempt spent, no domain
-    charged), never a handler error spending the job's attempts."""
+    needs a browser: ours, as for a browser job (given back with nothing spent, no domain
+    charged, the worker's browsers benched: runtime/browser_pool.py), never a handler error
+    spending the job's attempts."""
 
     def handler(job: Job, response: Response) -> dict[str, Any]:
         raise NeedsBrowser
 
     q = make_async_queue(
         allow_private=True, fetcher="auto", browser_path="/bin/false", max_releases=1,
-        max_attempts=1, backoff_base=0.1, backoff_cap=0.2,
+        max_attempts=1, backoff_base=0.1, backoff_cap=0.2, browser_bench_after=2,
+        browser_bench=30.0,
     )  # fmt: skip
     job_id = (await q.enqueue(site.url("/p/1"))).id
-    got = await _run(q, handler)
-    assert got["/p/1"]["outcome"] == "dead"
-    job = await q.get_job(job_id)
-    assert job is not None and job.attempts == 0 and job.releases == 2, job
-    assert job.last_error is not None and "chromium did not start" in job.last_error.message
+    records: list[dict[str, Any]] = []
+    worker = Worker(q, sink=CallableSink(records.append), handler=handler)
+    running = asyncio.create_task(worker.run_async())
+    try:
+        await until(lambda: _benched(q), 60, "the worker's browsers benched")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 60)
+    assert records == []  # no line: the job is not over
+    info = await q.job_info(job_id)
+    assert info is not None and info.state in ("ready", "delayed"), info
+    job = info.job
+    assert job.attempts == 0 and job.releases == 0, job  # nothing spent: the fault is ours
     assert (await q.domains_info())[0]["state"] == "closed"
+
+
+async def _benched(q: AsyncQueue) -> bool:
+    return bool((await q.figures()).get("browsers_down"))
