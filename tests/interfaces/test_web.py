@@ -505,6 +505,10 @@ async def test_worker_metrics_after_a_known_sequence(redis_url: str) -> None:
     assert claims >= 2
     assert value(samples, "scrapeq_worker_claim_batch_size_sum", queue="default") == 6
     assert value(samples, "scrapeq_worker_claim_duration_seconds_bucket", **inf) == claims
+    # CPU-seconds: the worker process's own (http fetches run in it); no browser ran
+    assert types["scrapeq_worker_process_cpu_seconds_total"] == "counter"
+    assert value(samples, "scrapeq_worker_process_cpu_seconds_total", queue="default") > 0
+    assert "scrapeq_worker_fetcher_cpu_seconds_total" not in {name for name, _ in samples}
 
 
 # --- the page -----------------------------------------------------------------------------------

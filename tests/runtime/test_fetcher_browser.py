@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,10 +29,11 @@ from scrapeq.runtime.browser_pool import tree_rss
 from scrapeq.runtime.classify import BrowserLost
 from scrapeq.runtime.extract import extractor
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
+from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
 from support.browser import need_browser
-from support.js_shop import SMALL_HEAP, price, secret, shop
+from support.js_shop import BUSY_LOOP, SMALL_HEAP, price, secret, shop
 from support.processes import alive
 from support.sites import Site, proxy, sites
 
@@ -359,3 +362,91 @@ async def test_the_watchdog_kills_a_hung_browsers_whole_process_group(
         again = await browser.fetch(site.url("/static/2"))
         assert again.css(".name::text").get() == "Product 2"
         assert browser.pool.pids() != [pid]
+
+
+# --- CPU-seconds -------------------------------------------------------------------------------
+
+#: Millions of steps of /busy's loop: ~1.4 CPU-seconds in node's V8, more in chromium's page.
+BUSY = 300
+
+
+def _busy_reference() -> float:
+    """The CPU-seconds /busy's loop costs on its own: the same JavaScript run by node (the V8
+    of Playwright's driver), measured by the kernel (its rusage when reaped)."""
+    from playwright._impl._driver import compute_driver_executable
+
+    node = compute_driver_executable()[0]
+    script = f"{BUSY_LOOP % ()}\nconsole.log(busy({BUSY}));"
+    proc = subprocess.Popen([str(node), "-e", script], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0
+    return usage.ru_utime + usage.ru_stime
+
+
+async def test_browser_cpu_seconds_count_a_busy_page_and_survive_recycling(site: Site) -> None:
+    """Each page its own browser (browser_recycle_pages=1): a page whose script works for
+    ~1.5 CPU-seconds costs at least that much more than a static page, counted once its
+    browser is gone (recycled: its process tree killed and reaped)."""
+    reference = _busy_reference()
+    async with browser_fetcher(browsers=1, browser_recycle_pages=1, request_timeout=60.0) as b:
+        pool = b.pool
+        await b.fetch(site.url("/static/1"))  # Playwright's driver started, pages warm
+        spent = []
+        for path in ("/static/2", f"/busy?n={BUSY}", "/static/3"):
+            before = pool.cpu_seconds()
+            page = await b.fetch(site.url(path))
+            assert pool.pids() == []  # its browser was recycled: what it spent is banked
+            spent.append(pool.cpu_seconds() - before)
+        assert page.css(".name::text").get() == "Product 3"
+        assert pool.counts["recycled"] == 4 and pool.counts["lost"] == 0
+        ended = pool.cpu_seconds()
+    static, busy = min(spent[0], spent[2]), spent[1]
+    assert busy - static >= reference, (spent, reference)
+    assert pool.cpu_seconds() == ended == pool.stats()["cpu_seconds"]
+
+
+async def test_a_lost_browsers_cpu_seconds_stay_counted(site: Site) -> None:
+    """A browser killed (SIGKILL) is lost: its tree's CPU-seconds, as the watchdog last read
+    them, stay in the total."""
+    async with browser_fetcher(browsers=1) as b:
+        await b.fetch(site.url(f"/busy?n={BUSY // 3}"))
+        (pid,) = b.pool.pids()
+        for _ in range(100):  # the watchdog reads the tree once a second
+            await asyncio.sleep(0.1)
+            seen = b.pool.cpu_seconds()
+            if seen > 0:
+                break
+        assert seen > 0
+        os.kill(pid, signal.SIGKILL)
+        while b.pool.counts["lost"] == 0:
+            await asyncio.sleep(0.1)
+        assert b.pool.cpu_seconds() >= seen
+        await b.fetch(site.url("/static/1"))
+        assert b.pool.cpu_seconds() >= seen
+
+
+async def test_a_workers_browser_cpu_seconds_in_its_stats_and_metrics(
+    site: Site, make_async_queue: Callable[..., AsyncQueue]
+) -> None:
+    q = make_async_queue(allow_private=True, fetcher="browser", browsers=1,
+                         browser_recycle_pages=1, domain_concurrency=1)  # fmt: skip
+    for n in (1, 2):
+        await q.enqueue(site.url(f"/static/{n}"))
+    metrics = WorkerMetrics(q.name)
+    run = Run(q, metrics=metrics)
+    got = await run.run()
+    assert [r["outcome"] for r in got.values()] == ["done", "done"]
+    spent = run.browser.pool.cpu_seconds()
+    assert spent > 0 and run.browser.pool.counts["recycled"] == 2
+    cpu = run.worker.stats.cpu_seconds()
+    assert cpu["browser"] == spent and 0 < cpu["process"] <= time.process_time()
+    text = metrics.exposition().decode()
+    assert "# TYPE scrapeq_worker_fetcher_cpu_seconds_total counter" in text
+    labels = f'fetcher="browser",queue="{q.name}"'
+    series = re.search(
+        rf"^scrapeq_worker_fetcher_cpu_seconds_total\{{{labels}\}} (\S+)$", text, re.M
+    )
+    assert series is not None, text
+    assert float(series[1]) == spent
+    assert "# TYPE scrapeq_worker_process_cpu_seconds_total counter" in text

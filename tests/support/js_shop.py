@@ -12,6 +12,8 @@ written in the HTML. Pages that misbehave:
   half (what a leaking single-page app does to a browser's RSS);
 * ``/oom``: allocates until V8's heap limit kills the renderer (the browser launched with
   ``--js-flags=--max-old-space-size=64``: :data:`SMALL_HEAP`);
+* ``/busy?n=<n>``: a script doing ``n`` million steps of arithmetic before the load event
+  (a fixed amount of CPU work, whatever the machine's load);
 * ``/steal?to=<url>``: fetches ``to`` from the page and writes what it got in ``#loot``.
 
 :func:`list_shop` is a smaller one for the Scrapy spiders of tests/contrib (``#list`` of links,
@@ -74,6 +76,18 @@ _OOM = """<!doctype html><html><body><p>oom</p><script>
 const kept = []; while (true) { kept.push(new Array(1000000).fill(1.5)); }
 </script></body></html>"""
 
+#: The arithmetic of ``/busy`` (``n`` million steps), also run by node for its CPU cost.
+BUSY_LOOP = """function busy(n) {
+  let x = 0;
+  for (let i = 0; i < n * 1000000; i++) { x = (x * 31 + i) %% 1000003; }
+  return x;
+}"""
+
+_BUSY = """<!doctype html><html><body><h1 class="name">Busy</h1><p id="out"></p><script>
+%(loop)s
+document.getElementById('out').textContent = String(busy(%(n)s));
+</script></body></html>"""
+
 _STEAL = """<!doctype html><html><body><pre id="loot">nothing</pre><script>
 fetch(%(to)s).then(r => r.text()).then(t => { document.getElementById('loot').textContent = t; },
   e => { document.getElementById('loot').textContent = 'refused'; });
@@ -114,6 +128,8 @@ async def shop(request: web.Request) -> web.StreamResponse:
         return _html(pages[path])
     if path == "/leak":
         return _html(_LEAK % {"mb": int(request.query.get("mb", "100"))})
+    if path == "/busy":
+        return _html(_BUSY % {"loop": BUSY_LOOP % (), "n": int(request.query.get("n", "1"))})
     if path == "/steal":
         return _html(_STEAL % {"to": json.dumps(request.query["to"])})
     return web.Response(status=404, text="no such page")

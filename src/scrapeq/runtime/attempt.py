@@ -237,6 +237,9 @@ class Attempts(WorkerCore):
             self.settings, self._fetcher, on_fetched=lambda n, size: self._fetched_by(
                 "browser", n, size)
         )  # fmt: skip
+        self.stats.browser_cpu = fetcher.pool.cpu_seconds
+        if self.metrics is not None:
+            self.metrics.cpu_of("browser", fetcher.pool.cpu_seconds)
         name = self._reporter.id if self._reporter is not None else worker_id()
         self._bench_notice = BenchNotice(self.queue, name, fetcher.pool)
         return fetcher

@@ -44,6 +44,7 @@ import shlex
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from scrapeq.errors import ConfigError
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.classify import BrowserLost
 from scrapeq.runtime.impersonate import FetcherUnavailable
+from scrapeq.runtime.proc_tree import TreeCpu, read_tree, tree, tree_rss
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, CDPSession, Playwright
@@ -67,6 +69,8 @@ __all__ = [
     "BrowserUnavailable",
     "require_browser",
     "require_fetcher",
+    "tree",
+    "tree_rss",
 ]
 
 log = logging.getLogger("scrapeq.browser")
@@ -96,7 +100,6 @@ _FLAGS: Final = (
 )
 #: Seconds a page's job waits after a failed launch that does not bench the pool.
 LAUNCH_RETRY: Final = 2.0
-_PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -162,6 +165,7 @@ class _Browser:
     lost: str | None = None  # why it was lost (crash, kill, hang); None: alive
     closing: bool = False
     beat: float = field(default_factory=time.monotonic)
+    cpu: TreeCpu = field(default_factory=TreeCpu)  # its process tree's CPU-seconds
 
     @property
     def usable(self) -> bool:
@@ -194,6 +198,10 @@ class BrowserPool:
         self._benches = 0  # benches in a row (its backoff's n)
         self._bench_until = 0.0  # monotonic; past it (and failures over the bar): probing
         self._why = ""  # the last failure's text
+        #: CPU-seconds of the browsers' process trees: those ended, and each one running.
+        self._cpu_lock = threading.Lock()
+        self._cpu_done = 0.0
+        self._cpu_trees: set[TreeCpu] = set()
         #: Called with (seconds benched, or None: usable again) when the bench starts or
         #: ends (the worker tells Redis: the ``browsers_down`` alarm).
         self.on_bench: Callable[[float | None], None] | None = None
@@ -386,6 +394,8 @@ class BrowserPool:
             preexec_fn=_die_with_parent,
         )
         browser = _Browser(self._numbers, proc, profile)
+        with self._cpu_lock:
+            self._cpu_trees.add(browser.cpu)
         try:
             assert proc.stderr is not None
             url = await asyncio.wait_for(_devtools_url(proc.stderr), OP_TIMEOUT)
@@ -417,6 +427,7 @@ class BrowserPool:
         log.warning("browser %d lost: %s", browser.number, why)
         if not self._closed:
             self._failed(f"browser lost: {why}")
+        self._account(browser)
         _kill_tree(browser.proc)
         asyncio.get_running_loop().create_task(self._forget(browser))
 
@@ -445,6 +456,7 @@ class BrowserPool:
     async def _end(self, browser: _Browser) -> None:
         """Kill the browser's process tree, reap it, remove its profile."""
         browser.closing = browser.closing or browser.lost is None
+        self._account(browser)
         _kill_tree(browser.proc)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(browser.proc.wait(), OP_TIMEOUT)
@@ -465,7 +477,9 @@ class BrowserPool:
                 if browser.proc.returncode is not None:
                     self._mark_lost(browser, f"exited with {browser.proc.returncode}")
                     continue
-                browser.rss = await asyncio.to_thread(tree_rss, browser.proc.pid)
+                procs = await asyncio.to_thread(read_tree, browser.proc.pid)
+                browser.cpu.update(procs)
+                browser.rss = sum(p.rss for p in procs.values())
                 if browser.rss > self.settings.browser_max_rss and not browser.retiring:
                     log.info("browser %d: rss %d MB over browser_max_rss: recycling",
                              browser.number, browser.rss // 1_000_000)  # fmt: skip
@@ -488,6 +502,23 @@ class BrowserPool:
         except Exception as exc:
             self._mark_lost(browser, f"its DevTools session failed: {exc!r}")
 
+    def _account(self, browser: _Browser) -> None:
+        """Its tree's last sample, taken before it is killed, counted for good."""
+        if browser.cpu not in self._cpu_trees:
+            return  # accounted already (lost, then ended)
+        if browser.proc.returncode is None:
+            browser.cpu.update(read_tree(browser.proc.pid))
+        with self._cpu_lock:
+            self._cpu_trees.discard(browser.cpu)
+            self._cpu_done += browser.cpu.finish()
+
+    def cpu_seconds(self) -> float:
+        """CPU-seconds the browsers' process trees spent (children included), over every
+        browser this pool ran: exact for those ended, as last sampled for those running (the
+        watchdog's tick). Safe from another thread (``/metrics``)."""
+        with self._cpu_lock:
+            return self._cpu_done + sum(t.total for t in self._cpu_trees)
+
     def pids(self) -> list[int]:
         """The browsers' process ids (each its process group's leader)."""
         return [b.proc.pid for b in self._browsers if b.lost is None]
@@ -498,7 +529,7 @@ class BrowserPool:
             {"pid": b.proc.pid, "open": b.open, "served": b.served, "rss": b.rss}
             for b in self._browsers
         ]
-        return {**self.counts, "browsers": running}
+        return {**self.counts, "cpu_seconds": self.cpu_seconds(), "browsers": running}
 
     async def close(self) -> None:
         """Close every browser and Playwright's driver; idempotent."""
@@ -548,45 +579,6 @@ async def _drain(stderr: asyncio.StreamReader) -> None:
     with contextlib.suppress(Exception):
         while await stderr.read(65536):
             pass
-
-
-def _children() -> dict[int, list[int]]:
-    """Every process's children, from /proc."""
-    found: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        parent = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        found.setdefault(parent, []).append(int(name))
-    return found
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, as /proc has them now."""
-    children = _children()
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        todo.extend(children.get(current, ()))
-    return out
-
-
-def tree_rss(pid: int) -> int:
-    """The resident memory of ``pid``'s process tree, bytes (what exists of it now)."""
-    total = 0
-    for each in tree(pid):
-        try:
-            with open(f"/proc/{each}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * _PAGE_SIZE
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
 
 
 def _kill_tree(proc: asyncio.subprocess.Process) -> None:

@@ -11,10 +11,14 @@ several workers in one process (tests) never collide.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
 
 __all__ = ["CLAIM_SIZE_BUCKETS", "FETCH_BUCKETS", "OUTCOMES", "WorkerMetrics"]
 
@@ -77,6 +81,8 @@ class WorkerMetrics:
             ["queue", "fetcher"],
             registry=self.registry,
         )
+        self._cpu = _CpuCollector(queue)
+        self.registry.register(self._cpu)
         # The labelled children, looked up once per (lane, outcome): labels() is a dict
         # lookup under a lock, done per job otherwise.
         self._settled_children: dict[tuple[str, str], Any] = {}
@@ -103,6 +109,11 @@ class WorkerMetrics:
         """Count ``requests`` of ``fetcher`` that brought ``size`` bytes."""
         self._requests.labels(self.queue, fetcher).inc(requests)
         self._bytes.labels(self.queue, fetcher).inc(size)
+
+    def cpu_of(self, fetcher: str, seconds: Callable[[], float]) -> None:
+        """Expose ``seconds()`` (read at each scrape, from the server's thread) as the
+        CPU-seconds of ``fetcher``: the browser's, its chromium process trees'."""
+        self._cpu.sources[fetcher] = seconds
 
     def claimed(self, jobs: int, seconds: float) -> None:
         """Observe one claim call: how many jobs it brought and how long it took."""
@@ -133,3 +144,36 @@ class WorkerMetrics:
             server.server_close()
             if isinstance(thread, threading.Thread):
                 thread.join(5)
+
+
+class _CpuCollector(Collector):
+    """CPU-seconds read at each scrape: per fetcher that runs processes of its own (the
+    browser's chromium trees), and this worker process's own (every thread of it: the http
+    and impersonate fetches, parsing, handlers run here, Redis calls: not split by fetcher,
+    whose work is interleaved on one event loop)."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.sources: dict[str, Callable[[], float]] = {}
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        by_fetcher = CounterMetricFamily(
+            "scrapeq_worker_fetcher_cpu_seconds",
+            "CPU-seconds of the processes a fetcher runs, by fetcher (browser: its chromium "
+            "process trees, children included; http and impersonate run in the worker's own "
+            "process: scrapeq_worker_process_cpu_seconds).",
+            labels=["queue", "fetcher"],
+        )
+        sources = dict(self.sources)  # one C call: the loop's thread may add one
+        for fetcher, seconds in sources.items():
+            by_fetcher.add_metric([self.queue, fetcher], seconds())
+        if sources:
+            yield by_fetcher
+        own = CounterMetricFamily(
+            "scrapeq_worker_process_cpu_seconds",
+            "CPU-seconds of this worker's own process, every thread (http and impersonate "
+            "fetches, parsing, handlers run in it, Redis calls; not the browsers').",
+            labels=["queue"],
+        )
+        own.add_metric([self.queue], time.process_time())
+        yield own

@@ -57,6 +57,14 @@ class WorkerStats:
     #: Per fetcher (http, impersonate, browser): [requests, bytes] (a browser's page counts
     #: its document and every request of the page).
     fetched: dict[str, list[int]] = field(default_factory=dict)
+    #: The browser's CPU-seconds (its chromium process trees), read when asked.
+    browser_cpu: Callable[[], float] | None = field(default=None, repr=False)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU-seconds: ``browser`` (its chromium process trees, when it ran) and ``process``
+        (this process's own, every thread: the http and impersonate fetches are in it)."""
+        own = {"process": time.process_time()}
+        return own if self.browser_cpu is None else {"browser": self.browser_cpu(), **own}
 
     def fetched_by(self, fetcher: str, requests: int, size: int) -> None:
         """Count ``requests`` of ``fetcher`` that brought ``size`` bytes."""
