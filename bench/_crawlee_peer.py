@@ -70,7 +70,7 @@ def run_crawlee(
     }  # fmt: skip
     if on_scrapeq:
         from scrapeq.contrib.crawlee import ScrapeqStorageClient
-        from scrapeq.engine.settings import Settings
+        from scrapeq.engine.config.settings import Settings
 
         settings = Settings(
             allow_private=True, request_timeout=timeout, queue="incident", **scrapeq_settings

@@ -1,5 +1,5 @@
 """Benchmark helper: a private, throw-away redis-server on a free loopback port (started by
-scrapeq's own launcher, :mod:`scrapeq.engine.launcher`, as the tests' and the embedded one).
+scrapeq's own launcher, :mod:`scrapeq.engine.server.launcher`, as the tests' and the embedded one).
 
 The server runs without persistence (``--save "" --appendonly no``) in a temporary folder and
 is stopped when the context manager exits. :class:`AofRedis` is the soak's: an append-only
@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from scrapeq.engine.launcher import RedisProcess, find_redis_server
+from scrapeq.engine.server.launcher import RedisProcess, find_redis_server
 
 __all__ = [
     "AofRedis",
@@ -80,8 +80,9 @@ def private_redis(
     """Start a redis-server on a free 127.0.0.1 port, yield it, stop it.
 
     Args:
-        binary: the redis-server to run; default :func:`scrapeq.engine.embedded.find_redis_server`.
-        start_timeout: seconds to wait for the first PING to answer.
+        binary: the redis-server to run; default
+        :func:`scrapeq.engine.server.embedded.find_redis_server`. start_timeout: seconds to wait
+        for the first PING to answer.
     """
     exe = Path(binary) if binary is not None else find_redis_server()
     workdir = Path(tempfile.mkdtemp(prefix="scrapeq-bench-redis-"))
@@ -96,13 +97,14 @@ def private_redis(
 
 class AofRedis(RedisProcess):
     """A redis-server with an append-only file in a temporary folder, restartable (scrapeq's
-    launcher, :class:`scrapeq.engine.launcher.RedisProcess`, with ``aof``).
+    launcher, :class:`scrapeq.engine.server.launcher.RedisProcess`, with ``aof``).
 
     Use as a context manager: on exit the server is stopped (SIGTERM, then SIGKILL after
     10 s) and its folder removed, whatever happened, so no redis-server is left behind.
 
     Args:
-        binary: the redis-server to run; default :func:`scrapeq.engine.embedded.find_redis_server`.
+        binary: the redis-server to run; default
+        :func:`scrapeq.engine.server.embedded.find_redis_server`.
     """
 
     def __init__(self, binary: Path | None = None) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapeq import Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.runtime.browser_pool import tree
 from support.sites import Site
 

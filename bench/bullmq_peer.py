@@ -59,7 +59,7 @@ from _redis import (
 )
 from claim_throughput import BAR_BATCH, build_specs, drain, enqueue, make_queue
 from redis_instructions import _collect, _dumped, _free_port
-from scrapeq.engine.launcher import find_redis_server
+from scrapeq.engine.server.launcher import find_redis_server
 
 NODE_DIR = Path(__file__).resolve().parent / "bullmq"
 SYSTEMS = ("BullMQ", "scrapeq")

@@ -56,11 +56,11 @@ from _redis import (
     private_redis,
     server_cpu,
 )
-from scrapeq.engine import scripts
-from scrapeq.engine.job import Job
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.lua.scripts import EnqueueSpec
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import EnqueueSpec
-from scrapeq.engine.settings import Settings
 
 BAR_JOBS_PER_S = 20_000.0
 BAR_BATCH = 64

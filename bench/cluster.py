@@ -39,9 +39,9 @@ from typing import Any
 from _redis import format_table, load_note, server_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.keys import Keys
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 from support.cluster_proc import ClusterNode, RedisCluster
 
 DOMAINS = 100

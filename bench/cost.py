@@ -65,9 +65,9 @@ import redis.asyncio.connection
 from aiohttp import web
 
 from _redis import commandstats, format_table, load_note, server_cpu, server_version
-from scrapeq.engine.async_queue import AsyncQueue
-from scrapeq.engine.launcher import RedisProcess, find_redis_server
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.facades.async_queue import AsyncQueue
+from scrapeq.engine.server.launcher import RedisProcess, find_redis_server
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
 from worker_throughput import _bare, fleet, own_cpu

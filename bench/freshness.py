@@ -63,7 +63,7 @@ from typing import Any, Protocol
 import redis
 
 from _redis import add_server_args, format_table, private_redis
-from scrapeq.engine import scripts
+from scrapeq.engine.lua import scripts
 
 NUTCH_DEC, NUTCH_INC = 0.2, 0.4
 #: the interval's bounds (scrapeq's and Nutch's): the live defaults (revisit_min_interval,

@@ -63,7 +63,7 @@ from _redis import add_server_args, format_table, load_note, private_redis
 from freshness import fresh_time
 from freshness import oracle_rates as _oracle_rates
 from scrapeq import Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 
 
 @dataclass(slots=True)

@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _redis import add_server_args, format_table, load_note, pct, private_redis  # noqa: E402
-from scrapeq.engine.launcher import free_port  # noqa: E402
+from scrapeq.engine.server.launcher import free_port  # noqa: E402
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb  # noqa: E402
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc  # noqa: E402
 

@@ -203,8 +203,8 @@ def _scrapeq_settings() -> dict[str, Any]:
 
 
 def _child_scrapeq(redis_url: str, urls: list[str], concurrency: int, burst: Burst) -> None:
+    from scrapeq.engine.config.settings import Settings
     from scrapeq.engine.queue import AsyncQueue, Queue
-    from scrapeq.engine.settings import Settings
     from scrapeq.runtime.worker import Worker
 
     settings = Settings(

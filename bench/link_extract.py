@@ -34,7 +34,7 @@ import parsel
 from selectolax.lexbor import LexborHTMLParser
 
 from _redis import format_table, load_note
-from scrapeq.engine.urls import (
+from scrapeq.engine.model.urls import (
     canonical_url,
     fingerprint64,
     in_scope,

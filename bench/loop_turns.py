@@ -40,8 +40,8 @@ from typing import Any
 import scrapeq
 from _redis import format_table, load_note
 from cost import DOMAINS, _fill, _page, _work, redis_server, workload
-from scrapeq.engine.async_queue import AsyncQueue
-from scrapeq.engine.launcher import find_redis_server
+from scrapeq.engine.facades.async_queue import AsyncQueue
+from scrapeq.engine.server.launcher import find_redis_server
 from worker_throughput import _bare, fleet
 
 COUNTS: Counter[str] = Counter()

@@ -33,9 +33,9 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, format_table, private_redis
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua.scripts import Step, reap
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import Step, reap
-from scrapeq.engine.settings import Settings
 
 BAR_MS = 50.0
 BAR_CALLS = 100

@@ -35,8 +35,8 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, format_table, private_redis
+from scrapeq.engine.lua.scripts import EnqueueSpec
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import EnqueueSpec
 
 BAR_BYTES = 350.0
 CHUNK = 500

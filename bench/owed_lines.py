@@ -34,9 +34,9 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, commandstats, format_table, load_note, private_redis
-from scrapeq.engine.job import Job
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 
 FOLLOW_UPS = 10
 

@@ -37,8 +37,8 @@ from _redis import (
     pct,
     private_redis,
 )
+from scrapeq.engine.lua.scripts import EnqueueSpec
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import EnqueueSpec
 
 BAR_RATIO = 1.2
 BATCH = 16

@@ -26,7 +26,7 @@ import redis
 
 import scrapeq
 from scrapeq import Queue, Settings
-from scrapeq.engine.launcher import find_redis_server
+from scrapeq.engine.server.launcher import find_redis_server
 
 DOMAINS = 100
 

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _render_checks import check_hang, check_kill
 from scrapeq import Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.runtime.browser_pool import tree_rss
 from support.js_shop import shop
 from support.redis_proc import RedisProcess

@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from scrapeq import AsyncQueue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.runtime.extract import extractor
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker

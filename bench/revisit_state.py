@@ -24,9 +24,9 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, format_table, private_redis
-from scrapeq.engine import scripts
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua import scripts
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 
 BAR_BYTES = 100.0
 CHUNK = 50_000

@@ -64,11 +64,11 @@ import orjson
 import redis
 
 from _redis import add_server_args, commandstats, format_table, load_note, private_redis
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua.scripts import ScriptConfig, expand_includes
+from scrapeq.engine.model.seen import SeenLayout
+from scrapeq.engine.model.urls import fingerprint64
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import ScriptConfig, expand_includes
-from scrapeq.engine.seen import SeenLayout
-from scrapeq.engine.settings import Settings
-from scrapeq.engine.urls import fingerprint64
 
 EXACT_BAR = 16.0
 BIG = 10_000_000

@@ -34,8 +34,8 @@ import redis
 
 from _postgres import private_postgres
 from _redis import add_server_args, format_table, load_note, private_redis
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.sinks import CsvSink, JsonlSink, PostgresSink, Sink, SqliteSink
 from scrapeq.runtime.worker import Worker
 from worker_throughput import fleet, make_urls

@@ -65,7 +65,7 @@ import orjson
 from _redis import AofRedis, add_server_args, format_table, load_note, pct, server_version
 from scrapeq import Queue, Settings
 from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from scrapeq.errors import RedisUnavailable
 
 T = TypeVar("T")

@@ -98,12 +98,12 @@ from _redis import (
     private_redis,
     server_cpu,
 )
-from scrapeq.engine import scripts
-from scrapeq.engine.job import Job
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.lua.scripts import Call, EnqueueSpec, Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.request import Request
 from scrapeq.engine.queue import AsyncQueue, Command, Queue
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import Call, EnqueueSpec, Settlement
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.classify import classify_response
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response

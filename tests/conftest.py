@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.connection import close_client
-from scrapeq.engine.embedded import stop_server
-from scrapeq.engine.launcher import RedisProcess
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.server.connection import close_client
+from scrapeq.engine.server.embedded import stop_server
+from scrapeq.engine.server.launcher import RedisProcess
 from support import redis_proc
 from support.cluster_proc import RedisCluster
 from support.processes import redis_servers_under

@@ -12,9 +12,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scrapeq.engine.audit import AuditProblem, AuditReport
-    from scrapeq.engine.job import Job, JobError, JobInfo
-    from scrapeq.engine.lanes import Lane, Lanes
+    from scrapeq.engine.config.settings import Settings, load_settings
+    from scrapeq.engine.lua.scripts import Settlement
+    from scrapeq.engine.model.job import Job, JobError, JobInfo
+    from scrapeq.engine.model.lanes import Lane, Lanes
+    from scrapeq.engine.model.request import Request
+    from scrapeq.engine.ops.audit import AuditProblem, AuditReport
     from scrapeq.engine.queue import (
         AsyncQueue,
         CancelResult,
@@ -23,9 +26,6 @@ if TYPE_CHECKING:
         Queue,
         ReplayResult,
     )
-    from scrapeq.engine.request import Request
-    from scrapeq.engine.scripts import Settlement
-    from scrapeq.engine.settings import Settings, load_settings
     from scrapeq.errors import (
         Banned,
         ConfigError,
@@ -57,15 +57,15 @@ if TYPE_CHECKING:
 #: that needs none of them (``scrapeq --version``, ``status``) does not load aiohttp and the
 #: worker: ``from scrapeq import Queue`` is unchanged.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "scrapeq.engine.audit": ("AuditProblem", "AuditReport"),
-    "scrapeq.engine.job": ("Job", "JobError", "JobInfo"),
-    "scrapeq.engine.lanes": ("Lane", "Lanes"),
+    "scrapeq.engine.ops.audit": ("AuditProblem", "AuditReport"),
+    "scrapeq.engine.model.job": ("Job", "JobError", "JobInfo"),
+    "scrapeq.engine.model.lanes": ("Lane", "Lanes"),
     "scrapeq.engine.queue": (
         "AsyncQueue", "CancelResult", "Claimed", "EnqueueResult", "Queue", "ReplayResult",
     ),
-    "scrapeq.engine.request": ("Request",),
-    "scrapeq.engine.scripts": ("Settlement",),
-    "scrapeq.engine.settings": ("Settings", "load_settings"),
+    "scrapeq.engine.model.request": ("Request",),
+    "scrapeq.engine.lua.scripts": ("Settlement",),
+    "scrapeq.engine.config.settings": ("Settings", "load_settings"),
     "scrapeq.errors": (
         "Banned", "ConfigError", "InvalidURL", "NeedsBrowser", "NotFound", "PayloadTooLarge",
         "Permanent",

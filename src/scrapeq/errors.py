@@ -141,7 +141,7 @@ class Retry(HandlerSignal):
     Raises:
         ConfigError: (a :class:`ValueError`) ``delay`` is not a finite number ``>= 0``
             (``inf``, ``nan``, negative, not a number) or is over 100 years
-            (:data:`scrapeq.engine.limits.MAX_DURATION_S`): such a retry could never be
+            (:data:`scrapeq.engine.config.limits.MAX_DURATION_S`): such a retry could never be
             scheduled.
     """
 
@@ -152,7 +152,7 @@ class Retry(HandlerSignal):
             )
         if delay is not None:
             # the bound's one home (imported here: limits imports this module)
-            from scrapeq.engine.limits import duration_error
+            from scrapeq.engine.config.limits import duration_error
 
             why = duration_error(delay)
             if why is not None:

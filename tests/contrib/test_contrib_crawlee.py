@@ -24,8 +24,8 @@ from crawlee.crawlers import BeautifulSoupCrawlingContext as Context
 from crawlee.storages import RequestQueue
 
 from scrapeq.contrib.crawlee import ScrapeqStorageClient
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from support.browser import CHROMIUM, need_browser
 from support.readme import snippet
 from support.sites import Handler, sites

@@ -22,8 +22,8 @@ from aiohttp import web  # noqa: E402
 from scrapeq.contrib.scrapy import Scheduler, UnstorableRequest  # noqa: E402
 from scrapeq.contrib.scrapy._classify import classify_failure  # noqa: E402
 from scrapeq.contrib.scrapy._store import _as_dict, decode_request, encode_request  # noqa: E402
+from scrapeq.engine.config.settings import Settings  # noqa: E402
 from scrapeq.engine.queue import AsyncQueue, Queue  # noqa: E402
-from scrapeq.engine.settings import Settings  # noqa: E402
 from scrapeq.runtime.classify import Outcome  # noqa: E402
 from support.browser import need_browser  # noqa: E402
 from support.js_shop import list_shop  # noqa: E402

@@ -22,7 +22,7 @@ from crawlee import Request
 from crawlee.storages import RequestQueue
 
 from scrapeq.contrib.crawlee import ScrapeqStorageClient
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 
 FIFO = "scrapeq orders one lane's jobs by eligibility, not crawlee's exact FIFO/LIFO positions"
 

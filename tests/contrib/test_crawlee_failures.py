@@ -20,8 +20,8 @@ from crawlee.crawlers import BasicCrawler, BasicCrawlingContext, BeautifulSoupCr
 from crawlee.crawlers import BeautifulSoupCrawlingContext as Context
 
 from scrapeq.contrib.crawlee import ScrapeqStorageClient
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from support.sites import hang, sites
 
 PAGES = 20

@@ -21,8 +21,8 @@ pytest.importorskip("scrapy_playwright")
 
 
 from scrapeq.contrib.scrapy._classify import classify_failure
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.classify import Outcome
 from support.browser import need_browser
 from support.js_shop import list_shop

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import partition_of_id
 from scrapeq.runtime.worker import Worker
 from support.cluster_proc import RedisCluster

@@ -10,7 +10,7 @@ import redis
 from rich.console import Console
 
 from scrapeq.demo.scenario import DemoReport, render_report, run_demo
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 
 pytestmark = pytest.mark.slow
 

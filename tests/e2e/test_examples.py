@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import scrapeq
-from scrapeq.engine.embedded import stop_server
+from scrapeq.engine.server.embedded import stop_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

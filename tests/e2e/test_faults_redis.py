@@ -30,7 +30,7 @@ import redis
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from scrapeq.runtime.worker import Worker
 from support.processes import wait_until
 from support.redis_proc import RedisProcess

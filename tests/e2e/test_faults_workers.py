@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from support.processes import wait_until
 from support.sites import SiteThread, slow, status
 from support.workers import SCRAPEQ, WorkerProc, clean_env

@@ -26,7 +26,7 @@ import redis
 import redis.asyncio
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from scrapeq.errors import RedisUnavailable
 from scrapeq.runtime.worker import Worker
 from support.processes import alive, wait_until, worker_children

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine import scripts
+from scrapeq.engine.lua import scripts
 
 pytestmark = pytest.mark.backends
 

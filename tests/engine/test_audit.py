@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.audit import Snapshot, find_suspects
+from scrapeq.engine.ops.audit import Snapshot, find_suspects
 from scrapeq.engine.queue import Queue
 
 pytestmark = pytest.mark.backends
@@ -203,7 +203,7 @@ def test_suspicions_that_no_longer_hold_are_not_reported(q: Queue) -> None:
 
 
 def _check(items: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
-    from scrapeq.engine import scripts
+    from scrapeq.engine.lua import scripts
 
     return (yield scripts.audit(items, False))
 

@@ -1,4 +1,4 @@
-"""``prepare_seen`` (engine/batch_prepare.py) makes, URL by URL, the spec ``prepare`` makes:
+"""``prepare_seen`` (engine/ops/batch_prepare.py) makes, URL by URL, the spec ``prepare`` makes:
 same normalised URL, domain, fingerprint and seen-set argument, extras as
 ``dataclasses.replace`` sets them; a refused URL is its error in its place."""
 

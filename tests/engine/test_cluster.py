@@ -15,7 +15,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.connection import async_client, sync_client
+from scrapeq.engine.server.connection import async_client, sync_client
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli import main
 from support.cluster_proc import RedisCluster

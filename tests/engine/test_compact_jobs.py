@@ -11,8 +11,8 @@ from pathlib import Path
 
 import redis
 
-from scrapeq.engine import job as job_module
-from scrapeq.engine.job import ZERO_COUNTERS, Job, expand_stored, id_ms, url_host
+from scrapeq.engine.model import job as job_module
+from scrapeq.engine.model.job import ZERO_COUNTERS, Job, expand_stored, id_ms, url_host
 from scrapeq.engine.queue import Queue
 
 MakeQueue = Callable[..., Queue]
@@ -96,7 +96,7 @@ def test_a_claimed_job_leaves_its_zero_counters_out(
     """A claim stores (and answers) the full form without the counters at 0 (Python's and
     Lua's ZERO_COUNTERS, one list); every reader takes them as 0, and a counter that is not
     0 is written."""
-    lua = (Path(job_module.__file__).parent / "lua" / "includes" / "codec.lua").read_text()
+    lua = (Path(job_module.__file__).parents[1] / "lua" / "includes" / "codec.lua").read_text()
     found = re.search(r"local ZERO_COUNTERS = \{([^}]*)\}", lua)
     assert found is not None
     assert tuple(re.findall(r"'(\w+)'", found.group(1))) == ZERO_COUNTERS

@@ -10,7 +10,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from scrapeq.engine.connection import (
+from scrapeq.engine.queue import AsyncQueue, Queue
+from scrapeq.engine.server.connection import (
     CLIENT_NAME,
     SOCKET_TIMEOUT,
     acheck_reachable,
@@ -20,7 +21,6 @@ from scrapeq.engine.connection import (
     resolve_url,
     sync_client,
 )
-from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, RedisUnavailable
 
 SECRET = "hunter2"

@@ -21,7 +21,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapeq.engine.embedded import ServerFiles, ensure_server, find_redis_server, stop_server
+from scrapeq.engine.server.embedded import (
+    ServerFiles,
+    ensure_server,
+    find_redis_server,
+    stop_server,
+)
 from scrapeq.errors import ConfigError, RedisUnavailable
 
 

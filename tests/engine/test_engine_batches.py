@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from scrapeq import Job, Queue
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.lua.scripts import Settlement
 from scrapeq.errors import ScriptError
 
 pytestmark = pytest.mark.backends

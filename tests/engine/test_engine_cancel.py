@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-import scrapeq.engine.core
-from scrapeq.engine import scripts
+import scrapeq.engine.ops.core
+from scrapeq.engine.lua import scripts
 from scrapeq.engine.queue import AsyncQueue, Queue
 from scrapeq.errors import ConfigError, NotFound, StaleLease
 
@@ -175,7 +175,7 @@ def test_cancel_by_id_in_many_slices(make_queue: QueueFactory) -> None:
 
 @pytest.fixture
 def small_slices(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(scrapeq.engine.core, "CANCEL_SLICE", 7)
+    monkeypatch.setattr(scrapeq.engine.ops.core, "CANCEL_SLICE", 7)
     return 7
 
 

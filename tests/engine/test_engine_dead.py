@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import ConfigError
 

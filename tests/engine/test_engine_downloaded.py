@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from scrapeq import Job, Queue
-from scrapeq.engine.scripts import DownloadSample
+from scrapeq.engine.lua.scripts import DownloadSample
 from scrapeq.errors import ScriptError
 
 pytestmark = pytest.mark.backends

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 from support.redis_proc import RedisProcess
 
 

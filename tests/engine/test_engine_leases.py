@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import Settled
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.scripts import Settled
 from scrapeq.errors import StaleLease
 
 pytestmark = pytest.mark.backends

@@ -34,9 +34,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from scrapeq.engine.job import Job, expand_stored
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.job import Job, expand_stored
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import StaleLease
 
 SEC = 1000

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from scrapeq.engine import scripts
+from scrapeq.engine.lua import scripts
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import ConfigError, ScriptError
 

@@ -1,4 +1,4 @@
-"""The facades' typed keyword options (engine/options.py) name exactly what the methods they
+"""The facades' typed keyword options (engine/facades/options.py) name exactly what the methods they
 feed take: a new option of ``prepare`` or of a settlement builder must be added there too."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from scrapeq.engine.core import _QueueCore
-from scrapeq.engine.options import (
+from scrapeq.engine.facades.options import (
     FailOptions,
     JobOptions,
     ReleaseOptions,
     RetryOptions,
     ThrottleOptions,
 )
+from scrapeq.engine.ops.core import _QueueCore
 
 
 def _keyword_only(method: Callable[..., Any]) -> set[str]:

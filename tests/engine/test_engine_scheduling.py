@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from scrapeq.engine.job import Job
-from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.lanes import Lanes
 from scrapeq.engine.queue import EnqueueResult
 from scrapeq.errors import ConfigError, InvalidURL
 

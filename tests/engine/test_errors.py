@@ -17,7 +17,7 @@ def test_retry_refuses_a_non_finite_or_negative_delay(delay: float) -> None:
 
 @pytest.mark.parametrize("delay", [1e20, 10**12, 3_155_760_001])
 def test_retry_refuses_a_delay_over_the_duration_bound(delay: float) -> None:
-    """A delay past 100 years (engine/limits.py) is a typo: refused where it is written, not
+    """A delay past 100 years (engine/config/limits.py) is a typo: refused where it is written, not
     an internal error at each attempt's settle."""
     with pytest.raises(ConfigError, match=r"Retry delay must be <= 3155760000 seconds"):
         Retry(delay=delay)

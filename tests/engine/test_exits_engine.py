@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from scrapeq import Job, Queue, Settings
-from scrapeq.engine.exits import ExitPool
+from scrapeq.engine.model.exits import ExitPool
 from scrapeq.errors import NotFound
 
 pytestmark = pytest.mark.backends

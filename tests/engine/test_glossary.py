@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scrapeq.engine.wire import ADAPTIVE_FIELDS
+from scrapeq.engine.lua.wire import ADAPTIVE_FIELDS
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 LUA = ROOT / "src/scrapeq/engine/lua"

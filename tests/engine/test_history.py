@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from scrapeq.engine.status import HISTORY_EVENTS, HISTORY_OUTCOMES
+from scrapeq.engine.ops.status import HISTORY_EVENTS, HISTORY_OUTCOMES
 from scrapeq.errors import ConfigError
 
 MINUTE = 60_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapeq.engine.lanes import STRICT_SPACING, Lane, Lanes
+from scrapeq.engine.model.lanes import STRICT_SPACING, Lane, Lanes
 from scrapeq.errors import ConfigError
 
 DAY = 86_400.0

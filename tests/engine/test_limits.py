@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.engine import settings as settings_module
-from scrapeq.engine.limits import (
+from scrapeq.engine.config import settings as settings_module
+from scrapeq.engine.config.limits import (
     MAX_COUNT,
     MAX_DURATION_S,
     MAX_JSON_DEPTH,
@@ -20,7 +20,7 @@ from scrapeq.engine.limits import (
     check_json_depth,
     check_seconds,
 )
-from scrapeq.engine.settings import load_settings
+from scrapeq.engine.config.settings import load_settings
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.parsing import count, seconds
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from scrapeq.engine import scripts
+from scrapeq.engine.lua import scripts
 
 pytestmark = pytest.mark.backends
 

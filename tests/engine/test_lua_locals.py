@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from scrapeq.engine import scripts
+from scrapeq.engine.lua import scripts
 
 pytestmark = pytest.mark.backends
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from scrapeq.engine.job import id_ms
-from scrapeq.engine.keys import queue_of_marker, validate_queue_name
-from scrapeq.engine.lanes import Lane
+from scrapeq.engine.model.job import id_ms
+from scrapeq.engine.model.keys import queue_of_marker, validate_queue_name
+from scrapeq.engine.model.lanes import Lane
 from scrapeq.errors import ConfigError
 
 

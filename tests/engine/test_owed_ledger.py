@@ -17,11 +17,11 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from scrapeq.engine import scripts
-from scrapeq.engine.job import Job
-from scrapeq.engine.limits import MAX_OWED_LINE
+from scrapeq.engine.config.limits import MAX_OWED_LINE
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import partition_of_id
-from scrapeq.engine.scripts import Settlement
 from scrapeq.errors import ConfigError, PayloadTooLarge, ScriptError
 
 pytestmark = pytest.mark.backends

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.keys import REGISTRY_BUCKETS
+from scrapeq.engine.model.keys import REGISTRY_BUCKETS
 from scrapeq.engine.queue import partition_of, partition_of_id
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.worker import Worker

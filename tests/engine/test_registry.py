@@ -14,8 +14,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from scrapeq.engine import scripts
-from scrapeq.engine.keys import REGISTRY_BUCKETS, registry_bucket
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.model.keys import REGISTRY_BUCKETS, registry_bucket
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import NotFound, ScriptError
 from support.cli_helpers import run

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import redis
 
-from scrapeq.engine.keys import registry_bucket
+from scrapeq.engine.model.keys import registry_bucket
 from scrapeq.engine.queue import Queue
 from support.registry import as_written_before
 

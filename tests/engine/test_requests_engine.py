@@ -11,14 +11,14 @@ import pytest
 import redis
 
 from scrapeq import ConfigError, PayloadTooLarge, Request
-from scrapeq.engine import job as job_module
+from scrapeq.engine.model import job as job_module
+from scrapeq.engine.model.request import request_fingerprint64
+from scrapeq.engine.model.urls import fingerprint, fingerprint64
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.request import request_fingerprint64
-from scrapeq.engine.urls import fingerprint, fingerprint64
 
 MakeQueue = Callable[..., Queue]
 URL = "https://api.example.com/search?q=1"
-CODEC_LUA = Path(job_module.__file__).parent / "lua" / "includes" / "codec.lua"
+CODEC_LUA = Path(job_module.__file__).parents[1] / "lua" / "includes" / "codec.lua"
 
 
 def _stored(redis_client: redis.Redis, q: Queue, job_id: str) -> dict[str, object]:
@@ -28,7 +28,7 @@ def _stored(redis_client: redis.Redis, q: Queue, job_id: str) -> dict[str, objec
 
 
 def test_python_and_lua_agree_on_the_compact_names() -> None:
-    """lua/includes/codec.lua's SHORT and engine/job.py's _LONG are one table."""
+    """lua/includes/codec.lua's SHORT and engine/model/job.py's _LONG are one table."""
     lua = CODEC_LUA.read_text()
     body = re.search(r"local SHORT = \{(.*?)\}", lua, re.S)
     assert body is not None

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import Settled
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import Settled
 
 pytestmark = pytest.mark.backends
 

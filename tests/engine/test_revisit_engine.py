@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
 from scrapeq.errors import ScriptError
 

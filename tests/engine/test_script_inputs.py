@@ -32,11 +32,12 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine import owed_calls, scripts
-from scrapeq.engine.browser_ops import browser_down
+from scrapeq.engine.config.settings import SETTING_NAMES
+from scrapeq.engine.lua import owed as owed_calls
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.lua.browsers import browser_down
+from scrapeq.engine.lua.scripts import Settlement
 from scrapeq.engine.queue import MAX_CLAIM
-from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.settings import SETTING_NAMES
 from scrapeq.errors import ConfigError, ScriptError
 from support.cli_helpers import run, scrub_env
 
@@ -660,7 +661,7 @@ COUNT_SETTINGS = [
 def test_settings_at_their_bounds_make_a_configuration_the_scripts_take(
     world: World, redis_url: str
 ) -> None:
-    from scrapeq.engine.limits import MAX_DURATION_S, MAX_SCRIPT_INT
+    from scrapeq.engine.config.limits import MAX_DURATION_S, MAX_SCRIPT_INT
 
     durations = dict.fromkeys(DURATION_SETTINGS, MAX_DURATION_S)
     counts = dict.fromkeys(COUNT_SETTINGS, MAX_SCRIPT_INT)
@@ -671,7 +672,8 @@ def test_settings_at_their_bounds_make_a_configuration_the_scripts_take(
 
 
 def test_the_lua_bounds_are_the_python_ones() -> None:
-    from scrapeq.engine import lanes, limits
+    from scrapeq.engine.config import limits
+    from scrapeq.engine.model import lanes
 
     source = scripts.load_source("status")
     assert f"local MAX_MS = {limits.MAX_DURATION_MS}\n" in source

@@ -9,8 +9,8 @@ from importlib import resources
 import pytest
 import redis
 
-from scrapeq.engine import scripts
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua import scripts
+from scrapeq.engine.model.job import Job
 from scrapeq.errors import NotFound, ScriptError
 
 pytestmark = pytest.mark.backends
@@ -59,7 +59,7 @@ def test_error_codes_map_to_exceptions() -> None:
 
 
 def test_script_config_is_in_milliseconds() -> None:
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
 
     cfg = scripts.ScriptConfig.from_settings(Settings(lease=1.5, breaker_cooldown=2))
     assert cfg.lease_ms == 1500
@@ -67,7 +67,7 @@ def test_script_config_is_in_milliseconds() -> None:
 
 
 def test_script_config_carries_the_release_budget() -> None:
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
 
     assert scripts.ScriptConfig.from_settings(Settings(max_releases=4)).max_releases == 4
     assert '"max_releases": 20' in scripts.ScriptConfig.from_settings(Settings()).to_json()

@@ -16,10 +16,10 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.job import Job, expand_stored
-from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import ScriptConfig, expand_includes, map_error
-from scrapeq.engine.seen import (
+from scrapeq.engine.config.settings import load_settings
+from scrapeq.engine.lua.scripts import ScriptConfig, expand_includes, map_error
+from scrapeq.engine.model.job import Job, expand_stored
+from scrapeq.engine.model.seen import (
     BLOOM_CHUNK_BYTES,
     DEFAULT_SEEN_BUCKETS,
     SeenLayout,
@@ -27,8 +27,8 @@ from scrapeq.engine.seen import (
     bloom_positions,
     exact_bucket,
 )
-from scrapeq.engine.settings import load_settings
-from scrapeq.engine.urls import fingerprint, fingerprint64
+from scrapeq.engine.model.urls import fingerprint, fingerprint64
+from scrapeq.engine.queue import AsyncQueue
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli import main
 

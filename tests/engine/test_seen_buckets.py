@@ -15,15 +15,15 @@ import pytest
 import redis
 
 from scrapeq import Queue
-from scrapeq.engine.scripts import ScriptConfig, expand_includes
-from scrapeq.engine.seen import (
+from scrapeq.engine.lua.scripts import ScriptConfig, expand_includes
+from scrapeq.engine.model.seen import (
     DEFAULT_SEEN_BUCKETS,
     MAX_SEEN_BUCKETS,
     SEEN_BUCKET_FILL,
     seen_buckets,
     stored_buckets,
 )
-from scrapeq.engine.urls import fingerprint64
+from scrapeq.engine.model.urls import fingerprint64
 from scrapeq.errors import ConfigError
 
 QueueFactory = Callable[..., Queue]

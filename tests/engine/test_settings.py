@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapeq.engine.lanes import Lanes
-from scrapeq.engine.settings import SETTING_NAMES, Settings, default_data_dir, load_settings
+from scrapeq.engine.config.settings import SETTING_NAMES, Settings, default_data_dir, load_settings
+from scrapeq.engine.model.lanes import Lanes
 from scrapeq.errors import ConfigError
 
 # The contract's defaults, in the settings' order (docs/reference/settings.md is generated from

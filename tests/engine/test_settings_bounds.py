@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from scrapeq.engine.settings import Settings, load_settings
+from scrapeq.engine.config.settings import Settings, load_settings
 from scrapeq.errors import ConfigError
 
 
@@ -91,7 +91,7 @@ def test_the_bound_reads_as_one_line_from_the_cli_layer() -> None:
 
 
 def test_the_limits_module_answers_for_the_cli_options_too() -> None:
-    from scrapeq.engine.limits import MAX_DURATION_MS, MAX_DURATION_S, duration_error
+    from scrapeq.engine.config.limits import MAX_DURATION_MS, MAX_DURATION_S, duration_error
 
     assert MAX_DURATION_S == 3_155_760_000 and MAX_DURATION_MS == MAX_DURATION_S * 1000
     assert duration_error(MAX_DURATION_S) is None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue
-from scrapeq.engine.script_args import sitemap_schedule
+from scrapeq.engine.lua.args import sitemap_schedule
 from scrapeq.errors import ConfigError
 
 CASES = [

@@ -38,7 +38,7 @@ def test_check_fails_on_an_edited_sync_queue_and_writing_mends_it(
     unasync: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "sync_queue.py"
-    edited = (ROOT / "src/scrapeq/engine/sync_queue.py").read_text(encoding="utf-8")
+    edited = (ROOT / "src/scrapeq/engine/facades/sync_queue.py").read_text(encoding="utf-8")
     original = edited
     edited = edited.replace("def claim(self, n: int = 1", "def claim(self, n: int = 2", 1)
     assert edited != original, "the edit found nothing to change"
@@ -79,7 +79,7 @@ def test_the_rewrite_rules(unasync: ModuleType, source: str, expected: str) -> N
 def test_a_difference_no_rule_covers_is_refused(unasync: ModuleType) -> None:
     code = unasync.Unasync().rewrite("async def f():\n    await asyncio.sleep(1)\n")
     assert unasync.leftovers(code) == ["line 2: asyncio"]
-    with pytest.raises(SystemExit, match=r"engine/flavours\.py"):
+    with pytest.raises(SystemExit, match=r"engine/facades/shared\.py"):
         unasync.generate("import asyncio\n")
 
 

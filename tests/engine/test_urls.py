@@ -10,9 +10,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
-from scrapeq.engine.urls import (
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.urls import (
     MAX_URL_BYTES,
     SCOPES,
     TargetURL,
@@ -29,6 +28,7 @@ from scrapeq.engine.urls import (
     redact_url,
     registrable_domain,
 )
+from scrapeq.engine.queue import Queue
 from scrapeq.errors import ConfigError, InvalidURL
 
 PRIVATE_REASON = "private address not allowed (set allow_private, or pass --allow-private)"

@@ -1,12 +1,12 @@
-"""One table of wire names: engine/wire.py and the Lua agree (settle items, adaptive state)."""
+"""One table of wire names: engine/lua/wire.py and the Lua agree (settle items, adaptive state)."""
 
 from __future__ import annotations
 
 import re
 from importlib import resources
 
-from scrapeq.engine import wire
-from scrapeq.engine.scripts import EnqueueSpec, Settled, Settlement
+from scrapeq.engine.lua import wire
+from scrapeq.engine.lua.scripts import EnqueueSpec, Settled, Settlement
 
 LUA = resources.files("scrapeq.engine").joinpath("lua")
 

@@ -13,8 +13,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue
-from scrapeq.engine.embedded import find_redis_server
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.embedded import find_redis_server
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.interfaces.web import create_app
 from support.cli_helpers import scrub_env
 from support.secured_redis import PASSWORD, Server, running
@@ -59,7 +59,7 @@ def frontier_loop() -> Iterator[Any]:
 def frontier(redis_url: str, frontier_loop: Any) -> Iterator[Any]:
     """A URLFrontier service on a free loopback port over the test Redis (restartable), with
     short backoffs so a lease that expired serves its URL again at once."""
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
     from support.frontier import FrontierProcess
 
     settings = Settings(redis_url=redis_url, backoff_base=0.001, backoff_cap=0.001)

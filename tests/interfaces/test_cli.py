@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.launcher import free_port
 from support.cli_helpers import run
 
 pytestmark = pytest.mark.usefixtures("clean_env")

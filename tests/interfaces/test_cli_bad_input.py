@@ -28,8 +28,8 @@ import redis
 import typer
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.embedded import find_redis_server
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.embedded import find_redis_server
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.interfaces.cli import app, main
 from support.secured_redis import Server
 from support.sites import NotRedis
@@ -483,7 +483,7 @@ def test_the_cli_bounds_are_reached_not_passed(
     capsys: pytest.CaptureFixture[str], seeded: str
 ) -> None:
     """The largest duration and count are taken as they are; one past them is refused."""
-    from scrapeq.engine.limits import MAX_COUNT, MAX_DURATION_S
+    from scrapeq.engine.config.limits import MAX_COUNT, MAX_DURATION_S
 
     code = main(["--redis", seeded, "domain", "set", DOMAIN, "--concurrency", str(MAX_COUNT),
                  "--delay", str(MAX_DURATION_S)])  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from support.browser import need_browser
 from support.cli_helpers import run
 from support.js_shop import price, shop

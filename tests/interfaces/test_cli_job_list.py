@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.engine import listing
+from scrapeq.engine.ops import listing
 from support.cli_helpers import run, scrub_env
 
 ONE, TWO, BUSY = "shop-1.example.com", "shop-2.example.com", "busy.example.com"

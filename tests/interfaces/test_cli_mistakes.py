@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.settings import load_settings
+from scrapeq.engine.config.settings import load_settings
 from support.cli_helpers import run
 
 pytestmark = pytest.mark.usefixtures("clean_env")

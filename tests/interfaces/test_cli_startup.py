@@ -41,22 +41,22 @@ def test_the_cli_loads_no_redis_client() -> None:
     they run."""
     loaded = _modules_after("import scrapeq.interfaces.cli")
     assert not any(m == "redis" or m.startswith("redis.") for m in loaded)
-    assert not {"scrapeq.engine.queue", "scrapeq.engine.connection", "asyncio"} & loaded
+    assert not {"scrapeq.engine.queue", "scrapeq.engine.server.connection", "asyncio"} & loaded
 
 
 @pytest.mark.parametrize("flag", ["--version", "--help"])
 def test_version_and_help_load_no_redis_client(flag: str) -> None:
     loaded = _modules_after_command(flag)
     assert not any(m == "redis" or m.startswith("redis.") for m in loaded)
-    assert not {"scrapeq.engine.async_queue", "scrapeq.engine.sync_queue"} & loaded
-    assert "scrapeq.engine.embedded" not in loaded  # nothing to stop: none was started
+    assert not {"scrapeq.engine.facades.async_queue", "scrapeq.engine.facades.sync_queue"} & loaded
+    assert "scrapeq.engine.server.embedded" not in loaded  # nothing to stop: none was started
 
 
 def test_a_command_still_loads_what_it_uses() -> None:
     """The check above is not vacuous: a command that reads the queue imports the client (here
     against a port where nothing listens: it fails, after the import)."""
     loaded = _modules_after_command("--redis", "redis://127.0.0.1:1/0", "status")
-    assert {"redis", "scrapeq.engine.sync_queue"} <= loaded
+    assert {"redis", "scrapeq.engine.facades.sync_queue"} <= loaded
 
 
 def _modules_after_command(*argv: str) -> set[str]:
@@ -86,7 +86,7 @@ def test_status_and_enqueue_load_no_pydantic_and_no_http_client() -> None:
         ["--redis", "redis://127.0.0.1:1/0", "enqueue", "https://example.com/a", "--lane", "x"],
     ):
         loaded = _modules_after_command(*argv)
-        assert "scrapeq.engine.sync_queue" in loaded, argv
+        assert "scrapeq.engine.facades.sync_queue" in loaded, argv
         assert not any(m.split(".")[0] in ("pydantic", "pydantic_core") for m in loaded), argv
         assert not {"typer._adapters", "aiohttp"} & loaded, argv
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from support.cli_helpers import run, scrub_env
 from support.sites import threaded_site, tree
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.exits import ExitPool
+from scrapeq.engine.model.exits import ExitPool
 from support.cli_helpers import run, scrub_env
 
 POOL = (

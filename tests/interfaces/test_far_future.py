@@ -3,8 +3,8 @@
 ``breaker trip D --cooldown 1e12`` was taken, and from then on ``status``, ``breakers``,
 ``/api/status``, ``/api/domains``, ``/api/domain/D`` and ``/metrics`` failed (``year 33715 is
 out of range``) until ``breaker reset``. Now the CLI, the dashboard's API and the library
-refuse a duration past :data:`~scrapeq.engine.limits.MAX_DURATION_S`; and a time past what a date
-can hold (written by an older version, or by hand) is shown as the latest date there is,
+refuse a duration past :data:`~scrapeq.engine.config.limits.MAX_DURATION_S`; and a time past what a
+date can hold (written by an older version, or by hand) is shown as the latest date there is,
 never a crash: the readers below are driven with one stored in Redis.
 """
 
@@ -23,8 +23,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.job import ms_to_datetime, ms_to_iso
-from scrapeq.engine.limits import MAX_DURATION_S
+from scrapeq.engine.config.limits import MAX_DURATION_S
+from scrapeq.engine.model.job import ms_to_datetime, ms_to_iso
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.render import human_until
 from scrapeq.interfaces.web import create_app

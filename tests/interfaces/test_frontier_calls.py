@@ -133,7 +133,7 @@ def test_set_active_false_serves_nothing_and_still_takes_urls(fclient: Client) -
 def test_a_long_stream_is_acked_in_order_under_a_small_bound(
     frontier_loop: Any, redis_url: str
 ) -> None:
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
     from support.frontier import FrontierProcess
 
     service = FrontierProcess(frontier_loop, redis_url, Settings(), max_unacked=4)

@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from scrapeq.engine.launcher import free_port
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from support.frontier import Client, FrontierProcess, discovered, known
 from support.processes import catches, wait_until

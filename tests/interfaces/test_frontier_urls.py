@@ -102,7 +102,7 @@ def test_get_url_status_knows_a_completed_url(fclient: Client, bounce: Any) -> N
 
 
 def test_the_walk_covers_every_partition(redis_url: str, frontier_loop: Any) -> None:
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
     from support.frontier import FrontierProcess
 
     settings = Settings(redis_url=redis_url, partitions=3)

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from scrapeq.engine.settings import SETTING_NAMES
+from scrapeq.engine.config.settings import SETTING_NAMES
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 SCRIPT = ROOT / "scripts" / "gen_reference.py"
@@ -69,7 +69,7 @@ def test_the_references_cover_every_setting_and_every_command(gen: ModuleType) -
 def test_a_setting_with_no_meaning_fails_the_script(
     gen: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scrapeq.engine import setting_docs
+    from scrapeq.engine.config import docs as setting_docs
 
     docs = dict(setting_docs.SETTING_DOCS)
     del docs["lease"]

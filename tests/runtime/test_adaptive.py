@@ -19,9 +19,9 @@ import pytest
 
 from scrapeq import AsyncQueue, Queue, Settings
 from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
-from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.urls import politeness_key
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.urls import politeness_key
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker

@@ -19,8 +19,8 @@ from typing import Any
 
 from scrapeq import AsyncQueue, Queue
 from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
-from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.worker import Worker
 
 SITE = "http://shop.example.com"

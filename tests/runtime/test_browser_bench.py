@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from scrapeq import AsyncQueue
-from scrapeq.engine.status import browsers_alarm
+from scrapeq.engine.ops.status import browsers_alarm
 from scrapeq.runtime.reporter import Reporter
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
@@ -144,7 +144,7 @@ def test_the_alarm_says_when_the_next_probe_is() -> None:
 
 
 def test_a_partitioned_queue_shows_every_partitions_benched_workers() -> None:
-    from scrapeq.engine.routing import _merge_status
+    from scrapeq.engine.partitioned.routing import _merge_status
 
     part = {"ready": 0, "delayed": 0, "inflight": 0, "dead": 0, "now": 5, "lanes": {}}
     raws = [

@@ -106,7 +106,7 @@ async def test_a_crawl_fetches_every_page_in_scope_once_and_ends(
 
 
 def _settings(**changes: Any) -> Any:
-    from scrapeq.engine.settings import Settings
+    from scrapeq.engine.config.settings import Settings
 
     return Settings(allow_private=True, **changes)
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from scrapeq.engine.embedded import server_info
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.server.embedded import server_info
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
 from support.cli_helpers import run, scrub_env

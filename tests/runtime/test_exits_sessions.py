@@ -15,8 +15,8 @@ import redis
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Queue
-from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.request import Request
+from scrapeq.engine.model.exits import ExitPool
+from scrapeq.engine.model.request import Request
 from scrapeq.runtime.session_jar import absorb, jar_request
 from support.proxy_proc import TinyproxySet
 from support.sites import Site

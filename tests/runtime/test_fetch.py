@@ -16,8 +16,8 @@ import pytest
 import redis.asyncio
 from aiohttp import web
 
-from scrapeq.engine.launcher import free_port
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.runtime.classify import (
     BlockedAddress,

@@ -25,9 +25,9 @@ import aiohttp.abc
 import pytest
 
 from scrapeq import AsyncQueue, ConfigError
-from scrapeq.engine.exits import DIRECT, exit_id
-from scrapeq.engine.request import Request
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import DIRECT, exit_id
+from scrapeq.engine.model.request import Request
 from scrapeq.runtime.classify import (
     BlockedAddress,
     BodyTooLarge,

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from scrapeq import AsyncQueue, ConfigError
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.interfaces import views
 from scrapeq.interfaces.web.metrics import render_metrics
 from scrapeq.runtime.auto_fetch import fingerprint_refused

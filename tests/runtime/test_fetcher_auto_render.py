@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue, NeedsBrowser
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.extract import extractor
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.sinks import CallableSink

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from scrapeq import AsyncQueue, ConfigError
-from scrapeq.engine.exits import DIRECT, exit_id
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import DIRECT, exit_id
 from scrapeq.runtime import browser_pool
 from scrapeq.runtime.browser import BrowserFetcher
 from scrapeq.runtime.browser_pool import tree_rss

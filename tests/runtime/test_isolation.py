@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.isolation import HandlerGate
 from scrapeq.runtime.worker import Worker
 from support.sites import ok, sites

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.lua.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.lines import waits
 
 JOB = Job.from_dict({"id": "a1", "url": "https://shop.example/p", "domain": "shop.example"})

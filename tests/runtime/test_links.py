@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from scrapeq.engine.settings import Settings
-from scrapeq.engine.urls import parse_target
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.urls import parse_target
 from scrapeq.runtime.fetch import Fetcher, Response
 from scrapeq.runtime.links import SKIP_REASONS, Extracted, extract, extract_counted
 from support.sites import Site, sites

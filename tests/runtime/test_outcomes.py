@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from scrapeq.engine.lua.args import Settlement
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.script_args import Settlement
 from scrapeq.runtime.classify import Classification, Outcome
 from scrapeq.runtime.outcomes import latency, timed
 

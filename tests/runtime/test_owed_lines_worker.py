@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapeq import AsyncQueue, Job, Settings
-from scrapeq.engine.scripts import Settled, Settlement
+from scrapeq.engine.lua.scripts import Settled, Settlement
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
 from support.sites import ok, sites

@@ -21,8 +21,8 @@ import pytest
 import redis.asyncio
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.exits import ExitPool, exit_id
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.model.exits import ExitPool, exit_id
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import classify_exception
 from scrapeq.runtime.worker import Worker

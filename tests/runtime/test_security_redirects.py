@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from scrapeq import Request, Settings
-from scrapeq.engine.request import SECRET_HEADERS
+from scrapeq.engine.model.request import SECRET_HEADERS
 from scrapeq.runtime.fetch import Fetcher
 from scrapeq.runtime.outgoing import Outgoing, after_redirect
 from support.sites import echo, sites

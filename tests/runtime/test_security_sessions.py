@@ -27,8 +27,8 @@ import redis
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Queue, Settings
-from scrapeq.engine.request import Request
-from scrapeq.engine.wire import JAR_COOKIE, JAR_FLAGS
+from scrapeq.engine.lua.wire import JAR_COOKIE, JAR_FLAGS
+from scrapeq.engine.model.request import Request
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.session_jar import absorb, jar_request
 from scrapeq.runtime.worker import Worker

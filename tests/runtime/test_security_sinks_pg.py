@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from scrapeq.engine.urls import redact_text, redact_url
+from scrapeq.engine.model.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.sinks import PostgresSink, sink_from_url
 from support.cli_helpers import run, scrub_env

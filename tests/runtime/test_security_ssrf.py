@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import pytest
 from aiohttp import web
 
-from scrapeq.engine.exits import DIRECT, exit_id
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import DIRECT, exit_id
 from scrapeq.runtime.classify import BlockedAddress
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from support.sites import Proxy, Site, proxy, sites

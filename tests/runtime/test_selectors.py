@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from scrapeq import Response
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.extract import extract_fields
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker

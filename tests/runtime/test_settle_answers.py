@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from scrapeq import AsyncQueue
-from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settled, Settlement
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.worker import Worker
 from scrapeq.runtime.worker_core import Pending

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.sinks import CsvSink, JsonlSink, SqliteSink, sink_from_url
 from scrapeq.runtime.worker import Worker

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.sinks import PostgresSink, _batch, sink_from_url
 from support.cli_helpers import run, scrub_env

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.fetch import Fetcher
 from scrapeq.runtime.sitemaps import (
     MAX_BYTES,

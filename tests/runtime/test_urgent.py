@@ -14,7 +14,7 @@ import redis
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Queue
-from scrapeq.engine.keys import Keys
+from scrapeq.engine.model.keys import Keys
 from scrapeq.runtime.worker import IDLE_MAX, Worker
 from support.sites import sites
 

@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue, Permanent, Queue, Request, Retry, Settings
-from scrapeq.engine.job import Job
-from scrapeq.engine.launcher import free_port
-from scrapeq.engine.scripts import Settled, Settlement
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.server.launcher import free_port
 from scrapeq.runtime import attempt as attempt_module
 from scrapeq.runtime import worker as worker_module
 from scrapeq.runtime.fetch import Fetcher, StaticResolver

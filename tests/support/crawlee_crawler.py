@@ -18,7 +18,7 @@ import sys
 from crawlee.crawlers import BeautifulSoupCrawler, BeautifulSoupCrawlingContext
 
 from scrapeq.contrib.crawlee import ScrapeqStorageClient
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 
 
 async def crawl(redis_url: str, queue: str, start: str, out: str, lease: float) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc
 from scrapeq.interfaces.frontier.server import Running, ServeOptions, start

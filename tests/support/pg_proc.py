@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server.launcher import free_port
 
 
 def find_bin() -> Path | None:

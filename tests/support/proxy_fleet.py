@@ -4,7 +4,7 @@
 One aiohttp application in a background thread (its own event loop: a blocking test, a worker
 in the test's loop or Scrapy's reactor in another process never stop it) listens on one port of
 ``127.0.0.1`` per virtual domain. **A domain is a port**: scrapeq's domain key is ``host:port``
-(:func:`scrapeq.engine.urls.domain_of`) and Scrapy's download slot is the URL's netloc, so
+(:func:`scrapeq.engine.model.urls.domain_of`) and Scrapy's download slot is the URL's netloc, so
 ``127.0.0.1:40001`` and ``127.0.0.1:40002`` are two sites to every system, and a proxy reaches
 them with no name to resolve (tinyproxy resolves with the system resolver; names would need
 /etc/hosts). A request is told apart by the port it arrived on, and its exit by the peer

@@ -3,7 +3,7 @@
 The session fixture in conftest keeps one server for the whole run; fault tests need their
 own, with persistence on, to kill it (SIGKILL, SIGTERM), cut its append-only file back and
 start it again on the same port and data. The process is scrapeq's own launcher's
-(:class:`scrapeq.engine.launcher.RedisProcess`), with an AOF and a log in ``workdir``;
+(:class:`scrapeq.engine.server.launcher.RedisProcess`), with an AOF and a log in ``workdir``;
 :class:`RedisProc` is one in a folder of its own that fsyncs every write.
 """
 
@@ -14,8 +14,8 @@ import signal
 import tempfile
 from pathlib import Path
 
-from scrapeq.engine import launcher
-from scrapeq.engine.launcher import free_port
+from scrapeq.engine.server import launcher
+from scrapeq.engine.server.launcher import free_port
 
 __all__ = ["RedisProc", "RedisProcess", "free_port"]
 

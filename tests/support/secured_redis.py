@@ -1,6 +1,6 @@
 """Secured redis-servers for the tests of a Redis that asks for credentials (a password, an
 ACL user) or speaks TLS only, started by scrapeq's launcher
-(:class:`scrapeq.engine.launcher.RedisProcess`) like every other server of the tests."""
+(:class:`scrapeq.engine.server.launcher.RedisProcess`) like every other server of the tests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from scrapeq.engine import launcher
+from scrapeq.engine.server import launcher
 from scrapeq.errors import RedisUnavailable
 
 #: The default user's password; the '@' must be percent-encoded in a URL.

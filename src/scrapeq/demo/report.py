@@ -25,8 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from scrapeq.demo.fleet import Fleet, SiteCounts, Workload
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.settings import Settings
 
 __all__ = [
     "DemoReport",

@@ -63,12 +63,12 @@ from scrapeq.demo.report import (
     _table,
     render_report,
 )
-from scrapeq.engine.job import Job
-from scrapeq.engine.keys import Keys
-from scrapeq.engine.lanes import Lanes
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.keys import Keys
+from scrapeq.engine.model.lanes import Lanes
+from scrapeq.engine.model.request import Request
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.request import Request
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import ConfigError, RedisUnavailable
 from scrapeq.runtime.fetch import Fetcher, Response
 from scrapeq.runtime.sinks import CallableSink

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scrapeq.engine.scripts import Renewed
+    from scrapeq.engine.lua.scripts import Renewed
 
 __all__ = ["NEW_HELP", "new_crawl_line", "nothing_to_do_line"]
 

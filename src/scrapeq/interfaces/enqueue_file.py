@@ -35,10 +35,10 @@ from scrapeq.errors import (
 from scrapeq.interfaces import render
 
 if TYPE_CHECKING:  # the queue and its Redis client are the command's to import, when it runs
-    from scrapeq.engine.connection import SyncClient
+    from scrapeq.engine.lua.scripts import EnqueueSpec
+    from scrapeq.engine.model.request import Request
     from scrapeq.engine.queue import EnqueueResult, Queue
-    from scrapeq.engine.request import Request
-    from scrapeq.engine.scripts import EnqueueSpec
+    from scrapeq.engine.server.connection import SyncClient
 
 __all__ = [
     "BATCH",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from scrapeq.engine.request import Request
+from scrapeq.engine.model.request import Request
 from scrapeq.errors import InvalidRequest
 from scrapeq.interfaces.enqueue_file import Item
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urljoin
 
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua.scripts import EnqueueSpec
+from scrapeq.engine.model.request import Request
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import EnqueueSpec
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import InvalidURL, ScrapeqError
 from scrapeq.interfaces.enqueue_file import count_added
 from scrapeq.runtime.fetch import Fetcher, Robots

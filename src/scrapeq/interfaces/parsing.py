@@ -1,5 +1,6 @@
 """Durations, counts and JSON as people type them, on the command line and in the dashboard's
-query strings: parsed, then bounded by :mod:`scrapeq.engine.limits` (where every bound lives).
+query strings: parsed, then bounded by :mod:`scrapeq.engine.config.limits` (where every bound
+lives).
 
 Two faces. :func:`seconds`, :func:`count` and :func:`json_object` take text (or a number) and
 raise :class:`~scrapeq.errors.ConfigError` (the dashboard answers 400 with it).
@@ -19,7 +20,7 @@ from typing import Any, Final, TypeVar
 
 import typer
 
-from scrapeq.engine.limits import MAX_COUNT, check_count, check_json_depth, check_seconds
+from scrapeq.engine.config.limits import MAX_COUNT, check_count, check_json_depth, check_seconds
 from scrapeq.errors import ConfigError
 
 __all__ = [
@@ -37,7 +38,7 @@ _T = TypeVar("_T")
 
 def seconds(name: str, value: str | float, *, minimum: float = 0.0) -> float:
     """A duration in seconds: a finite number, at least ``minimum``, at most
-    :data:`~scrapeq.engine.limits.MAX_DURATION_S`.
+    :data:`~scrapeq.engine.config.limits.MAX_DURATION_S`.
 
     Args:
         name: the value's name, for the message (``cooldown``, ``--delay``).

@@ -11,8 +11,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapeq.engine.job import ms_to_iso
-from scrapeq.engine.urls import redact_text, redact_url
+from scrapeq.engine.model.job import ms_to_iso
+from scrapeq.engine.model.urls import redact_text, redact_url
 from scrapeq.interfaces import views
 
 if TYPE_CHECKING:
@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from scrapeq.engine.audit import AuditReport
-    from scrapeq.engine.job import Job, JobInfo
-    from scrapeq.engine.listing import JobListing
+    from scrapeq.engine.model.job import Job, JobInfo
+    from scrapeq.engine.ops.audit import AuditReport
+    from scrapeq.engine.ops.listing import JobListing
 
 __all__ = [
     "DOMAIN_SORTS",

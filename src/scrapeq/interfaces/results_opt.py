@@ -100,7 +100,7 @@ def _file_of(sink: Sink) -> Path | None:
 
 def _shown(target: str) -> str:
     """``target`` without a password."""
-    from scrapeq.engine.urls import redact_url
+    from scrapeq.engine.model.urls import redact_url
 
     return redact_url(target) if "://" in target else target
 

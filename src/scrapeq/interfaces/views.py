@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scrapeq.engine.job import ms_to_iso
+from scrapeq.engine.model.job import ms_to_iso
 
 __all__ = [
     "API_SORTS",

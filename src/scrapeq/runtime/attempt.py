@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapeq.engine.exits import DIRECT
-from scrapeq.engine.job import Job
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.exits import DIRECT
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.request import Request
 from scrapeq.errors import Banned, ConfigError, Permanent, Retry
 from scrapeq.runtime.auto_fetch import RenderFailed, auto_handled, auto_refused, is_auto
 from scrapeq.runtime.bans import exit_result

@@ -21,8 +21,8 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.urls import redact_text
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.urls import redact_text
 from scrapeq.errors import ConfigError, NeedsBrowser
 from scrapeq.runtime.extract import is_extractor, missing
 from scrapeq.runtime.fetch import Response

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from scrapeq.engine.exits import parse_statuses
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import parse_statuses
 from scrapeq.runtime.classify import Classification, Outcome
 from scrapeq.runtime.fetch import Response
 

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Final
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from scrapeq.engine.request import Request
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.request import Request
 from scrapeq.runtime.browser_pool import OP_TIMEOUT, BrowserPool, require_browser
 from scrapeq.runtime.classify import BlockedAddress, RendererCrashed
 from scrapeq.runtime.fetch import Fetcher

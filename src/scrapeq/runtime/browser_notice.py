@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from scrapeq.engine.model.urls import redact_text
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.urls import redact_text
 from scrapeq.runtime.browser_pool import BrowserPool
 
 __all__ = ["BenchNotice"]

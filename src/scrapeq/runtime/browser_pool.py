@@ -50,7 +50,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.classify import BrowserLost

@@ -48,7 +48,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from scrapeq.engine.urls import redact_text
+from scrapeq.engine.model.urls import redact_text
 from scrapeq.errors import InvalidURL, Permanent, Retry, ScrapeqError
 
 __all__ = [

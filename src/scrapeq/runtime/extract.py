@@ -25,7 +25,7 @@ from urllib.parse import urljoin
 from selectolax.lexbor import LexborHTMLParser
 from w3lib.encoding import html_to_unicode
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.links import is_html

@@ -1,6 +1,6 @@
 """The default fetcher: one aiohttp session per process, with the guards a queue needs.
 
-:class:`Fetcher` GETs a URL (or sends a job's :class:`~scrapeq.engine.request.Request`:
+:class:`Fetcher` GETs a URL (or sends a job's :class:`~scrapeq.engine.model.request.Request`:
 its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and returns a
 :class:`Response`, or raises an exception that
 :func:`scrapeq.runtime.classify.classify_exception` understands:
@@ -14,7 +14,7 @@ its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and 
   :class:`.classify.BodyTooLarge`. The limit applies to the *decompressed* bytes, so a
   gzip bomb is cut too.
 * redirects followed by hand, up to ``max_redirects``: every hop's target is validated again
-  (http/https only, :func:`~scrapeq.engine.urls.parse_target`), and checked against private
+  (http/https only, :func:`~scrapeq.engine.model.urls.parse_target`), and checked against private
   addresses. One hop too many raises :class:`aiohttp.TooManyRedirects` (``redirect_loop``).
 * an **SSRF guard** when ``allow_private`` is off: a literal private IP (or ``localhost``) in
   any hop's URL raises :class:`.classify.BlockedAddress` before connecting, and every
@@ -22,7 +22,7 @@ its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and 
   name if *any* of its addresses is private. The check is on the resolved address the socket
   connects to, so a public-looking name that resolves to ``127.0.0.1`` is refused, after a
   redirect as well, and after a DNS change (results are cached by aiohttp only once checked).
-* proxies (``proxy``, ``proxy_file``: the exit pool, :mod:`scrapeq.engine.exits`): a job's
+* proxies (``proxy``, ``proxy_file``: the exit pool, :mod:`scrapeq.engine.model.exits`): a job's
   fetch goes through the exit its claim chose (``exit=``; every hop of one fetch uses it); a
   fetch without one takes the pool's next in turn. A proxy
   we cannot reach surfaces as :class:`aiohttp.ClientProxyConnectionError`, one whose name does
@@ -74,10 +74,10 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import aiohttp.abc
 
-from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.request import Request
-from scrapeq.engine.settings import Settings
-from scrapeq.engine.urls import is_private_host, parse_target
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import ExitPool
+from scrapeq.engine.model.request import Request
+from scrapeq.engine.model.urls import is_private_host, parse_target
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown
 from scrapeq.runtime.deadlines import Deadlines
@@ -310,11 +310,12 @@ class Fetcher:
 
         Args:
             url: the URL to fetch.
-            normalised: the URL is already in :func:`~scrapeq.engine.urls.parse_target`'s normal
+            normalised: the URL is already in :func:`~scrapeq.engine.model.urls.parse_target`'s
+            normal
                 form (a job's URL): its parsing is skipped, the private-address check is not.
             request: what to send (method, headers, body, cookies; its URL is not read);
                 None: a GET with the fetcher's default headers.
-            exit: the id of the exit (engine/exits.py) to go through, as the job's claim
+            exit: the id of the exit (engine/model/exits.py) to go through, as the job's claim
                 chose it; None: the next of the pool in turn (none: direct).
 
         Raises:

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import EnqueueSpec
-from scrapeq.engine.urls import UrlFilter, in_scope
+from scrapeq.engine.lua.scripts import EnqueueSpec
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.request import Request
+from scrapeq.engine.model.urls import UrlFilter, in_scope
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
 from scrapeq.runtime.links import resolve_link
 
@@ -54,7 +54,7 @@ class Follow:
 
     Attributes:
         url: absolute, or relative to the page's final URL; or a
-            :class:`~scrapeq.engine.request.Request` (its URL resolved the same way) for a
+            :class:`~scrapeq.engine.model.request.Request` (its URL resolved the same way) for a
             child that sends a method, headers, a body, cookies or meta.
         lane: the child's lane (default: the parent's).
         payload: the child's JSON payload.

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Response

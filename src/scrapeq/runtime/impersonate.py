@@ -58,9 +58,9 @@ import aiohttp
 import aiohttp.abc
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.request import Request
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import ExitPool
+from scrapeq.engine.model.request import Request
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import (
     BodyTooLarge,

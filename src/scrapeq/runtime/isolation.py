@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.runtime.fetch import Response
 

@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.urls import redact_text
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import Settled, Settlement
-from scrapeq.engine.urls import redact_text
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.owed import OwedLines

@@ -17,11 +17,11 @@ What is skipped (:attr:`Extracted.skipped`, by reason):
     * ``scheme``: a scheme other than http and https (``javascript:``, ``mailto:``,
       ``tel:``, ``data:``, ``ftp:`` ...);
     * ``invalid``: no valid http(s) URL comes out (a bad host or port, an unclosed IPv6
-      bracket, over 8 KiB ...: whatever :func:`~scrapeq.engine.urls.parse_target` refuses).
+      bracket, over 8 KiB ...: whatever :func:`~scrapeq.engine.model.urls.parse_target` refuses).
 
-Each link is given once, in document order, in :func:`~scrapeq.engine.urls.parse_target`'s
+Each link is given once, in document order, in :func:`~scrapeq.engine.model.urls.parse_target`'s
 normal form (lower-case scheme and host, punycode, no default port) with its fragment
-kept: whether ``#a`` and ``#b`` are one page is :func:`~scrapeq.engine.urls.canonical_url`'s
+kept: whether ``#a`` and ``#b`` are one page is :func:`~scrapeq.engine.model.urls.canonical_url`'s
 question (``canonical_keep_fragments``). Spaces and non-ASCII characters are
 percent-encoded as browsers do (the path as UTF-8, the query in the page's encoding).
 Private addresses are not refused here: whether to enqueue them is ``allow_private``'s.
@@ -50,7 +50,7 @@ from selectolax.lexbor import LexborHTMLParser
 from w3lib.encoding import html_to_unicode
 from w3lib.url import safe_url_string
 
-from scrapeq.engine.urls import MAX_URL_BYTES, parse_target
+from scrapeq.engine.model.urls import MAX_URL_BYTES, parse_target
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.fetch import Response
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import fields
 from operator import attrgetter
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import DownloadSample, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue, Queue
-from scrapeq.engine.scripts import DownloadSample, Settlement
 from scrapeq.runtime.classify import OVERLOAD_REASONS, Classification, Outcome
 
 __all__ = ["download_sample", "latency", "settlement_for", "timed"]

@@ -1,6 +1,6 @@
 """What one hop of a fetch sends, and how a redirect changes it (RFC 9110 section 15.4).
 
-A job's :class:`~scrapeq.engine.request.Request` becomes an :class:`Outgoing` (its cookies
+A job's :class:`~scrapeq.engine.model.request.Request` becomes an :class:`Outgoing` (its cookies
 folded into one ``Cookie`` header); each redirect makes the next hop's:
 
 * **303** turns any method but ``HEAD`` into a ``GET`` without a body; **301** and **302**
@@ -8,7 +8,7 @@ folded into one ``Cookie`` header); each redirect makes the next hop's:
   it); **307** and **308** keep the method and the body.
 * A dropped body takes its ``Content-*`` headers with it.
 * A hop to another origin (scheme, host, port) drops every header the project treats as a
-  secret (:data:`~scrapeq.engine.request.SECRET_HEADERS`: ``Authorization``,
+  secret (:data:`~scrapeq.engine.model.request.SECRET_HEADERS`: ``Authorization``,
   ``Proxy-Authorization``, ``Cookie``, ``X-Api-Key``, ``Api-Key``, ``X-Auth-Token``, ...):
   credentials meant for one site never reach another (what aiohttp, requests and browsers
   do for the standard ones).
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import urlsplit
 
-from scrapeq.engine.request import SECRET_HEADERS, Request
+from scrapeq.engine.model.request import SECRET_HEADERS, Request
 
 __all__ = ["Outgoing", "after_redirect", "same_origin"]
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from scrapeq.engine.limits import MAX_OWED_LINE
+from scrapeq.engine.config.limits import MAX_OWED_LINE
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua.scripts import Settlement
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.records import settled_line, write_or_refused
 from scrapeq.runtime.reporter import RedisHealth
 from scrapeq.runtime.sinks import Sink
@@ -53,7 +53,7 @@ BURST_POLL = 0.5
 def record_text(record: dict[str, Any]) -> str | None:
     """A results record as a settle item's ``line``: JSON text on one line (orjson, or
     ``json`` for what orjson refuses: integers over 64 bits); None when it is over
-    :data:`~scrapeq.engine.limits.MAX_OWED_LINE` bytes (the ledger does not keep it: the line
+    :data:`~scrapeq.engine.config.limits.MAX_OWED_LINE` bytes (the ledger does not keep it: the line
     is then only in this worker's memory until written, as before the ledger; logged)."""
     try:
         data = orjson.dumps(record)

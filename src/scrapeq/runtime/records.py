@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.request import redact_value
-from scrapeq.engine.scripts import Settled, Settlement
-from scrapeq.engine.urls import parse_target, redact_text, redact_url
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.request import redact_value
+from scrapeq.engine.model.urls import parse_target, redact_text, redact_url
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.fetch import Response

@@ -43,10 +43,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.urls import redact_text, redact_url
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import Settlement
-from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import RedisUnavailable, ScriptError
 
 __all__ = [

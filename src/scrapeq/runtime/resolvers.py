@@ -12,7 +12,7 @@ from typing import Final
 import aiohttp
 import aiohttp.abc
 
-from scrapeq.engine.urls import is_private_address
+from scrapeq.engine.model.urls import is_private_address
 from scrapeq.runtime.classify import BlockedAddress
 
 __all__ = ["GuardedResolver", "StaticResolver"]

@@ -3,7 +3,7 @@ sends, and what its answer says of the content, for the settle item.
 
 What the fetch saw is reported; what it means (changed or not, the page's rate, its next
 visit) is decided by the settle script (``lua/includes/revisit.lua``), whose answer the
-results line says (``changed``, ``not_modified``: :class:`~scrapeq.engine.scripts.Settled`).
+results line says (``changed``, ``not_modified``: :class:`~scrapeq.engine.lua.scripts.Settled`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.request import Request
-from scrapeq.engine.scripts import Settlement
+from scrapeq.engine.lua.scripts import Settlement
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.request import Request
 from scrapeq.runtime.follow import Content
 
 #: Validators longer than this are not stored (the settle script refuses them).

@@ -17,8 +17,8 @@ import aiohttp
 from protego import Protego
 from redis.exceptions import RedisError
 
-from scrapeq.engine.connection import AsyncClient
-from scrapeq.engine.urls import parse_target
+from scrapeq.engine.model.urls import parse_target
+from scrapeq.engine.server.connection import AsyncClient
 from scrapeq.errors import InvalidURL
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, RobotsDisallowed
 

@@ -6,7 +6,7 @@ store it. It sends a jar's cookies with a request (:func:`jar_request`) and turn
 settle call merges into the stored jar per cookie: attempts that started from the same copy
 of the jar all keep what they got.
 
-A jar is JSON text, a list of cookies laid out as :data:`scrapeq.engine.wire.JAR_COOKIE`
+A jar is JSON text, a list of cookies laid out as :data:`scrapeq.engine.lua.wire.JAR_COOKIE`
 (``[name, value, domain, path, expires, flags]``). One jar may serve several hosts (one per
 queue domain: with ``politeness = ip`` or ``domain`` a domain holds several hosts), so each
 cookie keeps its own domain, and the matching is the standard library's
@@ -39,9 +39,9 @@ from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from scrapeq.engine.request import Request
-from scrapeq.engine.urls import domain_of, is_public_suffix, politeness_key
-from scrapeq.engine.wire import JAR_COOKIE, JAR_FLAGS, JAR_LIMITS
+from scrapeq.engine.lua.wire import JAR_COOKIE, JAR_FLAGS, JAR_LIMITS
+from scrapeq.engine.model.request import Request
+from scrapeq.engine.model.urls import domain_of, is_public_suffix, politeness_key
 from scrapeq.errors import InvalidRequest, ScrapeqError
 
 __all__ = ["MAX_COOKIES", "MAX_JAR", "Changes", "absorb", "jar_request"]

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scrapeq.engine.job import Job
-from scrapeq.engine.scripts import Settled, Settlement
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.errors import ScriptError
 from scrapeq.runtime import progress
 from scrapeq.runtime.backoff import backoff

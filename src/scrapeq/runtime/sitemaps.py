@@ -61,7 +61,7 @@ from typing import IO, Any, Final, Literal
 
 import aiohttp
 
-from scrapeq.engine.request import Request
+from scrapeq.engine.model.request import Request
 from scrapeq.errors import InvalidURL, ScrapeqError
 from scrapeq.runtime.classify import BlockedAddress
 from scrapeq.runtime.fetch import Download, Fetcher

@@ -2,7 +2,7 @@
 
 An idle claim loop sleeps until a slot frees or something is due, up to ``IDLE_MAX``; a job
 of the most urgent lane enqueued meanwhile would wait for it. :func:`wake_on_urgent` blocks
-on the queue's wake streams (:class:`~scrapeq.engine.wake.UrgentSignal`) and wakes the claim
+on the queue's wake streams (:class:`~scrapeq.engine.facades.wake.UrgentSignal`) and wakes the claim
 loop when one moves. A Redis error pauses it briefly (the claim loop reports Redis lost).
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from scrapeq.engine.facades.wake import UrgentSignal
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.wake import UrgentSignal
 from scrapeq.errors import RedisUnavailable
 
 __all__ = ["wake_on_urgent"]

@@ -44,7 +44,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
@@ -148,7 +148,7 @@ class Worker(Shutdown, Leases, Attempts):
         on_settled: ``on_settled(job, settlement, answer)``, called once the queue answered
             a job's settlement; ``answer`` is the status (``done``, ``retried``,
             ``throttled``, ``released``, ``dead``, ``stale``), a
-            :class:`~scrapeq.engine.scripts.Settled` whose ``reason`` is a dead job's
+            :class:`~scrapeq.engine.lua.scripts.Settled` whose ``reason`` is a dead job's
             dead-letter reason (:data:`SettledHook`).
 
         A hook may be sync or async: a coroutine it returns runs as a task the worker awaits

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from scrapeq.engine.job import Job
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.lua.scripts import Settled, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import Settled, Settlement
-from scrapeq.engine.settings import Settings
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.browser import BrowserFetcher
@@ -87,7 +87,7 @@ Pending = tuple[Settlement, Job | None, "asyncio.Future[Settled] | None"]
 #: their attempts start; sync, or async (then run as a task the worker awaits before it ends).
 ClaimedHook: TypeAlias = Callable[[Sequence[Job]], Awaitable[None] | None]
 #: ``Worker(on_settled=...)``: called with each job the worker settled, its settlement and the
-#: settle script's answer (:class:`~scrapeq.engine.scripts.Settled`: ``done``, ``retried``,
+#: settle script's answer (:class:`~scrapeq.engine.lua.scripts.Settled`: ``done``, ``retried``,
 #: ``throttled``, ``released``, ``dead`` with its ``reason``, ``stale``); sync or async.
 SettledHook: TypeAlias = Callable[[Job, Settlement, Settled], Awaitable[None] | None]
 

@@ -68,9 +68,9 @@ from crawlee.storage_clients.models import (
 )
 
 from scrapeq.contrib.crawlee._navigation import Navigations
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import EnqueueSpec, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.scripts import EnqueueSpec, Settlement
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge
 from scrapeq.runtime.classify import Classification, Outcome
 from scrapeq.runtime.outcomes import settlement_for, timed

@@ -13,9 +13,9 @@ from crawlee.storage_clients._base import DatasetClient, KeyValueStoreClient
 
 from scrapeq.contrib.crawlee._navigation import Navigations
 from scrapeq.contrib.crawlee._request_queue import ScrapeqRequestQueueClient
-from scrapeq.engine.connection import resolve_url
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.server.connection import resolve_url
 from scrapeq.errors import ConfigError
 
 __all__ = ["ScrapeqStorageClient"]

@@ -1,7 +1,7 @@
 """The integration's settings: scrapeq's, loaded as the CLI loads them, and Scrapy's own.
 
-scrapeq's settings come from :func:`scrapeq.engine.settings.load_settings`: flag > environment
-(``SCRAPEQ_<NAME>``) > file (Scrapy's ``SCRAPEQ_CONFIG``, else ``$SCRAPEQ_CONFIG``, else
+scrapeq's settings come from :func:`scrapeq.engine.config.settings.load_settings`: flag >
+environment (``SCRAPEQ_<NAME>``) > file (Scrapy's ``SCRAPEQ_CONFIG``, else ``$SCRAPEQ_CONFIG``, else
 ``./scrapeq.toml``) > default, the Scrapy settings playing the flags' part: ``SCRAPEQ_SETTINGS``
 (a dict of scrapeq settings by name) and ``SCRAPEQ_REDIS_URL``, ``SCRAPEQ_QUEUE``,
 ``SCRAPEQ_UNIQUE`` (which win over the same names in ``SCRAPEQ_SETTINGS``). Two defaults are
@@ -32,7 +32,13 @@ from typing import TypeVar
 
 from scrapy.crawler import Crawler
 
-from scrapeq.engine.settings import ENV_PREFIX, SETTING_NAMES, Settings, did_you_mean, load_settings
+from scrapeq.engine.config.settings import (
+    ENV_PREFIX,
+    SETTING_NAMES,
+    Settings,
+    did_you_mean,
+    load_settings,
+)
 from scrapeq.errors import ConfigError
 
 __all__ = ["SCRAPY_SETTING_NAMES", "ScrapyConfig"]

@@ -8,8 +8,8 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.dupefilters import BaseDupeFilter
 
+from scrapeq.engine.model.seen import exact_bucket, stored_buckets
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.seen import exact_bucket, stored_buckets
 
 __all__ = ["DupeFilter"]
 

@@ -30,10 +30,10 @@ from scrapeq.contrib.scrapy._store import (
     encode_request,
 )
 from scrapeq.contrib.scrapy._urgent import UrgentListener
-from scrapeq.engine.connection import resolve_url
-from scrapeq.engine.job import Job
+from scrapeq.engine.lua.scripts import DownloadSample, EnqueueSpec, Settlement
+from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import DownloadSample, EnqueueSpec, Settlement
+from scrapeq.engine.server.connection import resolve_url
 from scrapeq.errors import ConfigError, InvalidURL, PayloadTooLarge, RedisUnavailable, ScrapeqError
 from scrapeq.runtime.classify import Classification
 from scrapeq.runtime.gc_tuning import tuned_gc

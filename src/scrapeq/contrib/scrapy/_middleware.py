@@ -15,7 +15,7 @@ from scrapeq.contrib.scrapy._classify import classify_failure
 from scrapeq.contrib.scrapy._frontier import JOB, LATENCY, SETTLED, STARTED, VERDICT, Frontier
 from scrapeq.contrib.scrapy._scheduler import Scheduler
 from scrapeq.contrib.scrapy._start import sleep
-from scrapeq.engine.job import Job
+from scrapeq.engine.model.job import Job
 from scrapeq.runtime.classify import Outcome, classify_response
 from scrapeq.runtime.outcomes import download_sample
 

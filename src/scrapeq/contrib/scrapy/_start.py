@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 
+from scrapeq.engine.lua.scripts import OnceFlag
 from scrapeq.engine.queue import Queue
-from scrapeq.engine.scripts import OnceFlag
 
 __all__ = ["START_FLAG", "StartFlag", "sleep"]
 

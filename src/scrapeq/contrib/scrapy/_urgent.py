@@ -3,8 +3,8 @@
 The frontier keeps a share of its claim slots for jobs of the most urgent lane
 (``SCRAPEQ_URGENT_SLOTS``) and fills it with urgent-only claims, made only when urgent work
 may be ready: never as a poll. An enqueue that makes urgent work ready adds an entry to the
-queue's wake stream (``engine/wake.py``); the worker blocks on it in its event loop, and here
-a daemon thread does the same with the worker's own loop (``runtime/wakeup.py``), then hands
+queue's wake stream (``engine/facades/wake.py``); the worker blocks on it in its event loop, and
+here a daemon thread does the same with the worker's own loop (``runtime/wakeup.py``), then hands
 the news to the reactor thread. Twisted's reactor thread never blocks on Redis for it.
 """
 
@@ -16,8 +16,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.settings import Settings
 from scrapeq.runtime.wakeup import wake_on_urgent
 
 __all__ = ["UrgentListener"]

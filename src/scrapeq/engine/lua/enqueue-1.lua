@@ -19,7 +19,7 @@
                parent   id of the job whose page linked this one (absent for a seed)
                request  what the job sends (method, headers, body, cookies, meta) as JSON
                         text, kept verbatim like payload (absent: a plain GET of url;
-                        scrapeq/engine/request.py); fp then covers method and body
+                        scrapeq/engine/model/request.py); fp then covers method and body
                parent_url  that job's URL (absent for a seed; kept for its results line)
                at       a known URL (the URLFrontier service's import, unique = 'seen', no
                         parent): server time in ms of its next visit, 0 never again
@@ -41,7 +41,7 @@
   job holds its fp (its URL has been enqueued); replaying a dead letter never consults it.
 
   A call that makes a job of the most urgent lane ready now (domain.lua: is_urgent) adds one
-  entry to sq:{Q}:wake (a stream capped at one entry; scrapeq/engine/wake.py): idle workers
+  entry to sq:{Q}:wake (a stream capped at one entry; scrapeq/engine/facades/wake.py): idle workers
   blocked on it claim at once. Other lanes and delayed jobs write nothing there.
 
   Job ids sort like their sequence numbers: the hex number prefixed by a letter for its

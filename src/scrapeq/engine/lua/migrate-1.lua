@@ -1,6 +1,6 @@
 --[[
   Bring one key space of a queue to the schema this code writes, a slice a call (the client
-  calls it when it opens a queue, until it answers no more work: scrapeq/engine/schema.py,
+  calls it when it opens a queue, until it answers no more work: scrapeq/engine/lua/schema.py,
   SchemaOpener, called by the partition router).
 
   KEYS[1] is one prefix of the queue: its home sq:{Q}: or a partition's sq:{Q:i}:.

@@ -19,7 +19,7 @@
 ]]
 --@include common
 
-local MAX_PARTS = 1024  -- the partitions setting's bound (scrapeq/engine/settings.py)
+local MAX_PARTS = 1024  -- the partitions setting's bound (scrapeq/engine/config/settings.py)
 local refused = arg_refusal(function() check_int(ARG.parts, 'parts', 1, MAX_PARTS) end)
 if refused then return redis.error_reply(refused) end
 

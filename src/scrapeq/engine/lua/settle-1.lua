@@ -7,7 +7,7 @@
     ARGV[3]  JSON {seed, items = [{id, token, outcome, domain_failed?, delay?, backoff?,
              retry_after?, kind?, message?, reason?, shutdown?, follow?, final_seen?, latency?,
              overload?, line?}]}
-             (the wire names: includes/wire.lua, scrapeq/engine/wire.py)
+             (the wire names: includes/wire.lua, scrapeq/engine/lua/wire.py)
       outcome        'done' | 'retry' | 'throttle' | 'fail' | 'release'
       domain_failed  breaker input for the job's domain: true = a failure (timeout, 5xx, slow
               call), false = a success; absent = no information (released, our own fault, 404)

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
-from scrapeq.engine.settings import (
+from scrapeq.engine.config.settings import (
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     UNIQUE_MODES,
@@ -225,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _started_servers() -> tuple[Path, ...]:
-    """The embedded servers this process started: none while :mod:`scrapeq.engine.embedded`
+    """The embedded servers this process started: none while :mod:`scrapeq.engine.server.embedded`
     is not even imported (``--version`` and ``--help`` do not load it, nor a Redis client)."""
-    embedded = sys.modules.get("scrapeq.engine.embedded")
+    embedded = sys.modules.get("scrapeq.engine.server.embedded")
     return () if embedded is None else tuple(embedded.started_servers())
 
 
 def _stop_started(data_dirs: tuple[Path, ...]) -> None:
     """Stop the embedded servers this failed command started (SHUTDOWN SAVE: nothing lost)."""
-    from scrapeq.engine.embedded import stop_server
+    from scrapeq.engine.server.embedded import stop_server
 
     for data_dir in dict.fromkeys(data_dirs):
         try:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scrapeq.engine.settings import Settings, load_settings
-from scrapeq.engine.urls import domain_of
+from scrapeq.engine.config.settings import Settings, load_settings
+from scrapeq.engine.model.urls import domain_of
 from scrapeq.errors import InvalidURL, NotFound, RedisUnavailable
 from scrapeq.interfaces import render
 from scrapeq.interfaces.parsing import count_option, seconds_option
@@ -58,7 +58,7 @@ class Context:
         return load_settings(config_file=self.config, overrides=self.overrides, defaults=defaults)
 
     def redis_url(self) -> str:
-        from scrapeq.engine.connection import resolve_url
+        from scrapeq.engine.server.connection import resolve_url
 
         return resolve_url(self.settings.redis_url, self.settings.data_dir)
 
@@ -68,7 +68,7 @@ class Context:
         Raises:
             RedisUnavailable: the URL cannot be used (one line, password hidden).
         """
-        from scrapeq.engine.connection import check_reachable, sync_client
+        from scrapeq.engine.server.connection import check_reachable, sync_client
 
         url = self.redis_url()
         client = sync_client(url, self.settings.cluster)
@@ -79,9 +79,9 @@ class Context:
         return url
 
     def queue(self) -> Queue:
-        _settled_import("scrapeq.engine.connection", "scrapeq.engine.sync_queue")
-        from scrapeq.engine.connection import check_reachable, sync_client
-        from scrapeq.engine.sync_queue import Queue
+        _settled_import("scrapeq.engine.server.connection", "scrapeq.engine.facades.sync_queue")
+        from scrapeq.engine.facades.sync_queue import Queue
+        from scrapeq.engine.server.connection import check_reachable, sync_client
 
         url = self.redis_url()
         client = sync_client(url, self.settings.cluster)
@@ -91,8 +91,8 @@ class Context:
         return queue
 
     def async_queue(self) -> AsyncQueue:
-        from scrapeq.engine.async_queue import AsyncQueue
-        from scrapeq.engine.connection import async_client
+        from scrapeq.engine.facades.async_queue import AsyncQueue
+        from scrapeq.engine.server.connection import async_client
 
         return AsyncQueue(
             async_client(self.redis_url(), self.settings.cluster), settings=self.settings
@@ -177,7 +177,7 @@ FetcherOpt = Annotated[
 
 def _fetcher_name(fetcher: str | None) -> str | None:
     """``--fetcher``'s value, checked (exit 2 for an unknown one)."""
-    from scrapeq.engine.setting_specs import FETCHERS
+    from scrapeq.engine.config.specs import FETCHERS
 
     if fetcher is not None and fetcher not in FETCHERS:
         _die(f"--fetcher takes {' or '.join(FETCHERS)}, got {fetcher!r}", 2)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from scrapeq.engine.settings import UNIQUE_MODES, Settings
-from scrapeq.engine.urls import parse_target
+from scrapeq.engine.config.settings import UNIQUE_MODES, Settings
+from scrapeq.engine.model.urls import parse_target
 from scrapeq.errors import ConfigError, InvalidURL
 from scrapeq.interfaces.cli.common import (
     _COUNT,

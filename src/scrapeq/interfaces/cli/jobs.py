@@ -188,7 +188,7 @@ def job_list(
       scrapeq job list --domain shop-43.example.com
       scrapeq job list --state delayed --limit 50 --json
     """
-    from scrapeq.engine import listing
+    from scrapeq.engine.ops import listing
 
     _domain_arg(domain)
     if state is not None and state not in listing.JOB_STATES:
@@ -203,7 +203,7 @@ def job_list(
 def _print_job_list(
     q: Queue, states: tuple[str, ...], domain: str | None, limit: int, as_json: bool
 ) -> None:
-    from scrapeq.engine import listing
+    from scrapeq.engine.ops import listing
 
     listings = [q.list_jobs(s, domain=domain, limit=limit) for s in states]
     for partial in (x for x in listings if x.partial):

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.job import ms_to_iso
-from scrapeq.engine.setting_specs import FETCHERS
-from scrapeq.engine.status import learned_timing
+from scrapeq.engine.config.specs import FETCHERS
+from scrapeq.engine.model.exits import ExitPool
+from scrapeq.engine.model.job import ms_to_iso
+from scrapeq.engine.ops.status import learned_timing
 from scrapeq.errors import InvalidURL
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (

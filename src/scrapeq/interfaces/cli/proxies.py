@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from scrapeq.engine.exits import DIRECT, Exit, ExitPool
-from scrapeq.engine.job import ms_to_iso
-from scrapeq.engine.urls import redact_url
+from scrapeq.engine.model.exits import DIRECT, Exit, ExitPool
+from scrapeq.engine.model.job import ms_to_iso
+from scrapeq.engine.model.urls import redact_url
 from scrapeq.interfaces import render
 from scrapeq.interfaces.cli.common import (
     _console,

@@ -113,7 +113,7 @@ def queue_list(
       scrapeq queue list
       scrapeq queue list --json | jq '.[].queue'
     """
-    from scrapeq.engine.sync_queue import Queue  # when the command runs (see common)
+    from scrapeq.engine.facades.sync_queue import Queue  # when the command runs (see common)
 
     settings = _settings(ctx)
     q = Context(settings).queue()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli.common import (
     Context,
@@ -51,7 +51,7 @@ def _demo_redis(settings: Settings) -> Iterator[str]:
     if settings.redis_url is not None:
         yield Context(settings).checked_url()
         return
-    from scrapeq.engine.embedded import private_server
+    from scrapeq.engine.server.embedded import private_server
 
     with private_server() as url:
         yield url
@@ -133,7 +133,7 @@ def server_status(
       scrapeq server status
       scrapeq --data-dir /srv/scrapeq server status --json
     """
-    from scrapeq.engine.embedded import server_info
+    from scrapeq.engine.server.embedded import server_info
 
     settings = _settings(ctx)
     _note_redis_url(settings)
@@ -161,7 +161,7 @@ def server_stop(ctx: typer.Context) -> None:
     Examples:
       scrapeq server stop
     """
-    from scrapeq.engine.embedded import server_info, stop_server
+    from scrapeq.engine.server.embedded import server_info, stop_server
 
     settings = _settings(ctx)
     _note_redis_url(settings)
@@ -176,7 +176,7 @@ def server_stop(ctx: typer.Context) -> None:
 def _note_redis_url(settings: Settings) -> None:
     """Say on stderr that the commands use another server than the embedded one."""
     if settings.redis_url is not None:
-        from scrapeq.engine.connection import redact
+        from scrapeq.engine.server.connection import redact
 
         typer.echo(
             f"scrapeq: note: redis_url is set ({redact(settings.redis_url)}): the other "

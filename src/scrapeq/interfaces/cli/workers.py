@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scrapeq.engine.exits import ExitPool, read_pool_file
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.model.exits import ExitPool, read_pool_file
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.cli.common import (
     _COUNT,
@@ -300,8 +300,8 @@ def _run_workers(settings: Settings, options: WorkerOptions, processes: int) -> 
         raise typer.Exit(run_worker_process(settings, url, one, 0))
     import asyncio  # asyncio and the engine here, not with the module: see common
 
-    from scrapeq.engine.async_queue import AsyncQueue
-    from scrapeq.engine.connection import async_client
+    from scrapeq.engine.facades.async_queue import AsyncQueue
+    from scrapeq.engine.server.connection import async_client
     from scrapeq.runtime.supervisor import KILL_MARGIN, SUMMARY_MARGIN, supervise
 
     # Built now, while Redis answers: building a client asks the server whether it is a
@@ -362,8 +362,8 @@ class PoolKeeper:
 def _nothing_to_do(settings: Settings, url: str, results: bool = False) -> bool:
     """No job ready, delayed or in flight (and, with ``results``, no results line owed to a
     sink): a burst worker would stop at once."""
-    from scrapeq.engine.connection import sync_client
-    from scrapeq.engine.sync_queue import Queue
+    from scrapeq.engine.facades.sync_queue import Queue
+    from scrapeq.engine.server.connection import sync_client
 
     q = Queue(sync_client(url, settings.cluster), settings=settings)
     try:
@@ -433,8 +433,8 @@ def run_worker_process(settings: Settings, url: str, options: WorkerOptions, slo
 
     import asyncio
 
-    from scrapeq.engine.async_queue import AsyncQueue
-    from scrapeq.engine.connection import async_client
+    from scrapeq.engine.facades.async_queue import AsyncQueue
+    from scrapeq.engine.server.connection import async_client
 
     async def main() -> int:
         queue = AsyncQueue(async_client(url, settings.cluster), settings=settings)

@@ -16,10 +16,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from scrapeq.engine.async_queue import AsyncQueue
-from scrapeq.engine.job import Job
-from scrapeq.engine.keys import validate_queue_name
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.facades.async_queue import AsyncQueue
+from scrapeq.engine.model.job import Job
+from scrapeq.engine.model.keys import validate_queue_name
 
 __all__ = [
     "DEFAULT_CRAWL",

@@ -13,8 +13,8 @@ from typing import Any
 
 import grpc
 
-from scrapeq.engine.connection import aclose_client, async_client
-from scrapeq.engine.settings import Settings
+from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.server.connection import aclose_client, async_client
 from scrapeq.errors import ConfigError
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc
 from scrapeq.interfaces.frontier.crawls import Crawls

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from scrapeq.engine.async_queue import AsyncQueue
-from scrapeq.engine.core import MAX_CLAIM
-from scrapeq.engine.script_args import EnqueueSpec, Settlement
+from scrapeq.engine.facades.async_queue import AsyncQueue
+from scrapeq.engine.lua.args import EnqueueSpec, Settlement
+from scrapeq.engine.ops.core import MAX_CLAIM
 from scrapeq.errors import NotFound, PayloadTooLarge, ScrapeqError
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from scrapeq.interfaces.frontier import urlfrontier_pb2_grpc as pb_grpc

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 
-from scrapeq.engine.async_queue import AsyncQueue
-from scrapeq.engine.job import JobInfo
+from scrapeq.engine.facades.async_queue import AsyncQueue
+from scrapeq.engine.model.job import JobInfo
 from scrapeq.interfaces.frontier import urlfrontier_pb2 as pb
 from scrapeq.interfaces.frontier.crawls import job_info_metadata
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from scrapeq.engine.exits import ExitPool
-from scrapeq.engine.job import Job, ms_to_iso
-from scrapeq.engine.limits import check_json_depth
+from scrapeq.engine.config.limits import check_json_depth
+from scrapeq.engine.model.exits import ExitPool
+from scrapeq.engine.model.job import Job, ms_to_iso
+from scrapeq.engine.model.urls import redact_text, redact_url
 from scrapeq.engine.queue import AsyncQueue
-from scrapeq.engine.urls import redact_text, redact_url
 from scrapeq.errors import ConfigError, NotFound
 from scrapeq.interfaces import views
 from scrapeq.interfaces.parsing import seconds

@@ -215,7 +215,7 @@ def _alarm_metrics(queue: str, alarms: Iterable[Mapping[str, Any]]) -> Metric:
 
 
 def _exit_metrics(queue: str, exits: Iterable[Mapping[str, Any]]) -> list[Metric]:
-    """Series per exit of the pool (at most 200 exits: engine/exits.py), labelled by its id
+    """Series per exit of the pool (at most 200 exits: engine/model/exits.py), labelled by its id
     and tier, never its URL (which may carry a user name)."""
     labels = ["queue", "exit", "tier"]
     state = _gauge("scrapeq_exit_state", "State of each exit (1 = current).", [*labels, "state"])

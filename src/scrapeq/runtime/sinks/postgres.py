@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from scrapeq.engine.urls import REDACTED, redact_text, redact_url
+from scrapeq.engine.model.urls import REDACTED, redact_text, redact_url
 from scrapeq.errors import ConfigError
 
 from ._base import RecordRefused

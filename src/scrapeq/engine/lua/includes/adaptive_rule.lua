@@ -7,7 +7,7 @@
   politeness", says why it works this way.
 
   The state: each field a number or nil, stored in the domain's hash under the field that
-  ADAPTIVE_FIELDS names (in brackets; scrapeq/engine/wire.py documents them too):
+  ADAPTIVE_FIELDS names (in brackets; scrapeq/engine/lua/wire.py documents them too):
     limit [alim]  the concurrency limit (a float; claims take floor(alim), within the bounds)
     interval [aivl]  ms between request starts once the limit is at its minimum (0: none)
     avg [alat]    current latency, ms: the moving average (EWMA) of answered requests'

@@ -15,7 +15,7 @@
 
   A check raises its refusal; arg_refusal answers it as 'SQ_BAD_ARG <path>: <why>, got <value>'
   (nil when every check passed), a refused configuration is 'SQ_BAD_CONFIG <field>: ...'.
-  scrapeq/engine/scripts.py (map_error) maps them to ScriptError and ConfigError. <path>
+  scrapeq/engine/lua/scripts.py (map_error) maps them to ScriptError and ConfigError. <path>
   names the value as in the JSON the client sent, lists 0-based: 'items[0].delay'.
 
   `name` is the value's field in the object being checked (nil: the value itself, an item of
@@ -32,7 +32,7 @@
     check_table(v, name)                a table (a JSON object or list)
     check_list(v, name, each)           a table whose items 1..#v each pass each(item)
     check_in(v, name, each)             each(v), with `name` on the path
-  Bounds, the same as scrapeq/engine/limits.py and lanes.py (a test keeps them equal):
+  Bounds, the same as scrapeq/engine/config/limits.py and lanes.py (a test keeps them equal):
     MAX_MS         100 years in ms: a time (now + a duration) stays an exact integer of ms
     MAX_INT        the largest integer Lua writes back exactly (cjson: 14 digits)
     MAX_OFFSET_MS  the largest lane offset (lanes.MAX_OFFSET, 10^12 s)
@@ -115,7 +115,7 @@ local function check_enum(v, name, words)
   refuse(name, 'expected one of ' .. table.concat(words, ', '), v)
 end
 
--- The fetchers a job or a domain may name (engine/setting_specs.py: FETCHERS).
+-- The fetchers a job or a domain may name (engine/config/specs.py: FETCHERS).
 local FETCHERS = {'http', 'impersonate', 'browser', 'auto'}
 
 local function check_bool(v, name)
@@ -169,7 +169,7 @@ do
   -- The exit pool, revisits and the per-domain byte budget: the end of check_config.
   local function check_pools(c)
     local int, ms = check_int, check_ms
-    -- the exit pool (scrapeq/engine/exits.py: at most 200 exits in 16 tiers)
+    -- the exit pool (scrapeq/engine/model/exits.py: at most 200 exits in 16 tiers)
     if #c.exits > 200 then refuse('exits', 'at most 200 exits', #c.exits) end
     check_list(c.exits, 'exits', function(e)
       check_table(e)
@@ -190,7 +190,7 @@ do
     if c.max_bytes ~= cjson.null then int(c.max_bytes, 'max_bytes', 1, MAX_INT) end
   end
 
-  -- The configuration every script gets (ARGV[2]: scrapeq/engine/scripts.py, ScriptConfig),
+  -- The configuration every script gets (ARGV[2]: scrapeq/engine/lua/scripts.py, ScriptConfig),
   -- in script units. A script reads only some of it; all of it is checked, once, here.
   function check_config(c)
     local int, ms = check_int, check_ms

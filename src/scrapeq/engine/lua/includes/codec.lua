@@ -1,6 +1,6 @@
 --[[
   The job codec: a job's stored (compact) text to and from its full form, loading and saving a
-  job (sq:{Q}:job:<id>), and the error history kept in a job. scrapeq/engine/job.py reads the
+  job (sq:{Q}:job:<id>), and the error history kept in a job. scrapeq/engine/model/job.py reads the
   same stored form on the Python side.
 ]]
 --@include keys

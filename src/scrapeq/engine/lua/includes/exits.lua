@@ -1,6 +1,6 @@
 --[[
   Exits (issue 23): the proxies a queue fetches through, as failure domains of their own.
-  Depends on common.lua and domain.lua. scrapeq/engine/exits.py describes the pool;
+  Depends on common.lua and domain.lua. scrapeq/engine/model/exits.py describes the pool;
   CFG.exits is it: {{id, tier}, ...}, tier an index, 0 the cheapest. With no pool (an empty
   list) nothing here runs and jobs carry no exit.
 

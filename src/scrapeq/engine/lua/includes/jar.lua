@@ -10,7 +10,7 @@
       expires  epoch seconds, or null: a session cookie
       flags    a sum of JAR.FLAGS: 1 host-only (sent to that host alone, else to the domain
                and its subdomains), 2 Secure (sent over https only), 4 HttpOnly (kept, unused)
-  The same layout is scrapeq/engine/wire.py's JAR_COOKIE and JAR_FLAGS (the worker reads and
+  The same layout is scrapeq/engine/lua/wire.py's JAR_COOKIE and JAR_FLAGS (the worker reads and
   builds cookies with them: runtime/session_jar.py, which decides what a cookie is and where
   it goes); tests/engine/test_wire_names.py keeps them equal, with the bounds below.
 

@@ -1,6 +1,6 @@
 --[[
   The key names of a queue: every key starts with the prefix P (KEYS[1], "sq:{<queue>}:"),
-  so a queue's keys share one Redis Cluster hash slot. scrapeq/engine/keys.py names the same
+  so a queue's keys share one Redis Cluster hash slot. scrapeq/engine/model/keys.py names the same
   keys on the Python side.
 ]]
 --@include prologue

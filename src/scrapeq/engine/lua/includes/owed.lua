@@ -7,14 +7,14 @@
   acknowledged within the grace (CFG.lease_ms) is taken over by any worker with a sink
   (owed_take-1.lua), which writes it: at least once, like every results line.
 
-  Keys (per partition, includes/keys.lua; scrapeq/engine/keys.py names them too):
+  Keys (per partition, includes/keys.lua; scrapeq/engine/model/keys.py names them too):
     K.OWED      hash: job id -> '<record JSON>\n<answer>': the attempt's record as the worker
                 sent it (settle item `line`: JSON text on one line, at most OWED.MAX_LINE
                 bytes, never decoded here) and the settle's answer for the item, from which
                 the worker builds the line (runtime/records.py, _settled_line)
     K.OWED_DUE  zset: job id -> the ms from which another worker may take the line over
 
-  OWED.MAX_LINE       the largest `line` (bytes), as scrapeq/engine/limits.py MAX_OWED_LINE
+  OWED.MAX_LINE       the largest `line` (bytes), as scrapeq/engine/config/limits.py MAX_OWED_LINE
   OWED.check(line)    refuse a line too long or not on one line (a check of check_item)
   OWED.owe(id, answer, line)   note the line of a settled item when its answer makes one due
                       ('done...' or 'dead...'); nothing for retried, throttled, released, stale

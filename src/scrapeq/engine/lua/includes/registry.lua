@@ -8,7 +8,7 @@
 -- 100,000 domains a partition) at ~25 bytes a domain. A domain that only has jobs queued has
 -- no hash of its own (domain.lua): the registry is all it costs beyond its ready queue. The
 -- set sq:{Q}:regb holds the numbers of the buckets that are not empty, so a queue of few
--- domains is listed without reading every bucket. scrapeq/engine/keys.py's registry_bucket is
+-- domains is listed without reading every bucket. scrapeq/engine/model/keys.py's registry_bucket is
 -- the same function.
 --
 -- A queue written before the registry had buckets is migrated when a client opens it

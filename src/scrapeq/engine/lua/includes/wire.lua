@@ -1,6 +1,6 @@
 --[[
   Wire names shared with the client, in the one table WIRE (settle-1.lua is near Lua's 200
-  top-level locals): scrapeq/engine/wire.py holds the same tables, and
+  top-level locals): scrapeq/engine/lua/wire.py holds the same tables, and
   tests/engine/test_wire_names.py keeps them, and the fields settle-1.lua checks (check_item) and
   reads, equal. Stored names are not here: a job's compact form is codec.lua's SHORT, the
   adaptive state's fields adaptive_rule.lua's ADAPTIVE_FIELDS (both also in wire.py's docs).
