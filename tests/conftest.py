@@ -32,6 +32,9 @@ from support.processes import redis_servers_under
 from support.proxy_proc import TinyproxySet, require_tinyproxy
 from support.sites import NotRedis
 
+#: ``--dist loadgroup`` grouping ``xdist_group`` tests under pytest 9 (see the module).
+pytest_plugins = ["support.xdist_groups"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_redis_server_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

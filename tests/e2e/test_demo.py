@@ -12,7 +12,9 @@ from rich.console import Console
 from scrapeq.demo.scenario import DemoReport, render_report, run_demo
 from scrapeq.engine.config.settings import Settings
 
-pytestmark = pytest.mark.slow
+# One process runs every test of the module, so the shared run happens once (the module
+# fixture is per process: split over two, its 14 s ran twice).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 HANG, GONE, ERROR = "shop-43.example.com", "shop-42.example.com", "shop-41.example.com"
 
