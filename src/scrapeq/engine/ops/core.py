@@ -1,8 +1,7 @@
 """The single-partition queue core: argument checks, operations (generators), result shaping.
 
 Each operation yields :class:`~scrapeq.engine.lua.scripts.Call` or :class:`Command` steps and
-receives each answer; the facades (:mod:`scrapeq.engine.facades.sync_queue`,
-:mod:`scrapeq.engine.facades.async_queue`) drive them.
+receives each answer; the facades (:mod:`scrapeq.engine.facades`: sync and async) drive them.
 """
 
 from __future__ import annotations
