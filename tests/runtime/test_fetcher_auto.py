@@ -146,12 +146,19 @@ async def test_the_decision_shows_in_domains_the_dashboard_and_metrics(
     tmp_path: Path,
 ) -> None:
     q = make_async_queue()
-    await q.enqueue_many(["https://a.example/x", "https://b.example/p/1", "https://c.example/"])
+    await q.enqueue_many(
+        ["https://a.example/x", "https://b.example/p/1", "https://c.example/", "https://d.example/"]
+    )
     await q.domain_set("a.example", fetcher="auto")  # auto, nothing decided yet: http
     # what the settle script writes (tests above): a block's level, a render's pattern
     await q.client.hset(q.keys.domain("b.example"), mapping={"afl": "impersonate",
                                                               "ap:/p/": "browser"})  # fmt: skip
+    # a crawl run with --fetcher auto moved one pattern of d.example; this queue's setting is
+    # http and the domain has no level of its own: the pattern's level still shows
+    await q.client.hset(q.keys.domain("d.example"), "ap:/b.html", "browser")
     infos = {d["domain"]: d for d in await q.domains_info()}
+    assert infos["d.example"]["auto_patterns"] == {"/b.html": "browser"}
+    assert infos["d.example"]["auto_fetcher"] == "http"
     assert (infos["a.example"]["auto_fetcher"], infos["a.example"]["auto_patterns"]) == ("http", {})
     assert infos["b.example"]["auto_patterns"] == {"/p/": "browser"}
     assert "auto_fetcher" not in infos["c.example"]  # not auto: nothing shown

@@ -15,8 +15,9 @@
     bytes, skipped; with max_pages set or a cut counted: max_pages_skipped; with its own
     fetcher set (domain set --fetcher): fetcher; with a selector its browser pages wait for
     (domain set --browser-wait-for): browser_wait_for; fetcher auto (its own, or the
-    setting's, or once decided: includes/auto.lua): auto_fetcher (the domain's level) and
-    auto_patterns ({pattern: level} of its path patterns with a level of their own).
+    setting's, or once decided, a path pattern's level alone included: includes/auto.lua):
+    auto_fetcher (the domain's level) and auto_patterns ({pattern: level} of its path
+    patterns with a level of their own).
     window: the breaker's last outcomes ('1' a failure), kept while it is open (the ones
     that tripped it); window_failures of its window_calls failed (the failure rate shown).
     *_last_hour, *_baseline: dead letters and failures charged to the breaker in the last
@@ -72,8 +73,11 @@ for i, d in ipairs(ARG.domains) do
   -- its own fetcher (domain_set-1.lua), when one is set
   if f[32] then out[i].fetcher = f[32] end
   if f[33] then out[i].browser_wait_for = f[33] end
-  if f[34] or f[32] == 'auto' or CFG.fetcher == 'auto' then
-    out[i].auto_fetcher, out[i].auto_patterns = f[34] or 'http', auto_patterns(d)
+  -- fetcher auto: shown when the domain or the setting is auto, or when a level was decided
+  -- (a crawl run with --fetcher auto leaves its patterns' levels whatever this setting says)
+  local patterns = auto_patterns(d)
+  if f[34] or f[32] == 'auto' or CFG.fetcher == 'auto' or next(patterns) then
+    out[i].auto_fetcher, out[i].auto_patterns = f[34] or 'http', patterns
   end
   -- with an exit pool: the tier it fetches at (includes/exits.lua) and its benched exits
   if #CFG.exits > 0 then
