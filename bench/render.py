@@ -183,6 +183,12 @@ def run_scrapy_playwright(
 ) -> dict[str, Any]:
     out = tmp / "scrapy.jsonl"
     argv = [sys.executable, "-c", SCRAPY_SPIDER, site.base, str(pages), str(at_once), str(out)]
+    return _run_peer(argv, out, site, pages)
+
+
+def _run_peer(argv: list[str], out: Path, site: Site, pages: int) -> dict[str, Any]:
+    """A peer crawler in its own process: watched as scrapeq's worker is, its JSON lines (one
+    item a page, ``price`` its field) counted."""
     proc = subprocess.Popen(argv, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     figures = _watch(proc, site, pages, limit=pages * 2.0 + 60)
@@ -202,13 +208,7 @@ def run_crawlee(site: Site, pages: int, at_once: int, tmp: Path, mode: str) -> d
     out = tmp / f"crawlee-{mode}.jsonl"
     peer = Path(__file__).resolve().parent / "_crawlee_render.py"
     argv = [sys.executable, str(peer), site.base, str(pages), str(at_once), str(out), mode]
-    proc = subprocess.Popen(argv, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    figures = _watch(proc, site, pages, limit=pages * 2.0 + 60)
-    lines = [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
-    figures["extracted"] = sum(1 for r in lines if r.get("price"))
-    figures["results_lines"] = len(lines)
-    return figures
+    return _run_peer(argv, out, site, pages)
 
 
 def run_crawlee_playwright(
