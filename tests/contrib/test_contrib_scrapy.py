@@ -736,16 +736,11 @@ async def test_a_crawl_whose_every_request_is_refused_says_so(
 def test_a_burst_enqueued_in_one_turn_costs_one_enqueue_call(redis_url: str) -> None:
     """40 requests scheduled in one reactor turn (a spider's burst of critical re-crawls) are
     written in one enqueue call, not 40 round trips before the first can be claimed."""
-    from scrapy.utils.test import get_crawler
 
     settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "burst",
                 "SCRAPEQ_SETTINGS": {"allow_private": True},
                 "DUPEFILTER_CLASS": "scrapeq.contrib.scrapy.DupeFilter"}  # fmt: skip
-    crawler = get_crawler(_Spider, settings)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
+    crawler, _spider, scheduler = _opened(settings)
     frontier = scheduler.frontier
     assert frontier is not None
     calls: list[int] = []
@@ -899,16 +894,11 @@ def test_work_of_other_lanes_leaves_the_urgent_slots_to_critical_work(redis_url:
     """With CONCURRENT_REQUESTS = 8 and SCRAPEQ_URGENT_SLOTS = 3, a busy crawl holds 5 normal
     jobs at most; critical work scheduled meanwhile is claimed into the 3 kept slots at once
     (an urgent-only claim: no normal job is taken into them), not after normal pages end."""
-    from scrapy.utils.test import get_crawler
 
     settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "reserve",
                 "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": 10},
                 "CONCURRENT_REQUESTS": 8, "SCRAPEQ_URGENT_SLOTS": 3}  # fmt: skip
-    crawler = get_crawler(_Spider, settings)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
+    crawler, _spider, scheduler = _opened(settings)
     try:
         for n in range(20):
             scheduler.enqueue_request(scrapy.Request(f"http://127.0.0.{1 + n % 4}:9/n/{n}"))
@@ -931,7 +921,6 @@ def test_a_download_that_charges_its_site_keeps_the_domain_slot(redis_url: str) 
     handles keeps it until its settle, so the breaker and the adaptive limit hear of it before
     the site gets another request."""
     from scrapy.http import HtmlResponse
-    from scrapy.utils.test import get_crawler
 
     from scrapeq.contrib.scrapy import ReportMiddleware
     from scrapeq.contrib.scrapy._frontier import JOB, STARTED, Frontier
@@ -940,11 +929,7 @@ def test_a_download_that_charges_its_site_keeps_the_domain_slot(redis_url: str) 
                 "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
                 "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": 1,
                                      "slow_call": 5}}  # fmt: skip
-    crawler = get_crawler(_Spider, settings)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
+    crawler, _spider, scheduler = _opened(settings)
     middleware = ReportMiddleware(crawler)
     frontier = Frontier.of(crawler)
     assert frontier is not None
@@ -998,7 +983,6 @@ def test_a_slow_answer_under_an_adaptive_domain_keeps_its_slot_until_its_settle(
     with the download's sample: lua/downloaded-1.lua), not a Python guess that knew only
     slow_call."""
     from scrapy.http import HtmlResponse
-    from scrapy.utils.test import get_crawler
 
     from scrapeq.contrib.scrapy import ReportMiddleware
     from scrapeq.contrib.scrapy._frontier import JOB, STARTED, Frontier
@@ -1007,11 +991,7 @@ def test_a_slow_answer_under_an_adaptive_domain_keeps_its_slot_until_its_settle(
                 "SCHEDULER": "scrapeq.contrib.scrapy.Scheduler",
                 "SCRAPEQ_SETTINGS": {"allow_private": True, "domain_concurrency": "auto",
                                      "slow_call": 30}}  # fmt: skip
-    crawler = get_crawler(_Spider, settings)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
+    crawler, _spider, scheduler = _opened(settings)
     middleware = ReportMiddleware(crawler)
     frontier = Frontier.of(crawler)
     assert frontier is not None
@@ -1103,16 +1083,11 @@ def test_with_one_lane_no_urgent_only_claim_is_made(redis_url: str) -> None:
     """Urgency is what the enqueue script says (issue 39), not ``lane == names[0]``: with one
     lane nothing is urgent, so scheduling work makes no urgent-only claim (before, every
     enqueue was taken for urgent work and made an empty one)."""
-    from scrapy.utils.test import get_crawler
 
     settings = {"SCRAPEQ_REDIS_URL": redis_url, "SCRAPEQ_QUEUE": "onelane",
                 "SCRAPEQ_SETTINGS": {"allow_private": True, "lanes": {"normal": 0}},
                 "CONCURRENT_REQUESTS": 8, "SCRAPEQ_URGENT_SLOTS": 3}  # fmt: skip
-    crawler = get_crawler(_Spider, settings)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
+    crawler, _spider, scheduler = _opened(settings)
     queue = scheduler.frontier.queue
     claim, urgent_claims = queue.claim, []
 
@@ -1130,6 +1105,18 @@ def test_with_one_lane_no_urgent_only_claim_is_made(redis_url: str) -> None:
         assert crawler.stats.get_value("scrapeq/claimed_urgent_only") is None
     finally:
         scheduler.close("finished")
+
+
+def _opened(settings: dict[str, Any]) -> tuple[Any, _Spider, Scheduler]:
+    """A crawler of ``_Spider`` with ``settings``, and its scheduler opened (not running)."""
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(_Spider, settings)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    return crawler, spider, scheduler
 
 
 def _drain(scheduler: Any) -> list[Any]:
