@@ -13,9 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Both cores (pytest-xdist): each worker has its own session fixtures (redis-server, cluster,
-# temporary root); tests that must share one process carry an xdist_group marker.
-TEST_WORKERS ?= 2
+# Both cores (pytest-xdist), four processes: at two the cores were busy 39% of the run (the
+# tests wait on sites, subprocesses and deadlines). Each process has its own session fixtures
+# (redis-server, cluster, temporary root); tests that must share one process carry an
+# xdist_group marker; the slowest modules go first (tests/support/slow_first.py).
+TEST_WORKERS ?= 4
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

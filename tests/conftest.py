@@ -32,8 +32,9 @@ from support.processes import redis_servers_under
 from support.proxy_proc import TinyproxySet, require_tinyproxy
 from support.sites import NotRedis
 
-#: ``--dist loadgroup`` grouping ``xdist_group`` tests under pytest 9 (see the module).
-pytest_plugins = ["support.xdist_groups"]
+#: ``--dist loadgroup`` grouping ``xdist_group`` tests under pytest 9, and the slowest modules
+#: first (see the modules).
+pytest_plugins = ["support.xdist_groups", "support.slow_first"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -24,10 +24,12 @@ from scrapeq.contrib.scrapy._classify import classify_failure
 from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.runtime.classify import Outcome
-from support.browser import need_browser
+from support.browser import ONE_CHROMIUM_AT_A_TIME, need_browser
 from support.js_shop import list_shop
 from support.proc_helpers import communicate
 from support.sites import hang, sites
+
+pytestmark = ONE_CHROMIUM_AT_A_TIME
 
 ADDON = 'ADDONS={"scrapeq.contrib.scrapy.Addon": 0}'
 PRODUCTS = 12

@@ -15,13 +15,17 @@ import pytest
 
 from scrapeq import Queue
 from scrapeq.engine.config.settings import Settings
-from support.browser import need_browser
+from support.browser import ONE_CHROMIUM_AT_A_TIME, need_browser
 from support.cli_helpers import run
 from support.js_shop import price, shop
 from support.processes import alive, children, descendants, wait_until
 from support.sites import Site, threaded_site
 
-pytestmark = [pytest.mark.usefixtures("clean_env"), pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.usefixtures("clean_env"),
+    pytest.mark.timeout(180),
+    ONE_CHROMIUM_AT_A_TIME,
+]
 
 
 #: The domain's selector: what its listing and its product pages each end up with.

@@ -22,7 +22,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from scrapeq import AsyncQueue, Settings
 from scrapeq.interfaces.web import create_app
-from support.browser import CHROMIUM, need_browser
+from support.browser import CHROMIUM, ONE_CHROMIUM_AT_A_TIME, need_browser
+
+pytestmark = ONE_CHROMIUM_AT_A_TIME
 
 MINUTE = 60_000
 LANES = ("critical", "normal", "bulk")

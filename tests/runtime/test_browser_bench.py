@@ -23,11 +23,11 @@ from scrapeq.engine.ops.status import browsers_alarm
 from scrapeq.runtime.reporter import Reporter
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
-from support.browser import CHROMIUM, need_browser
+from support.browser import CHROMIUM, ONE_CHROMIUM_AT_A_TIME, need_browser
 from support.js_shop import shop
 from support.sites import Site, sites
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), ONE_CHROMIUM_AT_A_TIME]
 
 WRAPPER = """#!/bin/sh
 mode=$(cat '{mode}')

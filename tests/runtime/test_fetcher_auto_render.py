@@ -21,12 +21,12 @@ from scrapeq.runtime.extract import extractor
 from scrapeq.runtime.fetch import Response
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
-from support.browser import need_browser
+from support.browser import ONE_CHROMIUM_AT_A_TIME, need_browser
 from support.js_shop import price, shop
 from support.sites import Site, sites
 from support.waiting import until
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), ONE_CHROMIUM_AT_A_TIME]
 
 FIELDS = ["name=.name::text", "price=.price::text"]
 

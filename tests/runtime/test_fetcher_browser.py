@@ -32,12 +32,12 @@ from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.metrics import WorkerMetrics
 from scrapeq.runtime.sinks import CallableSink
 from scrapeq.runtime.worker import Worker
-from support.browser import need_browser
+from support.browser import ONE_CHROMIUM_AT_A_TIME, need_browser
 from support.js_shop import BUSY_LOOP, SMALL_HEAP, price, secret, shop
 from support.processes import alive
 from support.sites import Site, proxy, sites
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), ONE_CHROMIUM_AT_A_TIME]
 
 #: A page's deadline where one is waited out (the test machine may be loaded: a browser's
 #: start is not in it, its load is).

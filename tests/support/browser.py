@@ -11,6 +11,11 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 
+#: The modules that start chromium run in one process of ``make test``, one test at a time:
+#: four chromiums at once on two cores, beside the other tests, pushed pages past the
+#: deadlines these tests hold the browser to. The group is dispatched first (the largest).
+ONE_CHROMIUM_AT_A_TIME = pytest.mark.xdist_group("chromium")
+
 
 def need_browser() -> Any:
     """The Playwright module, when the browser is there; skip (workstation) or fail (CI)."""
