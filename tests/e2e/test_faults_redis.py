@@ -96,6 +96,9 @@ def test_redis_sigterm_mid_run_workers_reconnect_and_lose_nothing(
             q.close()
 
     wait_until(lambda: done() >= 30, 20, "30 jobs done")
+    # each worker past its start (a worker that never reached Redis refuses to start, by
+    # design): on a loaded machine one may still be importing when the other has done 30
+    wait_until(lambda: all("worker started" in w.text() for w in workers), 30, "both started")
     aof_redis.stop(signal.SIGTERM)
     time.sleep(1.0)
     assert all(w.running() for w in workers), "the workers outlive Redis going away"
