@@ -408,6 +408,7 @@ async def test_two_crawl_processes_share_one_frontier(redis_url: str, tmp_path: 
 
 SPIDERS = '''
 import asyncio
+import os
 
 import scrapy
 
@@ -417,14 +418,19 @@ class Pages(scrapy.Spider):
 
     name = "pages"
 
-    def __init__(self, start="", fail_at="", slow_start="0", **kwargs):
+    def __init__(self, start="", fail_at="", slow_start="0", start_gate="", **kwargs):
         super().__init__(**kwargs)
         self.pages = [u for u in start.split(",") if u]
         self.fail_at = int(fail_at) if fail_at else None
         self.slow_start = float(slow_start)
+        self.start_gate = start_gate  # a file: start() yields nothing before it exists
 
     async def start(self):
         await asyncio.sleep(self.slow_start)
+        for _ in range(1200 if self.start_gate else 0):
+            if os.path.exists(self.start_gate):
+                break
+            await asyncio.sleep(0.05)
         for i, url in enumerate(self.pages):
             if i == self.fail_at:
                 raise RuntimeError("the spider's start() broke")
@@ -652,12 +658,20 @@ async def test_a_crawl_started_at_the_same_moment_takes_its_share(
     async with sites(_page(lambda n: [], delay=0.3)) as (site,):
         start = "start=" + ",".join(site.url(f"/p/{n}") for n in range(16))
         args = ("-a", start, "-s", "CONCURRENT_REQUESTS=2")
-        slow = ("-a", "slow_start=4")  # its start() reads a sitemap first, say
+        # its start() reads a sitemap first, say: until the second process waits for it
+        gate = tmp_path / "gate"
+        slow = ("-a", f"start_gate={gate}")
         first = asyncio.create_task(
             _run(root, "pages", redis_url, "join", *args, *slow, out="a.json")
         )
         await _wait_for_flag(redis_url, "join", "scrapy-start", 30)
-        code_b, log_b, items_b = await _run(root, "pages", redis_url, "join", *args, out="b.json")
+        feed = ("-O", str(root / "b.json"))
+        second = await _spawn(root, "pages", redis_url, "join", *args, *feed, env=None)
+        head = await _read_until(second, "start requests are being taken by", 60)
+        gate.touch()
+        rest, _ = await communicate(second, 60)
+        code_b, log_b = second.returncode, head + rest.decode(errors="replace")
+        items_b = _items(root / "b.json")
         code_a, log_a, items_a = await first
     assert (code_a, code_b) == (0, 0), log_a[-2000:] + log_b[-2000:]
     assert "start requests are being taken by" in log_b, log_b[-3000:]
