@@ -1,0 +1,132 @@
+"""Features that are off cost nothing (issue 40): with no proxy configured no command of the
+claim and settle scripts names an exit's key, and with ``revisit = off`` none names a
+revisit's state (its ``rv:`` hashes, its fields of the domain's hash).
+
+Counted, not timed: every command Redis runs, those of scripts included, is read from
+``MONITOR`` while a queue claims and settles a batch (done, retried, released and dead jobs,
+with latencies and bytes). Each test has its control: with the feature on, the same workload
+names those keys, so the monitor sees what it should.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from scrapeq import Queue
+
+pytestmark = pytest.mark.backends("single")  # one server's MONITOR
+
+MARK = "scrapeq-features-off-end"
+PROXY = ("http://127.0.0.2:9001", "http://127.0.0.2:9002 tier=residential")
+#: the revisit fields of a domain's hash (includes/revisit.lua, RV.DOM and rvskip)
+RV_FIELDS = frozenset({"rvmu", "rvl", "rvn", "rvfw", "rvw", "rvl0", "rvh", "rvskip"})
+
+
+class Monitor:
+    """The commands Redis runs between ``start`` and ``stop``: each a list of its words."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.monitor = self.client.monitor()
+        self.monitor.__enter__()  # MONITOR sent: every command from here is seen
+        self.commands: list[list[str]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            words = self.monitor.next_command()["command"].split(" ")
+            if words[:2] == ["ECHO", MARK]:
+                return
+            self.commands.append(words)
+
+    def stop(self) -> list[list[str]]:
+        self.client.echo(MARK)
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the monitor never saw its end mark"
+        self.monitor.__exit__()
+        self.client.close()
+        return self.commands
+
+
+@pytest.fixture
+def watch(redis_url: str) -> Iterator[Callable[[], Monitor]]:
+    started: list[Monitor] = []
+
+    def start() -> Monitor:
+        m = Monitor(redis_url)
+        started.append(m)
+        return m
+
+    yield start
+    for m in started:
+        if m.thread.is_alive():
+            m.stop()
+
+
+def workload(q: Queue, settle_extra: dict[str, Any]) -> None:
+    """Claim and settle a batch of every outcome, with latencies and bytes."""
+    q.enqueue_many([f"http://d{i % 3}.test/p/{i}" for i in range(12)])
+    jobs = q.claim(12).jobs
+    assert len(jobs) >= 8
+    items = []
+    for i, job in enumerate(jobs):
+        if i % 4 == 1:
+            s = q.retrying(job, kind="http_503", delay=0, domain_failed=True)
+        elif i % 4 == 2:
+            s = q.releasing(job, delay=0, kind="released:proxy_error")
+        elif i % 4 == 3 and i > 4:
+            s = q.failing(job, reason="http_404", message="gone")
+        else:
+            s = dataclasses.replace(q.done(job), latency_ms=20)
+        extra = dict(settle_extra)
+        if job.exit is not None:
+            extra.update(exit_result="ok", bytes_in=600)
+        items.append(dataclasses.replace(s, **extra))
+    q.settle_many(items)
+    q.claim(12)  # the retried and released ones again
+
+
+def named(commands: list[list[str]], *parts: str) -> list[list[str]]:
+    """The commands with a word that contains one of ``parts``."""
+    return [c for c in commands if any(p in w for w in c for p in parts)]
+
+
+def exit_keys(q: Queue) -> tuple[str, ...]:
+    return (q.keys.exits_down, q.keys.exit(""), q.keys.domain_exits(""))
+
+
+@pytest.mark.parametrize("proxy", [(), PROXY])
+def test_with_no_proxy_no_exit_key_is_touched(
+    make_queue: Callable[..., Queue], watch: Callable[[], Monitor], proxy: tuple[str, ...]
+) -> None:
+    q = make_queue(queue="off", proxy=proxy, domain_concurrency=8)
+    m = watch()
+    workload(q, {})
+    touched = named(m.stop(), *exit_keys(q))
+    if proxy:  # the control: the monitor sees the exits' commands
+        assert touched, "with a pool, the claims and settles use the exits' keys"
+    else:
+        assert touched == [], touched[:5]
+
+
+@pytest.mark.parametrize("revisit", ["off", "on"])
+def test_with_revisit_off_no_revisit_state_is_touched(
+    make_queue: Callable[..., Queue], watch: Callable[[], Monitor], revisit: str
+) -> None:
+    q = make_queue(queue="off", revisit=revisit, domain_concurrency=8)
+    m = watch()
+    workload(q, {"signature": "0123456789abcdef"} if revisit == "on" else {})
+    commands = m.stop()
+    state = named(commands, q.keys.prefix + "rv:")
+    fields = [c for c in commands if RV_FIELDS & {w.strip('"') for w in c}]
+    if revisit == "on":  # the control
+        assert state and fields
+    else:
+        assert state == [] and fields == [], (state[:3], fields[:3])
