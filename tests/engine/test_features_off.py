@@ -130,3 +130,30 @@ def test_with_revisit_off_no_revisit_state_is_touched(
         assert state and fields
     else:
         assert state == [] and fields == [], (state[:3], fields[:3])
+
+
+def test_an_exits_state_is_read_and_stamped_once_per_call(
+    make_queue: Callable[..., Queue], watch: Callable[[], Monitor]
+) -> None:
+    """Through one exit, a claim of eight jobs of one domain stamps the exit's and the pair's
+    last use once, and their settle reads the exit's breaker and the pair's bench once; a
+    window already full of answers is not written again."""
+    q = make_queue(queue="off", proxy=PROXY[:1], domain_concurrency=8)
+    q.enqueue_many([f"http://d.test/p/{i}" for i in range(24)])
+    for _ in range(2):  # the window fills with answers (ten outcomes)
+        jobs = q.claim(8).jobs
+        q.settle_many([dataclasses.replace(q.done(j), exit_result="ok") for j in jobs])
+    (exit_id,) = {j.exit for j in jobs}
+    ek, dk = q.keys.exit(exit_id), q.keys.domain_exits("d.test")
+    m = watch()
+    jobs = q.claim(8).jobs
+    assert len(jobs) == 8 and {j.exit for j in jobs} == {exit_id}
+    q.settle_many([dataclasses.replace(q.done(j), exit_result="ok") for j in jobs])
+    commands = m.stop()
+
+    def calls(name: str, key: str) -> int:
+        return sum(1 for c in commands if c[:2] == [name, key])
+
+    assert (calls("HSET", ek), calls("HSET", dk)) == (1, 1), "one stamp each (lu, u:<id>)"
+    assert calls("HMGET", ek) == 1 and calls("HEXISTS", dk) == 1
+    assert int(q.client.hget(ek, "req") or 0) == 24, "every attempt counted"
