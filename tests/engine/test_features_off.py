@@ -6,6 +6,9 @@ Counted, not timed: every command Redis runs, those of scripts included, is read
 ``MONITOR`` while a queue claims and settles a batch (done, retried, released and dead jobs,
 with latencies and bytes). Each test has its control: with the feature on, the same workload
 names those keys, so the monitor sees what it should.
+
+And features that are on cost what they must: an exit's and a domain's revisit state are read
+once per script call, not once per job (includes/exits.lua, includes/revisit.lua).
 """
 
 from __future__ import annotations
@@ -157,3 +160,28 @@ def test_an_exits_state_is_read_and_stamped_once_per_call(
     assert (calls("HSET", ek), calls("HSET", dk)) == (1, 1), "one stamp each (lu, u:<id>)"
     assert calls("HMGET", ek) == 1 and calls("HEXISTS", dk) == 1
     assert int(q.client.hget(ek, "req") or 0) == 24, "every attempt counted"
+
+
+def test_a_domains_revisit_state_is_read_once_per_settle_and_lands_the_same(
+    make_queue: Callable[..., Queue], watch: Callable[[], Monitor], redis_client: redis.Redis
+) -> None:
+    """Revisit = on: a settle of six pages of one domain reads the domain's revisit fields
+    once (revisit.lua keeps what it wrote); they land as six settles of one page each make
+    them."""
+    fields: dict[str, dict[str, str]] = {}
+    for name, batch in (("one", 1), ("six", 6)):
+        q = make_queue(queue=name, revisit="on", domain_concurrency=8)
+        q.enqueue_many([f"http://d.test/p/{i}" for i in range(6)])
+        jobs = q.claim(6).jobs
+        assert len(jobs) == 6
+        items = [dataclasses.replace(q.done(j), signature=f"{i:016x}") for i, j in enumerate(jobs)]
+        m = watch()
+        for start in range(0, 6, batch):
+            q.settle_many(items[start : start + batch])
+        commands = m.stop()
+        dk = q.keys.domain("d.test")
+        reads = [c for c in commands if c[:2] == ["HMGET", dk] and "rvmu" in c]
+        assert len(reads) == 6 // batch
+        got = redis_client.hgetall(dk)
+        fields[name] = {k: v for k, v in got.items() if k in RV_FIELDS}
+    assert fields["one"] == fields["six"] and fields["six"]["rvn"] == "6"
