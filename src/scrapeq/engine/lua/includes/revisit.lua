@@ -42,7 +42,13 @@
 RV.FMT = '>IIIIHH'
 RV.NOSIG = string.rep('\0', 8)
 
+-- The bytes of hex digits h; 16 of them (a signature, a URL's field: all callers) packed as
+-- two big-endian 32-bit numbers, the same 8 bytes at a fraction of a gsub's cost.
 function RV.unhex(h)
+  if #h == 16 then
+    return struct.pack('>I4I4', tonumber(string.sub(h, 1, 8), 16),
+      tonumber(string.sub(h, 9, 16), 16))
+  end
   return (string.gsub(h, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
 end
 
@@ -67,9 +73,9 @@ end
 RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes', 'rvl0', 'rvh'}
 
 -- A domain's RV.DOM fields as HMGET answers them, read once per call: RV.dom_write keeps
--- what it wrote (nothing else writes them), in the form a read would answer (a number as
--- redis.call sends it, %.17g: read back, the same number). `bytes` grows with each item
--- (settle-1.lua), so it is read again, when max_bytes needs it.
+-- what it wrote (nothing else writes them); its numbers as they are, which tonumber answers
+-- as it would their text (redis.call sends a number as %.17g: read back, the same number).
+-- `bytes` grows with each item (settle-1.lua), so it is read again, when max_bytes needs it.
 RV.doms = {}
 
 function RV.dom_fields(dk)
@@ -83,9 +89,7 @@ function RV.dom_write(dk, d)
   local h = next(d.h) and cjson.encode(d.h) or '{}'
   redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w,
     'rvl0', d.l0, 'rvh', h)
-  local function text(x) return string.format('%.17g', x) end
-  RV.doms[dk] = {text(d.mu), text(d.load), text(d.n), text(d.fw), text(d.w), false,
-    text(d.l0), h}
+  RV.doms[dk] = {d.mu, d.load, d.n, d.fw, d.w, false, d.l0, h}
 end
 
 -- The queue's sums of its domains' figures (K.STATS, for status): what a visit changed.
