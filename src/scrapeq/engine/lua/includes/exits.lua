@@ -187,19 +187,20 @@ function EX.choose(plan, job_id)
   else
     plan.next = plan.next + 1
   end
-  EX.stamp(plan.key, 'u:' .. e.id)
-  EX.stamp(k_exit(e.id), 'lu')
+  if EX.first(plan.key, e.id) then redis.call('HSET', plan.key, 'u:' .. e.id, NOW) end
+  if EX.first(e.id, 'lu') then redis.call('HSET', k_exit(e.id), 'lu', NOW) end
   return e.id
 end
 
--- HSET key field NOW, once per call: EX.choose is the only writer of these fields (`u:<id>`,
--- `lu`) and NOW is the call's, so a second write in the same call would change nothing.
+-- Whether (a, b) is met for the first time in this call: EX.choose stamps a pair's and an
+-- exit's last use (`u:<id>`, `lu`) once per call; it is their only writer and NOW is the
+-- call's, so a second write in the same call would change nothing.
 EX.stamped = {}
-function EX.stamp(key, field)
-  local k = key .. '\0' .. field
-  if EX.stamped[k] then return end
+function EX.first(a, b)
+  local k = a .. '\0' .. b
+  if EX.stamped[k] then return false end
   EX.stamped[k] = true
-  redis.call('HSET', key, field, NOW)
+  return true
 end
 
 -- The breaker fields of exit `id` (state, win, tdom, trips, probe: HMGET's answer), read once
