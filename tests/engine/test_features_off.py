@@ -14,7 +14,6 @@ once per script call, not once per job (includes/exits.lua, includes/revisit.lua
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,40 +21,13 @@ import pytest
 import redis
 
 from scrapeq import Queue
+from support.monitor import Monitor, named
 
 pytestmark = pytest.mark.backends("single")  # one server's MONITOR
 
-MARK = "scrapeq-features-off-end"
 PROXY = ("http://127.0.0.2:9001", "http://127.0.0.2:9002 tier=residential")
 #: the revisit fields of a domain's hash (includes/revisit.lua, RV.DOM and rvskip)
 RV_FIELDS = frozenset({"rvmu", "rvl", "rvn", "rvfw", "rvw", "rvl0", "rvh", "rvskip"})
-
-
-class Monitor:
-    """The commands Redis runs between ``start`` and ``stop``: each a list of its words."""
-
-    def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(url, decode_responses=True)
-        self.monitor = self.client.monitor()
-        self.monitor.__enter__()  # MONITOR sent: every command from here is seen
-        self.commands: list[list[str]] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        while True:
-            words = self.monitor.next_command()["command"].split(" ")
-            if words[:2] == ["ECHO", MARK]:
-                return
-            self.commands.append(words)
-
-    def stop(self) -> list[list[str]]:
-        self.client.echo(MARK)
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "the monitor never saw its end mark"
-        self.monitor.__exit__()
-        self.client.close()
-        return self.commands
 
 
 @pytest.fixture
@@ -94,11 +66,6 @@ def workload(q: Queue, settle_extra: dict[str, Any]) -> None:
         items.append(dataclasses.replace(s, **extra))
     q.settle_many(items)
     q.claim(12)  # the retried and released ones again
-
-
-def named(commands: list[list[str]], *parts: str) -> list[list[str]]:
-    """The commands with a word that contains one of ``parts``."""
-    return [c for c in commands if any(p in w for w in c for p in parts)]
 
 
 def exit_keys(q: Queue) -> tuple[str, ...]:
