@@ -12,6 +12,9 @@ One fixed workload per row, each run by the real ``Worker`` (``--burst``, concur
 * **plain, no sink**: the same without a results sink;
 * **crawl page, 20 links**: ``follow_links``: a seed page with 20 links to plain pages of its
   site; a row's jobs are the seeds and their children (1 in 21 a seed), JSONL;
+* **bare aiohttp through the proxy**: the bare loop through the exit row's proxy, the
+  reference of that row: tinyproxy answers one request per connection, so each fetch through
+  it pays a new connection, with or without scrapeq;
 * **exit**: the plain row through one forward proxy (Debian's ``tinyproxy`` on 127.0.0.2,
   ``tests/support/proxy_proc.py``), ``proxy = <it>``: the exit's counters, breaker and
   per-domain plan on every claim and settle; left out when tinyproxy is missing;
@@ -86,12 +89,13 @@ PAGE = (
     + b"<p>a small page for the cost ledger</p>" * 14
     + b"</body></html>"
 )
-ROWS = ("bare", "plain", "nosink", "crawl", "exit", "revisit", "dead")
+ROWS = ("bare", "plain", "nosink", "crawl", "bareexit", "exit", "revisit", "dead")
 LABELS = {
     "bare": "bare aiohttp loop (reference)",
     "plain": "plain job (JSONL)",
     "nosink": "plain job, no sink",
     "crawl": "crawl page, 20 links (per job)",
+    "bareexit": "bare aiohttp through the proxy",
     "exit": "job through an exit",
     "revisit": "revisit = on",
     "dead": "dead letter (404)",
@@ -282,10 +286,10 @@ def run_worker(
     )  # fmt: skip
 
 
-def run_bare(urls: Sequence[str]) -> Figures:
+def run_bare(urls: Sequence[str], proxy: str | None = None) -> Figures:
     cpu0 = own_cpu()
     start = time.perf_counter()
-    ok = asyncio.run(_bare(urls, CONCURRENCY))
+    ok = asyncio.run(_bare(urls, CONCURRENCY, proxy))
     seconds, cpu = time.perf_counter() - start, own_cpu() - cpu0
     if ok != len(urls):
         raise RuntimeError(f"bare: {ok} of {len(urls)} fetches answered 200")
@@ -368,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         print("cost: valgrind not found: instructions left out (--no-callgrind)", file=sys.stderr)
         callgrind = False
     rows = list(args.rows)
-    if "exit" in rows and find_tinyproxy() is None:
-        print("cost: no tinyproxy: the exit row is left out", file=sys.stderr)
-        rows.remove("exit")
+    if {"exit", "bareexit"} & set(rows) and find_tinyproxy() is None:
+        print("cost: no tinyproxy: the exit rows are left out", file=sys.stderr)
+        rows = [r for r in rows if r not in ("exit", "bareexit")]
     _count_round_trips()
     ledger = {row: Row() for row in rows}
     began = time.perf_counter()
@@ -378,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scrapeq-cost-")))
         ports = stack.enter_context(fleet(DOMAINS, _page)).ports
         proxy = None
-        if "exit" in rows:
+        if {"exit", "bareexit"} & set(rows):
             proxy = stack.enter_context(Tinyproxy("127.0.0.2")).url
         server = stack.enter_context(redis_server(binary, folder))
         head = f"{args.jobs:,} jobs a run over {DOMAINS} sites, concurrency {CONCURRENCY}"
@@ -386,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(1, args.rounds + 1):
             for row in rows:
                 w = workload(row, ports, args.jobs, proxy)
-                if row == "bare":
-                    fig = run_bare(workload("plain", ports, args.jobs, proxy).urls)
+                if row in ("bare", "bareexit"):
+                    via = proxy if row == "bareexit" else None
+                    fig = run_bare(workload("plain", ports, args.jobs, proxy).urls, via)
                 else:
                     fig = run_worker(server.url, w, folder)
                 ledger[row].runs.append(fig)
@@ -397,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             with redis_server(binary, folder, callgrind=True) as cg:
                 assert cg.proc is not None
                 for row in rows:
-                    if row == "bare":
+                    if row in ("bare", "bareexit"):
                         continue
                     w = workload(row, ports, args.callgrind_jobs, proxy, slow=True)
                     ledger[row].instructions = instructions(cg.url, w, folder, cg.proc.pid)
@@ -412,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         bare, plain = ledger["bare"].median("worker_us"), ledger["plain"].median("worker_us")
         assert bare is not None and plain is not None
         print(f"worker CPU of a plain job / bare aiohttp's per request: {plain / bare:.2f}")
+    if "bareexit" in ledger and "exit" in ledger:
+        bare, through = ledger["bareexit"].median("worker_us"), ledger["exit"].median("worker_us")
+        assert bare is not None and through is not None
+        print(f"worker CPU of a job through an exit / bare aiohttp's through the proxy: "
+              f"{through / bare:.2f}")  # fmt: skip
     return 0
 
 

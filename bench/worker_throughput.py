@@ -320,7 +320,9 @@ class Run:
 # --- (a) the bare aiohttp loop ---------------------------------------------------------------
 
 
-async def _bare(urls: Sequence[str], concurrency: int) -> int:
+async def _bare(urls: Sequence[str], concurrency: int, proxy: str | None = None) -> int:
+    """Fetch ``urls`` with ``concurrency`` tasks over one session (through ``proxy``, if
+    any: bench/cost.py's reference for a job through an exit); answers the 200s."""
     connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, ttl_dns_cache=60)
     ok = 0
     async with aiohttp.ClientSession(
@@ -331,7 +333,7 @@ async def _bare(urls: Sequence[str], concurrency: int) -> int:
         async def fetcher() -> None:
             nonlocal ok
             for url in todo:
-                async with session.get(url) as resp:
+                async with session.get(url, proxy=proxy) as resp:
                     body = await resp.read()
                     if resp.status == 200 and body:
                         ok += 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -216,3 +217,25 @@ def test_bad_revisit_fields_are_refused_before_any_write(
         with pytest.raises(ScriptError):
             settle(q, job, **bad)
     assert settle(q, job) == "done"
+
+
+def test_the_state_is_filed_under_the_urls_sha1_with_the_signatures_bytes(
+    make_queue: Callable[..., Queue], redis_url: str, backend: str
+) -> None:
+    """The packed state's place and its signature's bytes, from hex digits (RV.unhex): the
+    hash rv:<first 4 hex digits of the URL's SHA-1, as a number>, the field the next 16 as 8
+    bytes, the value's last 8 bytes the signature's; as earlier versions filed them."""
+    q = make_queue(revisit="on", unique="seen", domain_concurrency=20)
+    urls = [f"http://site.test/page/{i}" for i in range(20)]
+    q.enqueue_many(urls)
+    jobs = q.claim(20).jobs
+    assert sorted(j.url for j in jobs) == sorted(urls)
+    sigs = {j.url: hashlib.sha1(j.url.encode()).hexdigest()[:16] for j in jobs}
+    q.settle_many([dataclasses.replace(q.done(j), signature=sigs[j.url]) for j in jobs])
+    client: Any = (redis.RedisCluster if backend == "cluster" else redis.Redis).from_url(redis_url)
+    for url in urls:
+        h = hashlib.sha1(url.encode()).hexdigest()
+        value = client.hget(f"sq:{{default}}:rv:{int(h[:4], 16)}", bytes.fromhex(h[4:20]))
+        assert value is not None and len(value) == 28, url
+        assert value[20:] == bytes.fromhex(sigs[url])
+    client.close()

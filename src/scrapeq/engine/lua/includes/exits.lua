@@ -181,14 +181,43 @@ function EX.choose(plan, job_id)
   if e.probe then
     table.remove(list, plan.next)
     redis.call('HSET', K.EXITS_DOWN, e.id, 'p' .. (NOW + CFG.lease_ms))
+    EX.forget(e.id)
     redis.call('HSET', k_exit(e.id), 'state', 'half_open', 'probe', job_id)
     EX.down_map[e.id] = 'p' .. (NOW + CFG.lease_ms)
   else
     plan.next = plan.next + 1
   end
-  redis.call('HSET', plan.key, 'u:' .. e.id, NOW)
-  redis.call('HSET', k_exit(e.id), 'lu', NOW)
+  if EX.first(plan.key, e.id) then redis.call('HSET', plan.key, 'u:' .. e.id, NOW) end
+  if EX.first(e.id, 'lu') then redis.call('HSET', k_exit(e.id), 'lu', NOW) end
   return e.id
+end
+
+-- Whether (a, b) is met for the first time in this call: EX.choose stamps a pair's and an
+-- exit's last use (`u:<id>`, `lu`) once per call; it is their only writer and NOW is the
+-- call's, so a second write in the same call would change nothing.
+EX.stamped = {}
+function EX.first(a, b)
+  local k = a .. '\0' .. b
+  if EX.stamped[k] then return false end
+  EX.stamped[k] = true
+  return true
+end
+
+-- The breaker fields of exit `id` (state, win, tdom, trips, probe: HMGET's answer), read once
+-- per call and kept as this call writes them (EX.settle); a write of another of them
+-- (EX.forget) makes the next use read them again.
+EX.brk = {}
+function EX.breaker(id)
+  local f = EX.brk[id]
+  if f == nil then
+    f = redis.call('HMGET', k_exit(id), 'state', 'win', 'tdom', 'trips', 'probe')
+    EX.brk[id] = f
+  end
+  return f
+end
+
+function EX.forget(id)
+  EX.brk[id] = nil
 end
 
 -- Cooldown of an exit's n-th consecutive trip: base * 2^(n-1), capped, +-20% jitter.
@@ -198,6 +227,7 @@ end
 
 function EX.open_exit(id, trips, why)
   local cool = EX.exit_cooldown(trips)
+  EX.forget(id)
   redis.call('HSET', k_exit(id), 'state', 'open', 'open_until', NOW + cool, 'trips', trips,
     'probe', '')
   redis.call('HSET', K.EXITS_DOWN, id, NOW + cool)
@@ -247,11 +277,12 @@ function EX.settle(id, d, result, bytes, latency, job_id)
   end
   -- the exit's breaker
   local probe_failed = false
-  local f = redis.call('HMGET', ek, 'state', 'win', 'tdom', 'trips', 'probe')
+  local f = EX.breaker(id)
   local state = f[1] or 'closed'
   local mark = (result == 'down' and '1') or (result == 'timeout' and 't') or '0'
   if state == 'half_open' and f[5] == job_id then
     if mark == '0' then
+      EX.forget(id)
       redis.call('HSET', ek, 'state', 'closed', 'win', '', 'tdom', '', 'trips', 0, 'probe', '',
         'open_until', 0)
       redis.call('HDEL', K.EXITS_DOWN, id)
@@ -271,8 +302,9 @@ function EX.settle(id, d, result, bytes, latency, job_id)
     if why then
       redis.call('HSET', ek, 'win', '', 'tdom', '')
       EX.open_exit(id, (tonumber(f[4]) or 0) + 1, why)
-    else
+    elseif win ~= f[2] or tdom ~= f[3] then  -- a window full of answers stays as it is
       redis.call('HSET', ek, 'win', win, 'tdom', tdom)
+      f[2], f[3] = win, tdom
     end
   end
   return EX.pair_settle(id, d, result), probe_failed
@@ -287,6 +319,7 @@ function EX.pair_settle(id, d, result)
     strikes = strikes + 1
     local rest = RULE.backoff(CFG.ex_ban_ms, CFG.ex_ban_max_ms, strikes)
     redis.call('HSET', dk, field, (NOW + rest) .. ':' .. strikes)
+    EX.unbenched[dk .. '\0' .. field] = nil
     if redis.call('HGET', dk, 's') == id then redis.call('HDEL', dk, 's', 'sj') end  -- rotate
     emit('exit_benched', d, string.format('exit %s banned; benched for %.1f s (ban %d)', id,
       rest / 1000, strikes), {'exit', id})
@@ -294,11 +327,20 @@ function EX.pair_settle(id, d, result)
     EX.down_map = nil
     local by_tier = EX.usable(EX.hash_map(dk))
     if next(by_tier) == nil then return true end
-  elseif result == 'ok' and redis.call('HEXISTS', dk, field) == 1 then
-    redis.call('HDEL', dk, field)
+  elseif result == 'ok' then
+    -- the pair's strikes cleared: looked up once per call while it is known to have none
+    local known = dk .. '\0' .. field
+    if not EX.unbenched[known] then
+      if redis.call('HEXISTS', dk, field) == 1 then redis.call('HDEL', dk, field) end
+      EX.unbenched[known] = true
+    end
   end
   return nil
 end
+
+-- Pairs (dexit key .. '\0' .. 'b:<id>') known to have no bench field in this call: only a
+-- ban (EX.pair_settle) writes one; deleting one (auto.lua) keeps it so.
+EX.unbenched = {}
 
 -- settle-1.lua: a settled job that was claimed through an exit (job.exit). `it`: its settle
 -- item (exit, bytes, latency; jar: its changes to the session's jar, jar.lua); a ban that
@@ -320,6 +362,7 @@ function EX.settle_job(job, it)
   if it.exit == nil then
     -- no request was made: a probe it carried is given back
     if redis.call('HGET', k_exit(id), 'probe') == job.id then
+      EX.forget(id)
       redis.call('HSET', k_exit(id), 'probe', '')
       redis.call('HSET', K.EXITS_DOWN, id, NOW)
     end

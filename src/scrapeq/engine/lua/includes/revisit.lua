@@ -42,7 +42,13 @@
 RV.FMT = '>IIIIHH'
 RV.NOSIG = string.rep('\0', 8)
 
+-- The bytes of hex digits h; 16 of them (a signature, a URL's field: all callers) packed as
+-- two big-endian 32-bit numbers, the same 8 bytes at a fraction of a gsub's cost.
 function RV.unhex(h)
+  if #h == 16 then
+    return struct.pack('>I4I4', tonumber(string.sub(h, 1, 8), 16),
+      tonumber(string.sub(h, 9, 16), 16))
+  end
   return (string.gsub(h, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
 end
 
@@ -65,6 +71,26 @@ function RV.fresher(url, lastmod)
 end
 
 RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes', 'rvl0', 'rvh'}
+
+-- A domain's RV.DOM fields as HMGET answers them, read once per call: RV.dom_write keeps
+-- what it wrote (nothing else writes them); its numbers as they are, which tonumber answers
+-- as it would their text (redis.call sends a number as %.17g: read back, the same number).
+-- `bytes` grows with each item (settle-1.lua), so it is read again, when max_bytes needs it.
+RV.doms = {}
+
+function RV.dom_fields(dk)
+  local got = RV.doms[dk]
+  if got == nil then return redis.call('HMGET', dk, unpack(RV.DOM)) end
+  if CFG.max_bytes ~= cjson.null then got[6] = redis.call('HGET', dk, 'bytes') end
+  return got
+end
+
+function RV.dom_write(dk, d)
+  local h = next(d.h) and cjson.encode(d.h) or '{}'
+  redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w,
+    'rvl0', d.l0, 'rvh', h)
+  RV.doms[dk] = {d.mu, d.load, d.n, d.fw, d.w, false, d.l0, h}
+end
 
 -- The queue's sums of its domains' figures (K.STATS, for status): what a visit changed.
 RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'}}
@@ -95,7 +121,7 @@ function RV.settle(job, it, notes)
   if it.not_modified == true then notes.not_modified = 1 end
   if it.signature then sig = RV.unhex(it.signature) end
   local dk = k_dom(job.domain)
-  local got = redis.call('HMGET', dk, unpack(RV.DOM))
+  local got = RV.dom_fields(dk)
   local hist = got[8] and cjson.decode(got[8]) or {}
   local dom = {mu = tonumber(got[1]), load = tonumber(got[2]), n = tonumber(got[3]),
     fw = tonumber(got[4]), w = tonumber(got[5]), l0 = tonumber(got[7]), h = hist}
@@ -111,8 +137,7 @@ function RV.settle(job, it, notes)
     if stale and page and page.due > p.last then p.due = page.due end
   end
   redis.call('HSET', key, field, struct.pack(RV.FMT, p.last, p.due, p.tc, p.tu, p.n, p.x) .. sig)
-  redis.call('HSET', dk, 'rvmu', d.mu, 'rvl', d.load, 'rvn', d.n, 'rvfw', d.fw, 'rvw', d.w,
-    'rvl0', d.l0, 'rvh', next(d.h) and cjson.encode(d.h) or '{}')
+  RV.dom_write(dk, d)
   RV.total(dom, d)
   if over then notes.revisit_skipped = 1 end
   if stale or over then return nil end
@@ -135,6 +160,6 @@ function RV.settle(job, it, notes)
   registry_add(job.domain)
   put_delayed(new, NOW + interval * 1000)
   save_job(new)
-  stat('revisits')
+  TALLY.add(K.STATS, 'revisits')
   return new.id
 end
