@@ -34,7 +34,8 @@ local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,
 local function url_host(url)
   if type(url) ~= 'string' then return nil end
   local host = string.match(url, '^%a[%w+.%-]*://([^/?#]*)')
-  if host then host = string.match(host, '([^@]*)$') end
+  -- the part after the last '@' (userinfo dropped); a plain find first: most hosts have none
+  if host and string.find(host, '@', 1, true) then host = string.match(host, '([^@]*)$') end
   return host
 end
 
