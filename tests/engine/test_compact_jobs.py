@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from scrapeq.engine.model import job as job_module
@@ -172,3 +173,46 @@ def test_a_claimed_job_with_a_fraction_is_written_by_cjson(
     assert stored["created"] == full["created"] and job.created_ms == full["created"]
     assert (stored["attempts"], stored["token"]) == (1, job.token)
     assert q.settle_many([q.done(job)]) == ["done"]
+
+
+_WRONG_TYPES = [
+    *((name, value) for name in ("url", "domain", "lane") for value in (5, None, [1], True)),
+    *(
+        (name, value)
+        for name in ("attempts", "max_attempts", "off", "eligible")
+        for value in ("5", "x", None, [1], {"a": 1}, False)
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), _WRONG_TYPES)
+def test_a_job_field_of_another_type_is_corrupt(
+    make_queue: MakeQueue, redis_client: redis.Redis, name: str, value: object
+) -> None:
+    """load_job (codec.lua) tells a field every script reads of the wrong type without
+    type(): a string where a number belongs (even a numeric one), a number where a string
+    belongs, null, a list, an object or a boolean all make the job corrupt; the claim
+    dead-letters it and claims the job behind it."""
+    q = make_queue(domain_concurrency=10)
+    bad, good = q.enqueue(URL).id, q.enqueue(URL + "?2").id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(bad)) or "null"), bad)
+    full[name] = value
+    redis_client.set(q.keys.job(bad), json.dumps(full))
+    assert [j.id for j in q.claim(2).jobs] == [good]
+    (dead,) = q.dead_letters()
+    assert (dead.id, dead.dead_reason) == (bad, "corrupt_payload")
+
+
+def test_a_job_with_numbers_written_as_floats_is_read(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """The other side of the check above: numbers with a fraction or an exponent are numbers."""
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    text = json.dumps(full).replace('"max_attempts": 5', '"max_attempts": 5e0')
+    text = text.replace('"off": 0', '"off": 0.0')
+    assert "5e0" in text and "0.0" in text
+    redis_client.set(q.keys.job(job_id), text)
+    (job,) = q.claim(1).jobs
+    assert (job.id, job.max_attempts, job.attempts) == (job_id, 5, 1)
