@@ -242,12 +242,13 @@ local function run_ids(dq, budget, bound)
   local ids = {popped[1]}
   if budget > 1 then
     local rest = redis.call('ZRANGEBYSCORE', dq, '-inf', bound, 'LIMIT', 0, budget - 1)
-    for _, id in ipairs(rest) do ids[#ids + 1] = id end
+    for i = 1, #rest do ids[i + 1] = rest[i] end
   end
   local raws = {}  -- a lone id is read by claimable itself
   if #ids > 1 then
     local keys = {}
-    for i, id in ipairs(ids) do
+    for i = 1, #ids do  -- numeric fors over a run's ids: ipairs is a call an id
+      local id = ids[i]
       if LEASES.ids[id] then flush_leases() end
       keys[i] = k_job(id)
     end
@@ -310,7 +311,8 @@ local function take_run(d, room, bound, out, head)
   local ids, raws = run_ids(k_dq(d), budget, bound)
   if not ids then return known end
   local leased = 0
-  for i, id in ipairs(ids) do
+  for i = 1, #ids do
+    local id = ids[i]
     if i > 1 and CLAIMED_BYTES >= CLAIM_BYTES then break end  -- the rest stay queued
     if RUN then RUN.upto = i end
     local job = claimable(id, d, raws[i])
@@ -381,5 +383,5 @@ if not ok then
   error(jobs, 0)  -- a Redis or Lua error: what was claimed before it stays claimed, as before
 end
 local result = {next_due_ms(#jobs > 0)}
-for _, j in ipairs(jobs) do result[#result + 1] = j end
+for i = 1, #jobs do result[i + 1] = jobs[i] end
 return result
