@@ -312,10 +312,9 @@ local function take_run(d, room, bound, out, head)
   if not ids then return known end
   local leased = 0
   for i = 1, #ids do
-    local id = ids[i]
     if i > 1 and CLAIMED_BYTES >= CLAIM_BYTES then break end  -- the rest stay queued
     if RUN then RUN.upto = i end
-    local job = claimable(id, d, raws[i])
+    local job = claimable(ids[i], d, raws[i])
     if job then
       out[#out + 1] = lease(job, probes and {d, state} or nil, plan, f[9], f[12])
       leased = leased + 1
