@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from scrapeq.engine.model import job as job_module
@@ -118,3 +120,99 @@ def test_a_claimed_job_leaves_its_zero_counters_out(
     stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
     assert (stored["throttles"], again.throttles) == (1, 1)
     assert q.settle_many([q.done(again)]) == ["done"]
+
+
+def _claimed_as_cjson(queued: dict[str, object], job: Job, lease_ms: int) -> dict[str, object]:
+    """What cjson.encode wrote for a claimed job before claim-1.lua's claimed_text: the
+    queued job in the full form, its lease's fields set, its counters at 0 left out."""
+    want = dict(queued)
+    want.update(attempts=job.attempts, token=job.token, claimed=job.claimed_ms, lm=lease_ms)
+    return {k: v for k, v in want.items() if not (k in ZERO_COUNTERS and v == 0)}
+
+
+def test_a_claimed_jobs_text_holds_what_cjson_wrote(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """claim-1.lua writes a claimed job's seven numbers itself (claimed_text) and the rest
+    through cjson: the text holds each field once, with the values cjson.encode(job) wrote
+    (eligible apart from created, a lane, a payload with '/' and quotes, a budget)."""
+    q = make_queue(lease=45)
+    ids = [
+        q.enqueue(URL).id,
+        q.enqueue("https://b.example/x", lane="bulk", payload={"s": 'a/"b"'}, max_attempts=2).id,
+        q.enqueue("https://c.example/", delay=0.005).id,
+    ]
+    texts = {i: redis_client.get(q.keys.job(i)) or "" for i in ids}
+    time.sleep(0.05)
+    jobs = {j.id: j for j in q.claim(3).jobs}
+    assert set(jobs) == set(ids)
+    for job_id in ids:
+        stored = redis_client.get(q.keys.job(job_id)) or ""
+        queued = expand_stored(json.loads(texts[job_id]), job_id)
+        assert json.loads(stored) == _claimed_as_cjson(queued, jobs[job_id], 45_000), stored
+        for name in ("token", "created", "eligible", "attempts", "max_attempts", "claimed"):
+            assert stored.count(f'"{name}":') == 1, (name, stored)
+        assert Job.from_json(stored, job_id) == jobs[job_id]
+    assert jobs[ids[2]].eligible_ms > jobs[ids[2]].created_ms
+    assert q.settle_many([q.done(j) for j in jobs.values()]) == ["done"] * 3
+    assert q.audit().ok
+
+
+def test_a_claimed_job_with_a_fraction_is_written_by_cjson(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """A number claimed_text does not write (here a created time with a fraction, stored in
+    the full form by hand) leaves the whole text to cjson, as before."""
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    full["created"] = full["created"] + 0.5
+    redis_client.set(q.keys.job(job_id), json.dumps(full))
+    (job,) = q.claim(1).jobs
+    stored = json.loads(redis_client.get(q.keys.job(job_id)) or "null")
+    assert stored["created"] == full["created"] and job.created_ms == full["created"]
+    assert (stored["attempts"], stored["token"]) == (1, job.token)
+    assert q.settle_many([q.done(job)]) == ["done"]
+
+
+_WRONG_TYPES = [
+    *((name, value) for name in ("url", "domain", "lane") for value in (5, None, [1], True)),
+    *(
+        (name, value)
+        for name in ("attempts", "max_attempts", "off", "eligible")
+        for value in ("5", "x", None, [1], {"a": 1}, False)
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), _WRONG_TYPES)
+def test_a_job_field_of_another_type_is_corrupt(
+    make_queue: MakeQueue, redis_client: redis.Redis, name: str, value: object
+) -> None:
+    """load_job (codec.lua) tells a field every script reads of the wrong type without
+    type(): a string where a number belongs (even a numeric one), a number where a string
+    belongs, null, a list, an object or a boolean all make the job corrupt; the claim
+    dead-letters it and claims the job behind it."""
+    q = make_queue(domain_concurrency=10)
+    bad, good = q.enqueue(URL).id, q.enqueue(URL + "?2").id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(bad)) or "null"), bad)
+    full[name] = value
+    redis_client.set(q.keys.job(bad), json.dumps(full))
+    assert [j.id for j in q.claim(2).jobs] == [good]
+    (dead,) = q.dead_letters()
+    assert (dead.id, dead.dead_reason) == (bad, "corrupt_payload")
+
+
+def test_a_job_with_numbers_written_as_floats_is_read(
+    make_queue: MakeQueue, redis_client: redis.Redis
+) -> None:
+    """The other side of the check above: numbers with a fraction or an exponent are numbers."""
+    q = make_queue()
+    job_id = q.enqueue(URL).id
+    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    text = json.dumps(full).replace('"max_attempts": 5', '"max_attempts": 5e0')
+    text = text.replace('"off": 0', '"off": 0.0')
+    assert "5e0" in text and "0.0" in text
+    redis_client.set(q.keys.job(job_id), text)
+    (job,) = q.claim(1).jobs
+    assert (job.id, job.max_attempts, job.attempts) == (job_id, 5, 1)

@@ -116,6 +116,53 @@ local CLAIM_BYTES = tonumber(CFG.claim_bytes) or math.huge
 -- whether a done page's results line waits for its settle's answer (includes/lines.lua)
 local LINE_WAITS = RULE.line_waits(CFG)
 
+-- The numbers every claimed job carries are written into its text by claimed_text: cjson
+-- formats each through snprintf's '%.14g' (~3,000 instructions a number, 7 a job); an
+-- integer below 10^14 (all of them, in practice) has the same text through '%d' at half
+-- that, and the ones alike in a call are formatted once: the claim time and lm (SPLICE.tail),
+-- attempts and max_attempts (SPLICE.memo), an eligible time equal to the created time.
+local SPLICE = {memo = {}, tail = nil}
+
+-- The full form of a claimed job (lease: after its claim time and lm are set), the text
+-- cjson.encode(job) writes: the same fields and values (the order of an object's fields is
+-- no part of JSON), the seven numbers above written here, the rest by cjson. Unless every one
+-- of them is an integer below 10^14, cjson writes it all, as before.
+local function claimed_text(job)
+  local t, c, e, a, m = job.token, job.created, job.eligible, job.attempts, job.max_attempts
+  if type(c) ~= 'number' or t % 1 ~= 0 or c % 1 ~= 0 or e % 1 ~= 0 or a % 1 ~= 0
+      or m % 1 ~= 0 or t >= 1e14 or t <= -1e14 or c >= 1e14 or c <= -1e14 or e >= 1e14
+      or e <= -1e14 or a >= 1e14 or a <= -1e14 or m >= 1e14 or m <= -1e14 then
+    return cjson.encode(job)
+  end
+  local tail = SPLICE.tail
+  if not tail then
+    if NOW % 1 ~= 0 or CFG.lease_ms % 1 ~= 0 or NOW >= 1e14 or CFG.lease_ms >= 1e14 then
+      return cjson.encode(job)
+    end
+    tail = string.format(',"claimed":%d,"lm":%d', NOW, CFG.lease_ms)
+    SPLICE.tail = tail
+  end
+  local memo = SPLICE.memo
+  local ta, tm = memo[a], memo[m]
+  if not ta then
+    ta = string.format('%d', a)
+    memo[a] = ta
+  end
+  if not tm then
+    tm = string.format('%d', m)
+    memo[m] = tm
+  end
+  local tc = string.format('%d', c)
+  local te = e == c and tc or string.format('%d', e)
+  job.token, job.created, job.eligible, job.attempts, job.max_attempts = nil, nil, nil, nil, nil
+  job.claimed, job.lm = nil, nil
+  local rest = cjson.encode(job)
+  local head = '{"token":' .. string.format('%d', t) .. ',"created":' .. tc .. ',"eligible":'
+    .. te .. ',"attempts":' .. ta .. ',"max_attempts":' .. tm .. tail
+  if rest == '{}' then return head .. '}' end
+  return head .. ',' .. string.sub(rest, 2)
+end
+
 local function lease(job, probe, plan, fetcher, wait_for)
   local l = LEASES
   job.exit = plan and EX.choose(plan, job.id) or nil  -- a reaped job's old exit is dropped
@@ -146,7 +193,7 @@ local function lease(job, probe, plan, fetcher, wait_for)
   for i = 1, #ZERO_COUNTERS do  -- left out when 0: readers take them as 0 (codec.lua)
     if job[ZERO_COUNTERS[i]] == 0 then job[ZERO_COUNTERS[i]] = nil end
   end
-  local encoded = cjson.encode(job)
+  local encoded = claimed_text(job)
   CLAIMED_BYTES = CLAIMED_BYTES + #encoded
   l.mset[#l.mset + 1] = k_job(job.id)
   l.mset[#l.mset + 1] = encoded
@@ -195,12 +242,13 @@ local function run_ids(dq, budget, bound)
   local ids = {popped[1]}
   if budget > 1 then
     local rest = redis.call('ZRANGEBYSCORE', dq, '-inf', bound, 'LIMIT', 0, budget - 1)
-    for _, id in ipairs(rest) do ids[#ids + 1] = id end
+    for i = 1, #rest do ids[i + 1] = rest[i] end
   end
   local raws = {}  -- a lone id is read by claimable itself
   if #ids > 1 then
     local keys = {}
-    for i, id in ipairs(ids) do
+    for i = 1, #ids do  -- numeric fors over a run's ids: ipairs is a call an id
+      local id = ids[i]
       if LEASES.ids[id] then flush_leases() end
       keys[i] = k_job(id)
     end
@@ -263,10 +311,10 @@ local function take_run(d, room, bound, out, head)
   local ids, raws = run_ids(k_dq(d), budget, bound)
   if not ids then return known end
   local leased = 0
-  for i, id in ipairs(ids) do
+  for i = 1, #ids do
     if i > 1 and CLAIMED_BYTES >= CLAIM_BYTES then break end  -- the rest stay queued
     if RUN then RUN.upto = i end
-    local job = claimable(id, d, raws[i])
+    local job = claimable(ids[i], d, raws[i])
     if job then
       out[#out + 1] = lease(job, probes and {d, state} or nil, plan, f[9], f[12])
       leased = leased + 1
@@ -334,5 +382,5 @@ if not ok then
   error(jobs, 0)  -- a Redis or Lua error: what was claimed before it stays claimed, as before
 end
 local result = {next_due_ms(#jobs > 0)}
-for _, j in ipairs(jobs) do result[#result + 1] = j end
+for i = 1, #jobs do result[i + 1] = jobs[i] end
 return result

@@ -164,7 +164,8 @@ if refused then return redis.error_reply(refused) end
 
 -- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
 local FOLLOW = {}
-for _, it in ipairs(ARG.items) do
+for n = 1, #ARG.items do  -- numeric fors over a batch's items: ipairs is a call an item
+  local it = ARG.items[n]
   if type(it) == 'table' and type(it.follow) == 'table' then
     for _, s in ipairs(it.follow) do FOLLOW[#FOLLOW + 1] = s end
   end
@@ -298,7 +299,8 @@ local TOUCHED = {}
 local PRE = {n = 0, raw = {}, gone = {}}
 do
   local keys = {}
-  for i, it in ipairs(ARG.items) do
+  for i = 1, #ARG.items do
+    local it = ARG.items[i]
     if type(it) ~= 'table' or type(it.id) ~= 'string' then break end
     keys[i] = k_job(it.id)
   end
@@ -379,7 +381,8 @@ end
 
 local function settle_all()
   local out = {}
-  for i, it in ipairs(ARG.items) do
+  for i = 1, #ARG.items do
+    local it = ARG.items[i]
     out[i] = settle_one(i, it)
     if it.line then OWED.owe(it.id, out[i], it.line) end  -- a line due: owed until written
   end

@@ -109,8 +109,8 @@ local function check_match(v, name, pattern, what)
 end
 
 local function check_enum(v, name, words)
-  for _, w in ipairs(words) do
-    if v == w then return end
+  for i = 1, #words do  -- not ipairs: no call a word (a settle checks an outcome a job)
+    if v == words[i] then return end
   end
   refuse(name, 'expected one of ' .. table.concat(words, ', '), v)
 end

@@ -19,8 +19,15 @@ function TALLY.put(into, key, field, n)
   fields[field] = (fields[field] or 0) + n
 end
 
+-- TALLY.put's body for TALLY.ints, written out: a settle adds four counts a job, and a call
+-- saved is ~600 instructions
 function TALLY.add(key, field, n)
-  TALLY.put(TALLY.ints, key, field, n or 1)
+  local fields = TALLY.ints[key]
+  if not fields then
+    fields = {}
+    TALLY.ints[key] = fields
+  end
+  fields[field] = (fields[field] or 0) + (n or 1)
 end
 
 function TALLY.addf(key, field, x)
