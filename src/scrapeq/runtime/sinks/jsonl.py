@@ -30,5 +30,8 @@ class JsonlSink(LineFile):
     _JOIN = True
 
     async def write(self, record: dict[str, Any]) -> None:
-        line = _ENCODE(record) + "\n"
-        await self.append(line.encode("utf-8"))
+        line = (_ENCODE(record) + "\n").encode("utf-8")
+        if self._JOIN and self._regular:  # self.append(line) without its frame: joined
+            await self._join(line)
+        else:
+            await self.append(line)
