@@ -407,7 +407,9 @@ class Fetcher:
                     hop = self._send(current, proxy, redirects, out, read)
                 status, headers, body, final_url, location = await hop
                 if cookies is not None and hasattr(headers, "getall"):
-                    cookies.extend((current, v) for v in headers.getall("Set-Cookie", ()))
+                    got = headers.getall("Set-Cookie", ())
+                    if got:  # most answers set none: no generator for them
+                        cookies.extend((current, v) for v in got)
                 if location is None:
                     elapsed = time.monotonic() - started
                     return status, headers, body, final_url, redirects, elapsed
