@@ -208,7 +208,7 @@ def test_a_line_written_through_orjson_is_the_text_json_dumps_writes() -> None:
     """``encode_line`` writes through orjson only a record whose text is json's: 3,000
     random records (every float exponent, control and astral characters, subclasses, enums,
     non-str keys, ints over 64 bits, lone surrogates), each line the bytes json writes, or
-    the same error; and a cycle, an oversized record, a plain job's line."""
+    the same error; and a cycle, a wide record, one of many containers, a plain job's line."""
     rng = random.Random(40)
     through_orjson = 0
     for _ in range(3000):
@@ -229,7 +229,9 @@ def test_a_line_written_through_orjson_is_the_text_json_dumps_writes() -> None:
     with pytest.raises(ValueError, match="Circular"):
         encode_line({"v": loop})
     wide = {"v": list(range(5000))}
-    assert not _orjson_writes_the_same(wide) and encode_line(wide) == _json_line(wide)
+    assert _orjson_writes_the_same(wide) and encode_line(wide) == _json_line(wide)
+    many = {"v": [[i] for i in range(1100)]}  # more containers than it looks into
+    assert not _orjson_writes_the_same(many) and encode_line(many) == _json_line(many)
     plain = {"id": "j1", "url": "http://a.test/", "status": 200, "elapsed_ms": 12.3,
              "error": None, "result": {"final_url": "http://a.test/", "redirects": 0}}  # fmt: skip
     assert _orjson_writes_the_same(plain) and encode_line(plain) == _json_line(plain)

@@ -17,25 +17,24 @@ __all__ = ["JsonlSink", "append_whole"]
 #: ``json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)`` with its
 #: encoder made once, not once per line (the same text).
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-#: Most values :func:`_orjson_writes_the_same` looks at before leaving a record to json.
-_LOOK_AT_MOST = 1000
+#: Most dicts, lists and tuples :func:`_orjson_writes_the_same` looks into (a cycle, a deep
+#: record: json's to write).
+_LOOK_INTO_MOST = 1000
+_INF = math.inf
 
 
 def _orjson_writes_the_same(record: dict[str, Any]) -> bool:
     """Whether ``orjson.dumps(record)`` is :data:`_ENCODE`'s text, by the types in it: str,
-    int, bool and None, a float that is 0 or at least 1e-4 and finite (smaller ones orjson
-    writes without an exponent, NaN and infinities as null), dicts of str keys, lists and
-    tuples; anything else (a subclass, a datetime, an enum ...) is ``default=str``'s or
+    int, bool and None, a float that is 0 or at least 1e-4 from it and finite (smaller ones
+    orjson writes without an exponent, NaN and infinities as null), dicts of str keys, lists
+    and tuples; anything else (a subclass, a datetime, an enum ...) is ``default=str``'s or
     written otherwise by orjson. orjson escapes a str as ``ensure_ascii=False`` does
-    (tests/runtime/test_sink_jsonl.py); an int over 64 bits, a lone surrogate or a
-    cycle make it raise (then json writes the line). Looks at :data:`_LOOK_AT_MOST` values."""
-    todo: list[Any] = [record]
-    budget = _LOOK_AT_MOST
-    while todo:
-        item = todo.pop()
-        budget -= len(item)
-        if budget < 0:
-            return False
+    (tests/runtime/test_sink_jsonl.py); an int over 64 bits or a lone surrogate makes it
+    raise (then json writes the line). Looks into :data:`_LOOK_INTO_MOST` containers."""
+    todo: list[Any] = []
+    item: Any = record
+    budget = _LOOK_INTO_MOST
+    while True:
         if type(item) is dict:
             for key in item:
                 if type(key) is not str:
@@ -45,12 +44,17 @@ def _orjson_writes_the_same(record: dict[str, Any]) -> bool:
             kind = type(value)
             if kind is str or kind is int or value is None or kind is bool:
                 continue
-            if kind is float and (value == 0.0 or 1e-4 <= abs(value) < math.inf):
-                continue
-            if kind is not dict and kind is not list and kind is not tuple:
+            if kind is float:
+                if value == 0.0 or 1e-4 <= value < _INF or -_INF < value <= -1e-4:
+                    continue
+                return False
+            budget -= 1
+            if budget < 0 or (kind is not dict and kind is not list and kind is not tuple):
                 return False
             todo.append(value)
-    return True
+        if not todo:
+            return True
+        item = todo.pop()
 
 
 def encode_line(record: dict[str, Any]) -> bytes:
