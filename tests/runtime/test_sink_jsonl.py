@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import datetime
+import decimal
+import enum
 import io
 import json
 import os
+import random
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +31,7 @@ import scrapeq
 from scrapeq import AsyncQueue, Settings
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.sinks.csvfile import csv_header, csv_line
+from scrapeq.runtime.sinks.jsonl import _orjson_writes_the_same, encode_line
 from support.proc_helpers import communicate, reap
 from support.sites import ok, sites
 
@@ -153,6 +159,82 @@ async def test_a_line_is_the_text_json_dumps_writes(tmp_path: Path) -> None:
     await sink.close()
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
     assert out.read_text(encoding="utf-8") == text + "\n"
+
+
+def _json_line(record: Any) -> bytes:
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    return (text + "\n").encode("utf-8")
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    pick = rng.randrange(9 if depth < 3 else 6)
+    if pick == 0:
+        return rng.choice([None, True, False, 0, -1, 2**63, -(2**63) - 1, 2**64, 10**30])
+    if pick == 1:  # floats over every exponent, and the ones json and orjson write apart
+        return rng.choice([rng.uniform(-1, 1) * 10 ** rng.randint(-12, 22), 1e-5, 2.5e-7,
+                           float("nan"), float("inf"), -0.0, 1e-4, 9.99e-5, 1e16])  # fmt: skip
+    if pick == 2:
+        return "".join(chr(rng.choice([rng.randrange(0x20), rng.randrange(0x7f, 0x3000),
+                                       rng.randrange(0x10000, 0x10FFFF), 0x22, 0x5c, 0x2028]))
+                       for _ in range(rng.randrange(6)))  # fmt: skip
+    if pick == 3:
+        return rng.randrange(-(10**6), 10**6)
+    if pick == 4:
+        odd = [b"x", {1, 2}, decimal.Decimal("1.5"), _Colour.RED, _Num(3), _Text("t")]
+        return rng.choice([*odd, datetime.datetime(2026, 1, 1), uuid.UUID(int=5)])
+    if pick == 5:
+        return "\ud800" if rng.random() < 0.1 else rng.choice(["", "é", "a\nb"])
+    if pick == 6:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if pick == 7:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    keys = ["k", "é", 3, None, 1.5, True, "\x00"] if rng.random() < 0.2 else ["a", "b", "ç"]
+    return {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randrange(4))}
+
+
+class _Colour(enum.Enum):
+    RED = 1
+
+
+class _Num(int):
+    pass
+
+
+class _Text(str):
+    pass
+
+
+def test_a_line_written_through_orjson_is_the_text_json_dumps_writes() -> None:
+    """``encode_line`` writes through orjson only a record whose text is json's: 3,000
+    random records (every float exponent, control and astral characters, subclasses, enums,
+    non-str keys, ints over 64 bits, lone surrogates), each line the bytes json writes, or
+    the same error; and a cycle, a wide record, one of many containers, a plain job's line."""
+    rng = random.Random(40)
+    through_orjson = 0
+    for _ in range(3000):
+        record = {"id": "x", "v": _random_value(rng, 0), "elapsed_ms": round(rng.random(), 1)}
+        try:
+            want: bytes | type[BaseException] = _json_line(record)
+        except (ValueError, UnicodeEncodeError) as exc:
+            want = type(exc)
+        try:
+            got: bytes | type[BaseException] = encode_line(record)
+        except (ValueError, UnicodeEncodeError) as exc:
+            got = type(exc)
+        assert got == want, record
+        through_orjson += _orjson_writes_the_same(record)
+    assert 500 < through_orjson < 2900  # both ways taken
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        encode_line({"v": loop})
+    wide = {"v": list(range(5000))}
+    assert _orjson_writes_the_same(wide) and encode_line(wide) == _json_line(wide)
+    many = {"v": [[i] for i in range(1100)]}  # more containers than it looks into
+    assert not _orjson_writes_the_same(many) and encode_line(many) == _json_line(many)
+    plain = {"id": "j1", "url": "http://a.test/", "status": 200, "elapsed_ms": 12.3,
+             "error": None, "result": {"final_url": "http://a.test/", "redirects": 0}}  # fmt: skip
+    assert _orjson_writes_the_same(plain) and encode_line(plain) == _json_line(plain)
 
 
 class CountedSink(JsonlSink):

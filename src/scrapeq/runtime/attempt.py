@@ -57,7 +57,7 @@ log = logging.getLogger("scrapeq.worker")
 OURS_PAUSE = 2.0
 
 
-class _ExitSeen:
+class ExitSeen:
     """What one attempt observed of its exit: the settle item's ``exit`` and ``bytes``."""
 
     __slots__ = ("auto", "bytes", "jar", "result")
@@ -83,9 +83,17 @@ class Attempts(WorkerCore):
         """Fetch, classify and handle one job; answers its settlement and result record.
 
         A job claimed through an exit (``job.exit``) settles with what became of the attempt
-        there (``exit_result``, ``bytes_in``: includes/exits.lua decides what it does)."""
-        seen = _ExitSeen()
-        settlement, record = await self._attempt_seen(job, seen)
+        there (``exit_result``, ``bytes_in``: includes/exits.lua decides what it does).
+        (The worker's hot path awaits :meth:`_attempt_seen` and :meth:`_with_seen` itself:
+        one coroutine less a job.)"""
+        seen = ExitSeen()
+        return self._with_seen(job, seen, await self._attempt_seen(job, seen))
+
+    def _with_seen(
+        self, job: Job, seen: ExitSeen, attempted: tuple[Settlement, dict[str, Any] | None]
+    ) -> tuple[Settlement, dict[str, Any] | None]:
+        """The attempt's settlement with what it observed of its exit (``seen``)."""
+        settlement, record = attempted
         if job.exit is not None and seen.result is not None:
             settlement = dataclasses.replace(
                 settlement, exit_result=seen.result, bytes_in=seen.bytes, jar=seen.jar
@@ -98,7 +106,7 @@ class Attempts(WorkerCore):
         return settlement, record
 
     async def _attempt_seen(
-        self, job: Job, seen: _ExitSeen
+        self, job: Job, seen: ExitSeen
     ) -> tuple[Settlement, dict[str, Any] | None]:
         started = fetched = time.monotonic()
         fetching = 0.0  # when the fetch started (0: not yet), for the metrics
@@ -111,7 +119,11 @@ class Attempts(WorkerCore):
             assert self._fetcher is not None
             name = self._fetcher_name(job)  # once a job: the job and the settings decide it
             fetched = fetching = time.monotonic()
-            response = await self._fetch(job, name=name)
+            plain = job.request_text is None and job.exit is None and job.etag is None
+            if plain and name == "http" and job.last_modified is None:  # _fetch's plain GET
+                response = await self._fetcher.fetch(job.url, normalised=True)
+            else:
+                response = await self._fetch(job, name=name)
             if name != "browser":  # a browser counts each of its requests
                 self._fetched_by(name, 1, len(response.body))
             if self.metrics is not None:
@@ -142,7 +154,7 @@ class Attempts(WorkerCore):
         self,
         job: Job,
         exc: Exception,
-        seen: _ExitSeen,
+        seen: ExitSeen,
         started: float,
         fetched: float,
         fetching: bool,
@@ -183,7 +195,7 @@ class Attempts(WorkerCore):
         log.info("job %s waits %.1f s: %s", job.id, exc.wait, exc, extra=about(job, "browser_down"))
         return self.queue.releasing(job, delay=max(exc.wait, 0.5), shutdown=True), None
 
-    def _observe(self, job: Job, response: Response, seen: _ExitSeen) -> str | None:
+    def _observe(self, job: Job, response: Response, seen: ExitSeen) -> str | None:
         """What the answer says of the job's exit: its bytes, the session's cookies
         (``session = sticky``); a ban's message, or None."""
         seen.bytes = len(response.body)
@@ -205,7 +217,7 @@ class Attempts(WorkerCore):
         return found.name if found is not None else str(job.exit)
 
     def _banned(
-        self, job: Job, seen: _ExitSeen, message: str
+        self, job: Job, seen: ExitSeen, message: str
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """A ban of the job's exit by its site: the job goes through another exit at once,
         spending a release (includes/exits.lua benches the pair; the domain is charged only
@@ -339,7 +351,7 @@ class Attempts(WorkerCore):
         response: Response,
         verdict: Classification,
         started: float,
-        seen: _ExitSeen,
+        seen: ExitSeen,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """Run the handler on a page that answered: the job done with its follow-ups (and,
         revisit = on, what the fetch and the handler said of the content), or what the
@@ -388,7 +400,7 @@ class Attempts(WorkerCore):
         return settlement, record
 
     def _handler_failed(
-        self, job: Job, exc: Exception, response: Response, started: float, seen: _ExitSeen
+        self, job: Job, exc: Exception, response: Response, started: float, seen: ExitSeen
     ) -> tuple[Settlement, dict[str, Any] | None]:
         """What the handler raised makes of the job: a ban of its exit, a retry it asked for,
         a permanent failure, or a retry for its timeout or its error."""
@@ -433,7 +445,7 @@ class Attempts(WorkerCore):
         response: Response | None,
         started: float,
         exc: BaseException | None,
-        seen: _ExitSeen | None = None,
+        seen: ExitSeen | None = None,
     ) -> tuple[Settlement, dict[str, Any] | None]:
         message = verdict.message or (str(exc) if exc else verdict.reason)
         settlement = settlement_for(self.queue, job, verdict, message)

@@ -35,7 +35,12 @@ class Deadline:
 
     def __enter__(self) -> Deadline:
         self._cancelling = self._task.cancelling()
-        self._owner._open(self)
+        owner = self._owner  # opened: due in order, the timer started if none runs
+        loop = asyncio.get_running_loop()
+        self.due = loop.time() + owner.seconds
+        owner._open_[self] = None
+        if owner._timer is None:
+            owner._timer = loop.create_task(owner._watch())
         return self
 
     def __exit__(
@@ -44,7 +49,12 @@ class Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._owner._close(self)
+        owner = self._owner  # closed: the timer stops with the last one
+        owner._open_.pop(self, None)
+        if not owner._open_ and owner._timer is not None:
+            # Nothing left to watch: stop the timer now (a new deadline starts a new one).
+            timer, owner._timer = owner._timer, None
+            timer.cancel()
         if not self.fired:
             return
         # Take back our cancellation (always, as asyncio.timeout does); it is ours to turn
@@ -81,20 +91,6 @@ class Deadlines:
 
     def __len__(self) -> int:
         return len(self._open_)
-
-    def _open(self, deadline: Deadline) -> None:
-        loop = asyncio.get_running_loop()
-        deadline.due = loop.time() + self.seconds
-        self._open_[deadline] = None
-        if self._timer is None:
-            self._timer = loop.create_task(self._watch())
-
-    def _close(self, deadline: Deadline) -> None:
-        self._open_.pop(deadline, None)
-        if not self._open_ and self._timer is not None:
-            # Nothing left to watch: stop the timer now (a new deadline starts a new one).
-            timer, self._timer = self._timer, None
-            timer.cancel()
 
     async def _watch(self) -> None:
         me = asyncio.current_task()

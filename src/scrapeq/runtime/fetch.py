@@ -202,6 +202,9 @@ class Fetcher:
         self._proxy_auth = ProxyAuthCheck()
         self._deadlines = Deadlines(settings.request_timeout)
         self._closed = False
+        # a transport that replaces _send (.impersonate) is called through it; this class's
+        # own _send is _hop on the proxy's session, called as such (one coroutine less a hop)
+        self._own_send = type(self)._send is Fetcher._send
 
     async def __aenter__(self) -> Self:
         self._ensure_session()
@@ -398,11 +401,15 @@ class Fetcher:
             current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
-                status, headers, body, final_url, location = await self._send(
-                    current, proxy, redirects, out, read
-                )
+                if self._own_send:  # self._send(...) without its frame
+                    hop = self._hop(self._session_for(proxy), current, proxy, redirects, out, read)
+                else:
+                    hop = self._send(current, proxy, redirects, out, read)
+                status, headers, body, final_url, location = await hop
                 if cookies is not None and hasattr(headers, "getall"):
-                    cookies.extend((current, v) for v in headers.getall("Set-Cookie", ()))
+                    got = headers.getall("Set-Cookie", ())
+                    if got:  # most answers set none: no generator for them
+                        cookies.extend((current, v) for v in got)
                 if location is None:
                     elapsed = time.monotonic() - started
                     return status, headers, body, final_url, redirects, elapsed

@@ -39,6 +39,7 @@ from scrapeq.runtime.records import (
     about,
     settled_line,
     write_or_refused,
+    write_refused,
 )
 from scrapeq.runtime.sinks import RecordRefused, Sink
 
@@ -159,7 +160,11 @@ class Lines:
         try:
             # a record the sink refuses for its content is written without its result, the
             # job dead (runtime/records.py): written again, it would be refused again
-            written = await write_or_refused(self.sink, record, dead=True)
+            try:  # write_or_refused(self.sink, record, dead=True), without its frame
+                await self.sink.write(record)
+                written = record
+            except RecordRefused as refused:
+                written = await write_refused(self.sink, record, refused, dead=True)
         except Exception as exc:
             # Our fault, not the job's nor the site's: give the job back (no attempt spent)
             # and pause claiming, longer with each failure in a row (2, 4 ... 60 s), so a sink

@@ -202,12 +202,20 @@ async def write_or_refused(sink: Sink, record: dict[str, Any], *, dead: bool) ->
         await sink.write(record)
         return record
     except RecordRefused as exc:
-        line = refused_line(record, exc.reason, dead=dead)
-        log.warning(
-            "job %s: the results sink refused its record (%s): its line is written without "
-            "its result%s", record.get("id"), redact_text(exc.reason),
-            ", and the job is dead" if dead and record.get("outcome") != "dead" else "",
-            extra={"job_id": record.get("id"), "kind": SINK_REFUSED},
-        )  # fmt: skip
+        return await write_refused(sink, record, exc, dead=dead)
+
+
+async def write_refused(
+    sink: Sink, record: dict[str, Any], exc: RecordRefused, *, dead: bool
+) -> dict[str, Any]:
+    """:func:`write_or_refused` once ``sink`` refused ``record`` (``exc``): its
+    :func:`refused_line` written, and answered."""
+    line = refused_line(record, exc.reason, dead=dead)
+    log.warning(
+        "job %s: the results sink refused its record (%s): its line is written without "
+        "its result%s", record.get("id"), redact_text(exc.reason),
+        ", and the job is dead" if dead and record.get("outcome") != "dead" else "",
+        extra={"job_id": record.get("id"), "kind": SINK_REFUSED},
+    )  # fmt: skip
     await sink.write(line)
     return line

@@ -48,7 +48,7 @@ from scrapeq.engine.model.job import Job
 from scrapeq.engine.queue import AsyncQueue
 from scrapeq.errors import RedisUnavailable, ScriptError
 from scrapeq.runtime.attempt import OURS_PAUSE as OURS_PAUSE
-from scrapeq.runtime.attempt import Attempts
+from scrapeq.runtime.attempt import Attempts, ExitSeen
 from scrapeq.runtime.backoff import backoff
 from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
@@ -501,7 +501,8 @@ class Worker(Shutdown, Leases, Attempts):
     async def _run_job(self, flight: Flight) -> None:
         job = flight.job
         try:
-            settlement, record = await self._attempt(job)
+            seen = ExitSeen()  # self._attempt(job), one coroutine less a job
+            settlement, record = self._with_seen(job, seen, await self._attempt_seen(job, seen))
             if record is not None and self.sink is not None:
                 record = self._lines.record(record)
                 if waits(job, settlement):  # written from the settle's answer (lines.py)

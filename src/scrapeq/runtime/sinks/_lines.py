@@ -165,11 +165,16 @@ class LineFile:
             async with self._lock:
                 await asyncio.to_thread(self._append, data)
             return
+        await self._join(data)
+
+    def _join(self, data: bytes) -> asyncio.Future[None]:
+        """Join ``data`` to the lines the drain writes next (``_JOIN``, a regular file: see
+        :meth:`append`); answers the future its group's write ends."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._joined.append((data, written))
         if self._drainer is None:  # the lines joined from now on are its next group
             self._drainer = asyncio.ensure_future(self._drain())
-        await written
+        return written
 
     async def _drain(self) -> None:
         """Write the joined lines, a group at a time, until none is waiting: one task for
