@@ -111,6 +111,10 @@ class TcpProxy:
     async def _stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        # a connection accepted just now: its handler runs to its first wait, so the cancel
+        # that follows reaches its ``finally`` (a task cancelled before it ever ran skips it,
+        # and its socket was left to the collector: a ResourceWarning in a later test)
+        await asyncio.sleep(0)
         for writer in list(self._writers):
             writer.transport.abort()
 
@@ -124,7 +128,9 @@ class TcpProxy:
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
             upstream_r, upstream_w = await asyncio.open_connection(*self.upstream)
-        except OSError:
+        except (OSError, asyncio.CancelledError):
+            # upstream refused, or close() while connecting: the client's socket is closed
+            # here (left open, the collector found it in whichever test ran next)
             client_w.transport.abort()
             return
         self._writers |= {client_w, upstream_w}
