@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from scrapeq.runtime.proc_tree import TreeCpu, read_tree
+from scrapeq.runtime.proc_tree import Proc, TreeCpu, read_tree
 
 #: /proc's resolution: 4 figures (utime, stime, cutime, cstime), each in whole clock ticks.
 TICKS = 4 / os.sysconf("SC_CLK_TCK")
@@ -85,3 +85,24 @@ def test_a_reused_pid_is_another_process() -> None:
     assert mine[1] > 0
     own = resource.getrusage(resource.RUSAGE_SELF)
     assert sample[mine].cpu >= own.ru_utime + own.ru_stime - TICKS
+
+
+def _sample(*procs: tuple[int, int, float]) -> dict[tuple[int, int], Proc]:
+    return {(pid, 1): Proc(pid, ppid, cpu, 0) for pid, ppid, cpu in procs}
+
+
+def test_a_child_gone_before_its_parent_shows_its_time_keeps_the_total() -> None:
+    """A renderer gone from the tree whose parent's figure does not have its time (the
+    parent died as a zombie, its children went to init; or it was sampled before its wait):
+    the total stays (it fell from 3.29 to 2.75 s in a loaded run, a counter going back), and
+    is not counted twice once the parent's figure has it."""
+    cpu = TreeCpu()
+    cpu.update(_sample((10, 1, 1.0), (11, 10, 2.0), (12, 11, 0.5)))  # browser, zygote, renderer
+    assert cpu.total == 3.5
+    cpu.update(_sample((10, 1, 1.0), (11, 10, 2.0)))  # the renderer left, the zygote as before
+    assert cpu.total == 3.5
+    cpu.update(_sample((10, 1, 1.0)))  # the zygote left too, nobody's figure has either
+    assert cpu.total == 3.5
+    cpu.update(_sample((10, 1, 3.6)))  # the browser reaped them: its figure has it all now
+    assert cpu.total == 3.6
+    assert cpu.finish() == 3.6

@@ -5,7 +5,9 @@ CPU-seconds a tree spent over its whole life, from samples (:func:`read_tree`): 
 process's ``utime + stime + cutime + cstime`` (its own time and that of the children it
 reaped). A process that left the tree between two samples is either *carried* (its parent,
 or an ancestor, is still in the tree and reaped it: its whole time is now in that ancestor's
-``cutime``/``cstime``) or *banked* at its last sampled figure (its ancestors went too). So
+``cutime``/``cstime``; until that ancestor's figure shows it, the ancestor counts at least
+its own last figure plus the carried one's) or *banked* at its last sampled figure (its
+ancestors went too): the total never goes back. So
 the total is exact up to the last sample of a process that ended without the tree reaping it
 (a browser process that crashed: the time it spent after the last sample, at most one watchdog
 tick, is not seen; a browser the pool closes is sampled just before it is killed).
@@ -107,17 +109,28 @@ class TreeCpu:
             return self._banked + sum(p.cpu for p in self._seen.values())
 
     def update(self, now: dict[tuple[int, int], Proc]) -> None:
-        """Take a sample (:func:`read_tree`): bank what left the tree and was not carried."""
+        """Take a sample (:func:`read_tree`): bank what left the tree and was not carried.
+
+        A carried process's figure moves to its carrier, which counts at least its previous
+        figure plus what it carries until its own figure shows it (an ancestor that died
+        before reaping: its children went to init, and its last figure never had them).
+        So the total never goes back."""
         with self._lock:
-            alive = {p.pid for p in now.values()}
+            alive = {p.pid: key for key, p in now.items()}
             gone = {p.pid: p for key, p in self._seen.items() if key not in now}
+            carried: dict[tuple[int, int], float] = {}
             for proc in gone.values():
-                if not _carried(proc, gone, alive):
+                carrier = _carrier(proc, gone, alive)
+                if carrier is None:
                     self._banked += proc.cpu
+                else:
+                    carried[carrier] = carried.get(carrier, 0.0) + proc.cpu
             for key, proc in now.items():  # a figure never goes back (a zombie's last read)
                 old = self._seen.get(key)
-                if old is not None and old.cpu > proc.cpu:
-                    now[key] = proc._replace(cpu=old.cpu)
+                if old is not None:
+                    least = old.cpu + carried.get(key, 0.0)
+                    if least > proc.cpu:
+                        now[key] = proc._replace(cpu=least)
             self._seen = dict(now)
 
     def finish(self) -> float:
@@ -128,14 +141,16 @@ class TreeCpu:
             return self._banked
 
 
-def _carried(proc: Proc, gone: dict[int, Proc], alive: set[int]) -> bool:
-    """Whether ``proc``'s time is in a live ancestor's (its parent, or a gone parent's
-    parent..., is still in the tree: it reaped them)."""
+def _carrier(
+    proc: Proc, gone: dict[int, Proc], alive: dict[int, tuple[int, int]]
+) -> tuple[int, int] | None:
+    """The live ancestor whose figure takes ``proc``'s time (its parent, or a gone parent's
+    parent..., still in the tree: it reaped them), None when none is."""
     parent = proc.ppid
     for _ in range(len(gone) + 1):
         if parent in alive:
-            return True
+            return alive[parent]
         if parent not in gone:
-            return False
+            return None
         parent = gone[parent].ppid
-    return False
+    return None
