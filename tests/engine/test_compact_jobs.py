@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -19,6 +20,11 @@ from scrapeq.engine.queue import Queue
 
 MakeQueue = Callable[..., Queue]
 URL = "https://shop-1.example.com/item/1"
+
+
+def _full_form(q: Queue, client: redis.Redis, job_id: str) -> dict[str, Any]:
+    """Job ``job_id`` as stored, expanded to the full form (every field)."""
+    return expand_stored(json.loads(client.get(q.keys.job(job_id)) or "null"), job_id)
 
 
 def test_a_queued_job_is_stored_compact(make_queue: MakeQueue, redis_client: redis.Redis) -> None:
@@ -79,7 +85,7 @@ def test_a_job_stored_in_the_full_form_still_reads(
     """Stored data written before the compact form: every script reads both."""
     q = make_queue()
     job_id = q.enqueue(URL).id
-    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    full = _full_form(q, redis_client, job_id)
     redis_client.set(q.keys.job(job_id), json.dumps(full))
 
     info = q.job_info(job_id)
@@ -165,7 +171,7 @@ def test_a_claimed_job_with_a_fraction_is_written_by_cjson(
     the full form by hand) leaves the whole text to cjson, as before."""
     q = make_queue()
     job_id = q.enqueue(URL).id
-    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    full = _full_form(q, redis_client, job_id)
     full["created"] = full["created"] + 0.5
     redis_client.set(q.keys.job(job_id), json.dumps(full))
     (job,) = q.claim(1).jobs
@@ -195,7 +201,7 @@ def test_a_job_field_of_another_type_is_corrupt(
     dead-letters it and claims the job behind it."""
     q = make_queue(domain_concurrency=10)
     bad, good = q.enqueue(URL).id, q.enqueue(URL + "?2").id
-    full = expand_stored(json.loads(redis_client.get(q.keys.job(bad)) or "null"), bad)
+    full = _full_form(q, redis_client, bad)
     full[name] = value
     redis_client.set(q.keys.job(bad), json.dumps(full))
     assert [j.id for j in q.claim(2).jobs] == [good]
@@ -209,7 +215,7 @@ def test_a_job_with_numbers_written_as_floats_is_read(
     """The other side of the check above: numbers with a fraction or an exponent are numbers."""
     q = make_queue()
     job_id = q.enqueue(URL).id
-    full = expand_stored(json.loads(redis_client.get(q.keys.job(job_id)) or "null"), job_id)
+    full = _full_form(q, redis_client, job_id)
     text = json.dumps(full).replace('"max_attempts": 5', '"max_attempts": 5e0')
     text = text.replace('"off": 0', '"off": 0.0')
     assert "5e0" in text and "0.0" in text
