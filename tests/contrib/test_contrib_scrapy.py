@@ -446,20 +446,27 @@ class Pages(scrapy.Spider):
 
 
 class Sleepy(Pages):
-    """Pages whose path has "slow" keep their callback for -a nap=SECONDS; each item says
-    when its callback ended."""
+    """Pages whose path has "slow" keep their callback for -a nap=SECONDS, or with -a
+    until=N until N other callbacks have ended (nap bounding the wait); each item says when
+    its callback ended."""
 
     name = "sleepy"
 
-    def __init__(self, nap="0", **kwargs):
+    def __init__(self, nap="0", until="0", **kwargs):
         super().__init__(**kwargs)
         self.nap = float(nap)
+        self.until = int(until)
+        self.others = 0
 
     async def parse(self, response):
-        if "slow" in response.url:
-            await asyncio.sleep(self.nap)
         import time
 
+        if "slow" in response.url:
+            end = time.monotonic() + self.nap
+            while time.monotonic() < end and not (self.until and self.others >= self.until):
+                await asyncio.sleep(0.02)
+        else:
+            self.others += 1
         yield {"url": response.url, "t": time.time()}
 
 
@@ -845,14 +852,16 @@ async def test_settlements_carry_the_downloads_latency_to_the_adaptive_limit(
 
 
 async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_path: Path) -> None:
-    """With CONCURRENT_REQUESTS = 2 and two pages whose callbacks take 3 s, the other pages
-    are downloaded (and their callbacks done) meanwhile: a downloaded job frees its slot; it
+    """With CONCURRENT_REQUESTS = 2 and two pages whose callbacks wait for the ten others (up
+    to 30 s: a held slot would keep them waiting that long), the other pages are downloaded
+    (and their callbacks done) meanwhile: a downloaded job frees its slot; it
     is settled once its callback is done (nothing pending at the end)."""
     root = _project(tmp_path)
     async with sites(_page(lambda n: [])) as (site,):
         urls = [site.url("/slow/0"), site.url("/slow/1")] + [site.url(f"/p/{i}") for i in range(10)]
         code, log, items = await _run(
-            root, "sleepy", redis_url, "slots", "-a", f"start={','.join(urls)}", "-a", "nap=3",
+            root, "sleepy", redis_url, "slots", "-a", f"start={','.join(urls)}", "-a", "nap=30",
+            "-a", "until=10",
             "-s", "CONCURRENT_REQUESTS=2", "-s", _scrapeq(domain_concurrency=8),
         )  # fmt: skip
     assert code == 0 and len(items) == 12, log[-3000:]
@@ -864,8 +873,9 @@ async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_pat
 
 
 async def test_a_job_in_its_callback_holds_no_domain_slot(redis_url: str, tmp_path: Path) -> None:
-    """With domain_concurrency = 2 and two pages whose callbacks take 2 s, the site's other
-    pages are downloaded (and their callbacks done) meanwhile: a downloaded job gives its
+    """With domain_concurrency = 2 and two pages whose callbacks wait for the ten others (up
+    to 30 s: a held slot would keep them waiting that long), the site's other pages are
+    downloaded (and their callbacks done) meanwhile: a downloaded job gives its
     domain's slot back in the queue, while the site never sees more than 2 requests at once;
     each job is settled once its callback is done (nothing pending, no slot taken at the
     end)."""
@@ -884,7 +894,8 @@ async def test_a_job_in_its_callback_holds_no_domain_slot(redis_url: str, tmp_pa
     async with sites(page) as (site,):
         urls = [site.url("/slow/0"), site.url("/slow/1")] + [site.url(f"/p/{i}") for i in range(10)]
         code, log, items = await _run(
-            root, "sleepy", redis_url, "dslots", "-a", f"start={','.join(urls)}", "-a", "nap=2",
+            root, "sleepy", redis_url, "dslots", "-a", f"start={','.join(urls)}", "-a", "nap=30",
+            "-a", "until=10",
             "-s", _scrapeq(domain_concurrency=2),
         )  # fmt: skip
     assert code == 0 and len(items) == 12, log[-3000:]
