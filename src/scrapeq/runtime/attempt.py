@@ -47,7 +47,13 @@ from scrapeq.runtime.records import (
     with_latency,
 )
 from scrapeq.runtime.reporter import worker_id
-from scrapeq.runtime.revisits import conditional, not_modified, observed, sends_conditional
+from scrapeq.runtime.revisits import (
+    conditional,
+    not_modified,
+    observed,
+    plain_get,
+    sends_conditional,
+)
 from scrapeq.runtime.session_jar import Changes, absorb, jar_request
 from scrapeq.runtime.worker_core import WorkerCore
 
@@ -119,8 +125,7 @@ class Attempts(WorkerCore):
             assert self._fetcher is not None
             name = self._fetcher_name(job)  # once a job: the job and the settings decide it
             fetched = fetching = time.monotonic()
-            plain = job.request_text is None and job.exit is None and job.etag is None
-            if plain and name == "http" and job.last_modified is None:  # _fetch's plain GET
+            if name == "http" and plain_get(job):  # what _fetch does for it, a frame less
                 response = await self._fetcher.fetch(job.url, normalised=True)
             else:
                 response = await self._fetch(job, name=name)

@@ -24,6 +24,17 @@ MAX_VALIDATOR: Final = 100
 _PRINTABLE: Final = re.compile(r"^[\x20-\x7e\x80-\xff]+$")
 
 
+def plain_get(job: Job) -> bool:
+    """Whether fetching the job is a GET of its URL alone: no request of its own, no exit,
+    and no validators for :func:`conditional` to send (the worker's short path)."""
+    return (
+        job.request_text is None
+        and job.exit is None
+        and job.etag is None
+        and job.last_modified is None
+    )
+
+
 def conditional(job: Job) -> Request | None:
     """The job's request with ``If-None-Match`` / ``If-Modified-Since`` from the validators
     its revisit carries; None when it carries none."""
