@@ -10,6 +10,9 @@ One fixed workload per row, each run by the real ``Worker`` (``--burst``, concur
 * **plain**: a page of 600 bytes, done; results to a JSONL file (``JsonlSink``), no proxy,
   ``revisit = off``;
 * **plain, no sink**: the same without a results sink;
+* **plain, pages of 50-350 ms**: the plain row on pages that take their time (each URL its
+  own fixed delay, 50 ms plus 0-300 ms): slots free one at a time, as on the web, so the
+  claims and settles carry fewer jobs each than on instant pages (``runtime/gather.py``);
 * **crawl page, 20 links**: ``follow_links``: a seed page with 20 links to plain pages of its
   site; a row's jobs are the seeds and their children (1 in 21 a seed), JSONL;
 * **bare aiohttp through the proxy**: the bare loop through the exit row's proxy, the
@@ -89,11 +92,12 @@ PAGE = (
     + b"<p>a small page for the cost ledger</p>" * 14
     + b"</body></html>"
 )
-ROWS = ("bare", "plain", "nosink", "crawl", "bareexit", "exit", "revisit", "dead")
+ROWS = ("bare", "plain", "nosink", "slow", "crawl", "bareexit", "exit", "revisit", "dead")
 LABELS = {
     "bare": "bare aiohttp loop (reference)",
     "plain": "plain job (JSONL)",
     "nosink": "plain job, no sink",
+    "slow": "plain job, pages of 50-350 ms",
     "crawl": "crawl page, 20 links (per job)",
     "bareexit": "bare aiohttp through the proxy",
     "exit": "job through an exit",
@@ -111,9 +115,12 @@ def _links_page(tail: str) -> bytes:
 
 
 async def _page(request: web.Request) -> web.StreamResponse:
-    """The fleet's answer: ``/gone/..`` a 404, ``/links/N`` a page of links, else the page."""
+    """The fleet's answer: ``/gone/..`` a 404, ``/links/N`` a page of links, ``/slow/N`` the
+    page after 50 + (37 N mod 301) ms, else the page."""
     kind, _, tail = request.path.lstrip("/").partition("/")
-    if kind == "gone":
+    if kind == "slow":
+        await asyncio.sleep((50 + int(tail) * 37 % 301) / 1000)
+    elif kind == "gone":
         return web.Response(status=404, body=b"gone")
     if kind == "links":
         return web.Response(body=_links_page(tail), content_type="text/html")
@@ -206,7 +213,7 @@ def workload(
         seeds = max(1, jobs // (LINKS + 1))
         urls = [f"http://127.0.0.1:{ports[i % n]}/links/{i:07d}" for i in range(seeds)]
         return Workload(urls, settings, follow=True, expect_done=seeds * (LINKS + 1))
-    kind = "gone" if row == "dead" else "p"
+    kind = {"dead": "gone", "slow": "slow"}.get(row, "p")
     urls = [f"http://127.0.0.1:{ports[i % n]}/{kind}/{i:07d}" for i in range(jobs)]
     if row == "dead":
         return Workload(urls, settings, expect_dead=jobs)
