@@ -112,7 +112,9 @@ class Settler(WorkerCore):
     async def _settle_loop(self) -> None:
         while not self._loops_end.is_set():
             await asyncio.sleep(SETTLE_EVERY)
-            await self._flush()
+            if self._gather.settle_due(self._pending, time.monotonic()):
+                await self._flush()
+                self._gather.settled()
 
     async def _flush(self) -> None:
         # One flush at a time: the exit path's last flush waits for the settle loop's call in
@@ -142,6 +144,7 @@ class Settler(WorkerCore):
             self._health.ok(sent)
             progress.settled(len(batch))
             self._answer_all(batch, statuses)
+            self._gather.moved()
             self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
 
     async def _settle_singly(self, batch: list[Pending], exc: Exception) -> None:

@@ -54,6 +54,7 @@ from scrapeq.runtime.bans import BanRules
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy, adapt_handler
+from scrapeq.runtime.gather import Gather
 from scrapeq.runtime.gc_tuning import GC_THRESHOLD as GC_THRESHOLD
 from scrapeq.runtime.gc_tuning import tuned_gc
 from scrapeq.runtime.handlers import DaemonThreads, Handler, handler_caller
@@ -224,6 +225,7 @@ class Worker(Shutdown, Leases, Attempts):
         # Settlements waiting for the next settle call: the job, when its answer is only
         # counted and logged; a future, when a caller awaits it.
         self._pending: list[Pending] = []
+        self._gather = Gather(self.concurrency, BATCH)
         self._flush_lock = asyncio.Lock()
         self._hook_tasks: set[asyncio.Future[Any]] = set()  # async hooks' calls running
         self._slot_freed = asyncio.Event()
@@ -286,7 +288,7 @@ class Worker(Shutdown, Leases, Attempts):
         beater = asyncio.create_task(self._heartbeat_loop(), name="scrapeq-heartbeat")
         claimer = asyncio.create_task(self._claim_loop(), name="scrapeq-claim")
         waker = asyncio.create_task(
-            wake_on_urgent(self.queue, self._slot_freed.set, self._stopping), name="scrapeq-wake"
+            wake_on_urgent(self.queue, self._urgent_arrived, self._stopping), name="scrapeq-wake"
         )
         reporting = None
         if self._reporter is not None:
@@ -452,16 +454,18 @@ class Worker(Shutdown, Leases, Attempts):
                 self._stopping.set()
                 break
             free = self.concurrency - len(self._flights)
-            if free <= 0:
-                await self._wait_for(self._slot_freed, IDLE_MAX)
+            # no slot free; or work is waiting: more slots free first (runtime/gather.py)
+            slots = IDLE_MAX if free <= 0 else self._gather.claim_wait(free, time.monotonic())
+            if slots > 0:
+                await self._wait_for(self._slot_freed, slots)
                 continue
             wait = self._pause.until - time.monotonic()
             if wait > 0:
                 await self._wait_for(self._stopping, wait)
                 continue
-            sent = time.monotonic()
+            sent, asked, moves = time.monotonic(), min(free, BATCH), self._gather.moves
             try:
-                claimed = await self.queue.claim(min(free, BATCH))
+                claimed = await self.queue.claim(asked)
             except (RedisUnavailable, ScriptError) as exc:  # away, or refusing writes
                 self._redis_failed(exc, "claiming")
                 failures += 1
@@ -471,6 +475,8 @@ class Worker(Shutdown, Leases, Attempts):
             failures = 0
             self._health.ok(sent)
             now = time.monotonic()
+            idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
+            self._gather.claimed(asked, len(claimed.jobs), moves, now, idle)
             if self.metrics is not None:
                 self.metrics.claimed(len(claimed.jobs), now - sent)
             if self.on_claimed is not None and claimed.jobs:
@@ -487,8 +493,12 @@ class Worker(Shutdown, Leases, Attempts):
                 # lines owed by a worker: written by it, or taken over once overdue
                 await self._wait_for(self._stopping, min(self.settings.lease / 3, BURST_POLL))
                 continue
-            idle = IDLE_MAX if claimed.next_due is None else min(claimed.next_due, IDLE_MAX)
             await self._wait_for(self._slot_freed, max(idle, 0.001))
+
+    def _urgent_arrived(self) -> None:
+        """Urgent work was enqueued: the claim loop claims now, without gathering."""
+        self._gather.urgent = True
+        self._slot_freed.set()
 
     def _start(self, job: Job, now: float, loop: asyncio.AbstractEventLoop) -> None:
         self.stats.claimed += 1

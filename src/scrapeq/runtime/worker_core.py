@@ -28,6 +28,7 @@ from scrapeq.runtime.browser_notice import BenchNotice
 from scrapeq.runtime.deadlines import Deadlines
 from scrapeq.runtime.fetch import Fetcher, Response, Robots
 from scrapeq.runtime.follow import BodyStore, FollowPolicy
+from scrapeq.runtime.gather import Gather
 from scrapeq.runtime.handlers import DaemonThreads, Handler
 from scrapeq.runtime.isolation import HandlerRunner
 from scrapeq.runtime.lines import ClaimPause, Lines
@@ -137,6 +138,7 @@ class WorkerCore:
     _handler_threads: DaemonThreads
     _flights: dict[str, Flight]
     _pending: list[Pending]
+    _gather: Gather  # when claims and settles wait for company (runtime/gather.py)
     _flush_lock: asyncio.Lock
     _slot_freed: asyncio.Event
     _stopping: asyncio.Event

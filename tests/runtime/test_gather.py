@@ -1,0 +1,127 @@
+"""When a worker's claims and settles wait for company (runtime/gather.py): the rule alone, and
+a real worker on pages that take their time, counted in script calls per job."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scrapeq import AsyncQueue
+from scrapeq.runtime.gather import CLAIM_WAIT, SETTLE_MIN, SETTLE_WAIT, Gather
+from scrapeq.runtime.worker import BATCH, Worker
+from support.sites import sites
+
+# --- the rule ------------------------------------------------------------------------------
+
+
+def test_a_claim_waits_for_an_eighth_of_the_slots_only_while_claims_come_back_full() -> None:
+    g = Gather(200, BATCH)
+    assert g.claim_min == 25
+    assert g.claim_wait(1, 10.0) == 0.0, "no claim came back yet: claim at once"
+    g.claimed(asked=10, got=10, sent=g.moves, now=10.0, idle=1.0)
+    assert g.claim_wait(24, 10.0) == pytest.approx(CLAIM_WAIT)
+    assert g.claim_wait(24, 10.0 + CLAIM_WAIT / 2) == pytest.approx(CLAIM_WAIT / 2)
+    assert g.claim_wait(24, 10.0 + CLAIM_WAIT) == 0.0, "waited its most: claim"
+    assert g.claim_wait(25, 10.0) == 0.0, "an eighth of the slots free: claim"
+    g.claimed(asked=30, got=30, sent=g.moves, now=20.0, idle=1.0)
+    assert g.claim_wait(3, 20.0) == pytest.approx(CLAIM_WAIT), "a claim starts a new wait"
+    g.urgent = True
+    assert g.claim_wait(3, 20.0) == 0.0, "urgent work: claim at once"
+
+
+def test_after_a_short_claim_the_next_waits_for_one_of_our_settles_to_land() -> None:
+    g = Gather(200, BATCH)
+    sent = g.moves
+    g.claimed(asked=30, got=29, sent=sent, now=5.0, idle=0.4)
+    assert not g.urgent
+    assert g.claim_wait(3, 5.0) == pytest.approx(0.4), "the queue has not moved: wait"
+    assert g.claim_wait(150, 5.3) == pytest.approx(0.1), "jobs of ours ending move nothing"
+    assert g.claim_wait(3, 5.4) == 0.0, "the claim's own idle wait is over"
+    assert g.claim_wait(200, 5.0) == 0.0, "nothing in flight: none of ours can move it"
+    g.moved()
+    assert g.claim_wait(3, 5.0) == 0.0, "a settle landed: claim"
+    g.claimed(asked=8, got=0, sent=sent, now=6.0, idle=1.0)
+    assert g.claim_wait(3, 6.0) == 0.0, "a settle landed while the claim was on its way"
+    g.claimed(asked=8, got=0, sent=g.moves, now=7.0, idle=1.0)
+    assert g.claim_wait(3, 7.0) == pytest.approx(1.0)
+    g.urgent = True
+    assert g.claim_wait(3, 7.0) == 0.0, "urgent work: claim at once"
+
+
+@pytest.mark.parametrize(("concurrency", "least"), [(1, 1), (5, 1), (16, 2), (10_000, 32)])
+def test_a_small_worker_never_waits_and_a_large_one_waits_for_at_most_an_eighth_of_a_batch(
+    concurrency: int, least: int
+) -> None:
+    assert Gather(concurrency, BATCH).claim_min == least
+
+
+def test_a_settlement_nobody_awaits_waits_for_company_only_while_claims_come_back_full() -> None:
+    g = Gather(200, BATCH)
+    plain = [("settlement", "job", None)]
+    assert not g.settle_due([], 0.0)
+    assert g.settle_due(plain, 0.0), "claims not full: at once"
+    g.claimed(asked=5, got=5, sent=g.moves, now=0.0, idle=1.0)
+    assert not g.settle_due(plain, 1.0)
+    assert not g.settle_due(plain * 2, 1.0 + SETTLE_WAIT / 2)
+    assert g.settle_due(plain * 2, 1.0 + SETTLE_WAIT), "the oldest waited its most"
+    g.settled()
+    assert not g.settle_due(plain, 2.0), "a new wait from the first one after the call"
+    assert g.settle_due(plain * SETTLE_MIN, 2.0), "enough to go together"
+    assert g.settle_due([*plain, ("settlement", "job", "a future")], 2.0), "one is awaited"
+
+
+# --- a worker on slow pages ----------------------------------------------------------------
+
+JOBS, SITES, CONCURRENCY = 240, 12, 48
+
+
+def _counting(q: AsyncQueue, calls: dict[str, list[int]]) -> None:
+    """Count ``q``'s claim and settle calls (each one script call) and their sizes."""
+    claim, settle_many = q.claim, q.settle_many
+
+    async def counted_claim(n: int, *args: Any, **kwargs: Any) -> Any:
+        claimed = await claim(n, *args, **kwargs)
+        calls["claim"].append(len(claimed.jobs))
+        return claimed
+
+    async def counted_settle(items: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["settle"].append(len(items))
+        return await settle_many(items, *args, **kwargs)
+
+    q.claim = counted_claim  # type: ignore[method-assign]
+    q.settle_many = counted_settle  # type: ignore[method-assign]
+
+
+async def test_a_worker_on_slow_pages_claims_and_settles_many_jobs_a_call(
+    make_async_queue: Callable[..., AsyncQueue],
+) -> None:
+    """Pages of 30-90 ms over 12 sites, 48 slots: slots free one at a time. Before the rule a
+    claim carried about two jobs, a settle two or three, and a claim came back empty for
+    about every third job: some 290 script calls for 240 jobs (a call costs Redis ~1 M
+    instructions before its first job). Now about 100: claims wait for 6 free slots (at most
+    10 ms) and settles for company (at most 50 ms) while claims come back full, and after a
+    short claim the next waits for a settle to land. Every job still ends done."""
+
+    async def slow_page(request: web.Request) -> web.Response:
+        await asyncio.sleep(random.uniform(0.03, 0.09))
+        return web.Response(text="<html><body>ok</body></html>", content_type="text/html")
+
+    async with sites(*([slow_page] * SITES)) as fleet:
+        q = make_async_queue(allow_private=True, domain_concurrency=8)
+        await q.enqueue_many([fleet[i % SITES].url(f"/p/{i}") for i in range(JOBS)])
+        calls: dict[str, list[int]] = {"claim": [], "settle": []}
+        _counting(q, calls)
+        worker = Worker(q, concurrency=CONCURRENCY, burst=True, report=False)
+        await asyncio.wait_for(worker.run_async(), 60)
+    assert worker.stats.done == JOBS
+    assert sum(f.total for f in fleet) == JOBS
+    claims = [n for n in calls["claim"] if n]
+    per_claim = JOBS / len(claims)
+    script_calls = len(calls["claim"]) + len(calls["settle"])  # empty claims too
+    assert per_claim >= 4, (per_claim, calls["claim"])
+    assert script_calls <= 0.6 * JOBS, (script_calls, calls)
