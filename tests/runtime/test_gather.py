@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue
-from scrapeq.runtime.gather import CLAIM_WAIT, SETTLE_MIN, SETTLE_WAIT, Gather
+from scrapeq.runtime.gather import CLAIM_HELD_SHARE, CLAIM_WAIT, SETTLE_MIN, SETTLE_WAIT, Gather
 from scrapeq.runtime.worker import BATCH, Worker
 from support.sites import sites
 
@@ -21,6 +21,8 @@ from support.sites import sites
 
 def test_a_claim_waits_for_an_eighth_of_the_slots_only_while_claims_come_back_full() -> None:
     g = Gather(200, BATCH)
+    for _ in range(200):  # jobs hold their slots for a second: the wait is CLAIM_WAIT's
+        g.ended(1.0)
     assert g.claim_min == 25
     assert g.claim_wait(1, 10.0) == 0.0, "no claim came back yet: claim at once"
     g.claimed(asked=10, got=10, sent=g.moves, now=10.0, idle=1.0)
@@ -51,6 +53,18 @@ def test_after_a_short_claim_the_next_waits_for_one_of_our_settles_to_land() -> 
     assert g.claim_wait(3, 7.0) == pytest.approx(1.0)
     g.urgent = True
     assert g.claim_wait(3, 7.0) == 0.0, "urgent work: claim at once"
+
+
+def test_a_claim_waits_for_at_most_a_small_share_of_the_time_a_job_holds_its_slot() -> None:
+    g = Gather(200, BATCH)
+    g.claimed(asked=10, got=10, sent=g.moves, now=0.0, idle=1.0)
+    assert g.claim_wait(3, 0.0) == 0.0, "no job ended yet"
+    for _ in range(200):
+        g.ended(0.064)  # instant pages: 64 ms a slot, claim, fetch and all
+    assert g.claim_wait(3, 0.0) == pytest.approx(0.064 / CLAIM_HELD_SHARE, rel=0.01)
+    for _ in range(200):
+        g.ended(5.0)
+    assert g.claim_wait(3, 0.0) == CLAIM_WAIT
 
 
 @pytest.mark.parametrize(("concurrency", "least"), [(1, 1), (5, 1), (16, 2), (10_000, 32)])

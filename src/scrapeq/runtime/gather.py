@@ -10,8 +10,9 @@ carried two jobs and each settle four: Redis spent five times the CPU a job.
 So, while claims come back full (as many jobs as asked: work is waiting, and other domains'
 jobs fill the slots meanwhile):
 
-* a claim waits, at most :data:`CLAIM_WAIT` seconds, for at least 1/:data:`CLAIM_SHARE` of
-  the worker's slots (up to a claim's batch) to be free;
+* a claim waits, at most :data:`CLAIM_WAIT` seconds and 1/:data:`CLAIM_HELD_SHARE` of the
+  time a job holds its slot (so on instant pages hardly at all), for at least
+  1/:data:`CLAIM_SHARE` of the worker's slots (up to a claim's batch) to be free;
 * a settlement that nobody awaits waits, at most :data:`SETTLE_WAIT` seconds, for
   :data:`SETTLE_MIN` settlements to go together (its slot is already free; its lease holds
   meanwhile).
@@ -34,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-__all__ = ["CLAIM_SHARE", "CLAIM_WAIT", "SETTLE_MIN", "SETTLE_WAIT", "Gather"]
+__all__ = ["CLAIM_HELD_SHARE", "CLAIM_SHARE", "CLAIM_WAIT", "SETTLE_MIN", "SETTLE_WAIT", "Gather"]
 
 #: Longest a claim waits for more free slots, seconds.
 CLAIM_WAIT: Final = 0.010
+#: ... and at most 1/CLAIM_HELD_SHARE of the time a job holds its slot (recent average): a
+#: wait costs the slots free meanwhile, a few per cent of their time at most.
+CLAIM_HELD_SHARE: Final = 32
 #: A claim waits for 1/CLAIM_SHARE of the worker's slots (at most a batch) to be free.
 CLAIM_SHARE: Final = 8
 #: Longest a settlement nobody awaits waits for others, seconds.
@@ -51,8 +55,8 @@ class Gather:
     since when the claim loop waits, since when the settle buffer holds settlements."""
 
     __slots__ = (
-        "_claim_since", "_moved_at", "_settle_since", "_short_until", "claim_min", "claims_full",
-        "moves", "slots", "urgent",
+        "_claim_since", "_held", "_moved_at", "_settle_since", "_short_until", "claim_min",
+        "claims_full", "moves", "slots", "urgent",
     )  # fmt: skip
 
     def __init__(self, concurrency: int, batch: int) -> None:
@@ -61,11 +65,16 @@ class Gather:
         self.claim_min = max(1, min(batch, concurrency) // CLAIM_SHARE)
         self.claims_full = False
         self.urgent = False  # urgent work was enqueued: the next claim goes at once
+        self._held = 0.0  # seconds a job holds its slot, a moving average (:meth:`ended`)
         self.moves = 0  # settles of this worker landed so far (:meth:`moved`)
         self._moved_at = 0  # ``moves`` when the last claim was sent
         self._short_until: float | None = None  # after a short claim: its idle wait's end
         self._claim_since: float | None = None
         self._settle_since: float | None = None
+
+    def ended(self, held: float) -> None:
+        """A job left its slot after ``held`` seconds (from its claim)."""
+        self._held += (held - self._held) * 0.0625
 
     def moved(self) -> None:
         """One of this worker's settles landed: the queue moved."""
@@ -93,7 +102,8 @@ class Gather:
             return 0.0
         if self._claim_since is None:
             self._claim_since = now
-        return max(0.0, self._claim_since + CLAIM_WAIT - now)
+        most = min(CLAIM_WAIT, self._held / CLAIM_HELD_SHARE)
+        return max(0.0, self._claim_since + most - now)
 
     def settle_due(self, pending: Sequence[tuple[Any, Any, Any]], now: float) -> bool:
         """Whether the settle buffer (``pending``: settlement, job, future or None) goes now."""

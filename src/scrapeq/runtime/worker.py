@@ -541,4 +541,5 @@ class Worker(Shutdown, Leases, Attempts):
             if self._handlers is not None:
                 self._handlers.settled(job)
             self._flights.pop(job.id, None)
+            self._gather.ended(time.monotonic() - flight.started)
             self._slot_freed.set()
