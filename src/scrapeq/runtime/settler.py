@@ -145,7 +145,8 @@ class Settler(WorkerCore):
             progress.settled(len(batch))
             self._answer_all(batch, statuses)
             self._gather.moved()
-            self._slot_freed.set()  # settled jobs freed their domains' slots in Redis
+            self._queue_moved.set()  # settled jobs freed their domains' slots in Redis
+            self._slot_freed.set()
 
     async def _settle_singly(self, batch: list[Pending], exc: Exception) -> None:
         """Settle a refused batch item by item; an item refused alone is left to its lease."""

@@ -229,6 +229,7 @@ class Worker(Shutdown, Leases, Attempts):
         self._flush_lock = asyncio.Lock()
         self._hook_tasks: set[asyncio.Future[Any]] = set()  # async hooks' calls running
         self._slot_freed = asyncio.Event()
+        self._queue_moved = asyncio.Event()  # a settle of ours landed, urgent work, a stop
         self._stopping = asyncio.Event()
         self._loops_end = asyncio.Event()
         self._release_now = asyncio.Event()
@@ -270,6 +271,7 @@ class Worker(Shutdown, Leases, Attempts):
             self._stop_at = now
         self._stopping.set()
         self._slot_freed.set()  # wakes the claim loop and the drain
+        self._queue_moved.set()
 
     async def run_async(self) -> WorkerStats:
         """Run in the current event loop until stopped."""
@@ -302,6 +304,7 @@ class Worker(Shutdown, Leases, Attempts):
         finally:
             self._stopping.set()
             self._slot_freed.set()  # an idle claim loop sees the stop now (run cancelled)
+            self._queue_moved.set()
             await self._stop_claiming(claimer)
             await self._finish()
             self._loops_end.set()
@@ -449,15 +452,18 @@ class Worker(Shutdown, Leases, Attempts):
         failures = 0  # claims failed in a row: the reconnect's backoff
         while not self._stopping.is_set():
             self._slot_freed.clear()
+            self._queue_moved.clear()
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("max runtime reached: stopping")
                 self._stopping.set()
                 break
             free = self.concurrency - len(self._flights)
-            # no slot free; or work is waiting: more slots free first (runtime/gather.py)
-            slots = IDLE_MAX if free <= 0 else self._gather.claim_wait(free, time.monotonic())
-            if slots > 0:
-                await self._wait_for(self._slot_freed, slots)
+            # no slot free; or calls wait for company (runtime/gather.py): woken by the queue
+            # moving, not by each job of ours that ends
+            event, wait = (self._slot_freed, IDLE_MAX) if free <= 0 else (
+                self._queue_moved, self._gather.claim_wait(free, time.monotonic()))  # fmt: skip
+            if wait > 0:
+                await self._wait_for(event, wait)
                 continue
             wait = self._pause.until - time.monotonic()
             if wait > 0:
@@ -493,12 +499,13 @@ class Worker(Shutdown, Leases, Attempts):
                 # lines owed by a worker: written by it, or taken over once overdue
                 await self._wait_for(self._stopping, min(self.settings.lease / 3, BURST_POLL))
                 continue
-            await self._wait_for(self._slot_freed, max(idle, 0.001))
+            await self._wait_for(self._queue_moved, max(idle, 0.001))
 
     def _urgent_arrived(self) -> None:
         """Urgent work was enqueued: the claim loop claims now, without gathering."""
         self._gather.urgent = True
         self._slot_freed.set()
+        self._queue_moved.set()
 
     def _start(self, job: Job, now: float, loop: asyncio.AbstractEventLoop) -> None:
         self.stats.claimed += 1

@@ -141,6 +141,7 @@ class WorkerCore:
     _gather: Gather  # when claims and settles wait for company (runtime/gather.py)
     _flush_lock: asyncio.Lock
     _slot_freed: asyncio.Event
+    _queue_moved: asyncio.Event  # a settle of ours landed, urgent work, a stop: claim again
     _stopping: asyncio.Event
     # Set once the run is over, before its background loops are cancelled: each loop also
     # ends on it, so a cancellation a Redis client turns into an error (caught by a loop
