@@ -12,7 +12,14 @@ import pytest
 from aiohttp import web
 
 from scrapeq import AsyncQueue
-from scrapeq.runtime.gather import CLAIM_HELD_SHARE, CLAIM_WAIT, SETTLE_MIN, SETTLE_WAIT, Gather
+from scrapeq.runtime.gather import (
+    CLAIM_HELD_SHARE,
+    CLAIM_WAIT,
+    SETTLE_HELD_SHARE,
+    SETTLE_MIN,
+    SETTLE_WAIT,
+    Gather,
+)
 from scrapeq.runtime.worker import BATCH, Worker
 from support.sites import sites
 
@@ -38,6 +45,8 @@ def test_a_claim_waits_for_an_eighth_of_the_slots_only_while_claims_come_back_fu
 
 def test_after_a_short_claim_the_next_waits_for_one_of_our_settles_to_land() -> None:
     g = Gather(200, BATCH)
+    for _ in range(200):  # jobs hold their slots for 8 s: the wait is the claim's idle one
+        g.ended(8.0)
     sent = g.moves
     g.claimed(asked=30, got=29, sent=sent, now=5.0, idle=0.4)
     assert not g.urgent
@@ -50,9 +59,24 @@ def test_after_a_short_claim_the_next_waits_for_one_of_our_settles_to_land() -> 
     g.claimed(asked=8, got=0, sent=sent, now=6.0, idle=1.0)
     assert g.claim_wait(3, 6.0) == 0.0, "a settle landed while the claim was on its way"
     g.claimed(asked=8, got=0, sent=g.moves, now=7.0, idle=1.0)
-    assert g.claim_wait(3, 7.0) == pytest.approx(1.0)
+    assert g.claim_wait(3, 7.0) == pytest.approx(1.0, rel=1e-3)
+    for _ in range(200):
+        g.ended(0.080)  # 80 ms a job: a tenth of it at most
+    g.claimed(asked=8, got=0, sent=g.moves, now=8.0, idle=1.0)
+    assert g.claim_wait(3, 8.0) == pytest.approx(0.080 / SETTLE_HELD_SHARE, rel=0.01)
     g.urgent = True
     assert g.claim_wait(3, 7.0) == 0.0, "urgent work: claim at once"
+
+
+def test_a_settlement_waits_for_at_most_an_eighth_of_the_time_a_job_holds_its_slot() -> None:
+    g = Gather(200, BATCH)
+    g.claimed(asked=10, got=10, sent=g.moves, now=0.0, idle=1.0)
+    plain = [("settlement", "job", None)]
+    for _ in range(200):
+        g.ended(0.040)  # instant pages: 40 ms a slot
+    assert not g.settle_due(plain, 0.0)
+    assert not g.settle_due(plain, 0.004)
+    assert g.settle_due(plain, 0.040 / SETTLE_HELD_SHARE * 1.01), "its domain waits too"
 
 
 def test_a_claim_waits_for_at_most_a_small_share_of_the_time_a_job_holds_its_slot() -> None:
@@ -76,6 +100,8 @@ def test_a_small_worker_never_waits_and_a_large_one_waits_for_at_most_an_eighth_
 
 def test_a_settlement_nobody_awaits_waits_for_company_only_while_claims_come_back_full() -> None:
     g = Gather(200, BATCH)
+    for _ in range(200):  # jobs hold their slots for a second: the wait is SETTLE_WAIT's
+        g.ended(1.0)
     plain = [("settlement", "job", None)]
     assert not g.settle_due([], 0.0)
     assert g.settle_due(plain, 0.0), "claims not full: at once"
@@ -114,15 +140,15 @@ def _counting(q: AsyncQueue, calls: dict[str, list[int]]) -> None:
 async def test_a_worker_on_slow_pages_claims_and_settles_many_jobs_a_call(
     make_async_queue: Callable[..., AsyncQueue],
 ) -> None:
-    """Pages of 30-90 ms over 12 sites, 48 slots: slots free one at a time. Before the rule a
-    claim carried about two jobs, a settle two or three, and a claim came back empty for
-    about every third job: some 290 script calls for 240 jobs (a call costs Redis ~1 M
-    instructions before its first job). Now about 100: claims wait for 6 free slots (at most
-    10 ms) and settles for company (at most 50 ms) while claims come back full, and after a
-    short claim the next waits for a settle to land. Every job still ends done."""
+    """Pages of 100-300 ms over 12 sites, 48 slots: slots free one at a time. Before the rule
+    a claim carried 1.6 jobs and the worker made 1.7 script calls a job, 122-124 of them
+    empty claims (a call costs Redis ~1 M instructions before its first job). Now claims wait
+    for 6 free slots and settles for company while claims come back full (each within a share
+    of a job's time), and after a short claim the next waits for a settle to land: 2.8-3.1
+    jobs a claim, 0.92-0.96 calls a job. Every job still ends done."""
 
     async def slow_page(request: web.Request) -> web.Response:
-        await asyncio.sleep(random.uniform(0.03, 0.09))
+        await asyncio.sleep(random.uniform(0.1, 0.3))
         return web.Response(text="<html><body>ok</body></html>", content_type="text/html")
 
     async with sites(*([slow_page] * SITES)) as fleet:
@@ -136,6 +162,6 @@ async def test_a_worker_on_slow_pages_claims_and_settles_many_jobs_a_call(
     assert sum(f.total for f in fleet) == JOBS
     claims = [n for n in calls["claim"] if n]
     per_claim = JOBS / len(claims)
-    script_calls = len(calls["claim"]) + len(calls["settle"])  # empty claims too
-    assert per_claim >= 4, (per_claim, calls["claim"])
-    assert script_calls <= 0.6 * JOBS, (script_calls, calls)
+    per_job = (len(calls["claim"]) + len(calls["settle"])) / JOBS  # empty claims too
+    assert per_claim >= 2.2, (per_claim, calls["claim"])
+    assert per_job <= 1.25, (per_job, calls)

@@ -13,9 +13,11 @@ jobs fill the slots meanwhile):
 * a claim waits, at most :data:`CLAIM_WAIT` seconds and 1/:data:`CLAIM_HELD_SHARE` of the
   time a job holds its slot (so on instant pages hardly at all), for at least
   1/:data:`CLAIM_SHARE` of the worker's slots (up to a claim's batch) to be free;
-* a settlement that nobody awaits waits, at most :data:`SETTLE_WAIT` seconds, for
-  :data:`SETTLE_MIN` settlements to go together (its slot is already free; its lease holds
-  meanwhile).
+* a settlement that nobody awaits waits, at most :data:`SETTLE_WAIT` seconds and
+  1/:data:`SETTLE_HELD_SHARE` of the time a job holds its slot, for :data:`SETTLE_MIN`
+  settlements to go together (its slot is already free; its lease holds meanwhile; its
+  domain's slot in Redis is freed when it lands). On instant pages both waits are shorter
+  than the loops' own ticks: calls there were full already.
 
 After a short claim (fewer jobs than asked: the queue had no more ready work, or domains were
 at their caps), the next claim waits for the queue to move: one of this worker's settles
@@ -35,7 +37,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-__all__ = ["CLAIM_HELD_SHARE", "CLAIM_SHARE", "CLAIM_WAIT", "SETTLE_MIN", "SETTLE_WAIT", "Gather"]
+__all__ = [
+    "CLAIM_HELD_SHARE", "CLAIM_SHARE", "CLAIM_WAIT", "SETTLE_HELD_SHARE", "SETTLE_MIN",
+    "SETTLE_WAIT", "Gather",
+]  # fmt: skip
 
 #: Longest a claim waits for more free slots, seconds.
 CLAIM_WAIT: Final = 0.010
@@ -46,6 +51,9 @@ CLAIM_HELD_SHARE: Final = 32
 CLAIM_SHARE: Final = 8
 #: Longest a settlement nobody awaits waits for others, seconds.
 SETTLE_WAIT: Final = 0.050
+#: ... and at most 1/SETTLE_HELD_SHARE of the time a job holds its slot: a settle frees its
+#: domain's slot in Redis, so its wait is a domain at its cap waiting too.
+SETTLE_HELD_SHARE: Final = 8
 #: Settlements that go at once, whoever awaits them.
 SETTLE_MIN: Final = 64
 
@@ -82,12 +90,16 @@ class Gather:
 
     def claimed(self, asked: int, got: int, sent: int, now: float, idle: float) -> None:
         """A claim sent when ``moves`` was ``sent`` asked for ``asked`` jobs and got ``got``;
-        ``idle``: how long it says to wait when it got none (its next due job)."""
+        ``idle``: how long it says to wait when it got none (its next due job, at most
+        ``IDLE_MAX``)."""
         self.claims_full = got >= asked
         self.urgent = False
         self._claim_since = None
         self._moved_at = sent
-        self._short_until = None if self.claims_full else now + idle
+        # after a short claim: wait for a settle of ours at most 1/SETTLE_HELD_SHARE of a job's
+        # time (what a settle waits), and never past the claim's own idle wait
+        bound = min(idle, self._held / SETTLE_HELD_SHARE)
+        self._short_until = None if self.claims_full else now + bound
 
     def claim_wait(self, free: int, now: float) -> float:
         """Seconds the claim loop waits (for more free slots, or for the queue to move)
@@ -114,7 +126,7 @@ class Gather:
             return True
         if self._settle_since is None:
             self._settle_since = now
-        if now - self._settle_since >= SETTLE_WAIT:
+        if now - self._settle_since >= min(SETTLE_WAIT, self._held / SETTLE_HELD_SHARE):
             return True
         return any(item[2] is not None for item in pending)
 

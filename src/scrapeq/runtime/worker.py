@@ -499,7 +499,7 @@ class Worker(Shutdown, Leases, Attempts):
                 # lines owed by a worker: written by it, or taken over once overdue
                 await self._wait_for(self._stopping, min(self.settings.lease / 3, BURST_POLL))
                 continue
-            await self._wait_for(self._queue_moved, max(idle, 0.001))
+            await self._wait_for(self._slot_freed, max(idle, 0.001))
 
     def _urgent_arrived(self) -> None:
         """Urgent work was enqueued: the claim loop claims now, without gathering."""
