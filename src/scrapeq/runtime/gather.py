@@ -5,7 +5,8 @@ instructions before its first job (the script's prologue: every include's functi
 anew, the configuration decoded and checked; docs/BENCHMARKS.md section 38), against about
 300 thousand a job after that. On pages that answer at once a worker's calls carry 60-170
 jobs each; on pages that take their time (50-350 ms) slots free one at a time and each claim
-carried two jobs and each settle four: Redis spent five times the CPU a job.
+carried two jobs and each settle four: Redis spent five times the CPU a job (section 39:
+these waits halve it there, at 0.974x the jobs/s).
 
 So, while claims come back full (as many jobs as asked: work is waiting, and other domains'
 jobs fill the slots meanwhile):
@@ -21,9 +22,10 @@ jobs fill the slots meanwhile):
 
 After a short claim (fewer jobs than asked: the queue had no more ready work, or domains were
 at their caps), the next claim waits for the queue to move: one of this worker's settles
-landing (it frees its domains' slots, may enqueue follow-ups or retries), urgent work, or the
-idle wait the claim answered (its next due job, at most ``IDLE_MAX``); a job of its own ending
-alone changes nothing in the queue, and a claim for each would come back empty. Settles then go
+landing (it frees its domains' slots, may enqueue follow-ups or retries) or urgent work; at
+most 1/:data:`SETTLE_HELD_SHARE` of a job's time and the idle wait the claim answered (its
+next due job, at most ``IDLE_MAX``). A job of its own ending alone changes nothing in the
+queue, and a claim for each would come back empty. Settles then go
 at the settle loop's every tick, as before (domains at their caps wait for them). With no job
 in flight the claim loop's own idle wait is all there is, as before.
 
