@@ -27,6 +27,12 @@ def _full_form(q: Queue, client: redis.Redis, job_id: str) -> dict[str, Any]:
     return expand_stored(json.loads(client.get(q.keys.job(job_id)) or "null"), job_id)
 
 
+def _enqueued_full_form(q: Queue, client: redis.Redis) -> tuple[str, dict[str, Any]]:
+    """A job of ``URL`` enqueued: its id, and its stored text expanded to the full form."""
+    job_id = q.enqueue(URL).id
+    return job_id, _full_form(q, client, job_id)
+
+
 def test_a_queued_job_is_stored_compact(make_queue: MakeQueue, redis_client: redis.Redis) -> None:
     q = make_queue()
     job_id = q.enqueue(URL).id
@@ -84,8 +90,7 @@ def test_a_job_stored_in_the_full_form_still_reads(
 ) -> None:
     """Stored data written before the compact form: every script reads both."""
     q = make_queue()
-    job_id = q.enqueue(URL).id
-    full = _full_form(q, redis_client, job_id)
+    job_id, full = _enqueued_full_form(q, redis_client)
     redis_client.set(q.keys.job(job_id), json.dumps(full))
 
     info = q.job_info(job_id)
@@ -170,8 +175,7 @@ def test_a_claimed_job_with_a_fraction_is_written_by_cjson(
     """A number claimed_text does not write (here a created time with a fraction, stored in
     the full form by hand) leaves the whole text to cjson, as before."""
     q = make_queue()
-    job_id = q.enqueue(URL).id
-    full = _full_form(q, redis_client, job_id)
+    job_id, full = _enqueued_full_form(q, redis_client)
     full["created"] = full["created"] + 0.5
     redis_client.set(q.keys.job(job_id), json.dumps(full))
     (job,) = q.claim(1).jobs
@@ -214,8 +218,7 @@ def test_a_job_with_numbers_written_as_floats_is_read(
 ) -> None:
     """The other side of the check above: numbers with a fraction or an exponent are numbers."""
     q = make_queue()
-    job_id = q.enqueue(URL).id
-    full = _full_form(q, redis_client, job_id)
+    job_id, full = _enqueued_full_form(q, redis_client)
     text = json.dumps(full).replace('"max_attempts": 5', '"max_attempts": 5e0')
     text = text.replace('"off": 0', '"off": 0.0')
     assert "5e0" in text and "0.0" in text
