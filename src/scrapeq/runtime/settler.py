@@ -144,9 +144,14 @@ class Settler(WorkerCore):
             self._health.ok(sent)
             progress.settled(len(batch))
             self._answer_all(batch, statuses)
-            self._gather.moved()
-            self._queue_moved.set()  # settled jobs freed their domains' slots in Redis
-            self._slot_freed.set()
+            self._landed()
+
+    def _landed(self) -> None:
+        """Settlements landed: their domains' slots are free in Redis, the claim loop may
+        claim again (runtime/gather.py: the queue moved)."""
+        self._gather.moved()
+        self._queue_moved.set()
+        self._slot_freed.set()
 
     async def _settle_singly(self, batch: list[Pending], exc: Exception) -> None:
         """Settle a refused batch item by item; an item refused alone is left to its lease."""
@@ -164,6 +169,7 @@ class Settler(WorkerCore):
                 continue
             progress.settled(1)
             self._answer(item, status)
+        self._landed()
 
 
 def _as_drawn(settlement: Settlement, status: Settled) -> Settlement:
