@@ -22,6 +22,7 @@ from scrapeq.engine.lua.scripts import Settled, Settlement
 from scrapeq.engine.model.job import Job
 from scrapeq.engine.server.launcher import free_port
 from scrapeq.runtime import attempt as attempt_module
+from scrapeq.runtime import shutdown as shutdown_module
 from scrapeq.runtime import worker as worker_module
 from scrapeq.runtime.fetch import Fetcher, StaticResolver
 from scrapeq.runtime.sinks import CallableSink, JsonlSink
@@ -541,6 +542,26 @@ async def test_second_stop_releases_at_once(make_queue: Callable[..., AsyncQueue
         await asyncio.wait_for(task, 10)
         assert time.monotonic() - started < 3
     assert (await q.status())["counts"]["ready"] == 3
+
+
+async def test_the_waits_for_redis_end_a_teardown_margin_before_the_exit_bound(
+    make_queue: Callable[..., AsyncQueue],
+) -> None:
+    """The exit keeps to grace + EXIT_MARGIN whatever Redis does: the last waits for Redis end
+    TEARDOWN_MARGIN before it, leaving the teardown (loops cancelled, connections and files
+    closed, the process's exit) its share. A CI run under load saw a supervised child alive
+    1.05 s past its last wait, when the waits ran to the bound itself."""
+    q = make_queue(shutdown_grace=2)
+    worker = Worker(q, concurrency=1)
+    worker.stop()
+    assert worker._stop_at is not None
+    assert worker._exit_deadline() - worker._stop_at == pytest.approx(
+        2 + worker_module.EXIT_MARGIN - shutdown_module.TEARDOWN_MARGIN
+    )
+    assert 0.25 <= shutdown_module.TEARDOWN_MARGIN < worker_module.EXIT_MARGIN
+    worker.stop()  # a second signal: the releases get HURRY_MARGIN from it, within the bound
+    assert worker._hurry_at is not None
+    assert worker._exit_deadline() == pytest.approx(worker._hurry_at + worker_module.HURRY_MARGIN)
 
 
 async def test_burst_exits_when_everything_is_done_or_dead(

@@ -56,8 +56,8 @@ RESTART_MIN, RESTART_MAX = 0.5, 5.0
 #: queue): its death resets the backoff like a settlement does.
 STABLE_AFTER = 10.0
 #: Seconds a child may take past its grace period before it is killed: a worker's own exit
-#: bound past the grace (``worker.EXIT_MARGIN``, 3 s) plus closing its connections and the
-#: interpreter's exit (well under a second, even on a loaded machine).
+#: bound past the grace (``worker.EXIT_MARGIN``, 3 s, its teardown included) plus a second
+#: for a machine so loaded that the teardown overran its share.
 KILL_MARGIN = 4.0
 #: Seconds the summary logged after the children may wait for Redis (a healthy one answers
 #: its three calls in milliseconds): when Redis stopped answering, the children exit by
