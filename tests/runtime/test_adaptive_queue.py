@@ -9,13 +9,17 @@ fleet's ``capacity`` site on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import heapq
 import random
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 from scrapeq import AsyncQueue, Queue
 from scrapeq.demo.fleet import Fleet, Mode, SiteSpec
@@ -123,18 +127,42 @@ async def test_a_worker_on_a_queueing_site_keeps_the_baseline_at_the_sites_laten
     with a real worker: every page done, the breaker closed, few refusals (slow start's
     overshoot only; at most 5% here, the figure is bench/adaptive.py --issue21's), and the
     learned baseline at the end under 1.5 x the site's latency (before: 90-136 ms in 14 of
-    15 runs, our own queue taken for the site's latency)."""
+    15 runs, our own queue taken for the site's latency).
+
+    The site's latency is the larger of its nominal 50 ms and what a probe saw of a twin site
+    with room for every request, one request at a time, in the same run: on a machine loaded
+    by the whole suite the fleet's process and this event loop answer later, and the learned
+    baseline rightly follows (87 ms seen in one such run, 46-62 ms alone or beside 4-8 CPU
+    hogs)."""
     pages = 400
     spec = SiteSpec("k8.example.com", Mode.CAPACITY, latency_ms=LATENCY_MS, capacity=K)
+    twin = SiteSpec("twin.example.com", Mode.CAPACITY, latency_ms=LATENCY_MS, capacity=10_000)
     q = make_async_queue(allow_private=True, log_every=0)
-    with Fleet([spec], seed=11) as fleet:
+    with Fleet([spec, twin], seed=11) as fleet:
         domain = f"127.0.0.1:{fleet.ports[spec.name]}"
         await q.enqueue_many([f"http://{domain}/p/{i}" for i in range(pages)])
         worker = Worker(q, burst=True, max_runtime=60, report=False, concurrency=200)
-        await worker.run_async()
+        run = asyncio.create_task(worker.run_async())
+        probed = await _probe_while(run, f"http://127.0.0.1:{fleet.ports[twin.name]}/p/")
+        await run
         seen = fleet.stats()[spec.name]
     (info,) = await q.domains_info([domain])
     refused = seen.statuses.get("503", 0)
     assert info["done"] == pages and info["state"] == "closed", info
     assert refused <= 0.05 * seen.requests, seen
-    assert info["baseline_ms"] <= 1.5 * LATENCY_MS, info
+    latency = max(LATENCY_MS, statistics.median(probed))
+    assert info["baseline_ms"] <= 1.5 * latency, (info, statistics.median(probed))
+
+
+async def _probe_while(run: asyncio.Task[Any], base: str) -> list[float]:
+    """Milliseconds each request to ``base`` + n took, one at a time, while ``run`` runs."""
+    took: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        n = 0
+        while not run.done() or len(took) < 5:
+            started = time.monotonic()
+            async with session.get(f"{base}{n}") as resp:
+                await resp.read()
+            took.append((time.monotonic() - started) * 1000)
+            n += 1
+    return took
