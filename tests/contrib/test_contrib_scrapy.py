@@ -749,10 +749,14 @@ async def test_a_crawl_whose_every_request_is_refused_says_so(
             root, "pages", redis_url, "refq", "-a", f"start={start}",
             env={"SCRAPEQ_ALLOW_PRIVATE": ""},
         )  # fmt: skip
-    assert items == [] and site.total == 0
-    assert "every request of this crawl was refused" in log, log[-3000:]
-    assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
-    # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.
+        assert items == [] and site.total == 0
+        assert "every request of this crawl was refused" in log, log[-3000:]
+        assert "'finish_reason': 'scrapeq_all_refused'" in log, log[-3000:]
+        # The exit status stays Scrapy's (0): `scrapy crawl` lets no component set it.
+        # The mistake mended, the next run takes the start requests (it used to find them
+        # taken, "nothing is left to crawl", until SCRAPEQ_NEW_CRAWL=1).
+        code, log, items = await _run(root, "pages", redis_url, "refq", "-a", f"start={start}")
+    assert code == 0 and len(items) == 3 and site.total == 3, log[-3000:]
 
 
 def test_a_burst_enqueued_in_one_turn_costs_one_enqueue_call(redis_url: str) -> None:

@@ -135,6 +135,10 @@ class ReportMiddleware:
             frontier.flush()  # kept only once every start request is written
             if frontier.batch:
                 frontier.start.abandon()  # Redis unreachable: the next process takes them
+            elif frontier.all_refused():
+                # none scheduled, each refused (a setting missing, as allow_private for a
+                # local site): the next run, its mistake mended, takes them again
+                frontier.start.abandon()
             else:
                 frontier.start.finish()
 

@@ -185,7 +185,8 @@ class Scheduler:
             self._said_all_refused = True
             log.error(
                 "scrapeq queue=%s: every request of this crawl was refused (%d, reasons "
-                "above): nothing was scheduled or fetched", frontier.queue.name, frontier.refused,
+                "above): nothing was scheduled or fetched; the next run takes the start "
+                "requests again", frontier.queue.name, frontier.refused,
             )  # fmt: skip
         raise CloseSpider(ALL_REFUSED)
 

@@ -3,7 +3,8 @@
 The first process to open takes the queue's flag ``scrapy-start`` for one ``lease`` (scrapeq's
 setting) and renews it while its spider's ``start()`` runs. Once ``start()`` is exhausted (every
 start request scheduled) the flag is kept for good: later processes of the crawl only claim,
-until a new crawl (``SCRAPEQ_NEW_CRAWL``, ``scrapeq crawl --new``, ``scrapeq queue clear``).
+until a new crawl (``SCRAPEQ_NEW_CRAWL``, ``scrapeq crawl --new``, ``scrapeq queue clear``). A
+start whose every request was refused scheduled nothing: its flag is released, as below.
 If ``start()`` raises or the process stops before its end, the flag is released (a killed
 process's lease runs out), so the next process to open takes the start requests again; the
 seen-set drops those already scheduled. A process that finds the flag leased by another
