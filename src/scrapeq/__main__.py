@@ -1,7 +1,5 @@
 """``python -m scrapeq``: the command line, as the ``scrapeq`` script."""
 
-import sys
+from scrapeq.interfaces.cli import run
 
-from scrapeq.interfaces.cli import main
-
-sys.exit(main())
+run()

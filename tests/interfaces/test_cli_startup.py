@@ -104,3 +104,22 @@ def test_a_command_builds_its_own_options_only() -> None:
         [sys.executable, "-c", statement], capture_output=True, text=True, timeout=60
     )
     assert done.stdout.splitlines()[-1] == "['status']", done.stderr
+
+
+def test_the_command_ends_its_process_without_the_interpreters_finalization() -> None:
+    """``scrapeq`` (``run``) flushes its output and ends the process at once: the interpreter
+    freeing every module took a stopping worker past its exit bound on a loaded machine (a
+    clean-clone CI run: 1.5 s after its last wait, against 0.13-0.23 s quiet). An atexit
+    handler is part of that finalization, so it does not run; the output and the exit code
+    are the command's."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('finalized', flush=True))\n"
+        "sys.argv = ['scrapeq', '--version']\n"
+        "from scrapeq.interfaces.cli import run\n"
+        "run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"scrapeq {scrapeq.__version__}", done.stdout
+    assert "finalized" not in done.stdout + done.stderr

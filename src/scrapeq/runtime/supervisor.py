@@ -44,6 +44,7 @@ from typing import Any
 
 from scrapeq.runtime import backoff as waits
 from scrapeq.runtime import progress
+from scrapeq.runtime.process_exit import exit_now
 
 __all__ = ["restart_delay", "supervise"]
 
@@ -94,13 +95,7 @@ def _child_main(
     progress.install(counter)
     code = target(*args)
     # Done: its jobs are settled or left to their leases, its files and connections closed.
-    # Skip the interpreter's finalization (freeing every module: 0.2-0.5 s on a loaded
-    # machine), which would push a child's exit past shutdown_grace + EXIT_MARGIN.
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    exit_now(code)  # without the interpreter's finalization (runtime/process_exit.py)
 
 
 class _Supervisor:

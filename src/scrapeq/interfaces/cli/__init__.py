@@ -19,7 +19,7 @@ import logging.handlers
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -205,6 +205,16 @@ _register_commands()
 # --- entry point -------------------------------------------------------------------------------
 
 _USER_ERRORS = (ConfigError, InvalidURL, NotFound, PayloadTooLarge)
+
+
+def run() -> NoReturn:
+    """The ``scrapeq`` command and ``python -m scrapeq``: :func:`main` on ``sys.argv``, then
+    the process ends at once, its output flushed, without the interpreter's finalization
+    (:func:`scrapeq.runtime.process_exit.exit_now`: a stopping worker keeps to its exit
+    bound on a loaded machine)."""
+    from scrapeq.runtime.process_exit import exit_now
+
+    exit_now(main())
 
 
 def main(argv: list[str] | None = None) -> int:
