@@ -2,8 +2,9 @@
 a process): Scrapy on scrapeq (the add-on) over the given pages, each queue call counted by
 name. Prints one line ``FIGURES {json}``.
 
-Run by scrapy_calls.py: ``python bench/_scrapy_calls_child.py REDIS_URL PAGES CONCURRENCY
-PORTS_JSON``.
+Run by scrapy_calls.py and cost.py: ``python bench/_scrapy_calls_child.py REDIS_URL PAGES
+CONCURRENCY PORTS_JSON [KIND]`` (the fleet's path kind: ``slow``, the default, or ``p``, an
+instant page).
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ class Pages(scrapy.Spider):
 def main() -> None:
     url, pages, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     ports: list[int] = json.loads(sys.argv[4])
+    kind = sys.argv[5] if len(sys.argv) > 5 else "slow"
     for name in ("claim", "settle_many", "downloaded", "enqueue_many"):
         _count(name)
-    Pages.urls = [f"http://127.0.0.1:{ports[i % len(ports)]}/slow/{i:07d}" for i in range(pages)]
+    Pages.urls = [f"http://127.0.0.1:{ports[i % len(ports)]}/{kind}/{i:07d}" for i in range(pages)]
     process = CrawlerProcess(
         settings={
             "ADDONS": {"scrapeq.contrib.scrapy.Addon": 0},

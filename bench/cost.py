@@ -25,6 +25,12 @@ One fixed workload per row, each run by the real ``Worker`` (``--burst``, concur
   (its revisit state, the answer noted in the owed-lines ledger), JSONL; the worker is
   stopped once every job was settled (a burst worker would wait for the next visits);
 * **dead letter**: the site answers 404: the job fails at once, dead-lettered, JSONL.
+* **Scrapy request**: the plain row's pages crawled by Scrapy with the add-on
+  (``bench/scrapy_calls.py``'s crawl, ``CONCURRENT_REQUESTS`` 200, ``domain_concurrency`` 4,
+  no feed), in a process of its own: its "worker" CPU is that process's, Scrapy's start-up
+  and its own request handling included; the start requests' enqueue is in its Redis figures
+  (the other rows enqueue before they count); round trips and instructions are not counted
+  ("-"). Left out when Scrapy is not installed.
 
 Four figures per row:
 
@@ -45,7 +51,8 @@ turn, so the drift of a shared machine hits all rows alike.
 
 Run: ``.venv/bin/python bench/cost.py [--jobs N] [--rounds R] [--callgrind-jobs N]
 [--no-callgrind] [--rows plain,exit,...] [--redis-server PATH]``. The defaults (4,000 jobs,
-3 rounds, 1,000 jobs under callgrind) took six minutes on a shared 2-core machine.
+3 rounds, 1,000 jobs under callgrind) took six minutes on a shared 2-core machine before the
+Scrapy row, which adds a crawl a round.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import re
 import shutil
@@ -76,6 +84,7 @@ from scrapeq.engine.facades.async_queue import AsyncQueue
 from scrapeq.engine.server.launcher import RedisProcess, find_redis_server
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
+from scrapy_calls import crawl
 from worker_throughput import _bare, fleet, own_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -92,7 +101,9 @@ PAGE = (
     + b"<p>a small page for the cost ledger</p>" * 14
     + b"</body></html>"
 )
-ROWS = ("bare", "plain", "nosink", "slow", "crawl", "bareexit", "exit", "revisit", "dead")
+ROWS = (
+    "bare", "plain", "nosink", "slow", "crawl", "bareexit", "exit", "revisit", "dead", "scrapy",
+)  # fmt: skip
 LABELS = {
     "bare": "bare aiohttp loop (reference)",
     "plain": "plain job (JSONL)",
@@ -103,6 +114,7 @@ LABELS = {
     "exit": "job through an exit",
     "revisit": "revisit = on",
     "dead": "dead letter (404)",
+    "scrapy": "Scrapy request (add-on)",
 }
 
 
@@ -293,6 +305,15 @@ def run_worker(
     )  # fmt: skip
 
 
+def run_scrapy(url: str, ports: Sequence[int], jobs: int) -> Figures:
+    """The Scrapy row: one crawl of ``jobs`` plain pages (module docstring)."""
+    f = crawl(url, jobs, CONCURRENCY, list(ports), kind="p")
+    return Figures(
+        jobs, f["seconds"], f["scrapy us/page"], f["redis us/page"], None, f["cmds/page"],
+        f["jobs/settle"],
+    )  # fmt: skip
+
+
 def run_bare(urls: Sequence[str], proxy: str | None = None) -> Figures:
     cpu0 = own_cpu()
     start = time.perf_counter()
@@ -371,6 +392,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def available(rows: list[str]) -> list[str]:
+    """``rows`` but those whose real part is missing here (said on stderr)."""
+    if {"exit", "bareexit"} & set(rows) and find_tinyproxy() is None:
+        print("cost: no tinyproxy: the exit rows are left out", file=sys.stderr)
+        rows = [r for r in rows if r not in ("exit", "bareexit")]
+    if "scrapy" in rows and importlib.util.find_spec("scrapy") is None:
+        print("cost: no Scrapy: the scrapy row is left out", file=sys.stderr)
+        rows = [r for r in rows if r != "scrapy"]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     binary = args.redis_server or find_redis_server()
@@ -378,10 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     if callgrind and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("cost: valgrind not found: instructions left out (--no-callgrind)", file=sys.stderr)
         callgrind = False
-    rows = list(args.rows)
-    if {"exit", "bareexit"} & set(rows) and find_tinyproxy() is None:
-        print("cost: no tinyproxy: the exit rows are left out", file=sys.stderr)
-        rows = [r for r in rows if r not in ("exit", "bareexit")]
+    rows = available(args.rows)
     _count_round_trips()
     ledger = {row: Row() for row in rows}
     began = time.perf_counter()
@@ -400,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
                 if row in ("bare", "bareexit"):
                     via = proxy if row == "bareexit" else None
                     fig = run_bare(workload("plain", ports, args.jobs, proxy).urls, via)
+                elif row == "scrapy":
+                    fig = run_scrapy(server.url, ports, args.jobs)
                 else:
                     fig = run_worker(server.url, w, folder)
                 ledger[row].runs.append(fig)
@@ -409,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             with redis_server(binary, folder, callgrind=True) as cg:
                 assert cg.proc is not None
                 for row in rows:
-                    if row in ("bare", "bareexit"):
+                    if row in ("bare", "bareexit", "scrapy"):
                         continue
                     w = workload(row, ports, args.callgrind_jobs, proxy, slow=True)
                     ledger[row].instructions = instructions(cg.url, w, folder, cg.proc.pid)

@@ -37,24 +37,26 @@ from typing import Any
 import redis
 
 from _redis import add_server_args, commandstats, format_table, private_redis, server_cpu
-from cost import _page
 from worker_throughput import fleet
 
 SITES = 20
 CHILD = Path(__file__).resolve().parent / "_scrapy_calls_child.py"
 
 
-def crawl(url: str, pages: int, concurrency: int, ports: list[int]) -> dict[str, float]:
-    """One crawl's figures (module docstring)."""
+def crawl(
+    url: str, pages: int, concurrency: int, ports: list[int], kind: str = "slow"
+) -> dict[str, float]:
+    """One crawl's figures (module docstring; also ``seconds``, ``cmds/page``: every command
+    Redis ran, those inside scripts included, and ``settles``: settle calls)."""
     client = redis.Redis.from_url(url)
     client.flushall()
     client.config_resetstat()
     cpu = server_cpu(client)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    args = [url, str(pages), str(concurrency), json.dumps(ports), kind]
     done = subprocess.run(
-        [sys.executable, str(CHILD), url, str(pages), str(concurrency), json.dumps(ports)],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        [sys.executable, str(CHILD), *args], capture_output=True, text=True, env=env, timeout=600
+    )
     redis_s = server_cpu(client) - cpu
     stats = commandstats(client)
     client.close()
@@ -64,6 +66,7 @@ def crawl(url: str, pages: int, concurrency: int, ports: list[int]) -> dict[str,
     f: dict[str, Any] = json.loads(line.removeprefix("FIGURES "))
     calls = f["calls"]
     scripts = sum(stats.get(name, (0, 0.0))[0] for name in ("evalsha", "eval"))
+    cmds = sum(n for name, (n, _) in stats.items() if name not in ("info", "config"))
     return {
         "pages/s": pages / f["seconds"],
         "scrapy us/page": f["cpu"] / pages * 1e6,
@@ -72,6 +75,8 @@ def crawl(url: str, pages: int, concurrency: int, ports: list[int]) -> dict[str,
         "jobs/claim": calls["claim"][1] / max(calls["claim"][0], 1),
         "jobs/settle": calls["settle_many"][1] / max(calls["settle_many"][0], 1),
         "give-backs/page": calls["downloaded"][0] / pages,
+        "seconds": f["seconds"],
+        "cmds/page": cmds / pages,
     }
 
 
@@ -82,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="16,32", help="CONCURRENT_REQUESTS values")
     add_server_args(parser)
     args = parser.parse_args(argv)
+    from cost import _page  # here: cost.py's Scrapy row imports this module
+
     values = [int(v) for v in args.concurrency.split(",")]
     runs: dict[int, list[dict[str, float]]] = {v: [] for v in values}
     with fleet(SITES, _page) as sites, private_redis(args.redis_server) as server:
@@ -89,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             for v in values if r % 2 == 0 else values[::-1]:
                 figures = crawl(server.url, args.pages, v, sites.ports)
                 runs[v].append(figures)
-                shown = ", ".join(f"{k} {x:,.2f}" for k, x in figures.items())
+                shown = ", ".join(f"{k} {figures[k]:,.2f}" for k in list(figures)[:7])
                 print(f"round {r + 1} CONCURRENT_REQUESTS={v}: {shown}", flush=True)
-    names = list(next(iter(runs.values()))[0])
+    names = [n for n in next(iter(runs.values()))[0] if n not in ("seconds", "cmds/page")]
     rows = [
         [f"CONCURRENT_REQUESTS={v}"]
         + [f"{statistics.median(run[n] for run in runs[v]):,.2f}" for n in names]
