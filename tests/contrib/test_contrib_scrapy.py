@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 scrapy = pytest.importorskip("scrapy")
 
@@ -854,45 +853,6 @@ async def test_settlements_carry_the_downloads_latency_to_the_adaptive_limit(
     assert info["adaptive"] is True, info
     assert 40 <= info["latency_ms"] <= 1000 and info["baseline_ms"] >= 40, info
     assert info["limit"] > 2, info  # ramped from its start
-
-
-def _taking_its_time(request: web.Request) -> Awaitable[web.StreamResponse]:
-    """A page answered after 100 ms plus 0-200 ms, its own fixed share (``/p/N``)."""
-
-    async def page() -> web.StreamResponse:
-        n = int(request.path.rsplit("/", 1)[1])
-        await asyncio.sleep((100 + n * 37 % 201) / 1000)
-        return web.Response(text=f"<title>p{n}</title>", content_type="text/html")
-
-    return page()
-
-
-async def test_on_slow_pages_script_calls_carry_several_jobs_each(
-    redis_url: str, tmp_path: Path
-) -> None:
-    """Issue 40: on pages that take their time, slots free one at a time, and Scrapy on
-    scrapeq made a claim, a give-back and a settle call for nearly every page (2.5 script
-    calls a page), each about a million instructions of Redis before its first job. Its
-    claims and settles now wait for company as the worker's do (runtime/gather.py), and a
-    claim no longer takes the settlements with it while claims come back full."""
-    root = _project(tmp_path)
-    n = 240
-    client = redis.Redis.from_url(redis_url)
-    async with sites(*[_taking_its_time] * 8) as shops:
-        start = ",".join(shops[i % 8].url(f"/p/{i}") for i in range(n))
-        client.config_resetstat()
-        code, log, items = await _run(
-            root, "pages", redis_url, "gathered", "-a", f"start={start}",
-            "-s", "CONCURRENT_REQUESTS=32", "-s", _scrapeq(domain_concurrency=4),
-        )  # fmt: skip
-    stats = client.info("commandstats")
-    client.close()
-    assert code == 0 and len(items) == n, log[-3000:]
-    scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha"))
-    # the commit before: 607-630 calls for 240 pages (1.35-1.46 now)
-    assert scripts <= 1.8 * n, (scripts, log[-3000:])
-    settled, settles = _stat(log, "scrapeq/settled/done"), _stat(log, "scrapeq/settle_calls")
-    assert settled == n and settles <= n / 2.2, (settles, log[-3000:])  # 2.7-3.0 jobs a call
 
 
 async def test_a_job_in_its_callback_holds_no_claim_slot(redis_url: str, tmp_path: Path) -> None:

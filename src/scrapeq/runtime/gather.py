@@ -124,20 +124,13 @@ class Gather:
         if not pending:
             self._settle_since = None
             return False
-        if self.settle_wait(len(pending), now) <= 0.0:
+        if not self.claims_full or len(pending) >= SETTLE_MIN:
             return True
-        return any(item[2] is not None for item in pending)
-
-    def settle_wait(self, n: int, now: float) -> float:
-        """Seconds until a buffer of ``n`` (at least one) settlements nobody awaits goes; 0:
-        now. For a client that sets its settle's time in advance (Scrapy's reactor) instead of
-        asking at each tick of a loop (:meth:`settle_due`)."""
-        if not self.claims_full or n >= SETTLE_MIN:
-            return 0.0
         if self._settle_since is None:
             self._settle_since = now
-        most = min(SETTLE_WAIT, self._held / SETTLE_HELD_SHARE)
-        return max(0.0, self._settle_since + most - now)
+        if now - self._settle_since >= min(SETTLE_WAIT, self._held / SETTLE_HELD_SHARE):
+            return True
+        return any(item[2] is not None for item in pending)
 
     def settled(self) -> None:
         """The settle buffer went (what joins it now starts a new wait)."""

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from twisted.internet import task
+from twisted.internet.base import DelayedCall
 
 from scrapeq.contrib.scrapy._config import ScrapyConfig
-from scrapeq.contrib.scrapy._pacing import Pacing, _reactor
 from scrapeq.contrib.scrapy._start import StartFlag
 from scrapeq.contrib.scrapy._store import (
     META_PREFIX,
@@ -62,7 +62,7 @@ LATENCY = f"{META_PREFIX}_latency"
 SETTLED = f"{META_PREFIX}_settled"
 
 
-class Frontier(Pacing):
+class Frontier:
     """One crawler's link to its queue (module docstring)."""
 
     _of: ClassVar[weakref.WeakKeyDictionary[Crawler, Frontier]] = weakref.WeakKeyDictionary()
@@ -71,7 +71,6 @@ class Frontier(Pacing):
         self.crawler = crawler
         self.spider = spider
         self.config = ScrapyConfig.from_crawler(crawler, spider.name)
-        super().__init__(self.config.concurrency, self.config.claim_batch)
         settings = self.config.settings
         url = resolve_url(settings.redis_url, settings.data_dir)
         self.queue = Queue.from_url(url, settings=settings)
@@ -95,6 +94,10 @@ class Frontier(Pacing):
         self.ready: deque[Request] = deque()  # claimed, not handed to the engine yet
         self.batch: list[tuple[Request, EnqueueSpec]] = []  # scheduled, not written yet
         self.on_dropped: Callable[[Request, str], None] = lambda request, status: None
+        # One call at a reactor turn's end writes what the turn left (flush_settles: the
+        # scheduled requests, the slots given back, the settlements); a second later when
+        # Redis did not answer.
+        self._turn_call: DelayedCall | None = None
         self.settling: list[Settlement] = []  # this turn's settlements (flush_settles)
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.start = StartFlag(self.queue, self.holder)
@@ -102,6 +105,8 @@ class Frontier(Pacing):
         # are written by the middleware, in batches, not at each reactor turn's end.
         self.reading_start = False
         self.enqueued = self.refused = self.claimed = 0
+        self._claim_after = 0.0
+        self._wake_call: DelayedCall | None = None
         self._counts: tuple[float, bool] = (0.0, True)
         self._beat = task.LoopingCall(self.heartbeat)
         self._gc = contextlib.ExitStack()  # the collector's tuning while the crawl runs
@@ -189,7 +194,6 @@ class Frontier(Pacing):
         held = list(self.held.values())
         self.held.clear()
         self.downloaded.clear()
-        self._claimed_at.clear()
         self.urgent.clear()
         self.ready.clear()
         if held:
@@ -288,10 +292,8 @@ class Frontier(Pacing):
             self._urgent_hint = True  # no need to wait for the wake stream's word
         self.enqueued += added
         self.stat("enqueued", added)
-        if added:
-            self._gather.moved()  # the queue moved: a claim waiting for it goes
-            if self._claim_after > 0.0:
-                self._claim_soon()  # a job may be ready now
+        if added and self._claim_after > 0.0:
+            self._claim_soon()  # a job may be ready now
         return [r.status for r in results]
 
     def _enqueue_one(self, request: Request, spec: EnqueueSpec) -> str:
@@ -326,13 +328,8 @@ class Frontier(Pacing):
     def next_request(self) -> Request | None:
         if not self.ready and self.free() > 0:
             self.flush()  # what this process scheduled is claimable now (and urgent or not)
-            now = time.monotonic()
-            if now >= self._claim_after and self.room() > 0:
-                wait = self._gather.claim_wait(self.room(), now)
-                if wait > 0.0:
-                    self._wake_in(wait)  # for more free slots, or the queue to move
-                else:
-                    self._claim()
+            if time.monotonic() >= self._claim_after and self.room() > 0:
+                self._claim()
             if not self.ready and self._urgent_hint:
                 self._claim_urgent()
         return self.ready.popleft() if self.ready else None
@@ -354,25 +351,20 @@ class Frontier(Pacing):
         asked = min(self.room(), self.config.claim_batch)
         if asked <= 0:
             return
-        if not self._gather.claims_full:
-            # the domain slots they free are claimable in this call (while claims come back
-            # full, other domains fill the slots: the settlements keep their own wait)
-            self.flush_settles()
-        moves = self._gather.moves
+        self.flush_settles()  # the domain slots they free are claimable in this call
         claimed = self.queue.claim(asked)
-        self.stat("claim_calls")
         self._take(claimed.jobs, urgent=False)
-        wait = IDLE_MAX
         if len(claimed.jobs) < asked:
             # Fewer than asked: every domain with a job ready is at its limit. No claim
             # again until something can change that: a settlement of this process's (a
             # domain slot is free), an enqueue that adds a job, the next due time, or
             # IDLE_MAX (other processes' settlements).
-            if not claimed.jobs and claimed.next_due is not None:
+            if claimed.jobs or claimed.next_due is None:
+                wait = IDLE_MAX
+            else:
                 wait = min(claimed.next_due, IDLE_MAX)
             self._claim_after = time.monotonic() + wait
             self._wake_in(wait)
-        self._gather.claimed(asked, len(claimed.jobs), moves, time.monotonic(), wait)
 
     def _claim_urgent(self) -> None:
         """Claim jobs of the most urgent lane only, into any free slot; once a claim finds
@@ -382,7 +374,6 @@ class Frontier(Pacing):
             return
         self.flush_settles()
         claimed = self.queue.claim(asked, urgent_only=True)
-        self.stat("claim_calls")
         self._take(claimed.jobs, urgent=True)
         self.stat("claimed_urgent_only", len(claimed.jobs))
         if len(claimed.jobs) < asked:
@@ -390,10 +381,8 @@ class Frontier(Pacing):
 
     def _take(self, jobs: list[Job], *, urgent: bool) -> None:
         """Hold the claimed ``jobs`` and make each a request for the engine."""
-        now = time.monotonic()
         for job in jobs:
             self.held[job.id] = job
-            self._claimed_at[job.id] = now
             if urgent:
                 self.urgent.add(job.id)
             try:
@@ -472,7 +461,6 @@ class Frontier(Pacing):
         if job.id not in self.held:
             return
         self.downloaded.add(job.id)
-        self._slot_ended(job)
         self._freed_urgent(job)
         self.giving_back[job.id] = (job, sample)
         self._at_turn_end()
@@ -492,10 +480,7 @@ class Frontier(Pacing):
             log.warning("scrapeq: giving back %d domain slots failed (their settles will): %s",
                         len(batch), exc)  # fmt: skip
             return
-        self.stat("give_back_calls")
         self.stat("slots_given_back", sum(given))
-        if any(given):
-            self._moved()
 
     def settle(self, job: Job, settlement: Settlement) -> None:
         """Write ``settlement`` with the others of this reactor turn, in one settle call at the
@@ -504,7 +489,6 @@ class Frontier(Pacing):
         made are stored)."""
         self.downloaded.discard(job.id)
         self.giving_back.pop(job.id, None)  # its settle frees its slot
-        self._slot_ended(job)
         self._freed_urgent(job)
         if self.held.pop(job.id, None) is None:
             return  # released at close, or its lease was lost
@@ -521,7 +505,6 @@ class Frontier(Pacing):
         if not self.flush():
             return  # a page is done only once its callback's requests are stored
         self.flush_given_back()
-        self._gather.settled()  # what is settled from now on starts a new wait
         batch, self.settling = self.settling, []
         if not batch:
             return
@@ -532,10 +515,8 @@ class Frontier(Pacing):
             log.warning("scrapeq: settling %d jobs failed, trying again: %s", len(batch), exc)
             self._try_again_later()
             return
-        self.stat("settle_calls")
         for status in statuses:
             self.stat(f"settled/{status}")
-        self._moved()
 
     def heartbeat(self) -> None:
         for renew in (self._renew_leases, self.start.renew):
@@ -565,7 +546,47 @@ class Frontier(Pacing):
             self.urgent.discard(job.id)
             self._urgent_hint = True
 
+    def _at_turn_end(self) -> None:
+        """Have :meth:`flush_settles` write what this reactor turn left, once, at its end
+        (unless it is to try again a second after Redis did not answer)."""
+        if self._turn_call is None or not self._turn_call.active():
+            self._turn_call = _reactor().callLater(0, self.flush_settles)
+
+    def _try_again_later(self) -> None:
+        """Redis did not answer: what is left is written in a second (not once closed)."""
+        if self._closed:
+            return
+        if self._turn_call is not None and self._turn_call.active():
+            self._turn_call.cancel()
+        self._turn_call = _reactor().callLater(1.0, self.flush_settles)
+
+    def _claim_soon(self) -> None:
+        """Something claimable may be in Redis now (a settlement or a slot given back freed a
+        domain slot, an enqueue added a job): claim again at once."""
+        self._claim_after = 0.0
+        self._wake_in(0)
+
+    def _wake_in(self, seconds: float) -> None:
+        """Have the engine ask for requests again in ``seconds`` (its own heartbeat is 5 s)."""
+        if self._wake_call is not None and self._wake_call.active():
+            if self._wake_call.getTime() <= time.time() + seconds:
+                return
+            self._wake_call.cancel()
+        self._wake_call = _reactor().callLater(max(seconds, 0.0), self._wake)
+
+    def _wake(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
     def stat(self, name: str, count: int = 1) -> None:
         """Add ``count`` to the crawl's stat ``scrapeq/<name>``."""
         if self.crawler.stats is not None and count:
             self.crawler.stats.inc_value(f"scrapeq/{name}", count)
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor  # not at import: Scrapy installs its reactor
+
+    return reactor
