@@ -332,8 +332,12 @@ def test_supervisor_restarts_a_crashed_child_and_stops_on_sigterm(
 def test_ctrl_c_on_the_process_group_drains_supervised_children(
     q: Queue, site_thread: SiteThread, spawn: Callable[..., WorkerProc], tmp_path: Path
 ) -> None:
-    """A terminal's Ctrl-C signals the whole foreground group: still one drain, not two."""
-    site = site_thread.start(slow(1))
+    """A terminal's Ctrl-C signals the whole foreground group: still one drain, not two.
+
+    Pages of 5 s: both children must hold 3 jobs each at once, and a child that started more
+    than a page's time after the other found its jobs taken (a clean-clone CI run under load
+    timed out waiting for 6 in flight with pages of 1 s)."""
+    site = site_thread.start(slow(5))
     ids = [r.id for r in q.enqueue_many([site.url(f"/p/{i}") for i in range(6)])]
     out = tmp_path / "r.jsonl"
     w = spawn("--processes", "2", "--concurrency", "3", "--results", str(out), shutdown_grace=10)
