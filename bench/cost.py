@@ -26,11 +26,11 @@ One fixed workload per row, each run by the real ``Worker`` (``--burst``, concur
   stopped once every job was settled (a burst worker would wait for the next visits);
 * **dead letter**: the site answers 404: the job fails at once, dead-lettered, JSONL.
 * **Scrapy request**: the plain row's pages crawled by Scrapy with the add-on
-  (``bench/scrapy_calls.py``'s crawl, ``CONCURRENT_REQUESTS`` 200, ``domain_concurrency`` 4,
-  no feed), in a process of its own: its "worker" CPU is that process's, Scrapy's start-up
-  and its own request handling included; the start requests' enqueue is in its Redis figures
-  (the other rows enqueue before they count); round trips and instructions are not counted
-  ("-"). Left out when Scrapy is not installed.
+  (``bench/_scrapy_crawl.py``'s crawl, as ``bench/scrapy_calls.py``'s, ``CONCURRENT_REQUESTS``
+  200, ``domain_concurrency`` 4, no feed), in a process of its own: its "worker" CPU is that
+  process's, Scrapy's start-up and its own request handling included; the start requests'
+  enqueue is in its Redis figures (the other rows enqueue before they count); round trips and
+  instructions are not counted ("-"). Left out when Scrapy is not installed.
 
 Four figures per row:
 
@@ -79,12 +79,12 @@ import redis.asyncio.connection
 from aiohttp import web
 
 from _redis import commandstats, format_table, load_note, server_cpu, server_version
+from _scrapy_crawl import crawl
 from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.facades.async_queue import AsyncQueue
 from scrapeq.engine.server.launcher import RedisProcess, find_redis_server
 from scrapeq.runtime.sinks import JsonlSink
 from scrapeq.runtime.worker import Worker
-from scrapy_calls import crawl
 from worker_throughput import _bare, fleet, own_cpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

@@ -1,7 +1,7 @@
 """Scrapy on scrapeq on pages that take their time: the script calls a page and what Redis
 spends a page (issue 40; docs/BENCHMARKS.md section 40).
 
-One crawl per run: Scrapy with the add-on (``bench/_scrapy_calls_child.py``, a process of its
+One crawl per run: Scrapy with the add-on (``bench/_scrapy_crawl.py``, a process of its
 own), ``domain_concurrency`` 4, over ``--pages`` pages of 20 loopback sites, each page
 answering after 50 ms plus 0-300 ms (``bench/cost.py``'s ``slow`` row: its own fixed delay),
 against a private redis-server. Per run:
@@ -26,58 +26,14 @@ Run: ``PYTHONPATH=src .venv/bin/python bench/scrapy_calls.py [--pages N] [--roun
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
 
-import redis
-
-from _redis import add_server_args, commandstats, format_table, private_redis, server_cpu
+from _redis import add_server_args, format_table, private_redis
+from _scrapy_crawl import SHOWN, crawl
+from cost import _page
 from worker_throughput import fleet
 
 SITES = 20
-CHILD = Path(__file__).resolve().parent / "_scrapy_calls_child.py"
-
-
-def crawl(
-    url: str, pages: int, concurrency: int, ports: list[int], kind: str = "slow"
-) -> dict[str, float]:
-    """One crawl's figures (module docstring; also ``seconds``, ``cmds/page``: every command
-    Redis ran, those inside scripts included, and ``settles``: settle calls)."""
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    client.config_resetstat()
-    cpu = server_cpu(client)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    args = [url, str(pages), str(concurrency), json.dumps(ports), kind]
-    done = subprocess.run(
-        [sys.executable, str(CHILD), *args], capture_output=True, text=True, env=env, timeout=600
-    )
-    redis_s = server_cpu(client) - cpu
-    stats = commandstats(client)
-    client.close()
-    line = next((s for s in done.stdout.splitlines() if s.startswith("FIGURES ")), None)
-    if line is None:
-        raise SystemExit(f"the crawl gave no figures:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    f: dict[str, Any] = json.loads(line.removeprefix("FIGURES "))
-    calls = f["calls"]
-    scripts = sum(stats.get(name, (0, 0.0))[0] for name in ("evalsha", "eval"))
-    cmds = sum(n for name, (n, _) in stats.items() if name not in ("info", "config"))
-    return {
-        "pages/s": pages / f["seconds"],
-        "scrapy us/page": f["cpu"] / pages * 1e6,
-        "redis us/page": redis_s / pages * 1e6,
-        "calls/page": scripts / pages,
-        "jobs/claim": calls["claim"][1] / max(calls["claim"][0], 1),
-        "jobs/settle": calls["settle_many"][1] / max(calls["settle_many"][0], 1),
-        "give-backs/page": calls["downloaded"][0] / pages,
-        "seconds": f["seconds"],
-        "cmds/page": cmds / pages,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,25 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="16,32", help="CONCURRENT_REQUESTS values")
     add_server_args(parser)
     args = parser.parse_args(argv)
-    from cost import _page  # here: cost.py's Scrapy row imports this module
-
     values = [int(v) for v in args.concurrency.split(",")]
     runs: dict[int, list[dict[str, float]]] = {v: [] for v in values}
     with fleet(SITES, _page) as sites, private_redis(args.redis_server) as server:
         for r in range(args.rounds):
             for v in values if r % 2 == 0 else values[::-1]:
-                figures = crawl(server.url, args.pages, v, sites.ports)
+                figures = crawl(server.url, args.pages, v, sites.ports, "slow")
                 runs[v].append(figures)
-                shown = ", ".join(f"{k} {figures[k]:,.2f}" for k in list(figures)[:7])
+                shown = ", ".join(f"{k} {figures[k]:,.2f}" for k in SHOWN)
                 print(f"round {r + 1} CONCURRENT_REQUESTS={v}: {shown}", flush=True)
-    names = [n for n in next(iter(runs.values()))[0] if n not in ("seconds", "cmds/page")]
     rows = [
         [f"CONCURRENT_REQUESTS={v}"]
-        + [f"{statistics.median(run[n] for run in runs[v]):,.2f}" for n in names]
+        + [f"{statistics.median(run[n] for run in runs[v]):,.2f}" for n in SHOWN]
         for v in values
     ]
     print()
-    print(format_table(["crawl", *names], rows))
+    print(format_table(["crawl", *SHOWN], rows))
     print(f"(medians of {args.rounds} rounds of {args.pages:,} pages over {SITES} sites)")
     return 0
 
