@@ -22,9 +22,11 @@ default) are aborted unread. Service workers are blocked, so nothing escapes the
 **Settling**: after the ``load`` event the page is given until the network has been idle
 (500 ms without a request, Playwright's ``networkidle``), or, when its domain names a
 selector (``domain set --browser-wait-for``), until that selector is in the DOM; all within
-the fetch's deadline (``request_timeout``), whose last second is kept for reading the DOM. A
-page that never goes idle is read as it is then; a selector that never appears, or a
-script that never lets the page load, is a timeout (``retry``, as with ``http``).
+the fetch's deadline (``request_timeout``, from the page's tab opened), whose last second is
+kept for reading the DOM. A page that never goes idle is read as it is then (a read that
+takes longer is not cut by the deadline, but by as long again); a selector that never
+appears, or a script that never lets the page load, is a timeout (``retry``, as with
+``http``).
 
 **Failures**: a browser lost while rendering (crash, ``kill -9``, hang) raises
 :class:`~scrapeq.runtime.classify.BrowserLost` (``ours``: given back at once, no attempt
@@ -182,25 +184,28 @@ class BrowserFetcher:
     async def _render(
         self, first: Response, exit: str | None, wait_for: str | None, left: float
     ) -> bytes:
-        """The DOM of ``first`` rendered, within ``left`` seconds."""
-        ends = time.monotonic() + left
+        """The DOM of ``first``: loaded and settled within ``left`` seconds of its tab's
+        opening (within OP_TIMEOUT, a browser's operation), then read within ``left`` more."""
         async with self.pool.context() as (browser, context):
             crashed: list[bool] = []
             try:
-                async with asyncio.timeout(left):
-                    served = asyncio.Event()
-                    page = await context.new_page()
-                    try:
+                # the tab (its renderer started): the browser's operation, not the page's work
+                page = await asyncio.wait_for(context.new_page(), OP_TIMEOUT)
+                try:
+                    ends = time.monotonic() + left
+                    async with asyncio.timeout(left):
+                        served = asyncio.Event()
                         page.on("crash", lambda _: crashed.append(True))
                         await page.route(
                             "**/*", lambda route: self._route(route, first, exit, served)
                         )
                         await page.goto(first.url, wait_until="load")
                         await self._settle(page, wait_for, ends - time.monotonic() - READ_MARGIN)
-                        html = await page.content()
-                    finally:  # (in a context of its own, closing the context closes it)
-                        if self.settings.browser_context == "browser":
-                            await _close(page)
+                    # read at the deadline: not cut by it (a loaded machine's read takes seconds)
+                    html = await asyncio.wait_for(page.content(), left)
+                finally:  # (in a context of its own, closing the context closes it)
+                    if self.settings.browser_context == "browser":
+                        await _close(page)
             except TimeoutError:
                 raise self.pool.lost_error(
                     browser, TimeoutError(f"the page did not render within {left:.1f} s")
