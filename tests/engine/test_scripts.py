@@ -102,6 +102,21 @@ def test_transient_refusals_map_to_redis_unavailable() -> None:
     assert isinstance(scripts.map_error("Error running script: bad json"), ScriptError)
 
 
+def test_an_error_whose_code_redis_py_took_off_is_mapped_by_its_code() -> None:
+    import redis
+
+    from scrapeq.errors import RedisUnavailable
+
+    full = "command not allowed when used memory > 'maxmemory'."  # as redis-py leaves it
+    oom = redis.exceptions.OutOfMemoryError(full, status_code="OOM")
+    assert isinstance(scripts.map_error(oom), RedisUnavailable)
+    replica = redis.exceptions.ReadOnlyError("You can't write against a replica.",
+                                             status_code="READONLY")  # fmt: skip
+    assert isinstance(scripts.map_error(replica), RedisUnavailable)
+    refused = redis.ResponseError("SQ_BAD_ARG n: expected", status_code="SQ_BAD_ARG")
+    assert isinstance(scripts.map_error(refused), ScriptError)
+
+
 def test_call_arguments_are_compact_json_and_what_orjson_refuses_still_encodes() -> None:
     call = scripts.settle([scripts.Settlement("j1", 7, "done", domain_failed=False)])
     args = json.loads(call.args)

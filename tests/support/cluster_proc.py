@@ -72,6 +72,7 @@ class RedisCluster:
     replicas: int = 1
     node_timeout_ms: int = 1000
     nodes: list[ClusterNode] = field(default_factory=list)
+    binary: Path | None = None  # the redis-server of every node (default: the launcher's)
 
     @property
     def url(self) -> str:
@@ -101,8 +102,9 @@ class RedisCluster:
             "--cluster-require-full-coverage", "no",
         ]  # fmt: skip
         node.server = RedisProcess(
-            node.workdir, *cluster, port=node.port, log=node.workdir / "redis.log"
-        )
+            node.workdir, *cluster, port=node.port, log=node.workdir / "redis.log",
+            binary=self.binary,
+        )  # fmt: skip
         node.server.start(timeout)
 
     def _join(self, timeout: float) -> None:

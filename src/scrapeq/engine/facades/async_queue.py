@@ -12,10 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-import redis.asyncio
-import redis.asyncio.cluster
-
 from scrapeq.engine.config.settings import Settings
+from scrapeq.engine.facades.async_steps import AsyncSteps
 from scrapeq.engine.facades.options import (
     FailOptions,
     JobOptions,
@@ -23,20 +21,15 @@ from scrapeq.engine.facades.options import (
     RetryOptions,
     ThrottleOptions,
 )
-from scrapeq.engine.facades.shared import _QueueBase, async_cluster, async_gather
 from scrapeq.engine.lua import browsers as browser_ops
 from scrapeq.engine.lua import scripts
 from scrapeq.engine.lua.owed import OwedLine
 from scrapeq.engine.lua.scripts import (
-    Command,
     EnqueueSpec,
-    Many,
     OnceFlag,
-    Op,
     Samples,
     Settled,
     Settlement,
-    Step,
 )
 from scrapeq.engine.model.job import Job, JobInfo
 from scrapeq.engine.model.request import Request
@@ -51,25 +44,15 @@ from scrapeq.engine.ops.results import (
     ReplayResult,
 )
 from scrapeq.engine.partitioned import exit_ops
-from scrapeq.engine.server.connection import AsyncClient, aclose_client, async_client
+from scrapeq.engine.server.connection import aclose_client, async_client
 from scrapeq.engine.server.transport import (
-    _BULK_LIMIT_QUERY,
-    _CLUSTER_TRANSIENT,
-    _cluster_target,
-    _cluster_unavailable,
-    _join_cursor,
-    _maybe_oversized,
-    _moved,
-    _oversized,
-    _split_cursor,
     _url_or_embedded,
-    _wrap_connection_error,
 )
 
 T = TypeVar("T")
 
 
-class AsyncQueue(_QueueBase):
+class AsyncQueue(AsyncSteps):
     """A queue over an asyncio redis-py client: for workers.
 
     Args:
@@ -78,14 +61,6 @@ class AsyncQueue(_QueueBase):
         name: queue name (overrides ``settings.queue``).
         settings: the settings in force; defaults to :class:`Settings` defaults.
     """
-
-    def __init__(
-        self, client: AsyncClient, name: str | None = None, *, settings: Settings | None = None
-    ) -> None:
-        super().__init__(name, settings=settings)
-        self.client = client
-        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
-        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
     def from_url(
@@ -105,71 +80,6 @@ class AsyncQueue(_QueueBase):
     async def close(self) -> None:
         """Close the client and its connections."""
         await aclose_client(self.client)
-
-    async def _drive(self, op: Op[T]) -> T:
-        try:
-            step = next(op)
-            while True:
-                step = op.send(await self._step(step))
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
-    async def _step(self, step: Step) -> Any:
-        if isinstance(step, Many):  # to several partitions (see async_gather)
-            return await async_gather(self._step(s) for s in step.steps)
-        try:
-            if isinstance(step, Command):
-                if self._cluster:
-                    return await self._cluster_command(step.args)
-                return await self.client.execute_command(*step.args)
-            raw = await self._scripts[step.script](
-                keys=[step.prefix or self.keys.prefix],
-                args=[self.testing_clock_offset_ms, self._config_json, step.args],
-            )
-        except redis.ResponseError as exc:
-            moved = _moved(exc)
-            if moved is not None:
-                raise moved from None
-            if isinstance(exc, _CLUSTER_TRANSIENT):
-                raise _cluster_unavailable(exc) from exc
-            if isinstance(step, Command) and step.tolerant:
-                return None
-            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
-        except _CLUSTER_TRANSIENT as exc:
-            raise _cluster_unavailable(exc) from exc
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if _maybe_oversized(step):
-                limit = await self._step(Command(_BULK_LIMIT_QUERY, True))
-                too_large = _oversized(step, limit)
-                if too_large is not None:
-                    raise too_large from None
-            raise _wrap_connection_error(exc) from exc
-        return step.parse(raw)
-
-    async def _cluster_command(self, args: tuple[Any, ...]) -> Any:
-        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
-        target = _cluster_target(args, self.keys.prefix)
-        if target is None:
-            return await self.client.execute_command(*args)
-        client = await async_cluster(self.client)
-        if target != "all":
-            node = client.get_node_from_key(target)
-            reply = await client.execute_command(*args, target_nodes=node)
-            if str(args[0]).upper() == "SCAN":
-                cursors, batch = reply
-                return [next(iter(cursors.values()), 0), batch]
-            return reply
-        names = [n.name for n in client.get_primaries()]
-        after: dict[str, int] = {}
-        found: list[str] = []
-        for name, cursor in _split_cursor(args[1], names).items():
-            node = client.get_node(node_name=name)
-            if node is None:  # gone since the last call (a failover): its keys moved
-                continue
-            got, batch = await client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
-            after[name] = int(next(iter(got.values()), 0))
-            found.extend(batch)
-        return [_join_cursor(after), found]
 
     # --- public API (one line each: the operations above hold the logic) -----------------------
 

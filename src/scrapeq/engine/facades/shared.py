@@ -20,27 +20,38 @@ by renaming (``AsyncQueue`` to ``Queue``, ``async_<name>`` to ``sync_<name>``,
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio.cluster
 import redis.cluster
 
 from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.lua.args import EnqueueSpec
+from scrapeq.engine.lua.library import Library, function_miss
+from scrapeq.engine.lua.source import map_error
 from scrapeq.engine.model.keys import Keys
 from scrapeq.engine.ops.batch_prepare import prepare_seen
 from scrapeq.engine.ops.core import _QueueCore
 from scrapeq.engine.partitioned.multi import MultiPartitionRouter
 from scrapeq.engine.partitioned.routers import PartitionRouter, SinglePartitionRouter
 from scrapeq.engine.server.connection import AsyncClient, SyncClient
-from scrapeq.errors import ScrapeqError
+from scrapeq.errors import RedisUnavailable, ScrapeqError
 
 __all__ = ["async_cluster", "async_gather", "sync_cluster", "sync_gather"]
 
 
+_log = logging.getLogger("scrapeq.queue")
+
+
 class _QueueBase(_QueueCore):
     """A queue's core with its partition router (``_route``)."""
+
+    #: Whether scripts run as Redis 7 functions (engine/lua/library.py): None until a call
+    #: tells, False where the server has none or may not load them (then by EVALSHA).
+    _functions: bool | None = None
 
     def __init__(self, name: str | None = None, *, settings: Settings | None = None) -> None:
         super().__init__(name, settings=settings)
@@ -49,6 +60,18 @@ class _QueueBase(_QueueCore):
             if self.settings.partitions > 1
             else SinglePartitionRouter(self)
         )
+
+    def _load_refused(self, library: Library, error: redis.ResponseError) -> bool:
+        """A FUNCTION LOAD refused: False (the scripts go by EVALSHA from now on). A server
+        without functions or a user without the right says so quietly; a refusal for now
+        (OOM, LOADING, a failover...) is raised, as the call's own would be; anything else
+        is logged, once, since the script then costs its whole chunk a call."""
+        if function_miss(error) is None:
+            if isinstance(map_error(error), RedisUnavailable):
+                raise error
+            _log.warning("scrapeq: Redis refused to load %s (%s): scripts run by EVALSHA",
+                         library.name, error)  # fmt: skip
+        return False
 
     @property
     def partitions(self) -> int:

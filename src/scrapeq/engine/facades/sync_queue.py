@@ -15,9 +15,6 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, Unpack
 
-import redis
-import redis.cluster
-
 from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.facades.options import (
     FailOptions,
@@ -26,20 +23,16 @@ from scrapeq.engine.facades.options import (
     RetryOptions,
     ThrottleOptions,
 )
-from scrapeq.engine.facades.shared import _QueueBase, sync_cluster, sync_gather
+from scrapeq.engine.facades.sync_steps import SyncSteps
 from scrapeq.engine.lua import browsers as browser_ops
 from scrapeq.engine.lua import scripts
 from scrapeq.engine.lua.owed import OwedLine
 from scrapeq.engine.lua.scripts import (
-    Command,
     EnqueueSpec,
-    Many,
     OnceFlag,
-    Op,
     Samples,
     Settled,
     Settlement,
-    Step,
 )
 from scrapeq.engine.model.job import Job, JobInfo
 from scrapeq.engine.model.request import Request
@@ -54,25 +47,15 @@ from scrapeq.engine.ops.results import (
     ReplayResult,
 )
 from scrapeq.engine.partitioned import exit_ops
-from scrapeq.engine.server.connection import SyncClient, close_client, sync_client
+from scrapeq.engine.server.connection import close_client, sync_client
 from scrapeq.engine.server.transport import (
-    _BULK_LIMIT_QUERY,
-    _CLUSTER_TRANSIENT,
-    _cluster_target,
-    _cluster_unavailable,
-    _join_cursor,
-    _maybe_oversized,
-    _moved,
-    _oversized,
-    _split_cursor,
     _url_or_embedded,
-    _wrap_connection_error,
 )
 
 T = TypeVar("T")
 
 
-class Queue(_QueueBase):
+class Queue(SyncSteps):
     """A queue over a blocking redis-py client: for producers, admin tools and tests.
 
     Args:
@@ -81,14 +64,6 @@ class Queue(_QueueBase):
         name: queue name (overrides ``settings.queue``).
         settings: the settings in force; defaults to :class:`Settings` defaults.
     """
-
-    def __init__(
-        self, client: SyncClient, name: str | None = None, *, settings: Settings | None = None
-    ) -> None:
-        super().__init__(name, settings=settings)
-        self.client = client
-        self._cluster = isinstance(client, redis.cluster.RedisCluster)
-        self._scripts = {n: client.register_script(scripts.load_source(n)) for n in scripts.SCRIPTS}
 
     @classmethod
     def from_url(
@@ -108,71 +83,6 @@ class Queue(_QueueBase):
     def close(self) -> None:
         """Close the client and its connections."""
         close_client(self.client)
-
-    def _drive(self, op: Op[T]) -> T:
-        try:
-            step = next(op)
-            while True:
-                step = op.send(self._step(step))
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
-    def _step(self, step: Step) -> Any:
-        if isinstance(step, Many):  # to several partitions (see sync_gather)
-            return sync_gather(self._step(s) for s in step.steps)
-        try:
-            if isinstance(step, Command):
-                if self._cluster:
-                    return self._cluster_command(step.args)
-                return self.client.execute_command(*step.args)
-            raw = self._scripts[step.script](
-                keys=[step.prefix or self.keys.prefix],
-                args=[self.testing_clock_offset_ms, self._config_json, step.args],
-            )
-        except redis.ResponseError as exc:
-            moved = _moved(exc)
-            if moved is not None:
-                raise moved from None
-            if isinstance(exc, _CLUSTER_TRANSIENT):
-                raise _cluster_unavailable(exc) from exc
-            if isinstance(step, Command) and step.tolerant:
-                return None
-            raise scripts.map_error(str(exc), getattr(step, "script", "a script")) from None
-        except _CLUSTER_TRANSIENT as exc:
-            raise _cluster_unavailable(exc) from exc
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if _maybe_oversized(step):
-                limit = self._step(Command(_BULK_LIMIT_QUERY, True))
-                too_large = _oversized(step, limit)
-                if too_large is not None:
-                    raise too_large from None
-            raise _wrap_connection_error(exc) from exc
-        return step.parse(raw)
-
-    def _cluster_command(self, args: tuple[Any, ...]) -> Any:
-        """Run a read on a cluster: on the queue's node, every primary, or as redis-py routes."""
-        target = _cluster_target(args, self.keys.prefix)
-        if target is None:
-            return self.client.execute_command(*args)
-        client = sync_cluster(self.client)
-        if target != "all":
-            node = client.get_node_from_key(target)
-            reply = client.execute_command(*args, target_nodes=node)
-            if str(args[0]).upper() == "SCAN":
-                cursors, batch = reply
-                return [next(iter(cursors.values()), 0), batch]
-            return reply
-        names = [n.name for n in client.get_primaries()]
-        after: dict[str, int] = {}
-        found: list[str] = []
-        for name, cursor in _split_cursor(args[1], names).items():
-            node = client.get_node(node_name=name)
-            if node is None:  # gone since the last call (a failover): its keys moved
-                continue
-            got, batch = client.execute_command("SCAN", cursor, *args[2:], target_nodes=node)
-            after[name] = int(next(iter(got.values()), 0))
-            found.extend(batch)
-        return [_join_cursor(after), found]
 
     # --- public API (one line each: the operations above hold the logic) -----------------------
 

@@ -104,11 +104,12 @@ _TRANSIENT = ("READONLY", "NOREPLICAS", "MISCONF", "OOM", "LOADING", "BUSY", "TR
               "CLUSTERDOWN", "MASTERDOWN")  # fmt: skip
 
 
-def map_error(message: str, script: str = "a script") -> Exception:
+def map_error(message: str | Exception, script: str = "a script") -> Exception:
     """Map a script's error reply to the library's exception for it.
 
     Args:
-        message: the error reply's text.
+        message: the error reply's text, or redis-py's exception for it (whose text lacks
+            the reply's code for the codes it has classes for: ``OOM``, ``READONLY``...).
         script: the script's name (``SCRIPTS``), for the message of a refused argument.
 
     Returns:
@@ -117,6 +118,10 @@ def map_error(message: str, script: str = "a script") -> Exception:
         :class:`ConfigError` naming the configuration field; the other codes as documented
         in the scripts' headers; anything else a :class:`ScriptError`.
     """
+    if isinstance(message, Exception):
+        code, message = getattr(message, "status_code", None), str(message)
+        if code and not message.startswith(code):
+            message = f"{code} {message}"
     text = message.removeprefix("ERR ").strip()
     if "invalid bulk length" in text:
         return PayloadTooLarge(

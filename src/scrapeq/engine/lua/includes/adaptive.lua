@@ -8,10 +8,13 @@
 
 -- The fields adaptive_read asks for (the domain's override, its in-flight count, then the
 -- state's), and the argument list adaptive_write fills (field names in place): built once.
-local ADAPTIVE_IO = {read = {'conc', 'inflight'}, write = {}}
-for i, f in ipairs(ADAPTIVE_FIELDS) do
-  ADAPTIVE_IO.read[i + 2] = f[2]
-  ADAPTIVE_IO.write[2 * i - 1] = f[2]
+local ADAPTIVE_IO = {read = {'conc', 'inflight'}, write = {}}  --@once
+-- filled at a script's first call: a library (engine/lua/library.py) calls no ipairs at load
+if #ADAPTIVE_IO.write == 0 then
+  for i, f in ipairs(ADAPTIVE_FIELDS) do
+    ADAPTIVE_IO.read[i + 2] = f[2]
+    ADAPTIVE_IO.write[2 * i - 1] = f[2]
+  end
 end
 
 -- The adaptive state of domain key dk (nil: not adaptive), with its limit at the queue's

@@ -65,7 +65,7 @@
 --@include rules
 
 -- The state's fields in the domain's hash, in the order they are written.
-local ADAPTIVE_FIELDS = {{'limit', 'alim'}, {'interval', 'aivl'}, {'base', 'abase'},
+local ADAPTIVE_FIELDS = {{'limit', 'alim'}, {'interval', 'aivl'}, {'base', 'abase'},  --@once
   {'avg', 'alat'}, {'cut_at', 'acut'}, {'ok_at', 'aok'}, {'sec', 'asb'}, {'sec_n', 'asn'},
   {'prev_n', 'asp'}, {'threshold', 'ath'}, {'refused', 'abad'}, {'cap', 'acap'},
   {'count', 'acnt'}, {'streak_at', 'asa'}, {'long_avg', 'alt'}}
@@ -73,8 +73,9 @@ local ADAPTIVE_FIELDS = {{'limit', 'alim'}, {'interval', 'aivl'}, {'base', 'abas
 -- The rule is built in a closure: its constants, its helpers and the state of the step
 -- being computed are locals of the closure (its helpers share them as upvalues, as fast as
 -- locals), not of the script, whose top level Lua 5.1 allows 200. adaptive_step sets every
--- one of them from its arguments before it runs, so no call sees another's.
-local adaptive_step = (function()
+-- one of them from its arguments before it runs, so no call sees another's (a function
+-- library makes it once: engine/lua/library.py).
+local adaptive_step = (function()  --@once
   local GOOD, BAD, SLACK = 1.5, 2.0, 10
   local EWMA, LONG, DRIFT = 0.2, 0.02, 0.01
   local CUT, LAT_CUT = 0.5, 0.75

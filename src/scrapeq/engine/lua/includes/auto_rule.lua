@@ -31,9 +31,9 @@
 ]]
 --@include rules
 
-RULE.AUTO_RANK = {http = 1, impersonate = 2, browser = 3}
-RULE.AUTO_LEVELS = {'http', 'impersonate', 'browser'}
-RULE.AUTO_EVIDENCE = {'block', 'render', 'same'}
+RULE.AUTO_RANK = {http = 1, impersonate = 2, browser = 3}  --@once
+RULE.AUTO_LEVELS = {'http', 'impersonate', 'browser'}  --@once
+RULE.AUTO_EVIDENCE = {'block', 'render', 'same'}  --@once
 
 function RULE.auto_pattern(url)
   local path = string.match(url, '^%a[%w+.%-]*://[^/?#]*(/[^?#]*)') or '/'

@@ -78,8 +78,8 @@ end
 
 -- The last failures charged to a domain's breaker, kept in its hash (`errs`) for the
 -- dashboard: a throttled or retried job is not a dead letter, so its errors are nowhere else.
-local ERRS_KEPT = 10
-local ERR_CHARS = 200
+local ERRS_KEPT = 10  --@once
+local ERR_CHARS = 200  --@once
 
 local function clip(text, n)
   text = tostring(text or '')

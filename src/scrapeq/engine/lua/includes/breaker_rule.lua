@@ -44,8 +44,8 @@
 --@include backoff
 
 -- Its helpers are RULE's too: no top-level local of their own (rules.lua).
-RULE.BREAKER_NONE = {}
-RULE.BREAKER_SPOTLESS = {spotless = true}
+RULE.BREAKER_NONE = {}  --@once
+RULE.BREAKER_SPOTLESS = {spotless = true}  --@once
 
 -- The jobs a claim may take from a domain whose breaker is in `state` (a string; nil:
 -- closed): one probe when half-open, else no bound (nil). RULE.breaker_step's 'claim' in a

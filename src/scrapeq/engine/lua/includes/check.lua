@@ -38,9 +38,9 @@
     MAX_OFFSET_MS  the largest lane offset (lanes.MAX_OFFSET, 10^12 s)
 ]]
 
-local MAX_MS = 3155760000000
-local MAX_INT = 99999999999999
-local MAX_OFFSET_MS = 1000000000000000
+local MAX_MS = 3155760000000  --@once
+local MAX_INT = 99999999999999  --@once
+local MAX_OFFSET_MS = 1000000000000000  --@once
 
 local CHECKING = {code = 'SQ_BAD_ARG'}  -- the code of the refusals being checked
 -- Where the object being checked is: field names and 0-based list indexes, outermost first.
@@ -116,7 +116,7 @@ local function check_enum(v, name, words)
 end
 
 -- The fetchers a job or a domain may name (engine/config/specs.py: FETCHERS).
-local FETCHERS = {'http', 'impersonate', 'browser', 'auto'}
+local FETCHERS = {'http', 'impersonate', 'browser', 'auto'}  --@once
 
 local function check_bool(v, name)
   if type(v) ~= 'boolean' then refuse(name, 'expected true or false', v) end
@@ -245,23 +245,33 @@ do
 end
 
 -- Decode and check ARGV (see the header): (CFG, ARG, nil), or (nil, nil, the refusal).
-local function decode_inputs()
-  local ok, cfg = pcall(cjson.decode, ARGV[2])
-  if not ok or type(cfg) ~= 'table' then
-    return nil, nil, 'SQ_BAD_CONFIG config: expected a JSON object'
+-- The configuration last decoded and checked is kept by its text (`checked`): a function
+-- library keeps it from one call to the next (Redis 7: engine/lua/library.py), a script run
+-- by EVAL starts every call without it. No script writes into its CFG.
+local decode_inputs = (function()  --@once
+  local checked = {text = nil, cfg = nil}
+  return function()
+    local ok, cfg = true, checked.cfg
+    if checked.text ~= ARGV[2] then
+      ok, cfg = pcall(cjson.decode, ARGV[2])
+      if not ok or type(cfg) ~= 'table' then
+        return nil, nil, 'SQ_BAD_CONFIG config: expected a JSON object'
+      end
+      local refused = input_refusal('SQ_BAD_CONFIG', function() check_config(cfg) end)
+      if refused then return nil, nil, refused end
+      checked.text, checked.cfg = ARGV[2], cfg
+    end
+    local arg, refused
+    ok, arg = pcall(cjson.decode, ARGV[3])
+    if not ok or type(arg) ~= 'table' or arg[1] ~= nil then
+      return nil, nil, 'SQ_BAD_ARG arguments: expected a JSON object'
+    end
+    refused = arg_refusal(function()
+      local clock = tonumber(ARGV[1])
+      if clock == nil then refuse('clock offset', 'expected an integer of ms', ARGV[1]) end
+      check_int(clock, 'clock offset', -MAX_MS, MAX_MS)
+      if arg.seed ~= nil then check_int(arg.seed, 'seed', 0, MAX_INT) end
+    end)
+    return cfg, arg, refused
   end
-  local refused = input_refusal('SQ_BAD_CONFIG', function() check_config(cfg) end)
-  if refused then return nil, nil, refused end
-  local arg
-  ok, arg = pcall(cjson.decode, ARGV[3])
-  if not ok or type(arg) ~= 'table' or arg[1] ~= nil then
-    return nil, nil, 'SQ_BAD_ARG arguments: expected a JSON object'
-  end
-  refused = arg_refusal(function()
-    local clock = tonumber(ARGV[1])
-    if clock == nil then refuse('clock offset', 'expected an integer of ms', ARGV[1]) end
-    check_int(clock, 'clock offset', -MAX_MS, MAX_MS)
-    if arg.seed ~= nil then check_int(arg.seed, 'seed', 0, MAX_INT) end
-  end)
-  return cfg, arg, refused
-end
+end)()

@@ -12,7 +12,7 @@
 -- on the full form (long names) that claims answer; a claimed job is stored in that form.
 -- 'sg' (signature) is no longer written: revisits scheduled by an earlier version carry it,
 -- and readers ignore it (a stored name is never given to another field).
-local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
+local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',  --@once
   max_attempts = 'm', throttles = 't', token = 'k', created = 'c', eligible = 'e',
   payload = 'p', depth = 'dp', parent = 'pa', parent_url = 'pu', expires = 'x', fp = 'f',
   fpw = 'w', errors = 'er', dead_reason = 'dr', died = 'di', claimed = 'cl', releases = 'r',
@@ -22,12 +22,15 @@ local SHORT = {url = 'u', domain = 'd', lane = 'l', off = 'o', attempts = 'a',
   line_waits = 'lw'}
 -- Counters a claimed job's text leaves out when 0 (claim-1.lua: lease), as a compact text
 -- does: every reader of the full form takes them as 0 (expand_job; job.py: ZERO_COUNTERS).
-local ZERO_COUNTERS = {'off', 'throttles', 'releases', 'depth', 'unused'}
-local LONG = {}
-for long, short in pairs(SHORT) do LONG[short] = long end
+local ZERO_COUNTERS = {'off', 'throttles', 'releases', 'depth', 'unused'}  --@once
+local LONG = {}  --@once
+-- filled at a script's first call: a library (engine/lua/library.py) calls no pairs at load
+if not LONG.u then
+  for long, short in pairs(SHORT) do LONG[short] = long end
+end
 -- Fields left out when they hold these values (fixed: not the settings' defaults, which
 -- clients may set apart; max_attempts is Settings' default).
-local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,
+local DEFAULTS = {off = 0, attempts = 0, throttles = 0, token = 0, depth = 0,  --@once
   lane = 'normal', releases = 0, unused = 0, max_attempts = 5}
 
 -- The host[:port] of a URL: a job's domain unless its text says otherwise.
@@ -135,7 +138,7 @@ do
   end
 end
 
-local ERRORS_KEPT = 10
+local ERRORS_KEPT = 10  --@once
 
 local function push_error(job, kind, message)
   local errors = job.errors

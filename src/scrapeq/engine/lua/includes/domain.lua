@@ -184,7 +184,7 @@ local function paused_until()
   return nil
 end
 
-local HOUR_MS = 3600000
+local HOUR_MS = 3600000  --@once
 
 -- Count one event of domain d per hour in its fields <p>cur (the current hour), <p>c (its
 -- count), <p>p (the previous hour's), <p>b (the baseline: a moving average of whole hours).

@@ -32,7 +32,7 @@
 
 local ENQ = {base = 0, next = 0, hold_all = false, touched = {}, links = {}, urgent = false}
 
-local ENQ_UNIQUE = {'pending', 'seen'}
+local ENQ_UNIQUE = {'pending', 'seen'}  --@once
 
 local function check_spec(s)
   check_table(s)

@@ -2,7 +2,7 @@
   The queue's event stream (sq:{Q}:events, capped) and its counters (sq:{Q}:stats).
 ]]
 --@include keys
-local EVENTS_MAXLEN = 10000
+local EVENTS_MAXLEN = 10000  --@once
 
 -- Append an event to the capped stream: kind, domain, message and at (ms), then `extra`, a
 -- list of more field/value pairs some kinds carry (retired: jobs). Readers that know only the

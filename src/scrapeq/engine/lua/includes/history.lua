@@ -14,7 +14,7 @@
   Cost: one HINCRBY per dead or retried job (history), one per distinct field of a settle
   call for the other outcomes (history_via), and one HINCRBY 0 + PEXPIRE per call and hour.
 ]]
-local HISTORY_KEEP_MS = 25 * 3600000
+local HISTORY_KEEP_MS = 25 * 3600000  --@once
 -- The call's hour key and its fields, built once per call (NOW is the call's): key, the
 -- minute's prefix, and fields[name][lane or 1]. Nil until the call's first count, which
 -- creates the key and sets its TTL.

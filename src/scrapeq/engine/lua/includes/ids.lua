@@ -8,7 +8,7 @@
 -- lagged) restarts with an older counter, but its clock has moved on, so the floor is past
 -- every number issued before the loss unless they were issued faster than `per_ms` on average.
 -- Kept below 1e14: cjson and redis.call write numbers with 14 significant digits.
-local NUMBERS_EPOCH_MS = 1767225600000
+local NUMBERS_EPOCH_MS = 1767225600000  --@once
 
 -- Reserve `n` fresh numbers of counter `field` in sq:{Q}:meta; returns the first.
 local function fresh_numbers(field, n, per_ms)

@@ -23,7 +23,7 @@
   dropped first. Cost: O(stored + changes), both at most JAR.MAX_COOKIES.
 ]]
 
-local JAR = {
+local JAR = {  --@once
   FIELDS = {name = 1, value = 2, domain = 3, path = 4, expires = 5, flags = 6},
   FLAGS = {host_only = 1, secure = 2, http_only = 4},
   MAX_COOKIES = 50,  -- cookies kept, and cookies set (or deleted) by one attempt

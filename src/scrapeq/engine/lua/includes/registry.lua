@@ -13,7 +13,7 @@
 --
 -- A queue written before the registry had buckets is migrated when a client opens it
 -- (migrate-1.lua, migration 1): the scripts read this layout only.
-local REGISTRY_BUCKETS = 1024
+local REGISTRY_BUCKETS = 1024  --@once
 local REG_BUCKET = {}
 local function registry_bucket(d)
   local b = REG_BUCKET[d]

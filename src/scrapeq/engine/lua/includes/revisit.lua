@@ -39,8 +39,8 @@
 --@include tally
 --@include revisit_rule
 
-RV.FMT = '>IIIIHH'
-RV.NOSIG = string.rep('\0', 8)
+RV.FMT = '>IIIIHH'  --@once
+RV.NOSIG = '\0\0\0\0\0\0\0\0'  -- 8 zero bytes, no string.rep: a library's load calls none  --@once
 
 -- The bytes of hex digits h; 16 of them (a signature, a URL's field: all callers) packed as
 -- two big-endian 32-bit numbers, the same 8 bytes at a fraction of a gsub's cost.
@@ -70,7 +70,7 @@ function RV.fresher(url, lastmod)
   return page ~= nil and lastmod > page.last
 end
 
-RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes', 'rvl0', 'rvh'}
+RV.DOM = {'rvmu', 'rvl', 'rvn', 'rvfw', 'rvw', 'bytes', 'rvl0', 'rvh'}  --@once
 
 -- A domain's RV.DOM fields as HMGET answers them, read once per call: RV.dom_write keeps
 -- what it wrote (nothing else writes them); its numbers as they are, which tonumber answers
@@ -93,7 +93,7 @@ function RV.dom_write(dk, d)
 end
 
 -- The queue's sums of its domains' figures (K.STATS, for status): what a visit changed.
-RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'}}
+RV.SUMS = {{'load', 'rv:load'}, {'n', 'rv:pages'}, {'fw', 'rv:fw'}, {'w', 'rv:w'}}  --@once
 
 function RV.total(old, new)
   for _, f in ipairs(RV.SUMS) do

@@ -52,7 +52,7 @@
   share (budget / pages tracked).
 ]]
 
-local RV = {ITER = 8, PITER = 100, MU_LO = 1e-9, MU_HI = 1e9, HLO = -40, HHI = 40, KEEP = 0.5,
+local RV = {ITER = 8, PITER = 100, MU_LO = 1e-9, MU_HI = 1e9, HLO = -40, HHI = 40, KEEP = 0.5,  --@once
   KEPT = 0.01}
 
 -- Estimated change rate per hour; nil before any interval was observed.

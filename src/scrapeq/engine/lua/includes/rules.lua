@@ -3,4 +3,4 @@
   costs an expanded script no top-level local of its own (tests/engine/test_lua_locals.py):
   RULE.backoff (backoff.lua), RULE.budget_spent (budgets.lua).
 ]]
-local RULE = {}
+local RULE = {}  --@once

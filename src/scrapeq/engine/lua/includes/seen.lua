@@ -61,7 +61,7 @@
   records a Bloom layout writes the whole filter once (seen_bits / 8 bytes, at most 512 MiB).
 ]]
 
-local SEEN_LOOKBACK = 4
+local SEEN_LOOKBACK = 4  --@once
 
 -- Check the `seen` table of a job spec (raises its refusal: check.lua): exact, a bucket and
 -- a decimal fingerprint; bloom, positions within CFG.seen_bits.
@@ -76,8 +76,8 @@ local function check_seen_arg(seen)
 end
 
 local SEEN_CHECKED = nil  -- nil: not yet; true: agrees; else the error text
-local SEEN_DEFAULT_BUCKETS = 65536  -- a stamp naming no count
-local SEEN_MAX = 4294967296  -- 2^32: b is below it, the bucket count at most it
+local SEEN_DEFAULT_BUCKETS = 65536  -- a stamp naming no count  --@once
+local SEEN_MAX = 4294967296  -- 2^32: b is below it, the bucket count at most it  --@once
 local SEEN_BUCKETS = SEEN_DEFAULT_BUCKETS  -- the queue's, once seen_layout_error agreed
 
 local function seen_whole(v, low, high)

@@ -16,11 +16,11 @@
       max_bytes        n: follow-ups of the page cut at their domain's max_bytes
       revisit_skipped  1: the page's next visit was not scheduled, its domain past max_bytes
 ]]
-local WIRE = {
+local WIRE = {  --@once
   DONE = {'changed', 'not_modified', 'max_pages', 'max_bytes', 'revisit_skipped'},
 }
 
-WIRE.SETTLE_ITEM = {
+WIRE.SETTLE_ITEM = {  --@once
   job_id = 'id', token = 'token', outcome = 'outcome', domain_failed = 'domain_failed',
   delay_ms = 'delay', backoff = 'backoff', retry_after_ms = 'retry_after', kind = 'kind',
   message = 'message', reason = 'reason', shutdown = 'shutdown', follow = 'follow',
