@@ -158,14 +158,23 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+#: The commands a script call is: EVALSHA (Redis 6.2, and an ACL user without functions) or
+#: FCALL (a Redis 7 function library, scrapeq/engine/lua/library.py; BullMQ: EVALSHA).
+SCRIPT_COMMANDS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")
+
+
 def commandstats(client: redis.Redis) -> dict[str, tuple[int, float]]:
-    """cmdstat name -> (calls, usec) since the server started or the last CONFIG RESETSTAT."""
+    """cmdstat name -> (calls, usec) since the server started or the last CONFIG RESETSTAT,
+    and ``scripts``: the sum over :data:`SCRIPT_COMMANDS` (the script calls, either way)."""
     raw: dict[str, Any] = client.info("commandstats")
-    return {
+    stats = {
         k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
         for k, v in raw.items()
         if k.startswith("cmdstat_")
     }
+    ran = [stats[name] for name in SCRIPT_COMMANDS if name in stats]
+    stats["scripts"] = (sum(c for c, _ in ran), sum(u for _, u in ran))
+    return stats
 
 
 def server_cpu(client: redis.Redis) -> float:

@@ -52,7 +52,7 @@ def crawl(url: str, pages: int, concurrency: int, ports: list[int], kind: str) -
         raise SystemExit(f"the crawl gave no figures:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     f: dict[str, Any] = json.loads(line.removeprefix("FIGURES "))
     calls = f["calls"]
-    scripts = sum(stats.get(name, (0, 0.0))[0] for name in ("evalsha", "eval"))
+    scripts = stats["scripts"][0]
     cmds = sum(n for name, (n, _) in stats.items() if name not in ("info", "config"))
     return {
         "pages/s": pages / f["seconds"],

@@ -49,6 +49,7 @@ from pathlib import Path
 import redis
 
 from _redis import (
+    SCRIPT_COMMANDS,
     add_server_args,
     commandstats,
     format_table,
@@ -63,7 +64,6 @@ from scrapeq.engine.server.launcher import find_redis_server
 
 NODE_DIR = Path(__file__).resolve().parent / "bullmq"
 SYSTEMS = ("BullMQ", "scrapeq")
-SCRIPT_COMMANDS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")
 CPU_TARGET = 0.7
 RATE_TARGET = 1.5
 

@@ -49,6 +49,7 @@ from typing import Any
 import redis
 
 from _redis import (
+    SCRIPT_COMMANDS,
     add_server_args,
     commandstats,
     format_table,
@@ -147,7 +148,7 @@ def timed_run(q: Queue, specs: list[EnqueueSpec], batch: int, latency_ms: int | 
     cpu = server_cpu(q.client) * 1e6 - cpu0
     if done != len(specs):
         raise RuntimeError(f"batch {batch}: drained {done} jobs, enqueued {len(specs)}")
-    return Run(done, seconds, commandstats(q.client).get("evalsha", (0, 0.0))[1], cpu)
+    return Run(done, seconds, commandstats(q.client)["scripts"][1], cpu)
 
 
 def measure_enqueue(q: Queue, n: int) -> list[list[object]]:
@@ -203,7 +204,7 @@ def multi_process_rate(q: Queue, url: str, specs: list[EnqueueSpec], batch: int,
         child.join()
     if done != len(specs):
         raise RuntimeError(f"{procs} processes drained {done} jobs, enqueued {len(specs)}")
-    return Run(done, seconds, commandstats(q.client).get("evalsha", (0, 0.0))[1], cpu)
+    return Run(done, seconds, commandstats(q.client)["scripts"][1], cpu)
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -309,7 +310,7 @@ def split_by_script(q: Queue, n: int, batch: int) -> Split:
 
 def command_rows(acc: Acc, jobs: int) -> tuple[list[list[object]], float, float]:
     """Rows per inner command; (rows, redis.call per job, command usec per job)."""
-    inner = {k: v for k, v in acc.items() if k != "evalsha"}
+    inner = {k: v for k, v in acc.items() if k not in ("scripts", *SCRIPT_COMMANDS)}
     rows: list[list[object]] = [
         [name.upper(), calls / jobs, usec / jobs, usec / calls]
         for name, (calls, usec) in sorted(inner.items(), key=lambda kv: -kv[1][1])
@@ -384,8 +385,8 @@ def calibrate(q: Queue, batch: int) -> Calibration:
         eval_floor=_eval_us(client, "eval", lambda: client.eval("return 1", 0), 2000),
         bridge=bridge,
         cjson=cjson_us,
-        empty_claim=_eval_us(client, "evalsha", lambda: q.claim(batch), 2000),
-        empty_settle=_eval_us(client, "evalsha", lambda: q._step(settle_none), 2000),
+        empty_claim=_eval_us(client, "scripts", lambda: q.claim(batch), 2000),
+        empty_settle=_eval_us(client, "scripts", lambda: q._step(settle_none), 2000),
         py_job=_per_call_us(lambda: [Job.from_json(t) for t in texts], 200) / len(texts),
         py_settle=_per_call_us(lambda: _settle_args(q, jobs), 200) / len(jobs),
     )
@@ -429,7 +430,7 @@ def _script_rows(split: Split) -> list[tuple[str, float, float, float, list[list
     out = []
     for label, acc in (("claim-1.lua", split.claim), ("settle-1.lua", split.settle)):
         rows, calls, cmd_us = command_rows(acc, split.jobs)
-        out.append((label, acc["evalsha"][1] / split.jobs, calls, cmd_us, rows))
+        out.append((label, acc["scripts"][1] / split.jobs, calls, cmd_us, rows))
     return out
 
 

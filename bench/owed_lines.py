@@ -92,7 +92,7 @@ def settle_run(url: str, case: str, ledger: bool, pages: int, round_no: int) -> 
             (answer,) = q.settle_many([item])
             if not answer.startswith("done"):
                 raise RuntimeError(f"{case}: settle answered {answer}")
-        calls, usec = commandstats(q.client).get("evalsha", (0, 0.0))
+        calls, usec = commandstats(q.client)["scripts"]
         if calls != pages - 1:
             raise RuntimeError(f"{case}: {calls} script calls for {pages - 1} settles")
         return usec / calls

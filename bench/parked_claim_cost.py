@@ -29,6 +29,7 @@ from typing import Any
 import redis
 
 from _redis import (
+    SCRIPT_COMMANDS,
     RedisServer,
     add_server_args,
     commandstats,
@@ -181,7 +182,7 @@ def measure(a: Side, b: Side, plan: Plan) -> None:
 
 
 def figures(side: Side) -> dict[str, float]:
-    calls, usec = side.stats.get("evalsha", (0, 0.0))
+    calls, usec = side.stats["scripts"]
     pairs = calls / 2 or 1  # one claim + one settle per step
     return {
         "mean": statistics.fmean(side.step_us),
@@ -196,7 +197,7 @@ def figures(side: Side) -> dict[str, float]:
 
 def command_rows(a: Side, b: Side, steps: int) -> tuple[list[str], list[list[object]]]:
     names = sorted(
-        (n for n in b.stats if n not in ("evalsha", "info", "config")),
+        (n for n in b.stats if n not in ("scripts", *SCRIPT_COMMANDS, "info", "config")),
         key=lambda n: -b.stats[n][1],
     )
     rows: list[list[object]] = []

@@ -10,7 +10,7 @@ against a private redis-server. Per run:
 * **scrapy us/page**: CPU (user + sys) of the crawl's process, its start-up included;
 * **redis us/page**: redis-server's CPU over the crawl (``INFO cpu``), per page, the start
   requests' enqueue included;
-* **calls/page**: script calls (``INFO commandstats``: ``evalsha`` and ``eval``) per page;
+* **calls/page**: script calls (``INFO commandstats``: EVALSHA or FCALL) per page;
 * **jobs/claim**, **jobs/settle**: the jobs each ``Queue.claim`` and ``Queue.settle_many``
   carried; **give-backs/page**: ``Queue.downloaded`` calls (a domain slot given back while a
   page's callback runs) per page.

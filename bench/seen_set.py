@@ -176,7 +176,7 @@ def seen_only_row(client: redis.Redis, settings: Settings, n: int, label: str) -
     exact = probe.layout.filter == "exact"
     if exact and new != n:
         raise RuntimeError(f"{label}: {n - new} of {n:,} distinct URLs refused while loading")
-    us = server_us(client, "evalsha", n)
+    us = server_us(client, "scripts", n)
     probes = max(10_000, round(n * PROBE_SHARE))
     refused = probes - probe.add(n, probes)[0]
     note = f"then {refused:,} of {probes:,} new URLs refused ({refused / probes:.3%})"
@@ -247,7 +247,7 @@ def enqueue_rows(client: redis.Redis, url: str, n: int) -> list[Row]:
             for start in range(0, len(specs), ENQUEUE_CHUNK):
                 q.enqueue_many(specs[start : start + ENQUEUE_CHUNK])
             spent += time.perf_counter() - t0
-        us = server_us(client, "evalsha", n)
+        us = server_us(client, "scripts", n)
         size = seen_set_alone(client, q) - before if mode == "seen" else 0
         q.close()
         note = "jobs made per second; us/add is the whole enqueue script a job"

@@ -90,6 +90,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from _redis import (
+    SCRIPT_COMMANDS,
     RedisServer,
     add_server_args,
     commandstats,
@@ -921,10 +922,11 @@ def print_commandstats(run: Run) -> None:
     rows: list[list[object]] = [
         [name.upper(), calls, calls / jobs, usec / jobs, usec / max(calls, 1)]
         for name, (calls, usec) in sorted(stats.items(), key=lambda kv: -kv[1][1])[:14]
+        if name != "scripts"
     ]
     print(format_table(["command", "calls", "calls/job", "usec/job", "usec/call"], rows))
-    script_us = stats.get("evalsha", (0, 0.0))[1]
-    inner_us = sum(u for k, (_c, u) in stats.items() if k not in {"evalsha", "eval"})
+    script_us = stats["scripts"][1]
+    inner_us = sum(u for k, (_c, u) in stats.items() if k not in {"scripts", *SCRIPT_COMMANDS})
     if script_us > 0:
         print(
             f"EVALSHA's {script_us / jobs:.1f} us/job include the commands its scripts run "
