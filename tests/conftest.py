@@ -30,7 +30,7 @@ from support import redis_proc
 from support.cluster_proc import RedisCluster
 from support.processes import redis_servers_under
 from support.proxy_proc import TinyproxySet, require_tinyproxy
-from support.redis7 import session_server
+from support.redis7 import need_redis7
 from support.sites import NotRedis
 
 #: ``--dist loadgroup`` grouping ``xdist_group`` tests under pytest 9, and the slowest modules
@@ -85,10 +85,20 @@ def data_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
-    """Start a private redis-server on a free loopback port, no persistence; yield its URL.
-    A Redis 7 where there is one (``support.redis7.session_server``: scripts as functions)."""
-    workdir = Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-"))
-    server = RedisProcess(workdir, binary=session_server()).start(10.0)
+    """Start a private redis-server on a free loopback port, no persistence; yield its URL."""
+    server = RedisProcess(Path(tempfile.mkdtemp(prefix="scrapeq-test-redis-"))).start(10.0)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis7_server() -> Iterator[str]:
+    """A private Redis 7 (``support.redis7``: Debian's, from PATH) for the session: the
+    scripts as function libraries (ADR 0061), where ``redis_server`` runs them by EVALSHA."""
+    server = RedisProcess(Path(tempfile.mkdtemp(prefix="scrapeq-test-redis7-")),
+                          binary=need_redis7()).start(10.0)  # fmt: skip
     try:
         yield server.url
     finally:

