@@ -89,16 +89,18 @@ class SyncSteps(_QueueBase):
         the server lacks it; by EVALSHA where the server has no functions (``function_miss``)."""
         keys = [step.prefix or self.keys.prefix]
         args: list[str | int] = [self.testing_clock_offset_ms, self._config_json, step.args]
-        library = library_source(step.script)
-        for _ in range(2):  # a library loaded by this call is called once more
-            if self._functions is False:
-                break
-            try:
-                return self.client.execute_command("FCALL", library.name, 1, *keys, *args)
-            except redis.RedisError as exc:  # a cluster client refuses an unknown command itself
-                if function_miss(exc) is None:
-                    raise
-                self._functions = function_miss(exc) == "load" and self._load(library)
+        if self._functions is not False:
+            library = library_source(step.script)
+            for _ in range(2):  # a library loaded by this call is called once more
+                try:
+                    return self.client.execute_command("FCALL", library.name, 1, *keys, *args)
+                except redis.RedisError as exc:  # a cluster client refuses an unknown command
+                    miss = function_miss(exc)
+                    if miss is None:
+                        raise
+                    self._functions = miss == "load" and self._load(library)
+                    if not self._functions:
+                        break
         return self._scripts[step.script](keys=keys, args=args)
 
     def _load(self, library: Library) -> bool:
