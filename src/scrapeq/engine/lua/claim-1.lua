@@ -204,7 +204,8 @@ end
 -- `raw`: its stored text read ahead (false: missing or not a string; read again here).
 local function claimable(id, d, raw)
   local job
-  job, raw = load_job(id, raw or nil)
+  -- a job stored without its domain is in its URL's host's queue: d, not parsed again
+  job, raw = load_job(id, raw or nil, d)
   if job == nil then
     stat('orphans')  -- its lane is unknown: its lane's ready counter is left to the audit
     return nil

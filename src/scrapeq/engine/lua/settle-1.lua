@@ -187,8 +187,11 @@ end
 -- Per-item writes of the batch that nothing later in it reads back, sent in one call per kind
 -- by flush_items: a domain's inflight slots (INFLIGHT_LEFT, see domain.lua), the leases'
 -- domains (DONE.leased: ids), deleting done jobs (DONE.keys) and releasing their
--- fingerprints (DONE.fps, each of job DONE.fp_ids[i]).
-local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}}
+-- fingerprints (DONE.fps, each of job DONE.fp_ids[i]); and counted in the call's tally:
+-- the done jobs by domain (DONE.by_domain) and by lane (DONE.by_lane), and
+-- the history's outcomes by status and lane (DONE.history, history_settled's).
+local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}, by_domain = {}, by_lane = {},
+  history = {}}
 
 local function flush_items()
   if #DONE.leased > 0 then
@@ -213,6 +216,16 @@ local function flush_items()
     INFLIGHT_LEFT[d] = nil
     free_slots(d, n)
   end
+  -- the counts of the items settled, in the call's tally (written by TALLY.flush)
+  for d, n in pairs(DONE.by_domain) do TALLY.add(k_dom(d), 'done', n) end
+  for lane, n in pairs(DONE.by_lane) do
+    TALLY.add(K.STATS, 'done', n)
+    TALLY.add(K.STATS, 'done:' .. lane, n)
+  end
+  for status, lanes in pairs(DONE.history) do
+    for lane, n in pairs(lanes) do history_settled(TALLY.add, status, lane, false, n) end
+  end
+  DONE.by_domain, DONE.by_lane, DONE.history = {}, {}, {}
   BRK.flush()  -- the windows of the successes settled (includes/breaker.lua)
 end
 
@@ -244,9 +257,8 @@ local function settle_done(job, it)
   else
     release_unique(job)
   end
-  TALLY.add(k_dom(job.domain), 'done')
-  TALLY.add(K.STATS, 'done')
-  TALLY.add(K.STATS, 'done:' .. job.lane)
+  DONE.by_domain[job.domain] = (DONE.by_domain[job.domain] or 0) + 1
+  DONE.by_lane[job.lane] = (DONE.by_lane[job.lane] or 0) + 1
   return 'done', RULE.line_notes(CFG, it, notes)  -- answered when the line waits for them
 end
 
@@ -370,7 +382,14 @@ local function settle_one(i, it)
   end
   local status, notes = settle_outcome(job, it, back)
   TOUCHED[d] = true
-  history_settled(TALLY.add, status, job.lane, it.shutdown or back)
+  if (it.shutdown or back) ~= true then  -- the history's count (history_settled, at the end)
+    local lanes = DONE.history[status]
+    if not lanes then
+      lanes = {}
+      DONE.history[status] = lanes
+    end
+    lanes[job.lane] = (lanes[job.lane] or 0) + 1
+  end
   if status == 'dead' then return 'dead:' .. job.dead_reason end
   if notes then return WIRE.done(notes) end
   if it.backoff == true and (status == 'retried' or status == 'released') then

@@ -80,7 +80,9 @@ local function save_claimed(job)
 end
 
 -- A decoded job text in the full form (compact or full as stored), or nil when not a table.
-local function expand_job(decoded, id)
+-- `host`: the domain a job stored without one is known to have (the domain queue it was read
+-- from: its URL's host, by the stored form's rule); nil: taken from its URL here.
+local function expand_job(decoded, id, host)
   if type(decoded) ~= 'table' then return nil end
   if decoded.u == nil then  -- the full form (claimed jobs, older data)
     for i = 1, #ZERO_COUNTERS do
@@ -105,12 +107,12 @@ local function expand_job(decoded, id)
   elseif type(job.created) == 'number' and type(decoded.e) == 'number' then
     job.eligible = job.created + decoded.e
   end
-  if job.domain == nil then job.domain = url_host(job.url) end
+  if job.domain == nil then job.domain = host or url_host(job.url) end
   return job
 end
 
 -- Decode a stored job; nil when missing, false when corrupt. `raw`: its stored text when the
--- caller read it already (nil: read here).
+-- caller read it already (nil: read here); `host`: expand_job's.
 local load_job
 do
   -- Whether a decoded job's fields every script reads have their types, without a call of
@@ -126,11 +128,11 @@ do
       and (off + 0 == off or off ~= off) and (e + 0 == e or e ~= e)
   end
 
-  load_job = function(id, raw)
+  load_job = function(id, raw, host)
     if raw == nil then raw = redis.call('GET', k_job(id)) end
     if not raw then return nil, nil end
     local ok, job = pcall(cjson.decode, raw)
-    if ok then job = expand_job(job, id) end
+    if ok then job = expand_job(job, id, host) end
     if not ok or type(job) ~= 'table' or job.id ~= id then return false, raw end
     local fine, typed_ok = pcall(typed, job)
     if not (fine and typed_ok) then return false, raw end

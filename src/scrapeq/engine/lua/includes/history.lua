@@ -56,18 +56,19 @@ local function history(name, lane)
   redis.call('HINCRBY', key, field, 1)
 end
 
--- The same through a caller's batching `bump(key, field)` (settle-1.lua's TALLY.add, written
--- once per distinct field at the end of the call): a batch's common outcomes cost one HINCRBY.
-local function history_via(bump, name, lane)
+-- The same, n of them (nil: 1), through a caller's batching `bump(key, field, n)`
+-- (settle-1.lua's TALLY.add, written once per distinct field at the end of the call): a
+-- batch's common outcomes cost one HINCRBY.
+local function history_via(bump, name, lane, n)
   if name == 'stale' then return end
   local key, field = history_field(name, lane)
-  bump(key, field)
+  bump(key, field, n)
 end
 
--- settle-1.lua's count of one settled item: done, throttled and released through its batched
--- `bump`; retried and dead are counted where they happen (jobs.lua), and the release of a
--- worker stopping (`shutdown`) is no outcome of the job.
-local function history_settled(bump, status, lane, sd)
+-- settle-1.lua's count of n settled items (nil: 1) of a status and lane: done, throttled and
+-- released through its batched `bump`; retried and dead are counted where they happen
+-- (jobs.lua), and the release of a worker stopping (`shutdown`) is no outcome of the job.
+local function history_settled(bump, status, lane, sd, n)
   if sd == true or status == 'dead' or status == 'retried' then return end
-  history_via(bump, status, lane)
+  history_via(bump, status, lane, n)
 end
