@@ -163,17 +163,19 @@ end)
 if refused then return redis.error_reply(refused) end
 
 -- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
-local FOLLOW = {}
-for n = 1, #ARG.items do  -- numeric fors over a batch's items: ipairs is a call an item
-  local it = ARG.items[n]
-  if type(it) == 'table' and type(it.follow) == 'table' then
-    for _, s in ipairs(it.follow) do FOLLOW[#FOLLOW + 1] = s end
+do
+  local FOLLOW = {}
+  for n = 1, #ARG.items do  -- numeric fors over a batch's items: ipairs is a call an item
+    local it = ARG.items[n]
+    if type(it) == 'table' and type(it.follow) == 'table' then
+      for _, s in ipairs(it.follow) do FOLLOW[#FOLLOW + 1] = s end
+    end
   end
-end
-if #FOLLOW > 0 then
-  refused = enqueue_check(FOLLOW)
-  if refused then return redis.error_reply(refused) end
-  enqueue_begin(FOLLOW, #FOLLOW)
+  if #FOLLOW > 0 then
+    refused = enqueue_check(FOLLOW)
+    if refused then return redis.error_reply(refused) end
+    enqueue_begin(FOLLOW, #FOLLOW)
+  end
 end
 
 local function park_domain(d, ra)
@@ -189,9 +191,10 @@ end
 -- domains (DONE.leased: ids), deleting done jobs (DONE.keys) and releasing their
 -- fingerprints (DONE.fps, each of job DONE.fp_ids[i]); and counted in the call's tally:
 -- the done jobs by domain (DONE.by_domain) and by lane (DONE.by_lane), and
--- the history's outcomes by status and lane (DONE.history, history_settled's).
+-- the history's outcomes by status and lane (DONE.history, history_settled's). The domains
+-- settled, refiled at the end (DONE.touched).
 local DONE = {keys = {}, fps = {}, fp_ids = {}, leased = {}, by_domain = {}, by_lane = {},
-  history = {}}
+  history = {}, touched = {}}
 
 local function flush_items()
   if #DONE.leased > 0 then
@@ -302,8 +305,6 @@ local function settle_release(job, it, back)
   return 'released'
 end
 
-local TOUCHED = {}
-
 -- The batch's job texts are read with one MGET (PRE.raw), for the leading items whose id is a
 -- string (all of them from scrapeq; PRE.n items). Within a batch only an item's own job can
 -- change its job key, and a job named again after it left inflight is stale (PRE.gone), so
@@ -381,7 +382,7 @@ local function settle_one(i, it)
     probe_ended(d, job.id)
   end
   local status, notes = settle_outcome(job, it, back)
-  TOUCHED[d] = true
+  DONE.touched[d] = true
   if (it.shutdown or back) ~= true then  -- the history's count (history_settled, at the end)
     local lanes = DONE.history[status]
     if not lanes then
@@ -416,5 +417,5 @@ OWED.flush()  -- and the lines they made due (includes/owed.lua)
 if not ok then
   error(out, 0)  -- a Redis or Lua error: the items settled before it stay settled, as before
 end
-for d in pairs(TOUCHED) do refile(d) end
+for d in pairs(DONE.touched) do refile(d) end
 return out

@@ -144,8 +144,12 @@ local function breaker_outcome(d, failed, job_id, kind, message)
   local paused = failed and paused_until() ~= nil
   if failed then note_failure(d, job_id, kind, message, paused) end
   if not BRK.active[d] then
+    if next(BRK.active) == nil then  -- the call's first: the set made a skiplist (calls.lua)
+      as_skiplist(K.ACTIVE, NUMTEXT.of(NOW), d)
+    else
+      redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
+    end
     BRK.active[d] = true
-    redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
   end
   if not failed and BRK.spotless[d] then return end
   if not failed and BRK.wins[d] then return BRK.success(d, '0', BRK.wins[d]) end

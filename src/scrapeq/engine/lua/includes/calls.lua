@@ -26,6 +26,28 @@ local function call_many(cmd, key, args)
   return out
 end
 
+-- A sorted set of at most 128 members (Redis's zset-max-listpack-entries), none longer than
+-- 64 bytes (zset-max-listpack-value), is a list: ZADD, ZREM and ZSCORE find a member by
+-- walking it, up to 128 entries a member, where a larger set (a skiplist) finds it by its
+-- hash. A longer member makes the set a skiplist, which it stays until it is emptied.
+-- SKIPLIST_MARK is one, added and removed within one call: no reader sees it (no job id or
+-- domain holds a space). The sets a call writes a member at a time, many times a call, are
+-- made skiplists: the inflight set (a claim's leases in, a settle's out: claim-1.lua), the
+-- ready domains (a claim's visits) and the active ones (breaker.lua). BENCHMARKS section 42.
+local SKIPLIST_MARK =  --@once
+  '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~ skiplist'
+
+-- The sorted set `key` made a skiplist when it is a list (SKIPLIST_MARK), with `member` at
+-- `score` added (nil: none; a missing key then stays missing).
+local function as_skiplist(key, score, member)
+  if member then
+    redis.call('ZADD', key, '+inf', SKIPLIST_MARK, score, member)
+  else
+    redis.call('ZADD', key, '+inf', SKIPLIST_MARK)
+  end
+  redis.call('ZREM', key, SKIPLIST_MARK)
+end
+
 -- A number as redis.call sends it ('%.17g', Redis 6.2's scripting.c), formatted once per
 -- call and value: NOW, a lease deadline or a count of 1 goes out as text many times a call,
 -- and each formatting of a number is a libc printf (about 2,500 instructions). Integers only

@@ -1,0 +1,110 @@
+"""The sorted sets a call writes a member at a time are skiplists (``includes/calls.lua``,
+SKIPLIST_MARK): the inflight set, the ready domains and the active ones, on Redis 6.2 (the
+session's server, EVALSHA) and Redis 7 (functions). The mark that makes them so is added and
+removed within one call: no reader ever sees it, and a server whose small sets take longer
+members than the mark (a larger ``zset-max-listpack-value``) keeps them lists and answers the
+same.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from scrapeq import Job, Queue, Settings
+from scrapeq.engine.server.launcher import RedisProcess
+from support.redis7 import need_redis7
+
+DOMAINS = 5
+
+
+@pytest.fixture(scope="module")
+def redis7_url() -> Iterator[str]:
+    server = RedisProcess(Path(tempfile.mkdtemp(prefix="sq-redis7-")), binary=need_redis7())
+    server.start(10.0)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["redis6", "redis7"])
+def url(request: pytest.FixtureRequest, redis_server: str) -> Iterator[str]:
+    found = redis_server if request.param == "redis6" else request.getfixturevalue("redis7_url")
+    client = redis.Redis.from_url(found)
+    client.flushall()
+    client.close()
+    yield found
+
+
+def _members(client: redis.Redis, key: str) -> list[str]:
+    return [m.decode() for m in client.zrange(key, 0, -1)]
+
+
+def _encoding(client: redis.Redis, key: str) -> str:
+    return client.object("encoding", key).decode()  # type: ignore[no-any-return, union-attr]
+
+
+def _claim_and_settle_some(url: str) -> tuple[Queue, redis.Redis, list[Job], list[Job]]:
+    """30 jobs over 5 domains; 10 claimed, 5 of them settled: the 5 others are in flight."""
+    q = Queue.from_url(url, "sk", settings=Settings(domain_concurrency=100))
+    q.enqueue_many([f"https://d{i % DOMAINS}.example/p/{i}" for i in range(30)])
+    jobs = q.claim(10).jobs
+    assert len(jobs) == 10
+    assert q.settle_many([q.done(j) for j in jobs[:5]]) == ["done"] * 5
+    return q, redis.Redis.from_url(url), jobs[:5], jobs[5:]
+
+
+def test_the_sets_a_call_writes_a_member_at_a_time_are_skiplists_and_hold_no_mark(
+    url: str,
+) -> None:
+    q, client, settled, held = _claim_and_settle_some(url)
+    try:
+        inflight, ready = q.keys.inflight, q.keys.domains_ready
+        active = f"{q.keys.prefix}active"
+        for key in (inflight, ready, active):
+            assert _encoding(client, key) == "skiplist", key
+            assert not [m for m in _members(client, key) if " " in m], key
+        assert _members(client, inflight) == sorted(j.id for j in held)
+        assert client.zcard(inflight) == 5
+        queued = [f"d{i}.example" for i in range(DOMAINS)]
+        queued = [d for d in queued if client.zcard(q.keys.domain_queue(d))]
+        assert len(queued) >= 2
+        assert sorted(_members(client, ready)) == queued
+        assert sorted(_members(client, active)) == sorted({j.domain for j in settled})
+        assert q.status()["counts"]["inflight"] == 5
+        # the rest goes through as before, and the sets left empty are gone
+        rest = q.claim(30).jobs
+        assert len(rest) == 20
+        assert q.settle_many([q.done(j) for j in rest + held]) == ["done"] * 25
+        assert q.status()["counts"]["done"] == 30
+        assert not client.exists(inflight, ready)
+    finally:
+        q.close()
+        client.close()
+
+
+def test_a_server_whose_small_sets_take_longer_members_keeps_lists_and_answers_the_same(
+    redis_server: str,
+) -> None:
+    client = redis.Redis.from_url(redis_server)
+    client.flushall()
+    old = client.config_get("zset-max-ziplist-value")["zset-max-ziplist-value"]
+    client.config_set("zset-max-ziplist-value", 1024)  # 6.2's name (7 takes it as an alias)
+    try:
+        q, other, _, held = _claim_and_settle_some(redis_server)
+        try:
+            assert _encoding(client, q.keys.inflight) == "ziplist"
+            assert _members(client, q.keys.inflight) == sorted(j.id for j in held)
+            assert not [m for m in _members(client, q.keys.domains_ready) if " " in m]
+            assert q.status()["counts"]["inflight"] == 5
+        finally:
+            q.close()
+            other.close()
+    finally:
+        client.config_set("zset-max-ziplist-value", old)
+        client.close()
