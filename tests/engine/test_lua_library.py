@@ -84,6 +84,26 @@ def test_a_statement_is_made_once_or_per_call_by_its_kind() -> None:
     assert "if A > 0 then return f() end" in group and "function g()" not in group
 
 
+def test_a_table_with_member_functions_starts_each_call_from_its_constructor(
+    r7: redis.Redis,
+) -> None:
+    # a field a call sets (T.seen) or adds (T.extra) is gone at the next call; the functions
+    # stay (moved to the table's metatable at its first refill: a refill walks no function)
+    source = "\n".join([
+        "local T = {n = 0}",
+        "function T.bump() T.n = T.n + 1 return T.n end",
+        "function T.get(k) return T[k] end",
+        "local before = tostring(T.extra) .. ',' .. T.n",
+        "T.extra = ARGV[1]",
+        "T.bump()",
+        "return {before, T.bump(), T.get('extra'), type(T.bump), tostring(rawget(T, 'bump'))}",
+    ])  # fmt: skip
+    lib = build_library("t", source)
+    r7.function_load(lib.code, replace=True)
+    for arg in ("a", "b"):
+        assert r7.fcall(lib.name, 0, arg) == ["nil,0", 2, arg, "function", "nil"]
+
+
 def test_a_name_declared_twice_is_refused() -> None:
     with pytest.raises(LibraryError, match="'X' twice"):
         build_library("t", "local X = 1\nlocal function f() return X end\nlocal X = 2")

@@ -12,7 +12,9 @@ into top-level statements and sorts them:
   ``local x = e`` is declared once where it stood and assigned per call (``x = e``; a bare
   ``local x`` is set to nil), so the functions made once see each call's values, exactly as
   each call's chunk saw them. A table that has ``function T.f`` members is kept (its functions
-  with it) and refilled per call: its other fields cleared, then its constructor's set.
+  with it) and refilled per call: its other fields cleared, then its constructor's set. At its
+  first refill its functions move to the table's metatable (``__index``), so each refill walks
+  its data fields only, not its functions (EX has dozens).
 
 The per-call statements are grouped into functions that each name at most ``_NAME_LIMIT`` of
 the chunk's locals (Lua 5.1 allows 60 upvalues a function); the registered function runs the
@@ -161,9 +163,14 @@ _HEAD = """\
 local KEYS, ARGV, __T
 local __G, __GO = {}, {}
 local function __refill(t, fresh)
-  for k, v in pairs(t) do
-    if type(v) ~= 'function' then t[k] = nil end
+  if not getmetatable(t) then
+    local funcs = {}
+    for k, v in pairs(t) do
+      if type(v) == 'function' then funcs[k] = v end
+    end
+    setmetatable(t, {__index = funcs})
   end
+  for k in pairs(t) do t[k] = nil end
   for k, v in pairs(fresh) do t[k] = v end
 end"""
 
