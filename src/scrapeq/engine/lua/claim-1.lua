@@ -72,21 +72,20 @@ local function next_token()
   return token
 end
 
--- One ZADD of a claim's leased ids to the inflight set, every one at `deadline`, the mark
--- first (calls.lua: a set this ZADD creates is a skiplist from the start, so a settle's ZREMs
--- find their leases by hash), sent in descending id order:
--- in a list set (a server whose zset-max-listpack-value is over the mark's length), members
--- of one score stand in id order, so each lands at the head of its score's run instead of
--- after every lease of the claim. The set is the same in any order (BENCHMARKS section 33).
+-- One ZADD of a claim's leased ids to the inflight set, every one at `deadline` (calls.lua:
+-- zadd_skiplist, so a settle's ZREMs find their leases by hash), sent in descending id
+-- order: in a list set (a claim of a few, or a server whose lists take longer members),
+-- members of one score stand in id order, so each lands at the head of its score's run
+-- instead of after every lease of the claim. The set is the same in any order (BENCHMARKS
+-- section 33).
 local function add_inflight(ids, deadline)
   table.sort(ids)
-  local args, n = {'+inf', SKIPLIST_MARK}, #ids
+  local args, n = {}, #ids
   for i = 1, n do
-    args[2 * i + 1] = deadline
-    args[2 * i + 2] = ids[n + 1 - i]
+    args[2 * i - 1] = deadline
+    args[2 * i] = ids[n + 1 - i]
   end
-  call_many('ZADD', K.INFLIGHT, args)
-  redis.call('ZREM', K.INFLIGHT, SKIPLIST_MARK)
+  zadd_skiplist(K.INFLIGHT, n, args)
 end
 
 -- Leases of this claim not written yet: one ZADD inflight (LEASES.inflight: their ids, every
@@ -346,7 +345,7 @@ end
 
 local function pick(n)
   if ARG.domain then return pick_domain(ARG.domain, n) end
-  as_skiplist(K.READY)  -- read and refiled at each visit
+  zadd_skiplist(K.READY, n, {})  -- read and refiled at each visit, up to n of them
   local out = {}
   local guard = 0
   while #out < n and CLAIMED_BYTES < CLAIM_BYTES and guard < 2 * n + 50 do

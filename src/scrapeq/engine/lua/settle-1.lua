@@ -161,6 +161,7 @@ local refused = arg_refusal(function()
   if ARG.pid ~= nil then check_pid(ARG.pid, 'pid') end
 end)
 if refused then return redis.error_reply(refused) end
+BRK.outcomes = #ARG.items
 
 -- Follow-ups of the whole batch: checked before the first write, ids reserved at once.
 do

@@ -112,7 +112,9 @@ end
 --   due       domains whose `wins` entry is not written yet. BRK.flush writes them before
 --             any other read of a breaker field and at the end of the call (settle-1.lua:
 --             flush_items), so one write per domain and call stands for a run of successes.
-local BRK = {active = {}, spotless = {}, wins = {}, due = {}}
+--   outcomes  the outcomes this call records at most (settle-1.lua: its items), whether the
+--             active set is made a skiplist (calls.lua: zadd_skiplist)
+local BRK = {active = {}, spotless = {}, wins = {}, due = {}, outcomes = 0}
 
 function BRK.flush()
   for d in pairs(BRK.due) do
@@ -144,8 +146,8 @@ local function breaker_outcome(d, failed, job_id, kind, message)
   local paused = failed and paused_until() ~= nil
   if failed then note_failure(d, job_id, kind, message, paused) end
   if not BRK.active[d] then
-    if next(BRK.active) == nil then  -- the call's first: the set made a skiplist (calls.lua)
-      as_skiplist(K.ACTIVE, NUMTEXT.of(NOW), d)
+    if next(BRK.active) == nil then  -- the call's first (calls.lua: zadd_skiplist)
+      zadd_skiplist(K.ACTIVE, BRK.outcomes, {NUMTEXT.of(NOW), d})
     else
       redis.call('ZADD', K.ACTIVE, NUMTEXT.of(NOW), d)
     end

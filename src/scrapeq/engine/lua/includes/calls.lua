@@ -30,22 +30,27 @@ end
 -- 64 bytes (zset-max-listpack-value), is a list: ZADD, ZREM and ZSCORE find a member by
 -- walking it, up to 128 entries a member, where a larger set (a skiplist) finds it by its
 -- hash. A longer member makes the set a skiplist, which it stays until it is emptied.
--- SKIPLIST_MARK is one, added and removed within one call: no reader sees it (no job id or
+-- SKIPLIST.mark is one, added and removed within one call: no reader sees it (no job id or
 -- domain holds a space). The sets a call writes a member at a time, many times a call, are
 -- made skiplists: the inflight set (a claim's leases in, a settle's out: claim-1.lua), the
--- ready domains (a claim's visits) and the active ones (breaker.lua). BENCHMARKS section 42.
-local SKIPLIST_MARK =  --@once
-  '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~ skiplist'
+-- ready domains (a claim's visits) and the active ones (breaker.lua), by calls that write
+-- SKIPLIST.from of their members or more (a call of a few jobs walks a list for less than
+-- the mark costs). ADR 0062, BENCHMARKS section 42.
+local SKIPLIST = {from = 8,  --@once
+  mark = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~ skiplist'}
 
--- The sorted set `key` made a skiplist when it is a list (SKIPLIST_MARK), with `member` at
--- `score` added (nil: none; a missing key then stays missing).
-local function as_skiplist(key, score, member)
-  if member then
-    redis.call('ZADD', key, '+inf', SKIPLIST_MARK, score, member)
-  else
-    redis.call('ZADD', key, '+inf', SKIPLIST_MARK)
+-- ZADD to the sorted set `key` of `args` (score, member pairs; none: nothing is added), by a
+-- call that writes `n` of its members: from SKIPLIST.from on, the set is made a skiplist when
+-- it is a list (SKIPLIST.mark, first: a set this ZADD creates is a skiplist from the start).
+local function zadd_skiplist(key, n, args)
+  if n >= SKIPLIST.from then
+    table.insert(args, 1, SKIPLIST.mark)
+    table.insert(args, 1, '+inf')
+    call_many('ZADD', key, args)
+    redis.call('ZREM', key, SKIPLIST.mark)
+  elseif #args > 0 then
+    call_many('ZADD', key, args)
   end
-  redis.call('ZREM', key, SKIPLIST_MARK)
 end
 
 -- A number as redis.call sends it ('%.17g', Redis 6.2's scripting.c), formatted once per
