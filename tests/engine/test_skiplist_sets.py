@@ -8,33 +8,19 @@ same.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from scrapeq import Job, Queue, Settings
-from scrapeq.engine.server.launcher import RedisProcess
-from support.redis7 import need_redis7
 
 DOMAINS = 5
 
 
-@pytest.fixture(scope="module")
-def redis7_url() -> Iterator[str]:
-    server = RedisProcess(Path(tempfile.mkdtemp(prefix="sq-redis7-")), binary=need_redis7())
-    server.start(10.0)
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
 @pytest.fixture(params=["redis6", "redis7"])
 def url(request: pytest.FixtureRequest, redis_server: str) -> Iterator[str]:
-    found = redis_server if request.param == "redis6" else request.getfixturevalue("redis7_url")
+    found = redis_server if request.param == "redis6" else request.getfixturevalue("redis7_server")
     client = redis.Redis.from_url(found)
     client.flushall()
     client.close()
