@@ -104,6 +104,12 @@ def test_a_table_with_member_functions_starts_each_call_from_its_constructor(
         assert r7.fcall(lib.name, 0, arg) == ["nil,0", 2, arg, "function", "nil"]
 
 
+def test_a_chunk_that_uses_metatables_is_refused() -> None:
+    with pytest.raises(LibraryError, match="metatables"):
+        build_library("t", "local T = {}\nsetmetatable(T, {})\nreturn 1")
+    build_library("t", "local T = {}\nreturn 'setmetatable'")  # in a string: not a use
+
+
 def test_a_name_declared_twice_is_refused() -> None:
     with pytest.raises(LibraryError, match="'X' twice"):
         build_library("t", "local X = 1\nlocal function f() return X end\nlocal X = 2")

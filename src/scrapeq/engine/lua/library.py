@@ -200,6 +200,11 @@ def library_source(script: str) -> Library:
 
 def build_library(script: str, source: str) -> Library:
     """An expanded script's ``source`` as the library of ``script`` (a probe's, a test's)."""
+    if "metatable" in _STRING.sub("", source):
+        # __refill keeps a table's functions in its metatable: the scripts set none
+        raise LibraryError(
+            "the chunk uses metatables, which refilled tables keep their functions in"
+        )
     statements = _split(source)
     declared = _classify(statements) | {"KEYS", "ARGV", "__T"}
     body: list[str] = []
