@@ -221,15 +221,20 @@ local function flush_items()
     free_slots(d, n)
   end
   -- the counts of the items settled, in the call's tally (written by TALLY.flush)
-  for d, n in pairs(DONE.by_domain) do TALLY.add(k_dom(d), 'done', n) end
+  -- (emptied in place: most flushes find nothing to count, and make no table)
+  for d, n in pairs(DONE.by_domain) do
+    TALLY.add(k_dom(d), 'done', n)
+    DONE.by_domain[d] = nil
+  end
   for lane, n in pairs(DONE.by_lane) do
     TALLY.add(K.STATS, 'done', n)
     TALLY.add(K.STATS, 'done:' .. lane, n)
+    DONE.by_lane[lane] = nil
   end
   for status, lanes in pairs(DONE.history) do
     for lane, n in pairs(lanes) do history_settled(TALLY.add, status, lane, false, n) end
+    DONE.history[status] = nil
   end
-  DONE.by_domain, DONE.by_lane, DONE.history = {}, {}, {}
   BRK.flush()  -- the windows of the successes settled (includes/breaker.lua)
 end
 
