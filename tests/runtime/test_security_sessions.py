@@ -191,7 +191,9 @@ async def test_a_redirect_hop_on_another_host_of_the_jar_sets_cookies_for_its_ow
 @pytest.fixture
 def trusted_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ssl.SSLContext]:
     """A server context for secure.test, with a self-signed certificate the fetcher trusts
-    for this test (aiohttp's verifying client context is replaced by one that trusts it)."""
+    for this test: its direct hops' context reads ``SSL_CERT_FILE`` as OpenSSL does, and
+    aiohttp's verifying client context (hops through a proxy) is replaced by one that trusts
+    it."""
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -203,6 +205,7 @@ def trusted_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ssl
     server.load_cert_chain(cert, key)
     client = ssl.create_default_context(cafile=str(cert))
     monkeypatch.setattr(aiohttp.connector, "_SSL_CONTEXT_VERIFIED", client)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     yield server
 
 

@@ -1,4 +1,5 @@
-"""The default fetcher: one aiohttp session per process, with the guards a queue needs.
+"""The default fetcher, with the guards a queue needs: direct hops on our own HTTP/1.1 client
+(:mod:`.http1`), hops through a proxy and downloads on an aiohttp session.
 
 :class:`Fetcher` GETs a URL (or sends a job's :class:`~scrapeq.engine.model.request.Request`:
 its method, headers, body and cookies, redirected as :mod:`.outgoing` says) and returns a
@@ -73,6 +74,8 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import aiohttp.abc
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from scrapeq.engine.config.settings import Settings
 from scrapeq.engine.model.exits import ExitPool
@@ -81,6 +84,7 @@ from scrapeq.engine.model.urls import is_private_host, parse_target
 from scrapeq.errors import ConfigError
 from scrapeq.runtime.classify import BlockedAddress, BodyTooLarge, OurNetworkDown
 from scrapeq.runtime.deadlines import Deadlines
+from scrapeq.runtime.http1 import Http1Pool, public_url
 from scrapeq.runtime.outgoing import Outgoing, after_redirect, same_origin
 from scrapeq.runtime.proxy_auth import ProxyAuthCheck
 from scrapeq.runtime.resolvers import GuardedResolver, StaticResolver, _refuse_private
@@ -161,10 +165,11 @@ class UnknownExit(OurNetworkDown):
 
 
 class Fetcher:
-    """The default fetcher: one aiohttp ``ClientSession`` per process.
+    """The default fetcher: direct hops through one :class:`.http1.Http1Pool`, the rest through
+    aiohttp ``ClientSession`` s (one of direct connections, for downloads; one to the proxies).
 
-    Use it as an async context manager, or call :meth:`close`. The session is created on
-    first use, inside the running event loop.
+    Use it as an async context manager, or call :meth:`close`. The pool and sessions are
+    created on first use, inside the running event loop.
 
     Args:
         settings: ``request_timeout``, ``max_body``, ``max_redirects``, ``proxy``,
@@ -198,6 +203,7 @@ class Fetcher:
         self._inner: aiohttp.abc.AbstractResolver | None = None  # does the look-ups
         self._session: aiohttp.ClientSession | None = None  # direct connections
         self._via_proxy: aiohttp.ClientSession | None = None  # connections to the proxies
+        self._http1: Http1Pool | None = None  # direct hops (.http1: not aiohttp's session)
         self._prechecked: dict[tuple[str, int], float] = {}
         self._proxy_auth = ProxyAuthCheck()
         self._deadlines = Deadlines(settings.request_timeout)
@@ -224,6 +230,9 @@ class Fetcher:
         self._deadlines.close()
         sessions = (self._session, self._via_proxy)
         self._session = self._via_proxy = None
+        direct, self._http1 = self._http1, None
+        if direct is not None:
+            await direct.close()
         inner, self._inner = self._inner or self._given_resolver, None
         self._given_resolver = None
         for session in sessions:
@@ -262,6 +271,22 @@ class Fetcher:
         if self._via_proxy is None:
             self._via_proxy = self._new_session(self._proxy_hosts)
         return self._via_proxy
+
+    def _direct(self) -> Http1Pool:
+        """The pool of direct connections a hop without a proxy goes through (:mod:`.http1`):
+        every name it resolves is guarded, as the direct session's are."""
+        if self._http1 is None:
+            inner = self._resolver()
+            resolver = (
+                inner if self.settings.allow_private else GuardedResolver(inner, owns_inner=False)
+            )
+            self._http1 = Http1Pool(
+                resolver,
+                user_agent=self.settings.user_agent,
+                accept=DEFAULT_ACCEPT,
+                limit=_CONNECTION_LIMIT,
+            )
+        return self._http1
 
     def _resolver(self) -> aiohttp.abc.AbstractResolver:
         """The resolver that does the look-ups (unguarded: callers check what it answers),
@@ -401,10 +426,12 @@ class Fetcher:
             current = self._check_private(url) if normalised else self._validate(url)
             redirects = 0
             while True:
-                if self._own_send:  # self._send(...) without its frame
-                    hop = self._hop(self._session_for(proxy), current, proxy, redirects, out, read)
-                else:
+                if not self._own_send:
                     hop = self._send(current, proxy, redirects, out, read)
+                elif proxy is None and read is None:  # a direct hop: our own client
+                    hop = self._hop_direct(current, redirects, out)
+                else:  # self._send(...) without its frame
+                    hop = self._hop(self._session_for(proxy), current, proxy, redirects, out, read)
                 status, headers, body, final_url, location = await hop
                 if cookies is not None and hasattr(headers, "getall"):
                     got = headers.getall("Set-Cookie", ())
@@ -490,6 +517,33 @@ class Fetcher:
                 where = urlsplit(proxy).hostname
                 raise OurNetworkDown(f"proxy {where} does not resolve: {exc.os_error}") from exc
             raise
+
+    async def _hop_direct(
+        self, url: str, redirects: int, out: Outgoing | None
+    ) -> tuple[int, Mapping[str, str], bytes, str, str | None]:
+        """One request without a proxy, through :mod:`.http1`: as :meth:`_hop`."""
+        if out is None:
+            status, headers, body = await self._direct().request(
+                "GET", url, None, None, self.settings.max_body
+            )
+        else:
+            status, headers, body = await self._direct().request(
+                out.method, url, out.headers, out.body or None, self.settings.max_body
+            )
+        location = headers.get("Location")
+        if status in _REDIRECT_STATUSES and location:
+            if redirects >= self.settings.max_redirects:
+                method = "GET" if out is None else out.method
+                info = aiohttp.RequestInfo(URL(url), method, CIMultiDictProxy(CIMultiDict()))
+                raise aiohttp.TooManyRedirects(
+                    info,
+                    (),
+                    status=status,
+                    message=f"more than {self.settings.max_redirects} redirects",
+                    headers=headers,
+                )
+            return status, headers, b"", public_url(url), location
+        return status, headers, body, public_url(url), None
 
     def _validate(self, url: str) -> str:
         """Normalise one hop's URL; refuse a literal private host before connecting."""
