@@ -60,6 +60,7 @@ __all__ = ["Http1Pool", "public_url"]
 _KEEPALIVE: Final = 15.0
 _DNS_TTL: Final = 60.0
 _DNS_MAX: Final = 10_000
+_ORIGINS_MAX: Final = 10_000
 _IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _BODYLESS_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 #: Characters a request target keeps as they are; anything else is percent-encoded as UTF-8.
@@ -106,6 +107,7 @@ class Http1Pool:
         self._all: set[Connection] = set()
         self._opening = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._origins: dict[str, tuple[tuple[bool, str, int], str, str | None]] = {}
         self._dns: dict[tuple[str, int], tuple[float, list[aiohttp.abc.ResolveResult]]] = {}
         self._tls: ssl.SSLContext | None = None
         self._next_sweep = 0.0
@@ -121,12 +123,8 @@ class Http1Pool:
     ) -> Answer:
         """Send one request to ``url`` (normalised: http or https, with a host) and read its
         whole answer: (status, headers, body decoded). Redirects are the caller's."""
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        host = parts.hostname or ""
-        port = parts.port or (443 if tls else 80)
-        key = (tls, host, port)
-        data = self._encode(method, parts.path, parts.query, parts.netloc, headers, body)
+        key, host, auth, target = self._split(url)
+        data = self._encode(method, target, host, auth, headers, body)
         head = method == "HEAD"
         for attempt in (0, 1):
             conn = await self._acquire(key)
@@ -150,29 +148,39 @@ class Http1Pool:
             return answer
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _split(self, url: str) -> tuple[tuple[bool, str, int], str, str | None, str]:
+        """A URL's connection key, ``Host`` value, Basic credentials (or None) and request
+        target. An origin is parsed once (:data:`_ORIGINS_MAX` kept); the target is what
+        follows it, without a fragment."""
+        start = 8 if url.startswith("https://") else 7
+        slash = url.find("/", start)
+        if slash < 0:
+            slash = len(url)
+        origin = url[:slash]
+        found = self._origins.get(origin)
+        if found is None:
+            found = _parse_origin(origin)
+            if len(self._origins) >= _ORIGINS_MAX:
+                self._origins.clear()
+            self._origins[origin] = found
+        target = url[slash:].partition("#")[0]
+        if not target or target[0] != "/":
+            target = "/" + target
+        if not target.isascii() or " " in target:
+            target = quote(target, safe=_TARGET_SAFE)
+        return found[0], found[1], found[2], target
+
     def _encode(
         self,
         method: str,
-        path: str,
-        query: str,
-        netloc: str,
+        target: str,
+        host: str,
+        auth: str | None,
         headers: Iterable[tuple[str, str]] | None,
         body: bytes | None,
     ) -> bytes:
-        target = (path or "/") + ("?" + query if query else "")
-        if not target.isascii() or " " in target:
-            target = quote(target, safe=_TARGET_SAFE)
-        userinfo, _, host = netloc.rpartition("@")
-        if not host.isascii():
-            host = host.encode("idna").decode("ascii")
-        if userinfo:  # the URL's user and password go as Basic credentials, as aiohttp sends
-            user, _, password = userinfo.partition(":")
-            token = b64encode(f"{unquote(user)}:{unquote(password)}".encode("latin-1"))
-            given_auth = [p for p in headers or () if p[0].lower() == "authorization"]
-            headers = [
-                *(headers or ()),
-                *(() if given_auth else (("Authorization", "Basic " + token.decode()),)),
-            ]
+        if auth is not None and not any(n.lower() == "authorization" for n, _ in headers or ()):
+            headers = [*(headers or ()), ("Authorization", auth)]
         if headers is None and body is None and method in _BODYLESS_METHODS:
             return (
                 f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1")
@@ -346,6 +354,23 @@ class Http1Pool:
             if not waiter.done():
                 waiter.cancel()
         await asyncio.sleep(0)  # let the transports' connection_lost run
+
+
+def _parse_origin(origin: str) -> tuple[tuple[bool, str, int], str, str | None]:
+    """``scheme://[user:password@]host[:port]``: the connection key, the ``Host`` value and
+    the URL's user and password as a Basic ``Authorization`` value (as aiohttp sends them)."""
+    parts = urlsplit(origin)
+    tls = parts.scheme == "https"
+    userinfo, _, host = parts.netloc.rpartition("@")
+    if not host.isascii():
+        host = host.encode("idna").decode("ascii")
+    auth = None
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        token = b64encode(f"{unquote(user)}:{unquote(password)}".encode("latin-1"))
+        auth = "Basic " + token.decode("ascii")
+    key = (tls, parts.hostname or "", parts.port or (443 if tls else 80))
+    return key, host, auth
 
 
 def public_url(url: str) -> str:

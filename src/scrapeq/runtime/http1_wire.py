@@ -7,6 +7,7 @@ client does and why."""
 from __future__ import annotations
 
 import asyncio
+import re
 import zlib
 from collections.abc import Callable
 from typing import Any, Final
@@ -21,6 +22,7 @@ __all__ = ["Answer", "Connection", "DiscardDone"]
 _HEAD_MAX: Final = 64 * 1024
 _DISCARD_MAX: Final = 64 * 1024
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_FOLDED: Final = re.compile(r"\r\n[ \t]+")
 _EMPTY: Final[CIMultiDictProxy[str]] = CIMultiDictProxy(CIMultiDict())
 
 #: An answer: status, headers, body (decoded).
@@ -173,34 +175,34 @@ class Connection(asyncio.Protocol):
 
     def _parse_head(self, head: bytes) -> bool:
         """Read a head; False for a 1xx answer (the final one follows)."""
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3:
-            raise aiohttp.ClientPayloadError(f"invalid status line {lines[0][:100]!r}")
-        try:
-            status = int(parts[1])
-        except ValueError:
-            raise aiohttp.ClientPayloadError(f"invalid status line {lines[0][:100]!r}") from None
+        text = head.decode("utf-8", "surrogateescape")
+        line, _, rest = text.partition("\r\n")
+        version, _, after = line.partition(" ")
+        code = after[:3]
+        if (
+            not version.startswith("HTTP/1.")
+            or not (code.isascii() and code.isdigit())
+            or after[3:4] not in ("", " ")
+        ):
+            raise aiohttp.ClientPayloadError(f"invalid status line {line[:100]!r}")
+        status = int(code)
         if status < 100:
             raise aiohttp.ClientPayloadError(f"invalid status {status}")
-        if 100 <= status < 200:
+        if status < 200:
             return False
-        pairs: list[list[str]] = []
-        for line in lines[1:]:
-            if line[:1] in (b" ", b"\t"):  # an obsolete folded line continues the last value
-                if not pairs:
-                    raise aiohttp.ClientPayloadError("invalid header folding")
-                pairs[-1][1] += " " + line.strip().decode("utf-8", "surrogateescape")
-                continue
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip():
-                raise aiohttp.ClientPayloadError(f"invalid header line {line[:100]!r}")
-            pairs.append([name.decode("latin-1"), value.strip().decode("utf-8", "surrogateescape")])
-        headers: CIMultiDict[str] = CIMultiDict(pairs)  # type: ignore[arg-type]
+        if "\r\n " in rest or "\r\n\t" in rest:  # obsolete folded lines continue the last
+            rest = _FOLDED.sub(" ", rest)
+        headers: CIMultiDict[str] = CIMultiDict()
+        add = headers.add
+        for field in rest.split("\r\n") if rest else ():
+            name, sep, value = field.partition(":")
+            if not sep or not name or name.strip() != name:
+                raise aiohttp.ClientPayloadError(f"invalid header line {field[:100]!r}")
+            add(name, value.strip())
         self._status = status
         self._headers = CIMultiDictProxy(headers)
         self._head = True
-        http10 = parts[0] == b"HTTP/1.0"
+        http10 = version == "HTTP/1.0"
         connection = headers.get("Connection", "").lower()
         self._keep = "keep-alive" in connection if http10 else "close" not in connection
         self._frame(headers)
