@@ -55,8 +55,12 @@ Subclasses and helpers inside this benchmark do the instrumenting; src/ is not t
 A full run (5 rounds of the four clients) takes about a minute on a quiet 2-core machine; the
 diagnosis (``--profile always``, or when the bar is missed) adds about two minutes.
 
+With ``--sites nginx`` the 100 sites are one real nginx instead (Debian's ``nginx-light``;
+``bench/_nginx.py``: one worker process, the same page on 100 ports), the server of issue 40's
+"at least 0.85 against nginx"; the fleet's CPU is then nginx's worker's.
+
 Run: ``.venv/bin/python bench/worker_throughput.py [--quick] [--urls N] [--rounds R]
-[--profile auto|always|never] [--wait-idle S] [--redis-server PATH]``
+[--sites aiohttp|nginx] [--profile auto|always|never] [--wait-idle S] [--redis-server PATH]``
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ import redis
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from _nginx import nginx_fleet
 from _redis import (
     SCRIPT_COMMANDS,
     RedisServer,
@@ -199,6 +204,14 @@ def fleet(domains: int, page: Handler = plain_page) -> Iterator[Fleet]:
             proc.terminate()
             proc.join(5)
         ours.close()
+
+
+@contextlib.contextmanager
+def nginx_sites(domains: int) -> Iterator[Fleet]:
+    """The fleet's sites served by a real nginx instead (``--sites nginx``; bench/_nginx.py):
+    the same page on as many ports; the CPU counted as the fleet's is nginx's worker's."""
+    with nginx_fleet(domains, PAGE) as (pid, ports):
+        yield Fleet(pid, ports)
 
 
 def make_urls(ports: Sequence[int], n: int) -> list[str]:
@@ -1501,6 +1514,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"timed runs of each client, alternating (default {FULL_ROUNDS}; --quick: 1)",
     )
     parser.add_argument(
+        "--sites",
+        choices=("aiohttp", "nginx"),
+        default="aiohttp",
+        help="what serves the 100 sites: aiohttp servers in one process (the default) or one "
+        "nginx (Debian's nginx-light)",
+    )
+    parser.add_argument(
         "--profile",
         choices=("auto", "always", "never"),
         default="auto",
@@ -1564,7 +1584,8 @@ def main(argv: list[str] | None = None) -> int:
     if load[0] > 0.5 * len(os.sched_getaffinity(0)):
         print("warning: the machine is busy; figures will be noisy (see 'other load')")
     began = time.perf_counter()
-    with fleet(DOMAINS) as sites, private_redis(args.redis_server) as server:
+    sites_of = nginx_sites if args.sites == "nginx" else fleet
+    with sites_of(DOMAINS) as sites, private_redis(args.redis_server) as server:
         print(f"redis-server {server.version} ({server.binary}); fleet pid {sites.pid}")
         OURS.update({os.getpid(), sites.pid, redis_pid(server)})
         print(
