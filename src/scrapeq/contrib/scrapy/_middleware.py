@@ -22,7 +22,9 @@ from scrapeq.runtime.outcomes import download_sample
 __all__ = ["ReportMiddleware"]
 
 #: Seconds of ``start()`` read between two reactor turns (claims, downloads and
-#: settlements go on meanwhile).
+#: settlements go on meanwhile), counted in this thread's CPU time: the reactor's other work
+#: waits only while the reading runs, and a busy machine that preempts the process would
+#: otherwise cut the batches short (more enqueue calls for the same start requests).
 START_TURN = 0.005
 
 
@@ -101,7 +103,7 @@ class ReportMiddleware:
 
         The start requests this process takes are scheduled here (``engine.crawl``, as the
         engine does with those it reads), ``start()`` read for :data:`START_TURN` seconds
-        between two reactor turns, and written in batches (:attr:`Frontier.reading_start`):
+        of CPU between two reactor turns, and written in batches (:attr:`Frontier.reading_start`):
         the engine reads one start request a reactor turn while its downloader has room,
         which, with the frontier in Redis, would hold the crawl to the pace of that reading.
         Items are passed on to the engine."""
@@ -110,19 +112,19 @@ class ReportMiddleware:
             await frontier.start.wait_turn()
             frontier.reading_start = frontier.start.mine
         try:
-            turn = time.monotonic()
+            turn = time.thread_time()
             async for item in start:
                 if frontier is None or not frontier.reading_start or not isinstance(item, Request):
                     yield item
                 else:
                     self.crawler.engine.crawl(item)
-                if time.monotonic() - turn >= START_TURN:
+                if time.thread_time() - turn >= START_TURN:
                     frontier = Frontier.of(self.crawler)
                     if frontier is not None:
                         frontier.flush()
                     await sleep(0)  # a reactor turn: claims and downloads go on
                     frontier = Frontier.of(self.crawler)
-                    turn = time.monotonic()
+                    turn = time.thread_time()
         except Exception:
             frontier = Frontier.of(self.crawler)
             if frontier is not None:
