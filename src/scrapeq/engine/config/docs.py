@@ -130,11 +130,11 @@ SETTING_DOCS: dict[str, str] = {
     "skipped (counted in `domains`: `skipped`, `revisits_skipped`; the page's results line "
     '`skipped: "budget"`)',
     "fetcher": "what fetches a job that names no fetcher, on a domain that names none: "
-    "`http` (aiohttp), `impersonate` (curl_cffi: a browser's TLS handshake and headers; "
-    "the `impersonate` extra) or `browser` (chromium renders the page; the `browser` "
-    "extra), or `auto` (each domain starts at `http`; the claim moves it up on evidence, for "
-    "the whole fleet: docs/guide/fetchers.md); a job's own fetcher wins over its "
-    "domain's, which wins over this setting",
+    "`http` (our HTTP/1.1 client; aiohttp through a proxy), `impersonate` (curl_cffi: a "
+    "browser's TLS handshake and headers; the `impersonate` extra) or `browser` (chromium "
+    "renders the page; the `browser` extra), or `auto` (each domain starts at `http`; the "
+    "claim moves it up on evidence, for the whole fleet: docs/guide/fetchers.md); a job's "
+    "own fetcher wins over its domain's, which wins over this setting",
     "auto_recheck": "fetcher `auto`: the share of a domain's pages above `http` fetched "
     "with the fetcher one level cheaper (every 1/share-th, decided by the claim); as good, "
     "the domain comes back down; 0: never",

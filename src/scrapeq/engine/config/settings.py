@@ -300,8 +300,9 @@ class Settings:
     revisit_max_interval: float = _seconds(30 * 86400.0)
     # Bytes a domain may download before its follow-ups and revisits are skipped.
     max_bytes: int | None = _setting("optional_int", None, le=MAX_SCRIPT_INT, check=_at_least(1))
-    # What fetches a job that names no fetcher, on a domain that names none: http (aiohttp)
-    # or impersonate (curl_cffi, a browser's TLS fingerprint: the impersonate extra).
+    # What fetches a job that names no fetcher, on a domain that names none: http (our
+    # HTTP/1.1 client) or impersonate (curl_cffi, a browser's TLS fingerprint: the
+    # impersonate extra).
     fetcher: str = _setting("str", "http", check=_check_fetcher)
     # fetcher auto: the share of an auto domain's pages above http fetched again with the
     # cheaper fetcher (a re-check: as good, the domain comes back down).

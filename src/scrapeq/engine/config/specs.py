@@ -273,9 +273,10 @@ def _check_session(name: str, value: Any) -> None:
 
 
 #: The fetchers a job can go through (setting ``fetcher``, a job's and a domain's own):
-#: ``http`` (aiohttp), ``impersonate`` (curl_cffi with a browser's TLS fingerprint) or
-#: ``browser`` (chromium driven by Playwright: the rendered DOM), or ``auto`` (one of them,
-#: chosen per domain by the claim for the whole fleet: ``lua/includes/auto.lua``).
+#: ``http`` (our HTTP/1.1 client, runtime/http1.py), ``impersonate`` (curl_cffi with a
+#: browser's TLS fingerprint) or ``browser`` (chromium driven by Playwright: the rendered
+#: DOM), or ``auto`` (one of them, chosen per domain by the claim for the whole fleet:
+#: ``lua/includes/auto.lua``).
 FETCHERS = ("http", "impersonate", "browser", "auto")
 #: The resource types a browser fetcher's pages may be kept from loading (``browser_block``):
 #: Playwright's ``Request.resource_type`` names.
