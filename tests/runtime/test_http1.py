@@ -408,3 +408,26 @@ async def test_connections_idle_past_the_keepalive_are_closed(
         assert (await get(p, a.url()))[2] == b"ok"
         assert (a.connections, b.connections) == (2, 1)
         await p.close()
+
+
+async def test_the_retry_after_a_stale_connection_opens_a_new_one() -> None:
+    """A server that restarted closed every idle connection: the retry does not take another
+    of them (it would be refused the same way), it opens one."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        await asyncio.sleep(0.05)  # both first requests are in flight at once: two connections
+        writer.write(OK)
+        await writer.drain()
+        if n <= 2:  # read the next request, then close without answering it
+            await read_request(reader)
+            return
+        await reader.read()
+
+    async with scripted(script) as site:
+        p = pool()
+        await asyncio.gather(get(p, site.url("/1")), get(p, site.url("/2")))
+        assert site.connections == 2
+        assert (await get(p, site.url("/3")))[2] == b"ok"
+        assert site.connections == 3
+        await p.close()

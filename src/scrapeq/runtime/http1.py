@@ -127,7 +127,7 @@ class Http1Pool:
         data = self._encode(method, target, host, auth, headers, body)
         head = method == "HEAD"
         for attempt in (0, 1):
-            conn = await self._acquire(key)
+            conn = await self._acquire(key, fresh=attempt == 1)
             reused = conn.used
             waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             try:
@@ -139,7 +139,7 @@ class Http1Pool:
             except aiohttp.ServerDisconnectedError:
                 conn.abort()
                 if attempt == 0 and reused and method in _IDEMPOTENT:
-                    continue  # the server closed an idle connection as we wrote on it
+                    continue  # the server closed an idle connection as we wrote on it: a new one
                 raise
             except BaseException:
                 conn.abort()  # cancelled by the deadline, or the answer was refused
@@ -203,11 +203,14 @@ class Http1Pool:
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _acquire(self, key: tuple[bool, str, int]) -> Connection:
+    async def _acquire(self, key: tuple[bool, str, int], *, fresh: bool = False) -> Connection:
+        """A connection to ``key``: an idle one (the last released), or a new one within the
+        limit (``fresh``: always a new one, for a retry after a stale one: a server that
+        restarted closed all of them)."""
         if self._closed:
             raise RuntimeError("Fetcher is closed")
         while True:
-            idle = self._idle.get(key)
+            idle = None if fresh else self._idle.get(key)
             if idle:
                 conn = idle.pop()
                 del self._order[conn]
