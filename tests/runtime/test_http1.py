@@ -431,3 +431,20 @@ async def test_the_retry_after_a_stale_connection_opens_a_new_one() -> None:
         assert (await get(p, site.url("/3")))[2] == b"ok"
         assert site.connections == 3
         await p.close()
+
+
+async def test_an_ipv6_literal_host_connects_and_names_itself_in_brackets() -> None:
+    got: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await read_request(reader))
+        writer.write(OK)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "::1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, Fetcher(Settings(allow_private=True)) as f:
+        response = await f.fetch(f"http://[::1]:{port}/six")
+    assert (response.status, response.body) == (200, b"ok")
+    assert got[0].startswith(b"GET /six HTTP/1.1\r\nHost: [::1]:%d\r\n" % port)
