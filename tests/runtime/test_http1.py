@@ -356,7 +356,9 @@ async def test_a_request_sends_its_method_headers_body_over_the_defaults() -> No
     async with scripted(script) as site:
         p = pool()
         await p.request("POST", site.url("/f?q=1"), [("Accept", "a/b"), ("X-A", "1")], b"k=v", 100)
-        await p.request("DELETE", site.url("/ü x"), None, None, 100)
+        await p.request(
+            "DELETE", site.url("/ü x"), [("Accept-Encoding", "br, gzip;q=0.5")], None, 100
+        )
         await p.close()
     first, second = got
     assert first.startswith(b"POST /f?q=1 HTTP/1.1\r\n")
@@ -364,6 +366,8 @@ async def test_a_request_sends_its_method_headers_body_over_the_defaults() -> No
     assert first.endswith(b"Content-Length: 3\r\n\r\nk=v")
     assert second.startswith(b"DELETE /%C3%BC%20x HTTP/1.1\r\n")
     assert b"Content-Length: 0\r\n" in second
+    # only codings the client decodes are asked for: a br body would reach the handler raw
+    assert b"Accept-Encoding: gzip;q=0.5\r\n" in second and b"br" not in second
 
 
 async def test_a_hop_cancelled_mid_body_closes_its_connection() -> None:

@@ -28,8 +28,9 @@ What it keeps of a fetch's rules (the fetcher's docstring has them all):
 The wire: HTTP/1.1 only (an ``HTTP/1.0`` answer is read and its connection closed unless it
 says ``keep-alive``); ``Content-Length``, ``chunked`` and read-until-close bodies; ``1xx``
 answers skipped; no body after ``HEAD``, ``204`` or ``304``; ``gzip`` and ``deflate``
-decoded (what the fetcher's ``Accept-Encoding`` asks for; another coding is returned as
-sent, as aiohttp does without its optional decoders). A redirect's body is read and dropped,
+decoded (what the fetcher's ``Accept-Encoding`` asks for; a request's own
+``Accept-Encoding`` is kept to those; a coding the server sends unasked is returned as sent,
+as aiohttp does without its optional decoders). A redirect's body is read and dropped,
 never held: over 64 KiB, its connection is closed instead. A reused connection that the
 server closed before answering is retried once on a new one for an idempotent method,
 as aiohttp does. Idle connections are kept 15 s; at most ``limit`` are open, the oldest idle
@@ -61,6 +62,8 @@ _KEEPALIVE: Final = 15.0
 _DNS_TTL: Final = 60.0
 _DNS_MAX: Final = 10_000
 _ORIGINS_MAX: Final = 10_000
+#: The content codings a body is decoded from (http1_wire's decoders), and no coding.
+_DECODED: Final = frozenset({"gzip", "x-gzip", "deflate", "identity"})
 _IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _BODYLESS_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 #: Characters a request target keeps as they are; anything else is percent-encoded as UTF-8.
@@ -193,7 +196,12 @@ class Http1Pool:
         if "host" not in names:
             lines.append(f"Host: {host}")
         lines.extend(f"{n}: {v}" for n, v in self._defaults if n.lower() not in names)
-        lines.extend(f"{n}: {v}" for n, v in given if n.lower() != "content-length")
+        for n, v in given:
+            low = n.lower()
+            if low == "accept-encoding":
+                v = _decodable(v)
+            if low != "content-length":
+                lines.append(f"{n}: {v}")
         if body:
             lines.append(f"Content-Length: {len(body)}")
         elif method not in _BODYLESS_METHODS:
@@ -374,6 +382,18 @@ def _parse_origin(origin: str) -> tuple[tuple[bool, str, int], str, str | None]:
         auth = "Basic " + token.decode("ascii")
     key = (tls, parts.hostname or "", parts.port or (443 if tls else 80))
     return key, host, auth
+
+
+def _decodable(accept: str) -> str:
+    """An ``Accept-Encoding`` a request names, kept to the codings this client decodes
+    (``gzip``, ``deflate``, ``identity``): a body in another (``br``, ``zstd``) would reach
+    the handler undecoded. None of those left: ``gzip, deflate``."""
+    kept = [
+        item.strip()
+        for item in accept.split(",")
+        if item.split(";", 1)[0].strip().lower() in _DECODED
+    ]
+    return ", ".join(kept) if kept else "gzip, deflate"
 
 
 def public_url(url: str) -> str:
