@@ -497,13 +497,7 @@ class Fetcher:
                 location = resp.headers.get("Location")
                 if resp.status in _REDIRECT_STATUSES and location:
                     if redirects >= self.settings.max_redirects:
-                        raise aiohttp.TooManyRedirects(
-                            resp.request_info,
-                            (),
-                            status=resp.status,
-                            message=f"more than {self.settings.max_redirects} redirects",
-                            headers=resp.headers,
-                        )
+                        raise self._too_many(resp.request_info, resp.status, resp.headers)
                     return resp.status, resp.headers, b"", str(resp.url), location
                 body = await (self._read_body if read is None else read)(resp)
                 return resp.status, resp.headers, body, str(resp.url), None
@@ -522,28 +516,33 @@ class Fetcher:
         self, url: str, redirects: int, out: Outgoing | None
     ) -> tuple[int, Mapping[str, str], bytes, str, str | None]:
         """One request without a proxy, through :mod:`.http1`: as :meth:`_hop`."""
-        if out is None:
-            status, headers, body = await self._direct().request(
-                "GET", url, None, None, self.settings.max_body
-            )
-        else:
-            status, headers, body = await self._direct().request(
-                out.method, url, out.headers, out.body or None, self.settings.max_body
-            )
+        method = "GET" if out is None else out.method
+        status, headers, body = await self._direct().request(
+            method,
+            url,
+            None if out is None else out.headers,
+            None if out is None else out.body or None,
+            self.settings.max_body,
+        )
         location = headers.get("Location")
         if status in _REDIRECT_STATUSES and location:
             if redirects >= self.settings.max_redirects:
-                method = "GET" if out is None else out.method
                 info = aiohttp.RequestInfo(URL(url), method, CIMultiDictProxy(CIMultiDict()))
-                raise aiohttp.TooManyRedirects(
-                    info,
-                    (),
-                    status=status,
-                    message=f"more than {self.settings.max_redirects} redirects",
-                    headers=headers,
-                )
+                raise self._too_many(info, status, headers)
             return status, headers, b"", public_url(url), location
         return status, headers, body, public_url(url), None
+
+    def _too_many(
+        self, info: aiohttp.RequestInfo, status: int, headers: Mapping[str, str]
+    ) -> aiohttp.TooManyRedirects:
+        """The error of a hop's redirect past ``max_redirects`` (``redirect_loop``)."""
+        return aiohttp.TooManyRedirects(
+            info,
+            (),
+            status=status,
+            message=f"more than {self.settings.max_redirects} redirects",
+            headers=headers,  # type: ignore[arg-type]
+        )
 
     def _validate(self, url: str) -> str:
         """Normalise one hop's URL; refuse a literal private host before connecting."""
